@@ -1,0 +1,59 @@
+"""trainreport: report a training run's progress and curves without slowing it down.
+
+The public API is re-exported here; everything in a ``_module`` is private.
+See ``README.md`` and ``docs/``.
+"""
+
+from __future__ import annotations
+
+from trainreport._config import ReportingConfig
+from trainreport._lifecycle import Phase, TaskStatus
+from trainreport._reporter import Reporter, ReporterStats
+from trainreport.exceptions import (
+    ConfigError,
+    ProtocolError,
+    SinkError,
+    TrainReportError,
+    TransitionError,
+    TransportError,
+)
+from trainreport.sinks import (
+    Delivered,
+    FileSink,
+    MemorySink,
+    Opened,
+    Rejected,
+    Resynchronise,
+    RetryLater,
+    SeriesUpdate,
+    Sink,
+    Split,
+    Update,
+)
+
+__all__ = [
+    "ConfigError",
+    "Delivered",
+    "FileSink",
+    "MemorySink",
+    "Opened",
+    "Phase",
+    "ProtocolError",
+    "Rejected",
+    "Reporter",
+    "ReporterStats",
+    "ReportingConfig",
+    "Resynchronise",
+    "RetryLater",
+    "SeriesUpdate",
+    "Sink",
+    "SinkError",
+    "Split",
+    "TaskStatus",
+    "TrainReportError",
+    "TransitionError",
+    "TransportError",
+    "Update",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,278 @@
+"""Wire encoding of updates, and parsing of a stored task (DESIGN §5).
+
+Encoding runs on the reporter thread, and every Python-level or long C-level
+call there is GIL time taken from training (DESIGN §1), so bodies are built
+series by series: each series is one short ``json.dumps`` of a column (suffix
+mode) or one join of per-point strings (baseline mode), and the pieces are
+joined at the end. Output is always strict JSON: non-finite values become
+``null`` and encoding uses ``allow_nan=False``.
+
+Two body shapes:
+
+* baseline ``PATCH`` (``encode_patch_body``): ``{"status": ..., "status_details":
+  {..., "metrics": {"name": [{"step": 1, "epoch": 1, "value": 2.31}, ...]}}}``;
+* series-suffix update (``encode_suffix_body``, ``docs/protocol.md``):
+  ``{"writer_generation": G, "sequence": S, "status": ..., "status_details": {...},
+  "series": {"name": {"offset": k, "steps": [...], "epochs": [...], "values": [...]}}}``.
+
+The stored task read back on resume is parsed leniently by
+:func:`parse_stored_task`: anything malformed yields a reason, and the caller
+treats the stored state as empty (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import cattrs
+
+from trainreport._sink import SeriesUpdate, Update
+
+__all__ = [
+    "StoredState",
+    "UpdateResponse",
+    "WriterResponse",
+    "encode_details",
+    "encode_patch_body",
+    "encode_points",
+    "encode_suffix_body",
+    "encode_suffix_series",
+    "finite_or_none",
+    "parse_stored_task",
+    "structure_response",
+]
+
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+_isfinite = math.isfinite
+
+
+def finite_or_none(values: Iterable[float]) -> list[float | None]:
+    """The values as a list, with NaN and ±Inf replaced by ``None`` (JSON ``null``)."""
+    return [v if _isfinite(v) else None for v in values]
+
+
+def _number(v: float) -> str:
+    return repr(v) if _isfinite(v) else "null"
+
+
+def encode_points(series: SeriesUpdate) -> str:
+    """A series' points in the baseline shape: ``[{"step":1,"epoch":1,"value":2.31},...]``."""
+    return (
+        "["
+        + ",".join(
+            f'{{"step":{s},"epoch":{e},"value":{_number(v)}}}'
+            for s, e, v in zip(series.steps, series.epochs, series.values, strict=True)
+        )
+        + "]"
+    )
+
+
+def encode_suffix_series(series: SeriesUpdate) -> str:
+    """A series suffix as columns: ``{"offset":k,"steps":[..],"epochs":[..],"values":[..]}``."""
+    values = series.values
+    encoded_values = _dumps(
+        values.tolist() if all(map(_isfinite, values)) else finite_or_none(values)
+    )
+    return (
+        f'{{"offset":{series.offset},"steps":{_dumps(series.steps.tolist())},'
+        f'"epochs":{_dumps(series.epochs.tolist())},"values":{encoded_values}}}'
+    )
+
+
+def encode_details(details: Mapping[str, Any]) -> str:
+    """``status_details`` keys (without ``metrics``) as the inside of a JSON object (no braces).
+
+    Raises:
+        ValueError: when a value is not strict JSON (a non-finite float); the
+            reporter never builds such details.
+    """
+    return _dumps(dict(details))[1:-1]
+
+
+def _object(members: Iterable[str]) -> str:
+    return "{" + ",".join(m for m in members if m) + "}"
+
+
+def encode_patch_body(update: Update) -> bytes:
+    """The baseline ``PATCH`` body for ``update`` (UTF-8 JSON).
+
+    In full-state mode ``metrics`` holds every series complete; an update whose
+    ``series`` is ``None`` carries no ``metrics`` key at all.
+    """
+    members = [encode_details(update.status_details)]
+    if update.series is not None:
+        metrics = _object(f"{_dumps(s.name)}:{encode_points(s)}" for s in update.series)
+        members.append(f'"metrics":{metrics}')
+    details = _object(members)
+    status = f'"status":{_dumps(update.status)},' if update.status is not None else ""
+    return f'{{{status}"status_details":{details}}}'.encode()
+
+
+def encode_suffix_body(
+    update: Update,
+    *,
+    writer_generation: int,
+    sequence: int,
+    series: Iterable[SeriesUpdate] | None = None,
+    include_details: bool = True,
+) -> bytes:
+    """A series-suffix update body (``docs/protocol.md``), UTF-8 JSON.
+
+    Args:
+        update: the update to encode.
+        writer_generation: the generation the server issued to this writer.
+        sequence: this request's sequence number (strictly increasing per writer).
+        series: the series to put in this body (default: all of ``update.series``);
+            a sink splitting a large update passes a subset per request.
+        include_details: whether to include ``status`` and ``status_details``
+            (a split update carries them in one of its requests only).
+    """
+    members = [f'"writer_generation":{writer_generation}', f'"sequence":{sequence}']
+    if include_details:
+        if update.status is not None:
+            members.append(f'"status":{_dumps(update.status)}')
+        members.append(f'"status_details":{_object([encode_details(update.status_details)])}')
+    chosen = update.series if series is None else series
+    if chosen:
+        members.append(
+            '"series":' + _object(f"{_dumps(s.name)}:{encode_suffix_series(s)}" for s in chosen)
+        )
+    return _object(members).encode()
+
+
+# --- parsing what a destination holds ------------------------------------------------
+
+
+@attrs.frozen
+class StoredState:
+    """The parts of a stored task that seed a resumed run (DESIGN §3).
+
+    Args:
+        series: name -> (steps, epochs, values) columns, steps non-decreasing.
+        val_datasets: validation dataset names in first-seen order.
+        details: the stored ``status_details`` without ``metrics``.
+        status: the stored status, or ``None`` (never used to seed the machine).
+    """
+
+    series: Mapping[str, tuple[array[int], array[int], array[float]]]
+    val_datasets: tuple[str, ...] = ()
+    details: Mapping[str, Any] = attrs.field(factory=dict)
+    status: str | None = None
+
+
+class _MalformedError(ValueError):
+    pass
+
+
+def _int(value: object, where: str) -> int:
+    if type(value) is not int or value < 0:
+        raise _MalformedError(f"{where} is not a non-negative integer")
+    return value
+
+
+def _parse_series(name: str, points: object) -> tuple[array[int], array[int], array[float]]:
+    if not isinstance(points, list):
+        raise _MalformedError(f"metrics[{name!r}] is not a list")
+    steps: array[int] = array("q")
+    epochs: array[int] = array("i")
+    values: array[float] = array("d")
+    last = -1
+    for i, point in enumerate(points):
+        if not isinstance(point, dict):
+            raise _MalformedError(f"metrics[{name!r}][{i}] is not an object")
+        step = _int(point.get("step"), f"metrics[{name!r}][{i}].step")
+        if step < last:
+            raise _MalformedError(f"metrics[{name!r}] steps go backwards at index {i}")
+        last = step
+        epoch = point.get("epoch")
+        value = point.get("value")
+        if value is None:
+            value = math.nan
+        elif type(value) not in (int, float):
+            raise _MalformedError(f"metrics[{name!r}][{i}].value is not a number")
+        steps.append(step)
+        epochs.append(1 if epoch is None else _int(epoch, f"metrics[{name!r}][{i}].epoch"))
+        values.append(float(value))
+    return steps, epochs, values
+
+
+def parse_stored_task(task: object) -> StoredState | str:
+    """Parse a stored task (the ``GET`` shape) for resuming.
+
+    Args:
+        task: the decoded JSON the destination returned, or ``None`` (no task).
+
+    Returns:
+        a :class:`StoredState` (empty for ``None``), or a short reason string
+        when anything is malformed: the caller then treats the stored state as
+        empty and logs the reason once (DESIGN §3). Never raises.
+    """
+    if task is None:
+        return StoredState(series={})
+    try:
+        if not isinstance(task, dict):
+            raise _MalformedError("the task is not an object")
+        details = task.get("status_details", {})
+        if details is None:
+            details = {}
+        if not isinstance(details, dict):
+            raise _MalformedError("status_details is not an object")
+        metrics = details.get("metrics", {}) or {}
+        if not isinstance(metrics, dict):
+            raise _MalformedError("status_details.metrics is not an object")
+        series = {str(name): _parse_series(str(name), pts) for name, pts in metrics.items()}
+        datasets = details.get("val_datasets", []) or []
+        if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
+            raise _MalformedError("status_details.val_datasets is not a list of strings")
+        status = task.get("status")
+        rest = {k: v for k, v in details.items() if k != "metrics"}
+        return StoredState(
+            series=series,
+            val_datasets=tuple(datasets),
+            details=rest,
+            status=status if isinstance(status, str) else None,
+        )
+    except (_MalformedError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return str(exc) or type(exc).__name__
+
+
+# --- responses of the series-suffix extension (parsed by the one converter) ------------
+
+
+@attrs.frozen
+class WriterResponse:
+    """Answer to ``POST .../writers`` (``docs/protocol.md``)."""
+
+    writer_generation: int
+    series_lengths: dict[str, int] = attrs.field(factory=dict)
+    task: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class UpdateResponse:
+    """Answer to ``POST .../updates`` (``docs/protocol.md``)."""
+
+    series_lengths: dict[str, int] = attrs.field(factory=dict)
+    cancel_requested: bool = False
+    duplicate: bool = False
+    status: str | None = None
+    sequence: int | None = None
+
+
+_converter = cattrs.Converter()
+
+
+def structure_response(data: object, cls: type[Any]) -> Any:
+    """Structure a decoded JSON response into ``cls`` with the module's one converter.
+
+    Extra keys are ignored (servers may add fields).
+
+    Raises:
+        cattrs.BaseValidationError: when ``data`` does not fit ``cls``.
+    """
+    return _converter.structure(data, cls)

@@ -1,0 +1,514 @@
+"""Recorder: applies queued reports to the store and the task machine, builds updates.
+
+This is the sans-I/O core the reporter thread drives (STYLE habit 3): it gets
+report tuples that the training thread queued, and hands back
+:class:`~trainreport.sinks.Update` values and applies sink results. It reads no
+clock (times arrive in the tuples and as ``wall`` arguments) and does no I/O.
+
+All mutation happens on the reporter thread, under :attr:`Recorder.lock`;
+other threads only read (``snapshot``, ``stats``) under the same lock.
+
+Queue items are tuples ``(kind, t, *args)`` where ``t`` is the caller's
+monotonic clock reading (seconds) and ``kind`` one of the ``K_*`` constants.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from trainreport._config import ReportingConfig
+from trainreport._lifecycle import Outcome, TaskEvent, TaskMachine, TaskStatus
+from trainreport._logging import OnceLogger, get_logger
+from trainreport._naming import (
+    DatasetOrder,
+    EpochRule,
+    NotChartable,
+    SeriesSelector,
+    check_name,
+    qualify,
+    to_chartable,
+    to_step,
+)
+from trainreport._payloads import StoredState
+from trainreport._sink import SeriesUpdate, Update
+from trainreport._store import MetricStore
+from trainreport.exceptions import TransitionError
+
+__all__ = ["RESERVED_KEYS", "Recorder"]
+
+(
+    K_TRAIN,
+    K_VALIDATION,
+    K_METRICS,
+    K_TRAINING_START,
+    K_HYPERPARAMETERS,
+    K_EPOCH_END,
+    K_CHECKPOINT,
+    K_COMPLETED,
+    K_CANCELLED,
+    K_FAILED,
+) = range(10)
+
+#: ``status_details`` keys that belong to the reporter; a metric whose
+#: qualified name equals one of them is dropped (it would overwrite them).
+RESERVED_KEYS = frozenset(
+    {
+        "phase",
+        "step",
+        "epoch",
+        "max_steps",
+        "num_epochs",
+        "percentage_done",
+        "eta_seconds",
+        "updated_at",
+        "checkpoint_path",
+        "checkpoint_step",
+        "metrics",
+        "val_datasets",
+        "hyperparameters",
+        "error",
+        "cancel_reason",
+    }
+)
+
+_EVENT_OF_KIND = {
+    K_TRAINING_START: TaskEvent.TRAINING_START,
+    K_EPOCH_END: TaskEvent.EPOCH_END,
+    K_CHECKPOINT: TaskEvent.CHECKPOINT,
+    K_COMPLETED: TaskEvent.COMPLETE,
+    K_CANCELLED: TaskEvent.CANCEL,
+    K_FAILED: TaskEvent.FAIL,
+}
+_REPORT_NAME = {
+    K_TRAIN: "report_train_step",
+    K_VALIDATION: "report_validation",
+    K_METRICS: "report_metrics",
+    K_TRAINING_START: "report_training_start",
+    K_HYPERPARAMETERS: "report_hyperparameters",
+    K_EPOCH_END: "report_epoch_end",
+    K_CHECKPOINT: "report_checkpoint_saved",
+    K_COMPLETED: "report_completed",
+    K_CANCELLED: "report_cancelled",
+    K_FAILED: "report_error",
+}
+_MAX_TEXT = 4096
+_log = get_logger()
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def _positive_int(value: object) -> int | NotChartable | None:
+    if value is None:
+        return None
+    step = to_step(value)
+    if isinstance(step, NotChartable) or step <= 0:
+        return NotChartable("not a positive integer")
+    return step
+
+
+class Recorder:
+    """The state of one reporting attempt: metrics, status, phase and details.
+
+    Args:
+        config: the reporter's configuration.
+    """
+
+    def __init__(self, config: ReportingConfig) -> None:
+        self.lock = threading.Lock()
+        self.config = config
+        self.store = MetricStore(config.max_metric_names)
+        self.selector = SeriesSelector(config.time_series_metrics)
+        self.machine = TaskMachine(strict=config.strict_transitions)
+        self.datasets = DatasetOrder()
+        self.epoch_rule = EpochRule()
+        self.once = OnceLogger()
+        self.drops: Counter[str] = Counter()
+        self.strict_violations: list[str] = []
+        self.step: int | None = None
+        self.epoch: int | None = None
+        self.max_steps: int | None = None
+        self.num_epochs: int | None = None
+        self.cancel_reason: str | None = None
+        # Details sent until delivered once (shallow merge keeps them afterwards).
+        self.sticky: dict[str, Any] = {}
+        self.sticky_dirty: set[str] = set()
+        self.core_dirty = True
+        self.stored_details: dict[str, Any] = {}
+        self.seeded = False
+        self.metrics_too_large = False
+        self.last_updated_at: str | None = None
+        self._first_step: tuple[float, int] | None = None
+        self._last_step_time: float | None = None
+        self._names: dict[tuple[str, str | None], dict[object, str | None]] = {}
+
+    # --- seeding (resume) ----------------------------------------------------------
+
+    def start_attempt(self) -> None:
+        """Begin a new attempt: status ``running``, phase ``setup`` (DESIGN §4)."""
+        self.machine.apply(TaskEvent.ATTEMPT_START)
+        self.core_dirty = True
+
+    def seed(self, state: StoredState) -> None:
+        """Seed curves and ``val_datasets`` from a stored task (DESIGN §3 resume).
+
+        Never the stored status: a new process starts a new attempt. Series
+        continue; other stored fields are left as they are on the destination.
+        """
+        for name, (steps, epochs, values) in state.series.items():
+            if name in self.store or check_name(name) is not None:
+                continue
+            self.store.seed(name, steps, epochs, values)
+        train_steps = [
+            s.steps[-1] for n, s in self.store.series.items() if n.startswith("train_") and s.steps
+        ]
+        if train_steps and self.store.last_train_step is None:
+            self.store.last_train_step = max(train_steps)
+        if state.val_datasets:
+            self.datasets = DatasetOrder(state.val_datasets)
+        self.stored_details = dict(state.details)
+        self.seeded = True
+
+    # --- applying reports ----------------------------------------------------------
+
+    def apply(self, item: tuple[Any, ...]) -> bool:
+        """Apply one queued report. Returns True for an event report (bypasses the debounce).
+
+        Never raises: a malformed item is logged once per report kind and dropped.
+        """
+        kind = item[0]
+        try:
+            if kind == K_TRAIN:
+                self._train_step(item[1], item[2], item[3], item[4])
+                return False
+            if kind == K_VALIDATION:
+                self._validation(item[2], item[3], item[4], item[5])
+                return False
+            if kind == K_METRICS:
+                self._metrics(item[2], item[3], item[4])
+                return False
+            if kind == K_HYPERPARAMETERS:
+                self._set_sticky(
+                    "hyperparameters", {**self.sticky.get("hyperparameters", {}), **item[2]}
+                )
+                return False
+            return self._event(kind, item)
+        except TransitionError as exc:  # strict mode (tests): surfaced by Reporter.close()
+            self.strict_violations.append(str(exc))
+            return False
+        except Exception as exc:  # a bug or a hostile object must never stop the reporter
+            self.drops["invalid_report"] += 1
+            self.once.warning(
+                ("apply", kind),
+                "trainreport.report_dropped",
+                report=_REPORT_NAME.get(kind, str(kind)),
+                reason=f"{type(exc).__name__}: {exc}"[:300],
+            )
+            return False
+
+    def _event(self, kind: int, item: tuple[Any, ...]) -> bool:
+        event = _EVENT_OF_KIND[kind]
+        if kind == K_TRAINING_START:
+            max_steps, num_epochs = _positive_int(item[2]), _positive_int(item[3])
+            for field, value in (("max_steps", max_steps), ("num_epochs", num_epochs)):
+                if isinstance(value, NotChartable):
+                    self._drop_once(
+                        "invalid_argument", field, "report_training_start", value.reason
+                    )
+        if self.machine.apply(event) is Outcome.REFUSED:
+            self.drops["refused_transition"] += 1
+            return False
+        self.core_dirty = True
+        if kind == K_TRAINING_START:
+            if isinstance(max_steps, int):
+                self.max_steps = max_steps
+                self._set_sticky("max_steps", max_steps)
+            if isinstance(num_epochs, int):
+                self.num_epochs = num_epochs
+                self._set_sticky("num_epochs", num_epochs)
+        elif kind == K_EPOCH_END:
+            epoch = self._resolve_epoch(item[2], self.step or 0, "report_epoch_end")
+            if epoch is not None:
+                self.epoch = epoch
+        elif kind == K_CHECKPOINT:
+            self._set_sticky("checkpoint_path", str(item[2])[:_MAX_TEXT])
+            step = to_step(item[3]) if item[3] is not None else None
+            if isinstance(step, int):
+                self._set_sticky("checkpoint_step", step)
+        elif kind == K_CANCELLED:
+            self._set_sticky("cancel_reason", str(item[2])[:_MAX_TEXT])
+        elif kind == K_FAILED:
+            self._set_sticky(
+                "error", {"type": str(item[2])[:200], "message": str(item[3])[:_MAX_TEXT]}
+            )
+        return True
+
+    def _set_sticky(self, key: str, value: Any) -> None:
+        self.sticky[key] = value
+        self.sticky_dirty.add(key)
+
+    def _drop_once(self, reason: str, key: object, report: str, detail: str) -> None:
+        self.drops[reason] += 1
+        self.once.warning(
+            (reason, report, key),
+            "trainreport.report_dropped",
+            report=report,
+            field=str(key)[:100],
+            reason=detail,
+        )
+
+    def _resolve_epoch(self, raw: object, step: int, report: str) -> int | None:
+        epoch = self.epoch_rule.resolve(raw, step=step, num_epochs=self.num_epochs)
+        if isinstance(epoch, NotChartable):
+            self._drop_once("invalid_epoch", "epoch", report, epoch.reason)
+            return None
+        return epoch
+
+    def _step(self, raw: object, report: str) -> int | None:
+        step = to_step(raw)
+        if isinstance(step, NotChartable):
+            self._drop_once("invalid_step", "step", report, step.reason)
+            return None
+        return step
+
+    def _train_step(self, t: float, raw_step: object, raw_epoch: object, metrics: object) -> None:
+        step = self._step(raw_step, "report_train_step")
+        if step is None:
+            return
+        if self.machine.apply(TaskEvent.TRAIN_STEP) is Outcome.REFUSED:
+            self.drops["refused_transition"] += 1
+            return
+        epoch = self._resolve_epoch(raw_epoch, step, "report_train_step")
+        if epoch is not None:
+            self.epoch = epoch
+        if (
+            self.store.begin_train_step(step)
+            or self._first_step is None
+            or step <= self._first_step[1]
+        ):
+            self._first_step = (t, step)
+        self.step = step
+        self._last_step_time = t
+        self.core_dirty = True
+        self._record(metrics, "train", None, step, self.epoch or 1, "report_train_step")
+
+    def _validation(
+        self, raw_step: object, raw_epoch: object, metrics: object, dataset: object
+    ) -> None:
+        step = self._step(raw_step, "report_validation")
+        if step is None:
+            return
+        if self.machine.apply(TaskEvent.VALIDATION) is Outcome.REFUSED:
+            self.drops["refused_transition"] += 1
+            return
+        self.core_dirty = True
+        epoch = self._resolve_epoch(raw_epoch, step, "report_validation")
+        if dataset is not None and not isinstance(dataset, str):
+            self._drop_once("invalid_argument", "dataset", "report_validation", "not a string")
+            dataset = str(dataset)
+        if isinstance(dataset, str) and check_name(dataset) is not None:
+            self._drop_once(
+                "invalid_argument", "dataset", "report_validation", "unusable dataset name"
+            )
+            dataset = dataset[:50] or None
+        before = len(self.datasets.datasets)
+        qualifier = self.datasets.qualifier(dataset)
+        if len(self.datasets.datasets) != before:
+            self._set_sticky("val_datasets", list(self.datasets.datasets))
+        self._record(
+            metrics, "validation", qualifier, step, epoch or self.epoch or 1, "report_validation"
+        )
+
+    def _metrics(self, raw_step: object, metrics: object, phase: object) -> None:
+        if not isinstance(phase, str) or check_name(phase) is not None or not phase.isidentifier():
+            self._drop_once(
+                "invalid_argument", "phase", "report_metrics", "phase is not an identifier"
+            )
+            return
+        step = self._step(raw_step, "report_metrics")
+        if step is None:
+            return
+        if self.machine.apply(TaskEvent.OTHER_METRICS) is Outcome.REFUSED:
+            self.drops["refused_transition"] += 1
+            return
+        naming_phase = "validation" if phase in ("val", "eval", "validation") else phase
+        self._record(metrics, naming_phase, None, step, self.epoch or 1, "report_metrics")
+
+    def _record(
+        self, metrics: object, phase: str, qualifier: str | None, step: int, epoch: int, report: str
+    ) -> None:
+        if not isinstance(metrics, dict):
+            if metrics is not None:
+                self._drop_once("invalid_argument", "metrics", report, "metrics is not a mapping")
+            return
+        names = self._names.get((phase, qualifier))
+        if names is None:
+            names = self._names[(phase, qualifier)] = {}
+        store = self.store
+        for raw_name, raw_value in metrics.items():
+            try:
+                name = names[raw_name]
+            except KeyError:
+                name = names[raw_name] = self._admit(raw_name, phase, qualifier, report)
+            except TypeError:  # unhashable key cannot occur in a dict; defensive
+                continue
+            if name is None:
+                continue
+            value = raw_value if type(raw_value) is float else to_chartable(raw_value)
+            if isinstance(value, NotChartable):
+                self._drop_once("not_chartable", name, report, value.reason)
+                continue
+            store.record(name, step, epoch, value)
+
+    def _admit(
+        self, raw_name: object, phase: str, qualifier: str | None, report: str
+    ) -> str | None:
+        reason = check_name(raw_name)
+        if reason is not None:
+            self._drop_once("invalid_name", repr(raw_name)[:100], report, reason)
+            return None
+        assert isinstance(raw_name, str)
+        name = qualify(raw_name, phase, qualifier)
+        if name in RESERVED_KEYS or check_name(name) is not None:
+            self._drop_once("invalid_name", name, report, "reserved or unusable qualified name")
+            return None
+        if name in self.store:
+            return name
+        if not self.store.admit(name, as_series=self.selector.is_series(name)):
+            self.drops["name_cap"] += 1
+            self.once.warning(
+                "name_cap",
+                "trainreport.metric_name_cap_reached",
+                cap=self.store.max_names,
+                first_refused=name,
+            )
+            return None
+        return name
+
+    # --- building updates ----------------------------------------------------------
+
+    def progress(self) -> dict[str, Any]:
+        """The progress fields: step, epoch, percentage_done, eta_seconds (None omitted)."""
+        out: dict[str, Any] = {}
+        step = self.step
+        if step is not None:
+            out["step"] = step
+        if self.epoch is not None:
+            out["epoch"] = self.epoch
+        if step is not None and self.max_steps:
+            out["percentage_done"] = round(min(max(step / self.max_steps * 100.0, 0.0), 100.0), 2)
+            first = self._first_step
+            if first is not None and self._last_step_time is not None and step > first[1]:
+                per_step = (self._last_step_time - first[0]) / (step - first[1])
+                out["eta_seconds"] = round(max(self.max_steps - step, 0) * per_step, 1)
+        return out
+
+    def _details(self, wall: str, sticky_keys: set[str] | dict[str, Any]) -> dict[str, Any]:
+        details: dict[str, Any] = {"phase": self.machine.phase.value}
+        details.update(self.progress())
+        details["updated_at"] = wall
+        for key in sticky_keys:
+            details[key] = self.sticky[key]
+        for name, value in self.store.current_values():
+            details[name] = _finite(value)
+        return details
+
+    def has_changes(self) -> bool:
+        """True when something recorded is not yet known to be delivered."""
+        return (
+            self.core_dirty
+            or bool(self.sticky_dirty)
+            or any(s.needs_send for s in self.store.series.values())
+        )
+
+    def build_update(
+        self, *, wall: str, full_state: bool, include_metrics: bool = True
+    ) -> tuple[Update, dict[str, int], frozenset[str]]:
+        """Build the next update.
+
+        Args:
+            wall: the wall-clock time to send as ``updated_at`` (ISO 8601, UTC).
+            full_state: True for the baseline mode (complete ``metrics`` or none),
+                False for series suffixes from what the destination holds.
+            include_metrics: False to leave curves out (an event send in
+                full-state mode, DESIGN §5 "event reports send only what they change").
+
+        Returns:
+            (update, sent, sticky keys) where ``sent`` maps each included
+            series to the length it had, for :meth:`on_delivered`.
+        """
+        sticky = set(self.sticky_dirty)
+        details = self._details(wall, sticky)
+        self.last_updated_at = wall
+        series_updates: tuple[SeriesUpdate, ...] | None = None
+        sent: dict[str, int] = {}
+        store_series = self.store.series
+        if include_metrics and any(s.needs_send for s in store_series.values()):
+            if full_state:
+                if self.seeded and not self.metrics_too_large:
+                    series_updates = tuple(
+                        SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:])
+                        for n, s in store_series.items()
+                    )
+            else:
+                series_updates = tuple(
+                    SeriesUpdate(
+                        n,
+                        s.delivered,
+                        s.steps[s.delivered :],
+                        s.epochs[s.delivered :],
+                        s.values[s.delivered :],
+                    )
+                    for n, s in store_series.items()
+                    if s.needs_send
+                )
+            if series_updates is not None:
+                sent = {u.name: u.offset + len(u) for u in series_updates}
+        update = Update(
+            status=self.machine.status.value,
+            status_details=details,
+            series=series_updates,
+            full_state=full_state,
+        )
+        return update, sent, frozenset(sticky)
+
+    def on_delivered(
+        self, sent: Mapping[str, int], sticky: frozenset[str], lengths: Mapping[str, int] | None
+    ) -> None:
+        """Apply a ``Delivered`` result for an update built by :meth:`build_update`."""
+        self.store.acknowledge(sent, lengths)
+        self.sticky_dirty -= sticky
+        self.core_dirty = False
+
+    def mark_all_dirty(self) -> None:
+        """Resend every sticky field (after a resynchronise: the destination may have lost them)."""
+        self.sticky_dirty = set(self.sticky)
+        self.core_dirty = True
+
+    # --- reading -------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The task record the destination should now hold (the ``GET`` shape)."""
+        details = dict(self.stored_details)
+        details.update(self._details(self.last_updated_at or "", self.sticky))
+        if not self.last_updated_at:
+            del details["updated_at"]
+        if self.store.series:
+            details["metrics"] = {
+                name: [
+                    {"step": st, "epoch": ep, "value": _finite(v)}
+                    for st, ep, v in zip(s.steps, s.epochs, s.values, strict=True)
+                ]
+                for name, s in self.store.series.items()
+            }
+        return {"status": self.machine.status.value, "status_details": details}
+
+    @property
+    def status(self) -> TaskStatus:
+        """The attempt's current status."""
+        return self.machine.status

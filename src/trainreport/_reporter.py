@@ -1,0 +1,768 @@
+"""Reporter: the public facade the training loop calls.
+
+Every ``report_*`` method copies its arguments (turning tensor-like values into
+plain numbers), appends one tuple to a ``collections.deque`` and returns: no
+lock, no ``Event.set`` per report, no I/O, never raises (DESIGN §1, §2, §7).
+Everything else happens on the reporter thread (``_worker.py``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from time import perf_counter_ns
+from types import TracebackType
+from typing import Any
+
+import attrs
+
+from trainreport._config import ReportingConfig
+from trainreport._histogram import LatencyHistogram
+from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
+from trainreport._logging import OnceLogger, get_logger
+from trainreport._naming import caller_value, flatten_params
+from trainreport._recorder import (
+    K_CANCELLED,
+    K_CHECKPOINT,
+    K_COMPLETED,
+    K_EPOCH_END,
+    K_FAILED,
+    K_HYPERPARAMETERS,
+    K_METRICS,
+    K_TRAIN,
+    K_TRAINING_START,
+    K_VALIDATION,
+    Recorder,
+)
+from trainreport._sink import Sink
+from trainreport._worker import Worker
+from trainreport.exceptions import TransitionError
+
+__all__ = ["RANK_VARIABLES", "Reporter", "ReporterStats"]
+
+_log = get_logger()
+_PLAIN = frozenset({int, float})
+_STEP_TYPES = frozenset({int, float, type(None)})
+
+#: Environment variables read, in order, for the global rank (DESIGN §7).
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+
+def _copy_metrics(metrics: object) -> object:
+    """Copy a metrics mapping on the caller's thread; tensors become numbers. Never raises."""
+    if type(metrics) is dict:
+        copied: dict[Any, Any] = metrics.copy()
+    elif isinstance(metrics, Mapping):
+        copied = dict(metrics)
+    else:
+        return None if metrics is None else _NotAMapping(type(metrics).__name__)
+    if not _PLAIN.issuperset(map(type, copied.values())):
+        copied = {k: caller_value(v) for k, v in copied.items()}
+    return copied
+
+
+def _copy_scalar(value: object) -> object:
+    return value if type(value) in _STEP_TYPES else caller_value(value)
+
+
+@attrs.frozen
+class _NotAMapping:
+    type_name: str
+
+
+@attrs.frozen
+class ReporterStats:
+    """A point-in-time view of a reporter's health (``Reporter.stats()``).
+
+    Attributes:
+        state: the reporter's lifecycle state (``new``, ``running``, ``closing``,
+            ``closed``, ``inert``).
+        requests_sent: sends attempted (including failed ones).
+        requests_failed: sends that were not delivered.
+        consecutive_failures: failures since the last delivered send.
+        bytes_sent: request bytes put on the wire (as the sink counts them).
+        points_recorded: series points applied to the store.
+        points_delivered: points the destination is known to hold.
+        points_unsent: points not yet known to be delivered.
+        queue_depth: reports queued and not yet applied.
+        drops: dropped items by reason (``queue_full``, ``name_cap``,
+            ``not_chartable``, ``invalid_step``, ``after_close``, ...).
+        rewinds: training-step rewinds and series tail replacements (DESIGN §3).
+        last_error: the last send failure's reason, or None.
+        last_success_at: wall-clock time (ISO 8601 UTC) of the last delivered send.
+        report_calls: report calls made on this reporter.
+        report_p50_us: median time inside a report call, microseconds (±10 %).
+        report_p99_us: 99th percentile of the same, microseconds (±10 %).
+        report_max_us: longest report call, microseconds.
+        report_total_seconds: total time spent inside report calls, seconds.
+    """
+
+    state: str
+    requests_sent: int
+    requests_failed: int
+    consecutive_failures: int
+    bytes_sent: int
+    points_recorded: int
+    points_delivered: int
+    points_unsent: int
+    queue_depth: int
+    drops: Mapping[str, int]
+    rewinds: int
+    last_error: str | None
+    last_success_at: str | None
+    report_calls: int
+    report_p50_us: float
+    report_p99_us: float
+    report_max_us: float
+    report_total_seconds: float
+
+
+_live_reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    for reporter in list(_live_reporters):
+        reporter._after_fork_in_child()
+
+
+def _close_at_exit() -> None:
+    uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    for reporter in list(_live_reporters):
+        reporter._close_at_exit(uncaught if isinstance(uncaught, BaseException) else None)
+
+
+def _install_process_hooks() -> None:
+    global _hooks_installed  # noqa: PLW0603 - process-wide hooks are installed once
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+        atexit.register(_close_at_exit)
+
+
+def _global_rank(environ: Mapping[str, str]) -> int:
+    for name in RANK_VARIABLES:
+        raw = environ.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            return int(raw)
+        except ValueError:
+            _log.warning("trainreport.rank_unreadable", variable=name, value=raw[:50])
+            return 0
+    return 0
+
+
+def _disabled(environ: Mapping[str, str]) -> bool:
+    return environ.get("TRAINREPORT_DISABLED", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class Reporter:
+    """Reports a training run's phase, progress and metrics to a sink, off the training thread.
+
+    Args:
+        sink: where updates go: :class:`~trainreport.HttpSink`,
+            :class:`~trainreport.FileSink`, :class:`~trainreport.MemorySink`
+            or your own :class:`~trainreport.Sink`.
+        config: scheduling and shaping options (default ``ReportingConfig()``).
+        clock: monotonic clock in seconds that drives the debounce, heartbeat
+            and backoff; inject :class:`trainreport.testing.FakeClock` in tests.
+            ``close()`` deadlines always use real time.
+        rank: this process's global rank; ``None`` reads it in :meth:`start`
+            from ``RANK``, then ``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``,
+            ``PMI_RANK``, ``PMIX_RANK`` (DESIGN §7). Only rank 0 reports.
+
+    Thread-safety: report calls may come from any thread (they only append to a
+    deque); ``start``, ``flush`` and ``close`` from any one thread at a time.
+
+    Before :meth:`start` a reporter holds no thread, lock or connection, so it
+    pickles; reports made before ``start()`` are kept and sent after it.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        config: ReportingConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rank: int | None = None,
+    ) -> None:
+        self._sink = sink
+        self._config = config if config is not None else ReportingConfig()
+        self._clock = clock
+        self._rank = rank
+        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._machine = ReporterMachine()
+        self._accepting = True
+        self._max_queue = self._config.max_queue_items
+        self._drain_depth = self._config.drain_queue_depth
+        self._histogram = LatencyHistogram()
+        self._queue_drops = 0
+        self._after_close_drops = 0
+        self._pending_wake = False
+        self._worker: Worker | None = None
+        self._recorder: Recorder | None = None
+        self._cancel: threading.Event | None = None
+        self._pid: int | None = None
+        self._once = OnceLogger()
+
+    # --- construction helpers --------------------------------------------------------
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Reporter:
+        """Build a reporter from the environment a job system gives a pod.
+
+        Reads ``TRAINREPORT_URL`` (base URL of the job-status service),
+        ``TRAINREPORT_JOB_ID``, ``TRAINREPORT_TASK_ID`` (default ``train``),
+        ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``, and the config
+        variables of ``docs/configuration.md`` (leniently: a bad value falls back
+        to its default with a log event). Without a URL, reports go to a
+        :class:`~trainreport.FileSink` under ``./trainreport-runs/``.
+        ``TRAINREPORT_DISABLED=1`` and ranks other than 0 give a reporter that
+        does nothing once started.
+
+        Args:
+            environ: the environment (default ``os.environ``).
+            clock: see :class:`Reporter`.
+
+        Returns:
+            an unstarted :class:`Reporter`. Never raises for bad environment values.
+        """
+        from trainreport.sinks import default_sink_from_env  # noqa: PLC0415 - avoids a cycle
+
+        env = os.environ if environ is None else environ
+        config = ReportingConfig.from_env(env)
+        return cls(default_sink_from_env(env), config, clock=clock)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    @property
+    def state(self) -> ReporterState:
+        """The reporter's lifecycle state (``docs/lifecycle.md``)."""
+        return self._machine.state
+
+    @property
+    def config(self) -> ReportingConfig:
+        """The configuration in use."""
+        return self._config
+
+    @property
+    def sink(self) -> Sink:
+        """The sink updates go to."""
+        return self._sink
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set when the job-status service asks the run to stop (the job was cancelled).
+
+        Check ``reporter.cancel_requested.is_set()`` in the training loop and
+        stop cleanly. Created on first access; never raises.
+        """
+        if self._cancel is None:
+            self._cancel = threading.Event()
+        return self._cancel
+
+    def start(self) -> Reporter:
+        """Start the reporter thread and return at once (it reads the stored task itself).
+
+        On a rank other than global rank 0, when ``TRAINREPORT_DISABLED=1``, or
+        in a process forked from the one that created it, the reporter becomes
+        inert: no thread, no sink, and report calls do nothing. Idempotent:
+        a second call does nothing.
+
+        Returns:
+            ``self``, for chaining. Never raises for a destination problem.
+        """
+        if self._machine.state is not ReporterState.NEW:
+            return self
+        rank = self._rank if self._rank is not None else _global_rank(os.environ)
+        if rank != 0 or _disabled(os.environ):
+            self._machine.apply(ReporterInput.START_INERT)
+            self._accepting = False
+            self._queue.clear()
+            _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
+            return self
+        self._pid = os.getpid()
+        recorder = Recorder(self._config)
+        self._recorder = recorder
+        self._worker = Worker(
+            recorder=recorder,
+            sink=self._sink,
+            queue=self._queue,
+            config=self._config,
+            clock=self._clock,
+            cancel_requested=self.cancel_requested,
+        )
+        self._machine.apply(ReporterInput.START)
+        _install_process_hooks()
+        _live_reporters.add(self)
+        self._worker.start()
+        return self
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything recorded now, ignoring the debounce, and wait for delivery.
+
+        Args:
+            timeout: seconds to wait at most (default: the config's
+                ``close_timeout_seconds``).
+
+        Returns:
+            True when everything recorded so far was delivered. Never raises.
+        """
+        worker = self._worker
+        if worker is None or self._machine.state is not ReporterState.RUNNING:
+            return self._machine.state is not ReporterState.NEW and self._delivered()
+        budget = self._config.close_timeout_seconds if timeout is None else max(timeout, 0.0)
+        done = worker.request_flush()
+        return done.wait(budget) and worker.everything_delivered()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Drain the queue, send the tail and join the reporter thread, within ``timeout``.
+
+        Call it from a ``finally`` block. Idempotent: later calls return the
+        first call's answer (or wait for it when it is still running).
+
+        Args:
+            timeout: seconds the whole close may take (default: the config's
+                ``close_timeout_seconds``). A dead or hanging destination delays
+                the caller by at most this.
+
+        Returns:
+            True only when everything recorded was delivered and nothing was
+            dropped by the queue's memory guard.
+
+        Raises:
+            TransitionError: only with ``ReportingConfig(strict_transitions=True)``
+                (tests), when a report was refused by the lifecycle tables.
+                Never raises otherwise.
+        """
+        budget = self._config.close_timeout_seconds if timeout is None else max(timeout, 0.0)
+        deadline = time.monotonic() + budget
+        state = self._machine.state
+        if state is ReporterState.NEW:
+            self._machine.apply(ReporterInput.CLOSE)
+            self._accepting = False
+            dropped = len(self._queue)
+            self._queue.clear()
+            if dropped:
+                _log.warning("trainreport.closed_before_start", dropped_reports=dropped)
+            return dropped == 0
+        if state is ReporterState.INERT:
+            return True
+        worker = self._worker
+        assert worker is not None
+        if state is ReporterState.RUNNING:
+            self._machine.apply(ReporterInput.CLOSE)
+            self._accepting = False
+            worker.stop(deadline)
+        if os.getpid() == self._pid:
+            worker.thread.join(max(deadline - time.monotonic(), 0.0))
+        if worker.thread.is_alive():
+            _log.warning("trainreport.close_timed_out", timeout_seconds=budget)
+            return False
+        if self._machine.state is ReporterState.CLOSING:
+            self._machine.apply(ReporterInput.CLOSED)
+            _live_reporters.discard(self)
+        self._raise_strict_violations()
+        return self._delivered()
+
+    def _delivered(self) -> bool:
+        worker = self._worker
+        if worker is None:
+            return not self._queue
+        done = (
+            worker.finished_cleanly
+            if not worker.thread.is_alive()
+            else worker.everything_delivered()
+        )
+        return done and self._queue_drops == 0
+
+    def _raise_strict_violations(self) -> None:
+        recorder = self._recorder
+        if recorder is not None and recorder.strict_violations:
+            raise TransitionError("; ".join(recorder.strict_violations))
+
+    def __enter__(self) -> Reporter:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Report completed, cancelled (``KeyboardInterrupt``) or the error, then close."""
+        if exc is None:
+            self.report_completed()
+        elif isinstance(exc, KeyboardInterrupt):
+            self.report_cancelled(reason="interrupted")
+        else:
+            self.report_error(exc)
+        self.close()
+
+    # --- process hooks ---------------------------------------------------------------
+
+    def _after_fork_in_child(self) -> None:
+        self._accepting = False
+        self._queue = collections.deque()
+        self._machine.apply(ReporterInput.FORKED)
+        if self._recorder is not None:
+            self._recorder.lock = threading.Lock()
+        self._worker = None
+        self._cancel = None
+
+    def _close_at_exit(self, uncaught: BaseException | None) -> None:
+        if self._pid != os.getpid() or self._machine.state is not ReporterState.RUNNING:
+            return
+        recorder = self._recorder
+        terminal = recorder is not None and recorder.machine.is_terminal
+        if not terminal:
+            if uncaught is not None:
+                self.report_error(uncaught)
+            else:
+                _log.warning("trainreport.run_ended_without_status")
+        self.close(self._config.atexit_timeout_seconds)
+
+    # --- pickling --------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._machine.state is not ReporterState.NEW:
+            raise TypeError("only an unstarted Reporter can be pickled")
+        state = self.__dict__.copy()
+        state["_cancel"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The task record the destination should now hold, in the ``GET`` shape.
+
+        ``{"status": ..., "status_details": {..., "metrics": {name: [{"step", "epoch",
+        "value"}]}}}``, the same shape as ``MemorySink.task``. It reflects the
+        reports the reporter thread has applied; call :meth:`flush` (or
+        :meth:`close`) first for an up-to-date view. Never raises.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            return {"status": "pending", "status_details": {}}
+        with recorder.lock:
+            return recorder.snapshot()
+
+    def stats(self) -> ReporterStats:
+        """Counters and the report-call latency histogram. Cheap; never raises."""
+        worker, recorder, h = self._worker, self._recorder, self._histogram
+        drops: dict[str, int] = {}
+        recorded = delivered = unsent = rewinds = 0
+        if recorder is not None:
+            with recorder.lock:
+                store = recorder.store
+                drops.update(recorder.drops)
+                recorded, rewinds = store.points_recorded, store.rewinds
+                delivered, unsent = store.delivered_points(), store.unsent_points()
+        if self._queue_drops:
+            drops["queue_full"] = self._queue_drops
+        if self._after_close_drops:
+            drops["after_close"] = self._after_close_drops
+        return ReporterStats(
+            state=self._machine.state.value,
+            requests_sent=worker.requests_sent if worker else 0,
+            requests_failed=worker.requests_failed if worker else 0,
+            consecutive_failures=worker.scheduler.consecutive_failures if worker else 0,
+            bytes_sent=worker.bytes_sent if worker else 0,
+            points_recorded=recorded,
+            points_delivered=delivered,
+            points_unsent=unsent,
+            queue_depth=len(self._queue),
+            drops=drops,
+            rewinds=rewinds,
+            last_error=worker.last_error if worker else None,
+            last_success_at=worker.last_success_at if worker else None,
+            report_calls=h.count,
+            report_p50_us=h.percentile_us(0.5),
+            report_p99_us=h.percentile_us(0.99),
+            report_max_us=h.max_ns / 1000.0,
+            report_total_seconds=h.total_ns / 1e9,
+        )
+
+    # --- the hot path ----------------------------------------------------------------
+
+    def _put(self, item: tuple[Any, ...], *, wake: bool) -> None:
+        """Append one report. Called inside every report method's try block."""
+        if not self._accepting:
+            self._dropped_after_close()
+            return
+        queue = self._queue
+        depth = len(queue)
+        if depth >= self._max_queue:
+            self._queue_drops += 1
+            if self._queue_drops == 1:
+                _log.error("trainreport.queue_full", max_queue_items=self._max_queue)
+            return
+        queue.append(item)
+        if wake or depth + 1 == self._drain_depth:
+            worker = self._worker
+            if worker is not None:
+                worker.wake.set()
+
+    def _dropped_after_close(self) -> None:
+        if self._machine.state is ReporterState.INERT:
+            return
+        self._after_close_drops += 1
+        if self._after_close_drops == 1:
+            _log.warning("trainreport.report_after_close")
+
+    def _failed(self, report: str, exc: Exception) -> None:
+        with contextlib.suppress(Exception):  # logging must not raise into training
+            self._once.warning(
+                ("report_failed", report),
+                "trainreport.report_failed",
+                report=report,
+                error=f"{type(exc).__name__}"[:100],
+            )
+
+    def report_train_step(
+        self, *, step: int, epoch: float | None = None, metrics: Mapping[str, float] | None = None
+    ) -> None:
+        """Report one completed optimizer step and its metrics (stored as ``train_<name>``).
+
+        Args:
+            step: 1-based count of completed optimizer steps (int; numpy/tensor ints accepted).
+            epoch: the epoch the step falls in: an int index (0-based if the
+                run's first int epoch is 0) or a float of epochs completed (HF);
+                see DESIGN §3. ``None`` keeps the last epoch.
+            metrics: metric name -> number (0-d tensors and numpy scalars are
+                converted here with ``.item()``).
+
+        Never raises, never blocks on I/O; bad values are dropped with one log event each.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put(
+                (
+                    K_TRAIN,
+                    self._clock(),
+                    _copy_scalar(step),
+                    _copy_scalar(epoch),
+                    _copy_metrics(metrics),
+                ),
+                wake=False,
+            )
+        except Exception as exc:
+            self._failed("report_train_step", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_validation(
+        self,
+        *,
+        step: int,
+        epoch: float | None = None,
+        metrics: Mapping[str, float] | None = None,
+        dataset: str | None = None,
+    ) -> None:
+        """Report validation metrics at ``step`` (stored as ``val_<name>``, DESIGN §3).
+
+        Args:
+            step: the training step the validation belongs to.
+            epoch: as in :meth:`report_train_step`.
+            metrics: metric name -> number; ``eval_``/``val_`` prefixes are not doubled.
+            dataset: validation dataset name; the first dataset keeps plain
+                ``val_`` names, others get ``val_<dataset>_<name>``.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put(
+                (
+                    K_VALIDATION,
+                    self._clock(),
+                    _copy_scalar(step),
+                    _copy_scalar(epoch),
+                    _copy_metrics(metrics),
+                    dataset,
+                ),
+                wake=False,
+            )
+        except Exception as exc:
+            self._failed("report_validation", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_metrics(self, *, step: int, metrics: Mapping[str, float] | None, phase: str) -> None:
+        """Report metrics of another phase (``test``, or a stream such as ``system``).
+
+        Stored as ``<phase>_<name>``; never moves training progress or the phase.
+
+        Args:
+            step: the step the metrics belong to.
+            metrics: metric name -> number.
+            phase: an identifier such as ``"test"`` or ``"system"``.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put(
+                (K_METRICS, self._clock(), _copy_scalar(step), _copy_metrics(metrics), phase),
+                wake=False,
+            )
+        except Exception as exc:
+            self._failed("report_metrics", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_training_start(
+        self, *, max_steps: int | None = None, num_epochs: int | None = None
+    ) -> None:
+        """Report that training begins (phase ``training``); sent at once.
+
+        Args:
+            max_steps: total optimizer steps planned (for ``percentage_done`` and ETA).
+            num_epochs: epochs planned (caps the epoch of each point).
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put(
+                (
+                    K_TRAINING_START,
+                    self._clock(),
+                    _copy_scalar(max_steps),
+                    _copy_scalar(num_epochs),
+                ),
+                wake=True,
+            )
+        except Exception as exc:
+            self._failed("report_training_start", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_hyperparameters(self, *, params: Mapping[str, Any]) -> None:
+        """Report hyperparameters, flattened with ``/`` and stored once as ``hyperparameters``.
+
+        Args:
+            params: a (nested) mapping; values that are not JSON scalars are
+                stored as strings.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            given: object = params  # callers may pass anything; never trust the annotation
+            flat = flatten_params(given) if isinstance(given, Mapping) else None
+            if flat is None:
+                self._once.warning(
+                    "hyperparameters",
+                    "trainreport.report_dropped",
+                    report="report_hyperparameters",
+                    reason="params is not a mapping",
+                )
+            else:
+                self._put((K_HYPERPARAMETERS, self._clock(), flat), wake=False)
+        except Exception as exc:
+            self._failed("report_hyperparameters", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_epoch_end(self, *, epoch: float) -> None:
+        """Report that ``epoch`` ended (same epoch rule as train steps); sent at once.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put((K_EPOCH_END, self._clock(), _copy_scalar(epoch)), wake=True)
+        except Exception as exc:
+            self._failed("report_epoch_end", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_checkpoint_saved(self, *, path: object, step: int | None = None) -> None:
+        """Report a saved checkpoint (``checkpoint_path``, phase ``checkpointing``); sent at once.
+
+        Args:
+            path: where the checkpoint is (str or ``os.PathLike``; stored as text).
+            step: the step it holds.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put(
+                (
+                    K_CHECKPOINT,
+                    self._clock(),
+                    os.fspath(path) if isinstance(path, os.PathLike) else str(path),
+                    _copy_scalar(step),
+                ),
+                wake=True,
+            )
+        except Exception as exc:
+            self._failed("report_checkpoint_saved", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_completed(self) -> None:
+        """Report that the run completed (the first terminal report wins, DESIGN §4); sent at once.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put((K_COMPLETED, self._clock()), wake=True)
+        except Exception as exc:
+            self._failed("report_completed", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_cancelled(self, *, reason: str = "cancelled") -> None:
+        """Report that the run was cancelled (``"preempted"``, ``"interrupted"`` or free text).
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            self._put((K_CANCELLED, self._clock(), str(reason)[:4096]), wake=True)
+        except Exception as exc:
+            self._failed("report_cancelled", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    def report_error(self, error: BaseException | str) -> None:
+        """Report that the run failed with ``error`` (status ``failed``); sent at once.
+
+        Args:
+            error: the exception (its type name and message are kept, never
+                the exception itself, which would hold frames and tensors) or a message.
+
+        Never raises, never blocks on I/O.
+        """
+        t0 = perf_counter_ns()
+        try:
+            if isinstance(error, BaseException):
+                kind, message = type(error).__name__, _safe_str(error)
+            else:
+                kind, message = "Error", _safe_str(error)
+            self._put((K_FAILED, self._clock(), kind, message[:4096]), wake=True)
+        except Exception as exc:
+            self._failed("report_error", exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"

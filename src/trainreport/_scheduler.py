@@ -1,0 +1,140 @@
+"""SendScheduler: when the next send is due (pure: time comes in as ``now``).
+
+Rules (DESIGN §1, §3, §8):
+
+* Debounce: regular sends go at most every ``min_interval`` seconds after the
+  last *delivered* send; the first send and event reports (training start,
+  checkpoint, epoch end, terminal status) go at once.
+* A failed send never consumes the debounce window: the next attempt is due
+  after the backoff delay, not after a whole interval.
+* Backoff: exponential with jitter (``initial * multiplier**(n-1)``, capped at
+  ``max``, each delay scaled by a random factor in ``[1-jitter, 1+jitter]``),
+  reset by a success; a delay the destination asks for (``Retry-After``) is
+  honoured instead.
+* Rejections (400/401/403/404/422): the same data is not retried; a send is
+  due again only when new data arrived, and not before ``rejected_backoff``.
+* Heartbeat: with nothing to send, a send is due ``heartbeat`` seconds after the
+  last delivered one, so the destination can tell a hung run from a slow one.
+"""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+
+__all__ = ["SendScheduler"]
+
+#: A Retry-After longer than this (seconds) is capped: a run must not go silent for hours.
+MAX_RETRY_AFTER_SECONDS = 600.0
+
+
+@attrs.define
+class SendScheduler:
+    """Decides when the reporter thread sends. All times are monotonic seconds.
+
+    Args:
+        min_interval: debounce interval between regular sends (seconds).
+        heartbeat: longest gap between delivered sends (seconds).
+        backoff_initial: first retry delay (seconds).
+        backoff_max: cap of the retry delay (seconds).
+        backoff_multiplier: growth factor per consecutive failure.
+        backoff_jitter: fraction of random spread of each delay, in [0, 1].
+        rejected_backoff: delay after a rejection before new data is tried (seconds).
+        rng: random source for jitter (inject a seeded one in tests).
+
+    Not thread-safe: owned by the reporter thread.
+    """
+
+    min_interval: float = 10.0
+    heartbeat: float = 60.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+    backoff_multiplier: float = 2.0
+    backoff_jitter: float = 0.2
+    rejected_backoff: float = 300.0
+    rng: random.Random = attrs.field(factory=random.Random)
+
+    last_success: float | None = attrs.field(default=None, init=False)
+    consecutive_failures: int = attrs.field(default=0, init=False)
+    pending_since: float | None = attrs.field(default=None, init=False)
+    urgent: bool = attrs.field(default=False, init=False)
+    _retry_at: float | None = attrs.field(default=None, init=False)
+    _rejected: bool = attrs.field(default=False, init=False)
+    _new_since_rejection: bool = attrs.field(default=False, init=False)
+
+    def note_change(self, now: float, *, urgent: bool = False) -> None:
+        """New data was recorded at ``now``; ``urgent`` for events that bypass the debounce."""
+        if self.pending_since is None:
+            self.pending_since = now
+        if urgent:
+            self.urgent = True
+        if self._rejected:
+            self._new_since_rejection = True
+
+    def due_at(self) -> float | None:
+        """The monotonic time at which a send is due, or ``None`` when none will be.
+
+        A time in the past means "now".
+        """
+        if self._rejected:
+            if not self._new_since_rejection:
+                return None
+            return self._retry_at
+        if self._retry_at is not None:
+            return self._retry_at
+        if self.pending_since is not None:
+            if self.urgent or self.last_success is None:
+                return self.pending_since
+            return max(self.pending_since, self.last_success + self.min_interval)
+        if self.last_success is None:
+            return None
+        return self.last_success + self.heartbeat
+
+    def is_due(self, now: float) -> bool:
+        """True when a send should be made at ``now``."""
+        due = self.due_at()
+        return due is not None and due <= now
+
+    def on_delivered(self, now: float, *, everything_sent: bool = True) -> None:
+        """A send was delivered; resets backoff. ``everything_sent``: nothing is left pending."""
+        self.last_success = now
+        self.consecutive_failures = 0
+        self._retry_at = None
+        self._rejected = False
+        self._new_since_rejection = False
+        self.urgent = False
+        # Data left out of this send (full-state event sends omit curves) waits
+        # for the debounce window that starts now.
+        self.pending_since = None if everything_sent else now
+
+    def on_retry_later(self, now: float, delay_seconds: float | None = None) -> float:
+        """A transient failure at ``now``; returns the delay (seconds) before the next attempt."""
+        self.consecutive_failures += 1
+        if delay_seconds is not None and delay_seconds >= 0:
+            delay = min(delay_seconds, MAX_RETRY_AFTER_SECONDS)
+        else:
+            delay = self.backoff_delay(self.consecutive_failures)
+        self._retry_at = now + delay
+        if self.pending_since is None:
+            self.pending_since = now
+        return delay
+
+    def on_rejected(self, now: float) -> float:
+        """The destination refused the data at ``now``; returns the long delay (seconds)."""
+        self.consecutive_failures += 1
+        self._rejected = True
+        self._new_since_rejection = False
+        self._retry_at = now + self.rejected_backoff
+        return self.rejected_backoff
+
+    def backoff_delay(self, failures: int) -> float:
+        """The jittered delay (seconds) after ``failures`` consecutive failures (>= 1)."""
+        exponent = max(failures - 1, 0)
+        try:
+            base = self.backoff_initial * self.backoff_multiplier**exponent
+        except OverflowError:
+            base = self.backoff_max
+        base = min(base, self.backoff_max)
+        j = self.backoff_jitter
+        return base * (1.0 + self.rng.uniform(-j, j)) if j else base

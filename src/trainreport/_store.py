@@ -1,0 +1,198 @@
+"""MetricStore: every metric of a run, by qualified name, as series (columns) or scalars.
+
+The first arrival of a name decides, once, whether it keeps a history (a
+series) or only its latest value (a scalar) (DESIGN §3). A series stores its
+points as three typed columns (``array('q')`` steps, ``array('i')`` epochs,
+``array('d')`` values): 20 bytes a point plus the arrays' growth slack.
+
+Each series also tracks what the destination holds:
+
+* ``delivered``: the length of the prefix the destination is known to hold
+  exactly as we hold it;
+* ``server_length``: how many points the destination holds for it (which may be
+  more than ``delivered`` after a rewind truncated our copy).
+
+A series needs sending when either differs from its length. The payload
+builder sends each series from ``delivered`` on (0 in full-state mode), which
+makes every send an idempotent suffix (DESIGN §5).
+
+Not thread-safe on its own: the Recorder guards it with its lock.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping
+
+__all__ = ["MetricStore", "Series"]
+
+
+class Series:
+    """One metric's history, as columns. Steps are non-decreasing and unique."""
+
+    __slots__ = ("delivered", "epochs", "server_length", "steps", "values")
+
+    def __init__(self) -> None:
+        self.steps: array[int] = array("q")
+        self.epochs: array[int] = array("i")
+        self.values: array[float] = array("d")
+        self.delivered = 0
+        self.server_length = 0
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def append(self, step: int, epoch: int, value: float) -> int:
+        """Add a point; a point at or before the last step replaces the tail from it on.
+
+        Returns:
+            the number of points discarded (0 for a plain append).
+        """
+        steps = self.steps
+        discarded = 0
+        if steps and steps[-1] >= step:
+            cut = bisect_left(steps, step)
+            discarded = len(steps) - cut
+            self.truncate(cut)
+        steps.append(step)
+        self.epochs.append(epoch)
+        self.values.append(value)
+        return discarded
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` points."""
+        if length < len(self.steps):
+            del self.steps[length:]
+            del self.epochs[length:]
+            del self.values[length:]
+            self.delivered = min(self.delivered, length)
+
+    def discard_after(self, step: int) -> int:
+        """Discard every point with a step later than ``step``; returns how many."""
+        cut = bisect_right(self.steps, step)
+        discarded = len(self.steps) - cut
+        self.truncate(cut)
+        return discarded
+
+    @property
+    def needs_send(self) -> bool:
+        """True when the destination does not hold exactly this series."""
+        n = len(self.steps)
+        return self.delivered != n or self.server_length != n
+
+    def nbytes(self) -> int:
+        """Bytes held by the columns (allocated capacity is slightly more)."""
+        return sum(a.itemsize * len(a) for a in (self.steps, self.epochs, self.values))
+
+
+class MetricStore:
+    """Series and scalars of one run, keyed by qualified metric name.
+
+    Args:
+        max_names: cap on distinct qualified names per run (DESIGN §8); further
+            names are refused by :meth:`admit`.
+    """
+
+    def __init__(self, max_names: int = 1000) -> None:
+        self.max_names = max_names
+        self.series: dict[str, Series] = {}
+        self.scalars: dict[str, float] = {}
+        self.last_train_step: int | None = None
+        self.rewinds = 0
+        self.points_recorded = 0
+        self.points_discarded = 0
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.series or name in self.scalars
+
+    def admit(self, name: str, *, as_series: bool) -> bool:
+        """Register a new name as a series or a scalar; False when the name cap is reached."""
+        if len(self.series) + len(self.scalars) >= self.max_names:
+            return False
+        if as_series:
+            self.series[name] = Series()
+        else:
+            self.scalars[name] = float("nan")
+        return True
+
+    def record(self, name: str, step: int, epoch: int, value: float) -> None:
+        """Store a point (series) or the latest value (scalar) of an admitted name."""
+        s = self.series.get(name)
+        if s is None:
+            self.scalars[name] = value
+            return
+        rewound = bool(s.steps) and s.steps[-1] > step
+        self.points_discarded += s.append(step, epoch, value)
+        self.points_recorded += 1
+        if rewound:
+            self.rewinds += 1
+
+    def begin_train_step(self, step: int) -> bool:
+        """Apply the DESIGN §3 rewind rule before recording a training step.
+
+        A training step below the run's last training step (a run resumed from
+        an earlier checkpoint) discards every point with a later step, in every
+        series (TensorBoard's purge on restart). Points at the same step are
+        replaced by :meth:`record` as they arrive.
+
+        Returns:
+            True when this step rewound the run.
+        """
+        last = self.last_train_step
+        self.last_train_step = step
+        if last is None or step >= last:
+            return False
+        discarded = sum(s.discard_after(step) for s in self.series.values())
+        self.points_discarded += discarded
+        self.rewinds += 1
+        return True
+
+    def seed(self, name: str, steps: array[int], epochs: array[int], values: array[float]) -> None:
+        """Load a stored series (resume); the destination is known to hold it."""
+        s = Series()
+        s.steps, s.epochs, s.values = steps, epochs, values
+        s.delivered = s.server_length = len(steps)
+        self.series[name] = s
+
+    def current_values(self) -> Iterator[tuple[str, float]]:
+        """Every metric's current value: each series' newest point and every scalar."""
+        for name, s in self.series.items():
+            if s.values:
+                yield name, s.values[-1]
+        yield from self.scalars.items()
+
+    def unsent_points(self) -> int:
+        """Points the destination is not known to hold."""
+        return sum(len(s) - s.delivered for s in self.series.values())
+
+    def delivered_points(self) -> int:
+        """Points the destination is known to hold."""
+        return sum(s.delivered for s in self.series.values())
+
+    def retained_points(self) -> int:
+        """Points held in memory."""
+        return sum(len(s) for s in self.series.values())
+
+    def acknowledge(self, sent: Mapping[str, int], lengths: Mapping[str, int] | None) -> None:
+        """Record that a send of series prefixes ``sent`` (name -> length sent) was applied.
+
+        Args:
+            sent: for each series in the update, the length the series had when
+                the update was built (``offset + points``).
+            lengths: what the destination says it now holds, when it says so.
+        """
+        for name, length in sent.items():
+            s = self.series.get(name)
+            if s is None:
+                continue
+            held = length if lengths is None else lengths.get(name, length)
+            s.server_length = held
+            s.delivered = min(held, length, len(s))
+
+    def resynchronise(self, lengths: Mapping[str, int]) -> None:
+        """The destination holds ``lengths`` points per series; resend from there."""
+        for name, s in self.series.items():
+            held = lengths.get(name, 0)
+            s.server_length = held
+            s.delivered = min(s.delivered, held, len(s))

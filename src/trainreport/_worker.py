@@ -1,0 +1,401 @@
+"""The reporter thread: the only code in trainreport that owns a thread.
+
+It sleeps until a send is due (debounce, heartbeat, backoff), an event report
+or a deep queue wakes it, or ``close()`` is called; then it drains everything
+queued in one pass, applies it to the recorder under its lock, and, when the
+scheduler says a send is due, builds an update under the lock and sends it
+outside the lock (STYLE habits 5 and 6). Waits are ``Event.wait(remaining)``,
+never ``time.sleep``.
+
+Closing: drain, send the tail (retrying with backoff while the real-time
+deadline allows), log never-matched ``time_series_metrics`` patterns, close
+the sink. The deadline is real time (``time.monotonic``) whatever clock drives
+the scheduling, because ``close(timeout)`` bounds real process exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainreport._config import ReportingConfig
+from trainreport._logging import OnceLogger, get_logger
+from trainreport._payloads import StoredState, parse_stored_task
+from trainreport._recorder import Recorder
+from trainreport._scheduler import SendScheduler
+from trainreport._sink import (
+    CAPABILITY_SERIES_SUFFIX,
+    Delivered,
+    Opened,
+    Resynchronise,
+    RetryLater,
+    Sink,
+    Split,
+)
+
+__all__ = ["Worker", "utc_now_iso"]
+
+_log = get_logger()
+
+
+def utc_now_iso() -> str:
+    """The wall-clock time as ISO 8601 UTC with a ``Z`` suffix, to the second."""
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return now.isoformat().replace("+00:00", "Z")
+
+
+class Worker:
+    """Drives a :class:`Recorder` and a :class:`Sink` from one daemon thread.
+
+    Args:
+        recorder: the attempt's state (owned by this worker for writing).
+        sink: where updates go.
+        queue: the deque the training thread appends report tuples to.
+        config: scheduling configuration.
+        clock: monotonic clock (seconds) that drives scheduling; injectable.
+        wall_clock: returns ``updated_at`` strings; injectable.
+        cancel_requested: set when the destination asks the run to stop.
+    """
+
+    def __init__(
+        self,
+        *,
+        recorder: Recorder,
+        sink: Sink,
+        queue: collections.deque[tuple[Any, ...]],
+        config: ReportingConfig,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], str] = utc_now_iso,
+        cancel_requested: threading.Event,
+    ) -> None:
+        self.recorder = recorder
+        self.sink = sink
+        self.queue = queue
+        self.config = config
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.cancel_requested = cancel_requested
+        self.scheduler = SendScheduler(
+            min_interval=config.min_report_interval_seconds,
+            heartbeat=config.heartbeat_seconds,
+            backoff_initial=config.backoff_initial_seconds,
+            backoff_max=config.backoff_max_seconds,
+            backoff_multiplier=config.backoff_multiplier,
+            backoff_jitter=config.backoff_jitter,
+            rejected_backoff=config.rejected_backoff_seconds,
+        )
+        self.wake = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="trainreport-reporter", daemon=True)
+        self.once = OnceLogger()
+        self.opened: Opened | None = None
+        self.suffix_mode = False
+        self.requests_sent = 0
+        self.requests_failed = 0
+        self.bytes_sent = 0
+        self.last_error: str | None = None
+        self.last_success_at: str | None = None
+        self.finished_cleanly = False
+        self._stopping = False
+        self._deadline = float("inf")
+        self._flush_waiters: list[threading.Event] = []
+        self._flush_requested = False
+        self._last_unsent_warning: float | None = None
+        self._cycle = threading.Condition()
+        self._cycles_started = 0
+        self._cycles_done = 0
+
+    # --- control from other threads ----------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread (returns at once)."""
+        self.thread.start()
+
+    def stop(self, deadline: float) -> None:
+        """Ask the thread to drain, send the tail and exit by ``deadline`` (time.monotonic)."""
+        self._deadline = deadline
+        self._stopping = True
+        self.wake.set()
+
+    def request_flush(self) -> threading.Event:
+        """Ask for an immediate send of everything; the event is set once all is delivered."""
+        done = threading.Event()
+        with self._cycle:
+            self._flush_waiters.append(done)
+            self._flush_requested = True
+        self.wake.set()
+        return done
+
+    def run_cycle(self, timeout: float) -> bool:
+        """Wake the thread and wait until a full cycle that began after this call has ended.
+
+        For tests driven by an injected clock. Returns False on timeout.
+        """
+        with self._cycle:
+            target = self._cycles_started + 1
+            self.wake.set()
+            return self._cycle.wait_for(
+                lambda: self._cycles_done >= target or not self.thread.is_alive(), timeout
+            )
+
+    def everything_delivered(self) -> bool:
+        """True when nothing queued or recorded is undelivered."""
+        with self.recorder.lock:
+            return not self.queue and not self.recorder.has_changes()
+
+    # --- the thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            with self.recorder.lock:
+                self.recorder.start_attempt()
+            self.scheduler.note_change(self.clock(), urgent=True)
+            while not self._stopping:
+                with self._cycle:
+                    self._cycles_started += 1
+                self._cycle_once()
+                timeout = self._sleep_seconds()
+                with self._cycle:
+                    self._cycles_done += 1
+                    self._cycle.notify_all()
+                if self.wake.wait(timeout):
+                    self.wake.clear()
+            self._finish()
+        except BaseException as exc:
+            _log.error("trainreport.reporter_thread_crashed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._cycle:
+                self._cycles_done = self._cycles_started + 1
+                self._cycle.notify_all()
+                waiters, self._flush_waiters = self._flush_waiters, []
+            for w in waiters:
+                w.set()
+
+    def _cycle_once(self) -> None:
+        try:
+            self._drain()
+            now = self.clock()
+            if self._flush_requested:
+                self._flush_requested = False
+                self.scheduler.note_change(now, urgent=True)
+            if self.scheduler.is_due(now):
+                self._attempt(now, closing=False)
+            self._release_flush_waiters()
+            self._warn_if_unsent_old(now)
+        except Exception as exc:  # a bug must not kill the thread; back off instead
+            self.once.warning(
+                ("cycle", type(exc).__name__),
+                "trainreport.reporter_error",
+                error=f"{type(exc).__name__}: {exc}"[:500],
+            )
+            self.scheduler.on_retry_later(self.clock())
+
+    def _sleep_seconds(self) -> float:
+        now = self.clock()
+        due = self.scheduler.due_at()
+        # Wake at least once per debounce interval to look at the queue: the
+        # training thread does not signal ordinary reports (DESIGN §2).
+        poll = max(self.config.min_report_interval_seconds, 0.05)
+        if due is None:
+            return poll
+        return min(max(due - now, 0.0), poll)
+
+    def _drain(self) -> None:
+        queue = self.queue
+        if not queue:
+            return
+        urgent = False
+        recorder = self.recorder
+        with recorder.lock:
+            apply = recorder.apply
+            popleft = queue.popleft
+            for _ in range(len(queue)):
+                urgent |= apply(popleft())
+        self.scheduler.note_change(self.clock(), urgent=urgent)
+
+    # --- open and send -------------------------------------------------------------
+
+    def _timeout(self, closing: bool) -> float | None:
+        if not closing:
+            return None
+        return max(self._deadline - time.monotonic(), 0.001)
+
+    def _open(self, now: float, closing: bool) -> bool:
+        result = self.sink.open(timeout_seconds=self._timeout(closing))
+        if not isinstance(result, Opened):
+            self._failed(now, result)
+            return False
+        first = self.opened is None and not self.recorder.seeded
+        self.opened = result
+        self.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities
+        state = parse_stored_task(result.stored_task)
+        if isinstance(state, str):
+            _log.warning("trainreport.stored_task_malformed", reason=state[:300])
+            state = StoredState(series={})
+        with self.recorder.lock:
+            if first:
+                self.recorder.seed(state)
+                if state.series:
+                    _log.info(
+                        "trainreport.resumed",
+                        series=len(state.series),
+                        points=sum(len(s[0]) for s in state.series.values()),
+                    )
+            else:
+                self.recorder.store.resynchronise({n: len(s[0]) for n, s in state.series.items()})
+                self.recorder.mark_all_dirty()
+        return True
+
+    def _attempt(self, now: float, *, closing: bool) -> bool:
+        """One open-if-needed plus send. Returns True when the update was delivered."""
+        if self.opened is None and not self._open(now, closing):
+            return False
+        scheduler = self.scheduler
+        full_state = not self.suffix_mode
+        include_metrics = (
+            not full_state
+            or closing
+            or not scheduler.urgent
+            or scheduler.last_success is None
+            or now - scheduler.last_success >= scheduler.min_interval
+        )
+        with self.recorder.lock:
+            update, sent, sticky = self.recorder.build_update(
+                wall=self.wall_clock(), full_state=full_state, include_metrics=include_metrics
+            )
+        self.requests_sent += 1
+        result = self.sink.send(update, timeout_seconds=self._timeout(closing))
+        if isinstance(result, Delivered):
+            self.bytes_sent += result.bytes_sent
+            with self.recorder.lock:
+                self.recorder.on_delivered(
+                    sent, sticky, None if full_state else result.series_lengths
+                )
+                left = bool(self.queue) or self.recorder.has_changes()
+            scheduler.on_delivered(self.clock(), everything_sent=not left)
+            self.last_success_at = self.wall_clock()
+            if self.last_error is not None and scheduler.consecutive_failures == 0:
+                _log.info("trainreport.send_recovered")
+                self.last_error = None
+            if result.cancel_requested and not self.cancel_requested.is_set():
+                _log.warning("trainreport.cancel_requested")
+                self.cancel_requested.set()
+            return True
+        if isinstance(result, Split) and update.series is not None and full_state:
+            with self.recorder.lock:
+                self.recorder.metrics_too_large = True
+                self.recorder.drops["metrics_too_large"] += 1
+            _log.warning(
+                "trainreport.metrics_too_large",
+                reason=result.reason[:300],
+                points=update.point_count,
+            )
+            scheduler.note_change(now, urgent=True)
+            self.requests_failed += 1
+            return False
+        if isinstance(result, Resynchronise):
+            self.requests_failed += 1
+            _log.info("trainreport.resynchronise", reason=result.reason[:300])
+            with self.recorder.lock:
+                if result.series_lengths is not None:
+                    self.recorder.store.resynchronise(result.series_lengths)
+                else:
+                    self.opened = None
+                self.recorder.mark_all_dirty()
+            scheduler.note_change(now, urgent=True)
+            return False
+        self._failed(now, result)
+        return False
+
+    def _failed(self, now: float, result: object) -> float:
+        self.requests_failed += 1
+        scheduler = self.scheduler
+        if isinstance(result, RetryLater):
+            delay = scheduler.on_retry_later(now, result.delay_seconds)
+            reason = result.reason
+            level_warn = scheduler.consecutive_failures in (1, 3) or (
+                scheduler.consecutive_failures % 20 == 0
+            )
+            if level_warn:
+                _log.warning(
+                    "trainreport.send_failed",
+                    reason=reason[:300],
+                    consecutive_failures=scheduler.consecutive_failures,
+                    retry_in_seconds=round(delay, 3),
+                )
+        else:
+            delay = scheduler.on_rejected(now)
+            reason = getattr(result, "reason", repr(result))
+            self.once.warning(
+                ("rejected", reason),
+                "trainreport.send_rejected",
+                reason=reason[:300],
+                status_code=getattr(result, "status_code", None),
+                retry_with_new_data_in_seconds=round(delay, 3),
+            )
+        self.last_error = reason[:300]
+        return delay
+
+    # --- flush, warnings, closing --------------------------------------------------
+
+    def _release_flush_waiters(self) -> None:
+        if not self._flush_waiters or not self.everything_delivered():
+            return
+        with self._cycle:
+            waiters, self._flush_waiters = self._flush_waiters, []
+        for w in waiters:
+            w.set()
+
+    def _warn_if_unsent_old(self, now: float) -> None:
+        since = self.scheduler.pending_since
+        limit = self.config.unsent_warning_seconds
+        if since is None or now - since < limit or limit <= 0:
+            return
+        last = self._last_unsent_warning
+        if last is not None and now - last < limit:
+            return
+        self._last_unsent_warning = now
+        with self.recorder.lock:
+            unsent = self.recorder.store.unsent_points()
+        _log.warning(
+            "trainreport.unsent_data_old",
+            age_seconds=round(now - since, 1),
+            unsent_points=unsent,
+            consecutive_failures=self.scheduler.consecutive_failures,
+            last_error=self.last_error,
+        )
+
+    def _finish(self) -> None:
+        try:
+            self._drain()
+            while True:
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if self.opened is not None and not self.recorder.has_changes() and not self.queue:
+                    break
+                now = self.clock()
+                if self._attempt(now, closing=True):
+                    self._drain()
+                    continue
+                due = self.scheduler.due_at()
+                if due is None:  # rejected: the same data will not be accepted
+                    break
+                delay = max(due - now, 0.0)
+                self.wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
+                self.wake.clear()
+                self._drain()
+        finally:
+            with self.recorder.lock:
+                arrived = list(self.recorder.store.series) + list(self.recorder.store.scalars)
+                self.finished_cleanly = (
+                    self.opened is not None and not self.queue and not self.recorder.has_changes()
+                )
+            self.recorder.selector.log_unmatched(arrived)
+            try:
+                self.sink.close()
+            except Exception as exc:
+                _log.warning("trainreport.sink_close_failed", error=f"{type(exc).__name__}: {exc}")

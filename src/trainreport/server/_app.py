@@ -1,0 +1,461 @@
+"""The Starlette application of the reference job-status service (``docs/protocol.md``).
+
+Request handling is the thin I/O shell around two pure layers: ``_wire``
+(strict JSON and validation) and ``_db`` (SQLite transactions, run in the
+thread pool). The shell enforces the limits (body bytes received, bytes after
+gzip decompression), the bearer token, and renders every error as
+``{"error": code, "message": text}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import zlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from trainreport._logging import get_logger
+from trainreport.server import _page
+from trainreport.server._db import Applied, Database, SeriesGap, StaleWriter
+from trainreport.server._wire import (
+    EXTENSION_SERIES_SUFFIX,
+    ApiError,
+    parse_json,
+    validate_id,
+    validate_patch,
+    validate_update,
+)
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_DECOMPRESSED_BYTES", "create_app"]
+
+#: Default limit on the request body bytes received (8 MiB).
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+#: Default limit on a gzip request body after decompression (64 MiB).
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+#: ``GET /v1/jobs`` returns at most this many jobs unless ``?limit=`` says otherwise.
+_DEFAULT_JOB_LIMIT = 100
+_MAX_JOB_LIMIT = 1000
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+@attrs.frozen
+class _Limits:
+    max_body_bytes: int
+    max_decompressed_bytes: int
+
+
+def create_app(
+    db_path: str | os.PathLike[str],
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Starlette:
+    """Build the reference server's ASGI app on a SQLite file.
+
+    Args:
+        db_path: the SQLite database file; created with its tables if missing.
+        token: when set, every ``/v1`` request except ``GET /v1/capabilities``
+            needs ``Authorization: Bearer <token>`` (reads too), else 401.
+            The token is never logged.
+        max_body_bytes: limit on the request body bytes received (after
+            transfer decoding, before gzip decompression), in bytes; larger -> 413.
+        max_decompressed_bytes: limit on a gzip body after decompression, in
+            bytes; larger -> 413 (DESIGN §8).
+
+    Returns:
+        The Starlette app. It closes its database at lifespan shutdown, so
+        build a new app for every server run. ``app.state.database`` is the
+        :class:`~trainreport.server._db.Database`.
+
+    Raises:
+        ValueError: an empty token or a limit below 1 byte.
+        sqlite3.Error: the database file cannot be opened.
+    """
+    if token is not None and not token:
+        raise ValueError("token must be a non-empty string or None")
+    if max_body_bytes < 1 or max_decompressed_bytes < 1:
+        raise ValueError("body limits must be at least 1 byte")
+    limits = _Limits(max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes)
+    db = Database(db_path)
+    api = _Api(db, limits)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            db.close()
+
+    middleware = [Middleware(_SecurityHeaders)]
+    if token is not None:
+        middleware.append(Middleware(_BearerAuth, token=token))
+    middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
+    app = Starlette(
+        routes=api.routes() + _page.routes(),
+        middleware=middleware,
+        exception_handlers={
+            ApiError: _api_error_response,
+            HTTPException: _http_error_response,
+            Exception: _internal_error_response,
+        },
+        lifespan=lifespan,
+    )
+    app.state.database = db
+    return app
+
+
+class _Api:
+    """The ``/v1`` endpoints; each validates, then runs one storage call in the thread pool."""
+
+    def __init__(self, db: Database, limits: _Limits) -> None:
+        self._db = db
+        self._limits = limits
+
+    def routes(self) -> list[Route]:
+        task = "/v1/jobs/{job_id}/tasks/{task_id}"
+        return [
+            Route("/v1/capabilities", self.capabilities, methods=["GET"]),
+            Route("/v1/jobs", self.list_jobs, methods=["GET"]),
+            Route("/v1/jobs/{job_id}", self.get_job, methods=["GET"]),
+            Route("/v1/jobs/{job_id}", self.put_job, methods=["PUT"]),
+            Route("/v1/jobs/{job_id}/cancel", self.cancel_job, methods=["POST"]),
+            Route(task, self.get_task, methods=["GET"]),
+            Route(task, self.patch_task, methods=["PATCH"]),
+            Route(task + "/writers", self.open_writer, methods=["POST"]),
+            Route(task + "/updates", self.post_update, methods=["POST"]),
+            Route(task + "/series", self.get_series, methods=["GET"]),
+        ]
+
+    async def capabilities(self, _request: Request) -> Response:
+        return JSONResponse(
+            {
+                "extensions": [EXTENSION_SERIES_SUFFIX],
+                "encodings": ["gzip"],
+                "max_body_bytes": self._limits.max_body_bytes,
+                "max_decompressed_bytes": self._limits.max_decompressed_bytes,
+            }
+        )
+
+    async def list_jobs(self, request: Request) -> Response:
+        limit = _int_query(request, "limit", _DEFAULT_JOB_LIMIT, 1, _MAX_JOB_LIMIT)
+        jobs = await run_in_threadpool(lambda: self._db.list_jobs(limit=limit))
+        return JSONResponse({"jobs": jobs})
+
+    async def get_job(self, request: Request) -> Response:
+        job_id = validate_id(request.path_params["job_id"], "job_id")
+        job = await run_in_threadpool(self._db.get_job, job_id)
+        if job is None:
+            raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
+        return JSONResponse(job)
+
+    async def put_job(self, request: Request) -> Response:
+        job_id = validate_id(request.path_params["job_id"], "job_id")
+        now = _utc_now()
+        created, job = await run_in_threadpool(lambda: self._db.put_job(job_id, now=now))
+        return JSONResponse(job, status_code=201 if created else 200)
+
+    async def cancel_job(self, request: Request) -> Response:
+        job_id = validate_id(request.path_params["job_id"], "job_id")
+        now = _utc_now()
+        job = await run_in_threadpool(lambda: self._db.cancel_job(job_id, now=now))
+        if job is None:
+            raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
+        return JSONResponse(job)
+
+    async def get_task(self, request: Request) -> Response:
+        job_id, task_id = _task_ids(request)
+        include = _bool_query(request, "metrics", default=True)
+        task = await run_in_threadpool(
+            lambda: self._db.get_task(job_id, task_id, include_metrics=include)
+        )
+        if task is None:
+            raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+        return JSONResponse(task)
+
+    async def patch_task(self, request: Request) -> Response:
+        job_id, task_id = _task_ids(request)
+        body = await _read_body(request, self._limits)
+        patch = validate_patch(parse_json(body))
+        now = _utc_now()
+        stored = await run_in_threadpool(
+            lambda: self._db.patch_task(job_id, task_id, patch, now=now)
+        )
+        return JSONResponse({"status": stored.status, "cancel_requested": stored.cancel_requested})
+
+    async def open_writer(self, request: Request) -> Response:
+        job_id, task_id = _task_ids(request)
+        body = await _read_body(request, self._limits)
+        if body.strip() and not isinstance(parse_json(body), dict):
+            raise ApiError(422, "invalid_body", "expected an object @ $", {"path": "$"})
+        opened = await run_in_threadpool(self._db.open_writer, job_id, task_id)
+        return JSONResponse(
+            {
+                "writer_generation": opened.generation,
+                "task": opened.task,
+                "series_lengths": opened.series_lengths,
+                "cancel_requested": opened.cancel_requested,
+            }
+        )
+
+    async def post_update(self, request: Request) -> Response:
+        job_id, task_id = _task_ids(request)
+        body = await _read_body(request, self._limits)
+        update = validate_update(parse_json(body))
+        now = _utc_now()
+        outcome = await run_in_threadpool(
+            lambda: self._db.apply_update(job_id, task_id, update, now=now)
+        )
+        if isinstance(outcome, StaleWriter):
+            current = outcome.current_generation
+            raise ApiError(
+                409,
+                "stale_writer",
+                f"writer generation {update.writer_generation} is not the task's current "
+                f"generation ({'none issued' if current is None else current}); stop writing",
+                {"writer_generation": current},
+            )
+        if isinstance(outcome, SeriesGap):
+            raise ApiError(
+                409,
+                "series_gap",
+                "a series offset is beyond the stored length; resend from series_lengths",
+                {"series_lengths": outcome.series_lengths},
+            )
+        return JSONResponse(_applied_body(outcome))
+
+    async def get_series(self, request: Request) -> Response:
+        job_id, task_id = _task_ids(request)
+        names: list[str] | None = None
+        if "names" in request.query_params or "name" in request.query_params:
+            names = [n for v in request.query_params.getlist("names") for n in v.split(",")]
+            names += request.query_params.getlist("name")
+        max_points = _int_query(request, "max_points", 0, 0, 1_000_000)
+        columns = await run_in_threadpool(self._db.series_columns, job_id, task_id, names)
+        if columns is None:
+            raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+        return JSONResponse({"series": _page.shape_columns(columns, max_points)})
+
+
+def _applied_body(outcome: Applied) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "series_lengths": outcome.series_lengths,
+        "sequence": outcome.sequence,
+        "status": outcome.status,
+        "cancel_requested": outcome.cancel_requested,
+    }
+    if outcome.duplicate:
+        body["duplicate"] = True
+    return body
+
+
+# -- request helpers --------------------------------------------------------------------
+
+
+def _utc_now() -> str:
+    """The server's wall clock as ISO 8601 UTC with milliseconds (the I/O shell's clock)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _task_ids(request: Request) -> tuple[str, str]:
+    return (
+        validate_id(request.path_params["job_id"], "job_id"),
+        validate_id(request.path_params["task_id"], "task_id"),
+    )
+
+
+def _int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise ApiError(400, "invalid_query", f"{name} must be an integer in [{low}, {high}]")
+    return value
+
+
+def _bool_query(request: Request, name: str, *, default: bool) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in ("1", "true", "yes"):
+        return True
+    if raw.lower() in ("0", "false", "no"):
+        return False
+    raise ApiError(400, "invalid_query", f"{name} must be true or false")
+
+
+def _too_large(limit: int, what: str) -> ApiError:
+    return ApiError(
+        413,
+        "body_too_large",
+        f"the request body exceeds {limit} bytes {what}; split it",
+        {"limit_bytes": limit},
+    )
+
+
+async def _read_body(request: Request, limits: _Limits) -> bytes:
+    """Read the body within the limits, decompressing gzip incrementally.
+
+    The Content-Length (when sent) is checked before reading; the bytes
+    received are counted while streaming (a chunked body has no length); a
+    gzip body is inflated with a bounded ``max_length`` per step, so a bomb
+    never expands beyond ``max_decompressed_bytes + 1`` bytes in memory.
+
+    Raises:
+        ApiError: 400 (bad Content-Length, corrupt gzip, client gone), 413, 415.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            declared_bytes = int(declared)
+        except ValueError:
+            raise ApiError(400, "bad_request", "Content-Length is not an integer") from None
+        if declared_bytes > limits.max_body_bytes:
+            raise _too_large(limits.max_body_bytes, "received")
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip", ""):
+        raise ApiError(
+            415, "unsupported_encoding", f"Content-Encoding {encoding!r}: only gzip is accepted"
+        )
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
+    received = 0
+    inflated = 0
+    parts: list[bytes] = []
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > limits.max_body_bytes:
+                raise _too_large(limits.max_body_bytes, "received")
+            if inflater is None:
+                parts.append(chunk)
+                continue
+            data = chunk
+            while data:
+                budget = limits.max_decompressed_bytes - inflated + 1
+                out = inflater.decompress(data, budget)
+                inflated += len(out)
+                if inflated > limits.max_decompressed_bytes:
+                    raise _too_large(limits.max_decompressed_bytes, "after decompression")
+                parts.append(out)
+                data = inflater.unconsumed_tail
+                if inflater.eof and inflater.unused_data:
+                    raise ApiError(400, "bad_request", "data after the end of the gzip stream")
+    except zlib.error as exc:
+        raise ApiError(400, "bad_request", f"corrupt gzip body: {exc}") from None
+    except ClientDisconnect:
+        raise ApiError(400, "bad_request", "the client disconnected mid-body") from None
+    if inflater is not None and not inflater.eof:
+        raise ApiError(400, "bad_request", "truncated gzip body")
+    return b"".join(parts)
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+async def _api_error_response(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
+    headers = {"WWW-Authenticate": 'Bearer realm="trainreport"'} if exc.status_code == 401 else None
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error_response(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse(
+        {"error": code, "message": str(exc.detail)},
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+async def _internal_error_response(request: Request, exc: Exception) -> Response:
+    get_logger().error(
+        "trainreport.server_error",
+        method=request.method,
+        path=request.url.path,
+        error=type(exc).__name__,
+    )
+    return JSONResponse(
+        {"error": "internal_error", "message": "the server failed; see its log"}, status_code=500
+    )
+
+
+# -- middleware -------------------------------------------------------------------------
+
+
+class _BearerAuth:
+    """Requires ``Authorization: Bearer <token>`` on every ``/v1`` path but capabilities."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self._app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if (
+            scope["type"] == "http"
+            and (path == "/v1" or path.startswith("/v1/"))
+            and path != "/v1/capabilities"
+            and not self._authorized(scope)
+        ):
+            error = ApiError(401, "unauthorized", "a valid 'Authorization: Bearer' token is needed")
+            response = await _api_error_response(Request(scope), error)
+            await response(scope, receive, send)
+            return
+        await self._app(scope, receive, send)
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, credentials = value.strip().partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    credentials.strip(), self._token
+                )
+        return False
+
+
+class _SecurityHeaders:
+    """Adds ``nosniff``, ``no-referrer`` and (on the API) ``no-store`` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        api = scope.get("path", "").startswith("/v1")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"x-content-type-options", b"nosniff"))
+                headers.append((b"referrer-policy", b"no-referrer"))
+                if api:
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self._app(scope, receive, send_with_headers)

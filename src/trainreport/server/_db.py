@@ -1,0 +1,646 @@
+"""SQLite storage of the reference server: jobs, tasks, series points and writer fences.
+
+Layout (``docs/server.md``)::
+
+    jobs    (job_id PK, created_at, updated_at, cancel_requested)
+    tasks   ((job_id, task_id) PK, status, details JSON without "metrics", created_at, updated_at)
+    series  ((job_id, task_id, series) PK, ord, length)          lengths without counting points
+    points  ((job_id, task_id, series, idx) PK, step, epoch, value)
+    writers ((job_id, task_id) PK, generation, last_sequence)    exists before the task does
+
+Points have their own rows, so appending a suffix costs the new points (one
+``executemany``), not a rewrite of the whole curve. Every write is one
+transaction opened with ``BEGIN IMMEDIATE`` and committed before the caller
+answers the request; the database runs in WAL mode with ``synchronous=FULL``,
+so an acknowledged write survives a process crash and a power loss (DESIGN §7:
+never lose an acknowledged write).
+
+Thread-safety: a :class:`Database` is shared by every request thread. Each
+thread gets its own connection; writes are serialised by an in-process lock
+(so writers queue instead of spinning in SQLite's busy handler) and by
+``BEGIN IMMEDIATE`` (against other processes on the same file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import count, repeat
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import attrs
+
+from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Applied",
+    "Database",
+    "SeriesGap",
+    "StaleWriter",
+    "Stored",
+    "UpdateOutcome",
+    "WriterOpened",
+]
+
+#: Stored in ``PRAGMA user_version``; a file written by a newer server is refused.
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS jobs (
+        job_id TEXT PRIMARY KEY,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        cancel_requested INTEGER NOT NULL DEFAULT 0)""",
+    """CREATE TABLE IF NOT EXISTS tasks (
+        job_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        details TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (job_id, task_id)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS series (
+        job_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        series TEXT NOT NULL,
+        ord INTEGER NOT NULL,
+        length INTEGER NOT NULL,
+        PRIMARY KEY (job_id, task_id, series)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS points (
+        job_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        series TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        step INTEGER NOT NULL,
+        epoch INTEGER,
+        value REAL,
+        PRIMARY KEY (job_id, task_id, series, idx)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS writers (
+        job_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        last_sequence INTEGER NOT NULL,
+        PRIMARY KEY (job_id, task_id)) WITHOUT ROWID""",
+)
+
+#: Seconds a connection waits for another process's write lock before failing.
+_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+@attrs.frozen
+class Stored:
+    """A baseline ``PATCH`` was applied.
+
+    Args:
+        status: the task's stored status after the patch.
+        cancel_requested: whether the task's job was asked to cancel.
+    """
+
+    status: str
+    cancel_requested: bool
+
+
+@attrs.frozen
+class WriterOpened:
+    """A new writer generation was issued.
+
+    Args:
+        generation: the new generation (1 for the first writer of a task).
+        task: the stored task in the ``GET`` shape, or ``None`` when absent.
+        series_lengths: points stored per series, in the task's series order.
+        cancel_requested: whether the task's job was asked to cancel.
+    """
+
+    generation: int
+    task: dict[str, Any] | None
+    series_lengths: dict[str, int]
+    cancel_requested: bool
+
+
+@attrs.frozen
+class Applied:
+    """An update was applied (or recognised as a duplicate and ignored).
+
+    Args:
+        series_lengths: points stored per series after the update.
+        sequence: the request's sequence number.
+        status: the task's stored status.
+        cancel_requested: whether the task's job was asked to cancel.
+        duplicate: ``True`` when the sequence was already applied and nothing changed.
+    """
+
+    series_lengths: dict[str, int]
+    sequence: int
+    status: str
+    cancel_requested: bool
+    duplicate: bool
+
+
+@attrs.frozen
+class StaleWriter:
+    """The update's writer generation is not the task's current one; nothing applied.
+
+    Args:
+        current_generation: the task's current generation, ``None`` when none was issued.
+    """
+
+    current_generation: int | None
+
+
+@attrs.frozen
+class SeriesGap:
+    """A suffix starts beyond the stored length of its series; nothing applied.
+
+    Args:
+        series_lengths: points stored per series (every series of the task).
+    """
+
+    series_lengths: dict[str, int]
+
+
+UpdateOutcome: TypeAlias = Applied | StaleWriter | SeriesGap
+
+
+class Database:
+    """The server's storage on one SQLite file.
+
+    Args:
+        path: the database file; created (with its tables) when missing.
+
+    Raises:
+        sqlite3.Error: the file cannot be opened or is not a database.
+        RuntimeError: the file was written by a newer schema version.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._create_schema()
+
+    # -- connections and transactions -------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=_BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,
+            check_same_thread=False,  # only so that close() may close it from another thread
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        with self._connections_lock:
+            if self._closed:
+                conn.close()
+                raise RuntimeError("the database is closed")
+            self._connections.append(conn)
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    def _create_schema(self) -> None:
+        with self._write() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path} has schema version {version}; this server knows {SCHEMA_VERSION}"
+                )
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        """Close every connection (checkpointing the WAL). Idempotent; never raises."""
+        with self._connections_lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    # -- baseline ---------------------------------------------------------------------
+
+    def get_task(
+        self, job_id: str, task_id: str, *, include_metrics: bool = True
+    ) -> dict[str, Any] | None:
+        """The stored task in the ``GET`` shape ``{"status", "status_details"}``, or ``None``.
+
+        Args:
+            job_id: a validated job id.
+            task_id: a validated task id.
+            include_metrics: add ``status_details.metrics`` (every point of
+                every series) when the task has series.
+        """
+        with self._read() as conn:
+            return _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+
+    def patch_task(self, job_id: str, task_id: str, patch: TaskPatch, *, now: str) -> Stored:
+        """Apply a baseline ``PATCH``: shallow merge of details, ``metrics`` replaces all series.
+
+        Creates the job and the task when missing (status ``"pending"`` unless given).
+
+        Args:
+            job_id: a validated job id.
+            task_id: a validated task id.
+            patch: the validated body.
+            now: the server's wall-clock time, ISO 8601 UTC.
+        """
+        with self._write() as conn:
+            _touch_job(conn, job_id, now)
+            status = _merge_task(conn, job_id, task_id, patch.status, patch.details, now)
+            if patch.metrics is not None:
+                conn.execute(
+                    "DELETE FROM points WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+                )
+                conn.execute(
+                    "DELETE FROM series WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+                )
+                lengths: dict[str, int] = {}
+                for series in patch.metrics:
+                    _write_suffix(conn, job_id, task_id, series, lengths)
+            return Stored(status=status, cancel_requested=_cancel_requested(conn, job_id))
+
+    # -- series-suffix-v1 -------------------------------------------------------------
+
+    def open_writer(self, job_id: str, task_id: str) -> WriterOpened:
+        """Issue the task's next writer generation; fences every older writer.
+
+        Does not create the task or the job.
+
+        Args:
+            job_id: a validated job id.
+            task_id: a validated task id.
+        """
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO writers (job_id, task_id, generation, last_sequence) "
+                "VALUES (?, ?, 1, 0) ON CONFLICT (job_id, task_id) "
+                "DO UPDATE SET generation = generation + 1, last_sequence = 0",
+                (job_id, task_id),
+            )
+            generation = conn.execute(
+                "SELECT generation FROM writers WHERE job_id = ? AND task_id = ?",
+                (job_id, task_id),
+            ).fetchone()[0]
+        # The read needs no write lock: the new writer has not written yet, and
+        # every older one is fenced by the committed generation.
+        with self._read() as conn:
+            return WriterOpened(
+                generation=generation,
+                task=_task_document(conn, job_id, task_id, include_metrics=True),
+                series_lengths=_lengths(conn, job_id, task_id),
+                cancel_requested=_cancel_requested(conn, job_id),
+            )
+
+    def apply_update(
+        self, job_id: str, task_id: str, update: TaskUpdate, *, now: str
+    ) -> UpdateOutcome:
+        """Apply one ``series-suffix-v1`` update atomically (``docs/protocol.md``).
+
+        In order: a generation other than the current one is :class:`StaleWriter`;
+        a sequence at or below the last applied one is a duplicate (nothing
+        applied); a suffix whose offset is beyond its series' length is
+        :class:`SeriesGap`; otherwise every series is truncated to its offset
+        and extended with the given points, details are merged shallowly and
+        the status set, in one committed transaction.
+
+        Args:
+            job_id: a validated job id.
+            task_id: a validated task id.
+            update: the validated body.
+            now: the server's wall-clock time, ISO 8601 UTC.
+        """
+        with self._write() as conn:
+            writer = conn.execute(
+                "SELECT generation, last_sequence FROM writers WHERE job_id = ? AND task_id = ?",
+                (job_id, task_id),
+            ).fetchone()
+            if writer is None or writer[0] != update.writer_generation:
+                return StaleWriter(current_generation=None if writer is None else writer[0])
+            lengths = _lengths(conn, job_id, task_id)
+            if update.sequence <= writer[1]:
+                row = _task_row(conn, job_id, task_id)
+                return Applied(
+                    series_lengths=lengths,
+                    sequence=update.sequence,
+                    status="pending" if row is None else row[0],
+                    cancel_requested=_cancel_requested(conn, job_id),
+                    duplicate=True,
+                )
+            if any(s.offset > lengths.get(s.name, 0) for s in update.series):
+                return SeriesGap(series_lengths=lengths)
+            _touch_job(conn, job_id, now)
+            status = _merge_task(conn, job_id, task_id, update.status, update.details, now)
+            for series in update.series:
+                _write_suffix(conn, job_id, task_id, series, lengths)
+            conn.execute(
+                "UPDATE writers SET last_sequence = ? WHERE job_id = ? AND task_id = ?",
+                (update.sequence, job_id, task_id),
+            )
+            return Applied(
+                series_lengths=lengths,
+                sequence=update.sequence,
+                status=status,
+                cancel_requested=_cancel_requested(conn, job_id),
+                duplicate=False,
+            )
+
+    def series_columns(
+        self, job_id: str, task_id: str, names: Sequence[str] | None
+    ) -> dict[str, dict[str, list[Any]]] | None:
+        """The task's series as columns ``{name: {"steps", "epochs", "values"}}``.
+
+        Args:
+            job_id: a validated job id.
+            task_id: a validated task id.
+            names: the series wanted (unknown names are skipped), or ``None`` for all.
+
+        Returns:
+            The columns in the task's series order, or ``None`` when the task is absent.
+        """
+        with self._read() as conn:
+            if _task_row(conn, job_id, task_id) is None:
+                return None
+            wanted = list(_lengths(conn, job_id, task_id))
+            if names is not None:
+                chosen = set(names)
+                wanted = [name for name in wanted if name in chosen]
+            result: dict[str, dict[str, list[Any]]] = {}
+            for name in wanted:
+                rows = _point_rows(conn, job_id, task_id, name)
+                result[name] = {
+                    "steps": [r[0] for r in rows],
+                    "epochs": [r[1] for r in rows],
+                    "values": [r[2] for r in rows],
+                }
+            return result
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def put_job(self, job_id: str, *, now: str) -> tuple[bool, dict[str, Any]]:
+        """Create the job unless it exists (idempotent).
+
+        Args:
+            job_id: a validated job id.
+            now: the server's wall-clock time, ISO 8601 UTC.
+
+        Returns:
+            ``(created, job)``: whether this call created it, and the job document.
+        """
+        with self._write() as conn:
+            created = (
+                conn.execute(
+                    "INSERT OR IGNORE INTO jobs (job_id, created_at, updated_at) VALUES (?, ?, ?)",
+                    (job_id, now, now),
+                ).rowcount
+                == 1
+            )
+            job = _job_document(conn, job_id)
+        assert job is not None  # noqa: S101 - just written in the same transaction
+        return created, job
+
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        """The job with its task summaries, or ``None`` when it does not exist.
+
+        Args:
+            job_id: a validated job id.
+        """
+        with self._read() as conn:
+            return _job_document(conn, job_id)
+
+    def list_jobs(self, *, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` jobs (newest first), each with its task summaries.
+
+        Args:
+            limit: the most jobs returned (>= 1).
+        """
+        with self._read() as conn:
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT job_id FROM jobs ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                    (limit,),
+                )
+            ]
+            jobs = [_job_document(conn, job_id) for job_id in ids]
+        return [job for job in jobs if job is not None]
+
+    def cancel_job(self, job_id: str, *, now: str) -> dict[str, Any] | None:
+        """Mark the job cancel-requested; ``None`` when it does not exist.
+
+        Every later ``PATCH``/update response for its tasks carries
+        ``"cancel_requested": true`` (DESIGN §8: the server can talk back).
+
+        Args:
+            job_id: a validated job id.
+            now: the server's wall-clock time, ISO 8601 UTC.
+        """
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE job_id = ?",
+                (now, job_id),
+            )
+            return _job_document(conn, job_id)
+
+
+# -- helpers (run inside a transaction) -----------------------------------------------
+
+
+def _task_row(conn: sqlite3.Connection, job_id: str, task_id: str) -> tuple[str, str] | None:
+    row: tuple[str, str] | None = conn.execute(
+        "SELECT status, details FROM tasks WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+    ).fetchone()
+    return row
+
+
+def _lengths(conn: sqlite3.Connection, job_id: str, task_id: str) -> dict[str, int]:
+    return dict(
+        conn.execute(
+            "SELECT series, length FROM series WHERE job_id = ? AND task_id = ? ORDER BY ord",
+            (job_id, task_id),
+        ).fetchall()
+    )
+
+
+def _cancel_requested(conn: sqlite3.Connection, job_id: str) -> bool:
+    row = conn.execute("SELECT cancel_requested FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    return bool(row and row[0])
+
+
+def _point_rows(
+    conn: sqlite3.Connection, job_id: str, task_id: str, series: str
+) -> list[tuple[int, int | None, float | None]]:
+    return conn.execute(
+        "SELECT step, epoch, value FROM points WHERE job_id = ? AND task_id = ? AND series = ? "
+        "ORDER BY idx",
+        (job_id, task_id, series),
+    ).fetchall()
+
+
+def _task_document(
+    conn: sqlite3.Connection, job_id: str, task_id: str, *, include_metrics: bool
+) -> dict[str, Any] | None:
+    row = _task_row(conn, job_id, task_id)
+    if row is None:
+        return None
+    details: dict[str, Any] = json.loads(row[1])
+    if include_metrics:
+        lengths = _lengths(conn, job_id, task_id)
+        if lengths:
+            details["metrics"] = {
+                name: [
+                    {"step": step, "epoch": epoch, "value": value}
+                    for step, epoch, value in _point_rows(conn, job_id, task_id, name)
+                ]
+                for name in lengths
+            }
+    return {"status": row[0], "status_details": details}
+
+
+def _touch_job(conn: sqlite3.Connection, job_id: str, now: str) -> None:
+    conn.execute(
+        "INSERT INTO jobs (job_id, created_at, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (job_id) DO UPDATE SET updated_at = excluded.updated_at",
+        (job_id, now, now),
+    )
+
+
+def _merge_task(
+    conn: sqlite3.Connection,
+    job_id: str,
+    task_id: str,
+    status: str | None,
+    details: Mapping[str, Any],
+    now: str,
+) -> str:
+    row = _task_row(conn, job_id, task_id)
+    if row is None:
+        stored_status = status or "pending"
+        conn.execute(
+            "INSERT INTO tasks (job_id, task_id, status, details, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (job_id, task_id, stored_status, _dumps(details), now, now),
+        )
+        return stored_status
+    stored_status = status or row[0]
+    merged = json.loads(row[1])
+    merged.update(details)
+    conn.execute(
+        "UPDATE tasks SET status = ?, details = ?, updated_at = ? WHERE job_id = ? AND task_id = ?",
+        (stored_status, _dumps(merged), now, job_id, task_id),
+    )
+    return stored_status
+
+
+def _write_suffix(
+    conn: sqlite3.Connection,
+    job_id: str,
+    task_id: str,
+    series: SeriesPoints,
+    lengths: dict[str, int],
+) -> None:
+    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place."""
+    name, offset = series.name, series.offset
+    if name in lengths:
+        if offset < lengths[name]:
+            conn.execute(
+                "DELETE FROM points WHERE job_id = ? AND task_id = ? AND series = ? AND idx >= ?",
+                (job_id, task_id, name, offset),
+            )
+        conn.execute(
+            "UPDATE series SET length = ? WHERE job_id = ? AND task_id = ? AND series = ?",
+            (offset + len(series), job_id, task_id, name),
+        )
+    else:
+        conn.execute(
+            "INSERT INTO series (job_id, task_id, series, ord, length) VALUES (?, ?, ?, "
+            "(SELECT COALESCE(MAX(ord), 0) + 1 FROM series WHERE job_id = ? AND task_id = ?), ?)",
+            (job_id, task_id, name, job_id, task_id, offset + len(series)),
+        )
+    conn.executemany(
+        "INSERT INTO points (job_id, task_id, series, idx, step, epoch, value) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        zip(
+            repeat(job_id),
+            repeat(task_id),
+            repeat(name),
+            count(offset),
+            series.steps,
+            series.epochs,
+            series.values,
+        ),
+    )
+    lengths[name] = offset + len(series)
+
+
+def _job_document(conn: sqlite3.Connection, job_id: str) -> dict[str, Any] | None:
+    job = conn.execute(
+        "SELECT created_at, updated_at, cancel_requested FROM jobs WHERE job_id = ?", (job_id,)
+    ).fetchone()
+    if job is None:
+        return None
+    tasks = []
+    for task_id, status, details, updated_at in conn.execute(
+        "SELECT task_id, status, details, updated_at FROM tasks WHERE job_id = ? "
+        "ORDER BY created_at, task_id",
+        (job_id,),
+    ):
+        parsed = json.loads(details)
+        tasks.append(
+            {
+                "task_id": task_id,
+                "status": status,
+                "phase": parsed.get("phase"),
+                "step": parsed.get("step"),
+                "max_steps": parsed.get("max_steps"),
+                "percentage_done": parsed.get("percentage_done"),
+                "updated_at": updated_at,
+            }
+        )
+    return {
+        "job_id": job_id,
+        "created_at": job[0],
+        "updated_at": job[1],
+        "cancel_requested": bool(job[2]),
+        "tasks": tasks,
+    }
+
+
+def _dumps(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

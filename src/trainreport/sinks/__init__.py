@@ -1,0 +1,100 @@
+"""Sinks: where a Reporter's updates go (DESIGN §2).
+
+``MemorySink`` (tests, notebooks), ``FileSink`` (a JSON file, the embedded
+default), ``HttpSink`` (a job-status service), and the :class:`Sink` interface
+to write your own.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from trainreport._logging import get_logger
+from trainreport._sink import (
+    CAPABILITY_GZIP,
+    CAPABILITY_SERIES_SUFFIX,
+    Delivered,
+    Opened,
+    OpenResult,
+    Rejected,
+    Resynchronise,
+    RetryLater,
+    SendResult,
+    SeriesUpdate,
+    Sink,
+    Split,
+    Update,
+)
+from trainreport.sinks._file import FileSink
+from trainreport.sinks._memory import MemorySink
+
+__all__ = [
+    "CAPABILITY_GZIP",
+    "CAPABILITY_SERIES_SUFFIX",
+    "DEFAULT_RUNS_DIRECTORY",
+    "Delivered",
+    "FileSink",
+    "MemorySink",
+    "OpenResult",
+    "Opened",
+    "Rejected",
+    "Resynchronise",
+    "RetryLater",
+    "SendResult",
+    "SeriesUpdate",
+    "Sink",
+    "Split",
+    "Update",
+    "default_sink_from_env",
+    "new_run_id",
+]
+
+#: Where the embedded default FileSink writes when no URL is configured.
+DEFAULT_RUNS_DIRECTORY = "trainreport-runs"
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_log = get_logger()
+
+
+def new_run_id() -> str:
+    """A run id unique per run: UTC time, pid and random bits (``run-20261129-160339-42-a1b2``)."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"run-{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
+    """The sink a job system's environment asks for (DESIGN §2).
+
+    ``TRAINREPORT_URL`` set: an :class:`HttpSink` for ``TRAINREPORT_JOB_ID`` /
+    ``TRAINREPORT_TASK_ID`` (default ``train``) with the token from
+    ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``. Otherwise a
+    :class:`FileSink` at ``./trainreport-runs/<run id>.json``, where the run id
+    is ``TRAINREPORT_JOB_ID`` when it is a safe file name (so a job resumes its
+    own file) and a fresh unique id otherwise (so a second run never rewinds
+    the first).
+
+    Args:
+        environ: the environment (default ``os.environ``).
+
+    Never raises for bad values: an unsafe job id is logged and replaced.
+    """
+    env = os.environ if environ is None else environ
+    url = env.get("TRAINREPORT_URL", "").strip()
+    job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
+    if url:
+        from trainreport.sinks._http import HttpSink  # noqa: PLC0415 - urllib3 only when used
+
+        return HttpSink.from_env(env)
+    run_id = new_run_id()
+    if job_id:
+        task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
+        candidate = job_id if task_id == "train" else f"{job_id}.{task_id}"
+        if _SAFE_ID.match(candidate):
+            run_id = candidate
+        else:
+            _log.warning("trainreport.unsafe_run_id", replaced_by=run_id)
+    return FileSink(Path(DEFAULT_RUNS_DIRECTORY) / f"{run_id}.json")

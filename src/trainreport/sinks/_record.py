@@ -1,0 +1,119 @@
+"""TaskRecord: a task as the reference server holds it, merged from updates (for local sinks).
+
+Applies both wire modes exactly as the reference server does
+(``docs/protocol.md``): ``status_details`` keys are merged shallowly, a
+full-state ``metrics`` replaces every series, and a series suffix means "from
+index ``offset`` on, the series is exactly these points". Series are kept as
+columns; :meth:`TaskRecord.to_task` gives the ``GET`` shape and
+:meth:`TaskRecord.encode_chunks` the same as JSON text, series by series.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from trainreport._payloads import encode_details, encode_points, finite_or_none, parse_stored_task
+from trainreport._sink import SeriesUpdate, Update
+
+__all__ = ["SeriesGapError", "TaskRecord"]
+
+
+class SeriesGapError(ValueError):
+    """A suffix starts beyond the end of the stored series (the sender assumed too much)."""
+
+    def __init__(self, name: str, offset: int, length: int) -> None:
+        super().__init__(f"series {name!r}: offset {offset} is beyond the stored length {length}")
+
+
+class TaskRecord:
+    """One task's stored state: status, details and series columns.
+
+    Args:
+        task: a stored task in the ``GET`` shape to start from, or ``None``
+            (the task does not exist yet). Malformed stored curves are dropped.
+    """
+
+    def __init__(self, task: Mapping[str, Any] | None = None) -> None:
+        self.exists = task is not None
+        self.status: str = "pending"
+        self.details: dict[str, Any] = {}
+        self.series: dict[str, tuple[array[int], array[int], array[float]]] = {}
+        if task is not None:
+            state = parse_stored_task(dict(task))
+            if not isinstance(state, str):
+                self.details = dict(state.details)
+                self.series = {n: (s, e, v) for n, (s, e, v) in state.series.items()}
+                self.status = state.status or "pending"
+
+    def lengths(self) -> dict[str, int]:
+        """Points held per series."""
+        return {name: len(cols[0]) for name, cols in self.series.items()}
+
+    def apply(self, update: Update) -> dict[str, int]:
+        """Merge one update; returns the series lengths now held.
+
+        Raises:
+            SeriesGapError: a suffix's offset is beyond its stored series (nothing
+                of the update is applied then).
+        """
+        if update.series is not None and not update.full_state:
+            for s in update.series:
+                held = len(self.series[s.name][0]) if s.name in self.series else 0
+                if s.offset > held:
+                    raise SeriesGapError(s.name, s.offset, held)
+        self.exists = True
+        if update.status is not None:
+            self.status = update.status
+        self.details.update(update.status_details)
+        if update.series is not None:
+            if update.full_state:
+                self.series = {}
+            for s in update.series:
+                self._apply_series(s)
+        return self.lengths()
+
+    def _apply_series(self, s: SeriesUpdate) -> None:
+        cols = self.series.get(s.name)
+        if cols is None:
+            cols = self.series[s.name] = (array("q"), array("i"), array("d"))
+        steps, epochs, values = cols
+        for column in cols:
+            del column[s.offset :]
+        steps.extend(s.steps)
+        epochs.extend(s.epochs)
+        values.extend(s.values)
+
+    def _series_update(self, name: str) -> SeriesUpdate:
+        steps, epochs, values = self.series[name]
+        return SeriesUpdate(name, 0, steps, epochs, values)
+
+    def to_task(self) -> dict[str, Any] | None:
+        """The task in the ``GET`` shape, or ``None`` when it does not exist."""
+        if not self.exists:
+            return None
+        details = dict(self.details)
+        if self.series:
+            details["metrics"] = {
+                name: [
+                    {"step": st, "epoch": ep, "value": v}
+                    for st, ep, v in zip(cols[0], cols[1], finite_or_none(cols[2]), strict=True)
+                ]
+                for name, cols in self.series.items()
+            }
+        return {"status": self.status, "status_details": details}
+
+    def encode_chunks(self) -> Iterator[str]:
+        """The ``GET`` shape as JSON text, in pieces (one per series), for writing to a file."""
+        yield '{"status":' + json.dumps(self.status) + ',"status_details":{'
+        inner = encode_details(self.details)
+        yield inner
+        if self.series:
+            yield ("," if inner else "") + '"metrics":{'
+            for i, name in enumerate(self.series):
+                prefix = "," if i else ""
+                yield f"{prefix}{json.dumps(name)}:{encode_points(self._series_update(name))}"
+            yield "}"
+        yield "}}"
