@@ -182,7 +182,8 @@ class Worker:
                 self._flush_requested = False
                 self.scheduler.note_change(now, urgent=True)
             if self.scheduler.is_due(now):
-                self._attempt(now, closing=False)
+                # A pending flush wants the curves too, not only an event send.
+                self._attempt(now, closing=False, complete=bool(self._flush_waiters))
             self._release_flush_waiters()
             self._warn_if_unsent_old(now)
         except Exception as exc:  # a bug must not kill the thread; back off instead
@@ -219,7 +220,7 @@ class Worker:
     # --- open and send -------------------------------------------------------------
 
     def _timeout(self, closing: bool) -> float | None:
-        if not closing:
+        if not closing or self._deadline == float("inf"):
             return None
         return max(self._deadline - time.monotonic(), 0.001)
 
@@ -249,8 +250,11 @@ class Worker:
                 self.recorder.mark_all_dirty()
         return True
 
-    def _attempt(self, now: float, *, closing: bool) -> bool:
-        """One open-if-needed plus send. Returns True when the update was delivered."""
+    def _attempt(self, now: float, *, closing: bool, complete: bool = False) -> bool:
+        """One open-if-needed plus send. Returns True when the update was delivered.
+
+        ``complete``: include the curves even in a full-state event send (flush).
+        """
         if self.opened is None and not self._open(now, closing):
             return False
         scheduler = self.scheduler
@@ -258,6 +262,7 @@ class Worker:
         include_metrics = (
             not full_state
             or closing
+            or complete
             or not scheduler.urgent
             or scheduler.last_success is None
             or now - scheduler.last_success >= scheduler.min_interval

@@ -29,6 +29,13 @@ class FakeClock:
         self._now = start
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, float]:
+        return {"now": self._now}
+
+    def __setstate__(self, state: dict[str, float]) -> None:
+        self._now = state["now"]
+        self._lock = threading.Lock()
+
     def __call__(self) -> float:
         """Return the current reading, in seconds."""
         with self._lock:

@@ -372,7 +372,7 @@ async def _read_body(request: Request, limits: _Limits) -> bytes:
 
 
 async def _api_error_response(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)  # noqa: S101 - registered for ApiError only
+    assert isinstance(exc, ApiError)
     headers = {"WWW-Authenticate": 'Bearer realm="trainreport"'} if exc.status_code == 401 else None
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
@@ -381,7 +381,7 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 async def _http_error_response(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)  # noqa: S101 - registered for HTTPException only
+    assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return JSONResponse(
         {"error": code, "message": str(exc.detail)},

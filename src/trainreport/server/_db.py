@@ -432,7 +432,7 @@ class Database:
                 == 1
             )
             job = _job_document(conn, job_id)
-        assert job is not None  # noqa: S101 - just written in the same transaction
+        assert job is not None
         return created, job
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:

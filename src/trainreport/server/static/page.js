@@ -136,7 +136,7 @@
         if (!job.tasks.length) {
           append(card, el("div", "muted", "no tasks yet"));
         } else {
-          const table = el("table");
+          const table = el("table", "tasks");
           const hr = el("tr");
           for (const h of ["task", "status", "phase", "step", "progress", "updated"]) {
             append(hr, el("th", null, h));
@@ -274,7 +274,8 @@
     let pad = (ymax - ymin) * 0.06;
     if (pad === 0) pad = Math.abs(ymin) * 0.1 || 1;
     const ystep = niceStep(ymax - ymin + 2 * pad, 5);
-    const ylo = Math.floor((ymin - pad) / ystep) * ystep;
+    // a curve that never goes below zero (a loss, a learning rate) gets no negative axis
+    const ylo = ymin >= 0 && ymin - pad < 0 ? 0 : Math.floor((ymin - pad) / ystep) * ystep;
     const yhi = Math.ceil((ymax + pad) / ystep) * ystep;
     const yticks = ticks(ylo, yhi, ystep);
     const ylabels = yticks.map((v) => fmtTick(v, ystep));
@@ -406,7 +407,7 @@
     return table;
   }
 
-  function renderDetails(container, task) {
+  function renderDetails(container, tables, task) {
     const d = task.status_details || {};
     const frag = document.createDocumentFragment();
     const summary = el("section", "card");
@@ -427,6 +428,7 @@
     progress.querySelector(".muted").remove();
     append(summary, progress);
     append(frag, summary);
+    container.replaceChildren(frag);
 
     const cols = el("div", "cols");
     const hp = d.hyperparameters;
@@ -441,8 +443,7 @@
       append(card, el("h2", null, "latest values and details"), kvTable(others));
       append(cols, card);
     }
-    append(frag, cols);
-    container.replaceChildren(frag);
+    tables.replaceChildren(cols);
   }
 
   async function refreshTask(jobId, taskId, parts) {
@@ -453,7 +454,7 @@
         getJson(base + "?metrics=false"),
         getJson(base + "/series?max_points=" + Math.min(4000, width * 2)),
       ]);
-      renderDetails(parts.details, task);
+      renderDetails(parts.details, parts.tables, task);
       const groups = groupSeries(cols.series);
       const seen = new Set();
       for (const group of groups) {
@@ -496,9 +497,11 @@
     const details = el("div");
     const noCharts = el("div", "card empty", "no metric series yet");
     const chartsBox = el("div", "charts");
-    append(main, el("h1", null, jobId + " / " + taskId), details, noCharts, chartsBox);
+    const tables = el("div", "tables");
+    append(main, el("h1", null, jobId + " / " + taskId), details, noCharts, chartsBox, tables);
     window.addEventListener("resize", () => { for (const chart of charts.values()) drawChart(chart); });
-    refreshTask(jobId, taskId, { details: details, charts: chartsBox, noCharts: noCharts });
+    refreshTask(jobId, taskId,
+      { details: details, tables: tables, charts: chartsBox, noCharts: noCharts });
   }
 
   if (document.body.dataset.page === "task") startTask(); else refreshIndex();

@@ -1,0 +1,211 @@
+"""The ``trainreport`` command line: ``trainreport serve`` (``demo`` and ``show`` to come).
+
+Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
+that registers its parser and sets ``handler``, a function from the parsed
+arguments to the exit status. Heavy imports (the server's Starlette and uvicorn)
+happen inside the handler, so ``trainreport --help`` works without the
+``server`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sqlite3
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+# The same values as in trainreport.server (pinned by tests/test_server.py); repeated here
+# so that building the parser does not import Starlette.
+_TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``trainreport`` command line.
+
+    Args:
+        argv: the arguments after the program name (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 1 when the command failed, 2 for a
+        usage error. argparse itself exits with 2 on a malformed command line.
+    """
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered. Never raises."""
+    parser = argparse.ArgumentParser(
+        prog="trainreport",
+        description="Report training progress and metric curves to a job-status service.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {value}")
+    return value
+
+
+# -- serve ------------------------------------------------------------------------------
+
+
+def _add_serve(subparsers: Any) -> None:
+    serve = subparsers.add_parser(
+        "serve",
+        help="run the reference job-status service and its live chart page",
+        description=(
+            "Run the reference job-status service (docs/protocol.md) with its chart page "
+            "at /. Listens on loopback unless --host says otherwise."
+        ),
+    )
+    serve.add_argument(
+        "--db",
+        type=Path,
+        default=Path("trainreport.db"),
+        help="SQLite database file, created if missing (default: ./trainreport.db)",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=_port, default=8321, help="TCP port; 0 picks a free one (default: 8321)"
+    )
+    token = serve.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token",
+        help=(
+            "require 'Authorization: Bearer TOKEN' on every /v1 request (visible in the process "
+            f"list: prefer --token-file or ${_TOKEN_ENV_VAR})"
+        ),
+    )
+    token.add_argument("--token-file", type=Path, help="read the token from this file")
+    serve.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"largest request body accepted, in bytes (default: {DEFAULT_MAX_BODY_BYTES})",
+    )
+    serve.add_argument(
+        "--max-decompressed-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_DECOMPRESSED_BYTES,
+        help=(
+            "largest gzip request body after decompression, in bytes "
+            f"(default: {DEFAULT_MAX_DECOMPRESSED_BYTES})"
+        ),
+    )
+    serve.add_argument(
+        "--access-log", action="store_true", help="log every request (off by default)"
+    )
+    serve.set_defaults(handler=_serve)
+
+
+def _read_token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        token = args.token_file.read_text(encoding="utf-8").strip()
+    elif args.token is not None:
+        token = args.token
+    else:
+        token = os.environ.get(_TOKEN_ENV_VAR)
+        if token is None:
+            return None
+    if not token:
+        raise ValueError("the token is empty")
+    return str(token)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from trainreport.server._app import create_app  # noqa: PLC0415 - needs the server extra
+    from trainreport.server._run import (  # noqa: PLC0415
+        bind_socket,
+        format_url,
+        make_uvicorn_server,
+    )
+
+    try:
+        token = _read_token(args)
+        app = create_app(
+            args.db,
+            token=token,
+            max_body_bytes=args.max_body_bytes,
+            max_decompressed_bytes=args.max_decompressed_bytes,
+        )
+    except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
+        print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        app.state.database.close()
+        print(
+            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
+        )
+        return 1
+    url = format_url(args.host, sock.getsockname()[1])
+    print(
+        f"trainreport server listening on {url}/ (db: {args.db.resolve()}, "
+        f"token: {'required' if token else 'none'})",
+        flush=True,
+    )
+    if token:
+        print("open the page with #token=<your token> at the end of the URL", flush=True)
+    elif not _is_loopback(args.host):
+        print(
+            f"warning: listening on {args.host} without a token: anyone who can reach it can "
+            "read and write jobs (use --token-file)",
+            file=sys.stderr,
+            flush=True,
+        )
+    server = make_uvicorn_server(app, access_log=args.access_log, configure_logging=True)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve,)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

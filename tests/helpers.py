@@ -1,0 +1,64 @@
+"""Test helpers shared by the engine tests: a sink whose next results are scripted."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+from trainreport import MemorySink
+from trainreport._sink import OpenResult, SendResult, Sink, Update
+
+
+class ScriptedSink(Sink):
+    """A MemorySink behind a script: queued results are returned instead of delivering.
+
+    ``fail_sends.append(RetryLater("boom"))`` makes the next send fail that way
+    (nothing is applied); when the script is empty, sends reach the MemorySink.
+    ``open_results`` does the same for ``open()``. ``gate`` (an Event), when
+    set up, makes every send wait for it (to hold a send in flight).
+    """
+
+    def __init__(self, inner: MemorySink | None = None) -> None:
+        self.inner = inner if inner is not None else MemorySink()
+        self.fail_sends: deque[SendResult] = deque()
+        self.open_results: deque[OpenResult] = deque()
+        self.sent: list[Update] = []
+        self.results: list[SendResult] = []
+        self.gate: threading.Event | None = None
+        self.closed = 0
+
+    def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
+        if self.open_results:
+            return self.open_results.popleft()
+        return self.inner.open(timeout_seconds=timeout_seconds)
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        if self.gate is not None:
+            self.gate.wait(timeout_seconds if timeout_seconds is not None else 30)
+        self.sent.append(update)
+        result = self.fail_sends.popleft() if self.fail_sends else self.inner.send(update)
+        self.results.append(result)
+        return result
+
+    def close(self) -> None:
+        self.closed += 1
+
+    @property
+    def task(self) -> dict[str, Any] | None:
+        return self.inner.task
+
+
+def without_updated_at(task: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The task with ``status_details.updated_at`` removed (it is a send-time stamp)."""
+    if task is None:
+        return None
+    details = dict(task["status_details"])
+    details.pop("updated_at", None)
+    return {**task, "status_details": details}
+
+
+def curve(task: dict[str, Any] | None, name: str) -> list[tuple[int, int, float | None]]:
+    """A stored series as (step, epoch, value) tuples."""
+    assert task is not None
+    return [(p["step"], p["epoch"], p["value"]) for p in task["status_details"]["metrics"][name]]

@@ -1,0 +1,461 @@
+"""Reporter end to end against MemorySink and scripted sinks, driven by an injected clock."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import threading
+import time
+from typing import Any
+
+import pytest
+from helpers import ScriptedSink, curve, without_updated_at
+
+from trainreport import (
+    MemorySink,
+    Rejected,
+    Reporter,
+    ReportingConfig,
+    RetryLater,
+    TransitionError,
+)
+from trainreport.testing import FakeClock, capture_events
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make(
+    sink: Any = None, **config: Any
+) -> tuple[Reporter, Any, FakeClock]:
+    clock = FakeClock()
+    sink = sink if sink is not None else MemorySink()
+    settings = {"min_report_interval_seconds": 10.0, "backoff_jitter": 0.0, **config}
+    reporter = Reporter(sink, ReportingConfig(**settings), clock=clock, rank=0)
+    return reporter, sink, clock
+
+
+def cycle(reporter: Reporter) -> None:
+    worker = reporter._worker
+    assert worker is not None
+    assert worker.run_cycle(10.0)
+
+
+def test_run_of_23_steps_with_10s_interval_stores_every_step_and_debounces() -> None:
+    """A 23-step run at 1 s a step with a 10 s interval: few sends, every step stored."""
+    reporter, sink, clock = make()
+    reporter.start()
+    reporter.report_training_start(max_steps=23, num_epochs=1)
+    cycle(reporter)
+    for step in range(1, 24):
+        clock.advance(1.0)
+        reporter.report_train_step(step=step, epoch=0, metrics={"loss": 1.0 / step})
+        cycle(reporter)
+    assert reporter.close(timeout=5)
+    assert list(range(1, 24)) == [p[0] for p in curve(sink.task, "train_loss")]
+    # first at once, then one per 10 s of clock, plus the final flush
+    assert 2 <= len(sink.requests) <= 5
+    assert 23 == sink.task["status_details"]["step"]
+    assert 100.0 == sink.task["status_details"]["percentage_done"]
+
+
+def test_event_reports_bypass_the_debounce() -> None:
+    """A checkpoint is sent at once even when the interval has not elapsed."""
+    reporter, sink, clock = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    cycle(reporter)
+    sent = len(sink.requests)
+    clock.advance(1.0)
+    reporter.report_checkpoint_saved(path="ckpt/1", step=1)
+    cycle(reporter)
+    assert sent + 1 == len(sink.requests)
+    assert "ckpt/1" == sink.requests[-1]["status_details"]["checkpoint_path"]
+    assert "checkpointing" == sink.requests[-1]["status_details"]["phase"]
+    reporter.close(timeout=5)
+
+
+def test_full_state_event_send_leaves_curves_for_the_debounced_send() -> None:
+    """In full-state mode an event send within the interval carries no ``metrics``."""
+    reporter, sink, clock = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    cycle(reporter)
+    clock.advance(1.0)
+    reporter.report_train_step(step=2, metrics={"loss": 0.5})
+    reporter.report_epoch_end(epoch=1)
+    cycle(reporter)
+    assert "metrics" not in sink.requests[-1]["status_details"]
+    assert 0.5 == sink.requests[-1]["status_details"]["train_loss"]  # current value still sent
+    clock.advance(10.0)
+    cycle(reporter)
+    assert [1, 2] == [p["step"] for p in sink.requests[-1]["status_details"]["metrics"]["train_loss"]]
+    reporter.close(timeout=5)
+
+
+def test_nan_in_the_middle_of_a_curve_is_a_null_point() -> None:
+    """A diverging loss is kept as a gap (JSON null), and the payload stays strict JSON."""
+    reporter, sink, _ = make()
+    reporter.start()
+    for step, value in enumerate([1.0, math.nan, math.inf, 0.5], start=1):
+        reporter.report_train_step(step=step, metrics={"loss": value})
+    assert reporter.close(timeout=5)
+    assert [(1, 1, 1.0), (2, 1, None), (3, 1, None), (4, 1, 0.5)] == curve(sink.task, "train_loss")
+
+
+def test_first_send_failure_retries_after_backoff_not_a_whole_interval() -> None:
+    """After a failed first send, the next attempt goes after the backoff (1 s), not 10 s."""
+    sink = ScriptedSink()
+    sink.fail_sends.append(RetryLater("connection refused"))
+    reporter, _, clock = make(sink, backoff_initial_seconds=1.0)
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    cycle(reporter)
+    assert 1 == len(sink.results)
+    assert isinstance(sink.results[0], RetryLater)
+    clock.advance(1.0)
+    cycle(reporter)
+    assert 2 == len(sink.results)
+    assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
+    assert 1 == reporter.stats().requests_failed
+    reporter.close(timeout=5)
+
+
+def test_rejection_waits_for_new_data_and_the_long_backoff() -> None:
+    """A rejected send is not retried unchanged; new data after the long backoff is tried."""
+    sink = ScriptedSink()
+    sink.fail_sends.append(Rejected("forbidden", 403))
+    reporter, _, clock = make(sink, rejected_backoff_seconds=100.0)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        reporter.start()
+        cycle(reporter)
+        clock.advance(200.0)
+        cycle(reporter)
+        assert 1 == len(sink.results)  # nothing new: not retried
+        reporter.report_train_step(step=2, metrics={"loss": 0.5})
+        cycle(reporter)
+        cycle(reporter)
+    assert 2 == len(sink.results)
+    assert [1, 2] == [p[0] for p in curve(sink.task, "train_loss")]
+    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert 1 == len(rejected)
+    reporter.close(timeout=5)
+
+
+def test_resume_seeds_curves_and_datasets_but_not_the_status() -> None:
+    """A new process continues stored curves and dataset order; a failed task runs again."""
+    stored = {
+        "status": "failed",
+        "status_details": {
+            "owner": "alice",
+            "val_datasets": ["a", "b"],
+            "metrics": {"train_loss": [{"step": s, "epoch": 1, "value": 1.0 / s} for s in (1, 2, 3)]},
+        },
+    }
+    sink = MemorySink(stored)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    reporter.report_train_step(step=4, metrics={"loss": 0.25})
+    reporter.report_validation(step=4, metrics={"loss": 0.3}, dataset="b")
+    assert reporter.close(timeout=5)
+    task = sink.task
+    assert [1, 2, 3, 4] == [p[0] for p in curve(task, "train_loss")]
+    assert [(4, 1, 0.3)] == curve(task, "val_b_loss")  # "b" was second in the stored order
+    assert "running" == task["status"]
+    assert "alice" == task["status_details"]["owner"]
+    assert without_updated_at(task) == without_updated_at(reporter.snapshot())
+
+
+def test_resume_from_an_earlier_checkpoint_rewinds_every_series() -> None:
+    """Steps going back truncate train and validation series after the new step."""
+    points = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 11)]
+    stored = {
+        "status": "running",
+        "status_details": {"metrics": {"train_loss": points, "val_loss": points[4::5]}},
+    }
+    sink = MemorySink(stored)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    for step in (6, 7):
+        reporter.report_train_step(step=step, metrics={"loss": 100.0 + step})
+    assert reporter.close(timeout=5)
+    assert [1, 2, 3, 4, 5, 6, 7] == [p[0] for p in curve(sink.task, "train_loss")]
+    assert 106.0 == curve(sink.task, "train_loss")[5][2]
+    assert [5] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert 1 <= reporter.stats().rewinds
+
+
+def test_series_suffix_mode_sends_only_new_points() -> None:
+    """With the extension each request carries each series from the delivered length on."""
+    sink = MemorySink(series_suffix=True)
+    reporter, _, clock = make(sink)
+    reporter.start()
+    for step in range(1, 4):
+        reporter.report_train_step(step=step, metrics={"loss": float(step)})
+        clock.advance(10.0)
+        cycle(reporter)
+    assert reporter.close(timeout=5)
+    offsets = [r["series"]["train_loss"]["offset"] for r in sink.requests if "series" in r]
+    assert offsets == sorted(offsets)
+    assert sum(len(r["series"]["train_loss"]["steps"]) for r in sink.requests if "series" in r) == 3
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+def test_unstarted_reporter_pickles_with_its_queued_reports() -> None:
+    """Lightning pickles loggers: an unstarted reporter round-trips and keeps its reports."""
+    reporter, _, _ = make(MemorySink())
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    _ = reporter.cancel_requested  # creating the event must not break pickling
+    copy = pickle.loads(pickle.dumps(reporter))
+    copy.start()
+    assert copy.close(timeout=5)
+    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")  # type: ignore[attr-defined]
+
+
+def test_started_reporter_refuses_to_pickle() -> None:
+    """A running reporter owns a thread; pickling it is an error, not a silent copy."""
+    reporter, _, _ = make()
+    reporter.start()
+    with pytest.raises(TypeError):
+        pickle.dumps(reporter)
+    reporter.close(timeout=5)
+
+
+def test_report_after_close_is_dropped_with_one_log_event() -> None:
+    """Reports after close are counted and logged once, never raised."""
+    reporter, _, _ = make()
+    reporter.start()
+    reporter.close(timeout=5)
+    with capture_events() as events:
+        for step in range(3):
+            reporter.report_train_step(step=step, metrics={"loss": 1.0})
+    assert 3 == reporter.stats().drops["after_close"]
+    assert 1 == len([e for e in events if e["event"] == "trainreport.report_after_close"])
+
+
+def test_report_before_start_is_kept() -> None:
+    """Reports made before start() are sent after it."""
+    reporter, sink, _ = make()
+    reporter.report_training_start(max_steps=10)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    reporter.start()
+    assert reporter.close(timeout=5)
+    assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
+    assert 10 == sink.task["status_details"]["max_steps"]
+
+
+def test_close_is_idempotent_and_returns_the_same_answer() -> None:
+    """A second close() returns at once with the first answer."""
+    reporter, _, _ = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert reporter.close(timeout=5)
+    assert reporter.close(timeout=5)
+    assert "closed" == reporter.state
+
+
+def test_close_returns_false_within_its_deadline_when_sends_keep_failing() -> None:
+    """A dead destination delays close() by at most its timeout, and close() says False."""
+    sink = ScriptedSink()
+    sink.fail_sends.extend(RetryLater("down") for _ in range(10_000))
+    reporter, _, _ = make(sink, backoff_initial_seconds=0.05, backoff_max_seconds=0.1)
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    started = time.monotonic()
+    assert not reporter.close(timeout=1.0)
+    assert time.monotonic() - started < 3.0  # generous bound: the deadline is the behaviour
+
+
+def test_close_returns_at_its_deadline_when_a_send_hangs() -> None:
+    """A send stuck in the sink does not hold close() past its timeout."""
+    sink = ScriptedSink()
+    sink.gate = threading.Event()  # never set: every send hangs until its timeout
+    reporter, _, _ = make(sink)
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    started = time.monotonic()
+    assert not reporter.close(timeout=1.0)
+    assert time.monotonic() - started < 3.0
+    sink.gate.set()
+
+
+def test_context_manager_reports_completed_or_the_error() -> None:
+    """``with Reporter(...)`` completes on success and fails with the exception type."""
+    ok_sink, failing_sink = MemorySink(), MemorySink()
+    with Reporter(ok_sink, rank=0) as reporter:
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert "completed" == ok_sink.task["status"]
+    with pytest.raises(ValueError, match="boom"), Reporter(failing_sink, rank=0):
+        raise ValueError("boom")
+    assert "failed" == failing_sink.task["status"]
+    assert {"type": "ValueError", "message": "boom"} == failing_sink.task["status_details"]["error"]
+
+
+def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
+    """Ctrl-C is a cancellation with reason "interrupted" (DESIGN §4)."""
+    sink = MemorySink()
+    with pytest.raises(KeyboardInterrupt), Reporter(sink, rank=0):
+        raise KeyboardInterrupt
+    assert "cancelled" == sink.task["status"]
+    assert "interrupted" == sink.task["status_details"]["cancel_reason"]
+
+
+def test_first_terminal_report_wins() -> None:
+    """A failure reported first stays a failure; a later completion is refused."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_error(RuntimeError("oom"))
+    reporter.report_completed()
+    reporter.report_train_step(step=5, metrics={"loss": 1.0})
+    reporter.report_validation(step=5, metrics={"loss": 2.0})
+    assert reporter.close(timeout=5)
+    assert "failed" == sink.task["status"]
+    assert "train_loss" not in sink.task["status_details"].get("metrics", {})
+    assert [(5, 1, 2.0)] == curve(sink.task, "val_loss")  # final evaluation still recorded
+
+
+def test_strict_transitions_raise_at_close() -> None:
+    """With strict_transitions, a refused transition surfaces as TransitionError from close()."""
+    reporter, _, _ = make(strict_transitions=True)
+    reporter.start()
+    reporter.report_completed()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with pytest.raises(TransitionError):
+        reporter.close(timeout=5)
+
+
+def test_cancel_requested_is_set_when_the_destination_says_so() -> None:
+    """A response saying the job was cancelled sets ``reporter.cancel_requested``."""
+    reporter, sink, _ = make()
+    sink.request_cancel()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert reporter.flush(timeout=5)
+    assert reporter.cancel_requested.is_set()
+    reporter.close(timeout=5)
+
+
+def test_disabled_and_other_ranks_are_inert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRAINREPORT_DISABLED=1 and RANK=1 give a reporter with no thread that sends nothing."""
+    for variable, value in (("TRAINREPORT_DISABLED", "1"), ("RANK", "1")):
+        monkeypatch.setenv(variable, value)
+        sink = MemorySink()
+        reporter = Reporter(sink)
+        threads = threading.active_count()
+        reporter.start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        assert threads == threading.active_count()
+        assert reporter.close(timeout=1)
+        assert "inert" == reporter.state
+        assert [] == sink.requests
+        monkeypatch.delenv(variable)
+
+
+def test_slurm_procid_is_read_when_rank_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RANK, SLURM_PROCID decides (DESIGN §7)."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    reporter = Reporter(MemorySink())
+    reporter.start()
+    assert "inert" == reporter.state
+
+
+def test_flush_delivers_everything_before_the_interval() -> None:
+    """flush() sends at once and returns True once all recorded data is delivered."""
+    reporter, sink, _ = make()
+    reporter.start()
+    cycle(reporter)
+    for step in range(1, 6):
+        reporter.report_train_step(step=step, metrics={"loss": float(step)})
+    assert reporter.flush(timeout=5)
+    assert 5 == len(curve(sink.task, "train_loss"))
+    reporter.close(timeout=5)
+
+
+def test_deep_queue_wakes_the_thread_to_drain_without_sending() -> None:
+    """At drain_queue_depth the thread drains (queue shrinks) but does not send early."""
+    reporter, sink, _ = make(drain_queue_depth=100)
+    reporter.start()
+    cycle(reporter)
+    sent = len(sink.requests)
+    for step in range(1, 101):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+    deadline = time.monotonic() + 5
+    while reporter.stats().queue_depth and time.monotonic() < deadline:
+        cycle(reporter)
+    assert 0 == reporter.stats().queue_depth
+    assert sent == len(sink.requests)  # the interval (fake clock) has not elapsed
+    reporter.close(timeout=5)
+
+
+def test_memory_guard_drops_with_a_counter_and_close_says_false() -> None:
+    """Beyond max_queue_items reports are dropped, counted, and close() returns False."""
+    reporter, _, _ = make(max_queue_items=10)
+    for step in range(20):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+    assert 10 == reporter.stats().drops["queue_full"]
+    reporter.start()
+    assert not reporter.close(timeout=5)
+
+
+def test_stats_histogram_counts_every_report_call() -> None:
+    """stats() counts report calls and gives ordered latency percentiles."""
+    reporter, _, _ = make()
+    for step in range(1, 101):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+    stats = reporter.stats()
+    assert 100 == stats.report_calls
+    assert 0 < stats.report_p50_us <= stats.report_p99_us <= stats.report_max_us
+
+
+def test_pattern_that_never_matched_is_logged_at_close_with_arrived_names() -> None:
+    """A time_series_metrics pattern that matched nothing is named at close()."""
+    reporter, _, _ = make(time_series_metrics=["train_los*", "val_acc"])
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        reporter.close(timeout=5)
+    never = [e for e in events if e["event"] == "trainreport.pattern_never_matched"]
+    assert ["val_acc"] == [e["pattern"] for e in never]
+    assert "train_loss" in never[0]["arrived"]
+
+
+def test_scalars_keep_only_the_latest_value() -> None:
+    """A metric outside time_series_metrics is a scalar: current value, no history."""
+    reporter, sink, _ = make(time_series_metrics=["train_loss"])
+    reporter.start()
+    for step in (1, 2):
+        reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1 * step})
+    assert reporter.close(timeout=5)
+    assert ["train_loss"] == list(sink.task["status_details"]["metrics"])
+    assert 0.2 == sink.task["status_details"]["train_lr"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
+def test_forked_child_is_inert_and_never_deadlocks(tmp_path: Any) -> None:
+    """A child forked while the store lock is held can report, snapshot and close at once."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    recorder = reporter._recorder
+    assert recorder is not None
+    marker = tmp_path / "child.txt"
+    with recorder.lock:  # the child inherits a held lock
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                reporter.report_train_step(step=2, metrics={"loss": 2.0})
+                reporter.snapshot()
+                ok = reporter.close(timeout=1) and reporter.state == "inert"
+                marker.write_text(f"{ok} {threading.active_count()}")
+                code = 0
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert 0 == os.waitstatus_to_exitcode(status)
+    assert "True 1" == marker.read_text()
+    assert reporter.close(timeout=5)
+    assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
