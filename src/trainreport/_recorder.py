@@ -454,6 +454,7 @@ class Recorder:
                     series_updates = tuple(
                         SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:])
                         for n, s in store_series.items()
+                        if s
                     )
             else:
                 series_updates = tuple(
@@ -468,7 +469,11 @@ class Recorder:
                     if s.needs_send
                 )
             if series_updates is not None:
-                sent = {u.name: u.offset + len(u) for u in series_updates}
+                sent = (
+                    {n: len(s) for n, s in store_series.items()}
+                    if full_state
+                    else {u.name: u.offset + len(u) for u in series_updates}
+                )
         update = Update(
             status=self.machine.status.value,
             status_details=details,
@@ -498,13 +503,15 @@ class Recorder:
         details.update(self._details(self.last_updated_at or "", self.sticky))
         if not self.last_updated_at:
             del details["updated_at"]
-        if self.store.series:
+        # A series with no points is not part of a stored task (a server keeps points, not names).
+        if any(self.store.series.values()):
             details["metrics"] = {
                 name: [
                     {"step": st, "epoch": ep, "value": _finite(v)}
                     for st, ep, v in zip(s.steps, s.epochs, s.values, strict=True)
                 ]
                 for name, s in self.store.series.items()
+                if s
             }
         return {"status": self.machine.status.value, "status_details": details}
 

@@ -307,6 +307,8 @@ def _number(value: Any, path: str) -> float | None:
     if value is None:
         return None
     if type(value) is float:
+        if not math.isfinite(value):
+            _invalid("expected a finite number or null", path)
         return value
     if type(value) is int:
         try:

@@ -95,13 +95,14 @@ class TaskRecord:
         if not self.exists:
             return None
         details = dict(self.details)
-        if self.series:
+        if any(cols[0] for cols in self.series.values()):
             details["metrics"] = {
                 name: [
                     {"step": st, "epoch": ep, "value": v}
                     for st, ep, v in zip(cols[0], cols[1], finite_or_none(cols[2]), strict=True)
                 ]
                 for name, cols in self.series.items()
+                if cols[0]
             }
         return {"status": self.status, "status_details": details}
 

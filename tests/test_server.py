@@ -1,0 +1,1180 @@
+"""The reference job-status service over real sockets (urllib3 client, no mocks).
+
+Most tests share one in-thread server per module (``module_server``) and use
+their own job ids; tests that need other limits, a token or a restart start
+their own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import urllib3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainreport import cli
+from trainreport.server import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    ServerHandle,
+    create_app,
+)
+from trainreport.server._db import Applied, Database, SeriesGap
+from trainreport.server._run import TOKEN_ENV_VAR
+from trainreport.server._wire import (
+    ApiError,
+    SeriesPoints,
+    TaskUpdate,
+    parse_json,
+    validate_patch,
+    validate_update,
+)
+
+# -- client helpers ---------------------------------------------------------------------
+
+
+class Reply(NamedTuple):
+    status: int
+    body: Any
+    headers: Any
+
+
+_MISSING: Any = object()
+
+
+class Client:
+    """A thin urllib3 client: JSON in, ``Reply(status, parsed body, headers)`` out."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url
+        self.pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=20.0))
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        payload: Any = _MISSING,
+        *,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Reply:
+        all_headers = {**self.headers, **(headers or {})}
+        if payload is not _MISSING:
+            body = json.dumps(payload).encode()
+            all_headers.setdefault("Content-Type", "application/json")
+        response = self.pool.request(
+            method, self.url + path, body=body, headers=all_headers, **kwargs
+        )
+        data = response.data
+        is_json = response.headers.get("content-type", "").startswith("application/json")
+        return Reply(response.status, json.loads(data) if is_json else data, response.headers)
+
+    def get(self, path: str, **kwargs: Any) -> Reply:
+        return self.call("GET", path, **kwargs)
+
+    def patch(self, path: str, payload: Any = _MISSING, **kwargs: Any) -> Reply:
+        return self.call("PATCH", path, payload, **kwargs)
+
+    def post(self, path: str, payload: Any = _MISSING, **kwargs: Any) -> Reply:
+        return self.call("POST", path, payload, **kwargs)
+
+    def close(self) -> None:
+        self.pool.clear()
+
+
+def columns(
+    offset: int, steps: list[int], values: list[float | None], epochs: list[int | None] | None = None
+) -> dict[str, Any]:
+    """One series suffix in the extension's column shape (epoch 1 unless given)."""
+    return {
+        "offset": offset,
+        "steps": steps,
+        "epochs": epochs if epochs is not None else [1] * len(steps),
+        "values": values,
+    }
+
+
+def curve(reply: Reply, name: str) -> list[tuple[int, float | None]]:
+    """``[(step, value), ...]`` of one series from a GET task reply."""
+    return [(p["step"], p["value"]) for p in reply.body["status_details"]["metrics"][name]]
+
+
+@pytest.fixture
+def make_client() -> Iterator[Callable[..., Client]]:
+    """A factory ``make_client(url, token=None)``; every client is closed at teardown."""
+    made: list[Client] = []
+
+    def make(url: str, token: str | None = None) -> Client:
+        made.append(Client(url, token))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
+
+
+@pytest.fixture
+def api(module_server: ServerHandle, make_client: Callable[..., Client]) -> Client:
+    return make_client(module_server.url)
+
+
+@pytest.fixture
+def task() -> str:
+    """A task path on a job id of its own: ``/v1/jobs/<unique>/tasks/train``."""
+    return f"/v1/jobs/job-{uuid.uuid4().hex[:12]}/tasks/train"
+
+
+def open_writer(api: Client, task: str) -> int:
+    reply = api.post(task + "/writers", {})
+    assert 200 == reply.status
+    generation: int = reply.body["writer_generation"]
+    return generation
+
+
+# -- baseline ---------------------------------------------------------------------------
+
+
+def test_get_of_a_task_never_written_is_404_json(api: Client, task: str) -> None:
+    """A task nobody wrote is a 404 with a JSON error body (the client's "new task")."""
+    reply = api.get(task)
+
+    assert (404, "not_found") == (reply.status, reply.body["error"])
+
+
+def test_patch_creates_the_task_with_status_pending_by_default(api: Client, task: str) -> None:
+    """PATCH to a missing task creates it (and its job); status defaults to pending."""
+    reply = api.patch(task, {"status_details": {"phase": "setup"}})
+
+    assert (200, {"status": "pending", "cancel_requested": False}) == (reply.status, reply.body)
+    assert {"status": "pending", "status_details": {"phase": "setup"}} == api.get(task).body
+
+
+def test_patch_merges_status_details_shallowly(api: Client, task: str) -> None:
+    """A sent key replaces the stored value wholesale (nested objects too); others are kept."""
+    api.patch(task, {"status": "running", "status_details": {"step": 1, "hp": {"a": 1, "b": 2}}})
+    api.patch(task, {"status_details": {"step": 2, "hp": {"c": 3}, "phase": "training"}})
+
+    assert {
+        "status": "running",
+        "status_details": {"step": 2, "hp": {"c": 3}, "phase": "training"},
+    } == api.get(task).body
+
+
+def test_patch_metrics_replace_every_stored_series(api: Client, task: str) -> None:
+    """``metrics`` is sent complete: series missing from it are removed, the rest replaced."""
+    api.patch(
+        task,
+        {
+            "status_details": {
+                "metrics": {
+                    "train_loss": [{"step": 1, "epoch": 1, "value": 2.0}],
+                    "train_lr": [{"step": 1, "epoch": 1, "value": 0.1}],
+                }
+            }
+        },
+    )
+    api.patch(
+        task,
+        {"status_details": {"metrics": {"train_loss": [{"step": 5, "epoch": 1, "value": 1.0}]}}},
+    )
+
+    assert {"train_loss": [{"step": 5, "epoch": 1, "value": 1.0}]} == api.get(task).body[
+        "status_details"
+    ]["metrics"]
+
+
+def test_patch_without_metrics_keeps_the_series(api: Client, task: str) -> None:
+    """A PATCH that does not send ``metrics`` leaves every stored point alone."""
+    api.patch(
+        task,
+        {"status_details": {"metrics": {"loss": [{"step": 1, "epoch": None, "value": None}]}}},
+    )
+    api.patch(task, {"status": "running", "status_details": {"step": 3}})
+
+    assert {
+        "status": "running",
+        "status_details": {
+            "step": 3,
+            "metrics": {"loss": [{"step": 1, "epoch": None, "value": None}]},
+        },
+    } == api.get(task).body
+
+
+def test_get_omits_metrics_when_asked(api: Client, task: str) -> None:
+    """``?metrics=false`` (the page's poll) returns the details without the curves."""
+    api.patch(task, {"status_details": {"step": 1, "metrics": {"a": [{"step": 1, "value": 1}]}}})
+
+    assert {"step": 1} == api.get(task + "?metrics=false").body["status_details"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ([], "$"),
+        ({"status": "done"}, "$.status"),
+        ({"status": None}, "$.status"),
+        ({"stat": "running"}, "$"),
+        ({"status_details": []}, "$.status_details"),
+        ({"status_details": {"metrics": []}}, "$.status_details.metrics"),
+        ({"status_details": {"metrics": {"a": {}}}}, '$.status_details.metrics["a"]'),
+        ({"status_details": {"metrics": {"a": [{"step": -1, "value": 1}]}}}, "[0].step"),
+        ({"status_details": {"metrics": {"a": [{"step": True, "value": 1}]}}}, "[0].step"),
+        ({"status_details": {"metrics": {"a": [{"step": 1.5, "value": 1}]}}}, "[0].step"),
+        ({"status_details": {"metrics": {"a": [{"step": 2**63, "value": 1}]}}}, "[0].step"),
+        ({"status_details": {"metrics": {"a": [{"step": 1, "value": "x"}]}}}, "[0].value"),
+        ({"status_details": {"metrics": {"a": [{"step": 1, "value": False}]}}}, "[0].value"),
+        ({"status_details": {"metrics": {"a": [{"step": 1, "value": 10**400}]}}}, "[0].value"),
+        ({"status_details": {"metrics": {"a": [{"step": 1, "epoch": -1, "value": 1}]}}}, "epoch"),
+        ({"status_details": {"metrics": {"a": [{"step": 1}]}}}, '["a"][0]'),
+        ({"status_details": {"metrics": {"a": [{"step": 1, "value": 1, "x": 0}]}}}, '["a"][0]'),
+        ({"status_details": {"metrics": {"a": [5]}}}, '["a"][0]'),
+        ({"status_details": {"metrics": {"": []}}}, "$.status_details.metrics"),
+        ({"status_details": {"metrics": {"x" * 201: []}}}, "$.status_details.metrics"),
+        ({"status_details": {"metrics": {"a\nb": []}}}, "$.status_details.metrics"),
+    ],
+)
+def test_invalid_patch_is_422_naming_the_path(
+    api: Client, task: str, payload: Any, path: str
+) -> None:
+    """Every malformed body is refused as a whole with 422 and the path of the problem."""
+    reply = api.patch(task, payload)
+
+    assert (422, "invalid_body") == (reply.status, reply.body["error"])
+    assert path in reply.body["path"]
+    assert 404 == api.get(task).status
+
+
+def test_series_name_of_200_characters_is_accepted(api: Client, task: str) -> None:
+    """The name limit is inclusive: 200 characters (any non-control character) are fine."""
+    name = "é" * 199 + "/"
+
+    reply = api.patch(task, {"status_details": {"metrics": {name: []}}})
+
+    assert 200 == reply.status
+    assert {name: []} == api.get(task).body["status_details"]["metrics"]
+
+
+# -- extension: series-suffix-v1 -------------------------------------------------------
+
+
+def test_capabilities_announce_the_extension_gzip_and_the_limit(api: Client) -> None:
+    """GET /v1/capabilities is what a client discovers the extension from."""
+    reply = api.get("/v1/capabilities")
+
+    assert 200 == reply.status
+    assert ["series-suffix-v1"] == reply.body["extensions"]
+    assert ["gzip"] == reply.body["encodings"]
+    assert DEFAULT_MAX_BODY_BYTES == reply.body["max_body_bytes"]
+
+
+def test_opening_a_writer_increments_the_generation_without_creating_the_task(
+    api: Client, task: str
+) -> None:
+    """Each writers call issues generation + 1; the task stays absent until its first update."""
+    first = api.post(task + "/writers", {})
+    second = api.post(task + "/writers")  # an absent body is fine too
+
+    assert (1, None, {}) == (
+        first.body["writer_generation"],
+        first.body["task"],
+        first.body["series_lengths"],
+    )
+    assert 2 == second.body["writer_generation"]
+    assert 404 == api.get(task).status
+
+
+def test_writer_open_returns_the_stored_task_and_lengths(api: Client, task: str) -> None:
+    """A resuming writer learns the stored task (GET shape) and each series' length."""
+    api.patch(
+        task,
+        {"status": "failed", "status_details": {"metrics": {"a": [{"step": 1, "value": 1.0}]}}},
+    )
+
+    reply = api.post(task + "/writers", {})
+
+    assert api.get(task).body == reply.body["task"]
+    assert {"a": 1} == reply.body["series_lengths"]
+
+
+def test_update_appends_suffixes_and_answers_every_length(api: Client, task: str) -> None:
+    """Suffixes at the stored length append; the answer lists every series' length."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 1, "series": {"a": columns(0, [1, 2], [1.0, 2.0])}},
+    )
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 2,
+            "status": "running",
+            "series": {"a": columns(2, [3], [3.0]), "b": columns(0, [3], [None])},
+        },
+    )
+
+    assert {
+        "series_lengths": {"a": 3, "b": 1},
+        "sequence": 2,
+        "status": "running",
+        "cancel_requested": False,
+    } == reply.body
+    task_reply = api.get(task)
+    assert [(1, 1.0), (2, 2.0), (3, 3.0)] == curve(task_reply, "a")
+    assert [(3, None)] == curve(task_reply, "b")
+
+
+def test_resending_the_same_suffix_is_idempotent(api: Client, task: str) -> None:
+    """"From index k on, the series is exactly these points": sending it twice changes nothing."""
+    gen = open_writer(api, task)
+    suffix = {"a": columns(0, [1, 2, 3], [3.0, 2.0, 1.0])}
+    api.post(task + "/updates", {"writer_generation": gen, "sequence": 1, "series": suffix})
+    before = api.get(task).body
+
+    reply = api.post(task + "/updates", {"writer_generation": gen, "sequence": 2, "series": suffix})
+
+    assert {"a": 3} == reply.body["series_lengths"]
+    assert before == api.get(task).body
+
+
+def test_overlapping_resend_after_a_lost_response_heals(api: Client, task: str) -> None:
+    """A client that never heard the answer resends from its last acknowledged length."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 1, "series": {"a": columns(0, [1, 2], [1.0, 2.0])}},
+    )
+    # this answer is "lost": the client still believes the server holds 2 points
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 2, "series": {"a": columns(2, [3, 4], [3.0, 4.0])}},
+    )
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 3,
+            "series": {"a": columns(2, [3, 4, 5], [3.0, 4.0, 5.0])},
+        },
+    )
+
+    assert {"a": 5} == reply.body["series_lengths"]
+    assert [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0)] == curve(api.get(task), "a")
+
+
+def test_a_shorter_suffix_truncates_the_series_on_rewind(api: Client, task: str) -> None:
+    """An empty suffix below the length truncates; a new suffix replaces the old tail."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {
+                "a": columns(0, [1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0]),
+                "b": columns(0, [2, 4], [0.5, 0.4]),
+            },
+        },
+    )
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 2,
+            "series": {"a": columns(2, [3], [9.0]), "b": columns(1, [], [])},
+        },
+    )
+
+    assert {"a": 3, "b": 1} == reply.body["series_lengths"]
+    task_reply = api.get(task)
+    assert [(1, 1.0), (2, 2.0), (3, 9.0)] == curve(task_reply, "a")
+    assert [(2, 0.5)] == curve(task_reply, "b")
+
+
+def test_a_gap_is_409_with_the_lengths_and_applies_nothing(api: Client, task: str) -> None:
+    """An offset beyond the stored length refuses the whole update and says what is stored."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 1, "series": {"a": columns(0, [1], [1.0])}},
+    )
+    before = api.get(task).body
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 2,
+            "status": "completed",
+            "status_details": {"step": 9},
+            "series": {"a": columns(1, [2], [2.0]), "b": columns(3, [9], [9.0])},
+        },
+    )
+
+    assert (409, "series_gap", {"a": 1}) == (
+        reply.status,
+        reply.body["error"],
+        reply.body["series_lengths"],
+    )
+    assert before == api.get(task).body
+
+
+def test_a_late_duplicate_sequence_is_ignored(api: Client, task: str) -> None:
+    """A sequence at or below the last applied one answers ``duplicate`` and changes nothing."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 1, "series": {"a": columns(0, [1], [1.0])}},
+    )
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 2, "series": {"a": columns(0, [7], [7.0])}},
+    )
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "status": "failed",
+            "series": {"a": columns(0, [1], [1.0])},
+        },
+    )
+
+    assert (200, True, {"a": 1}) == (
+        reply.status,
+        reply.body["duplicate"],
+        reply.body["series_lengths"],
+    )
+    task_reply = api.get(task)
+    assert ("pending", [(7, 7.0)]) == (task_reply.body["status"], curve(task_reply, "a"))
+
+
+def test_a_stale_writer_is_refused_and_its_data_not_applied(api: Client, task: str) -> None:
+    """After a new writer opens, the old generation (a zombie) gets 409 stale_writer."""
+    old = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {"writer_generation": old, "sequence": 1, "series": {"a": columns(0, [1], [1.0])}},
+    )
+    new = open_writer(api, task)
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": old,
+            "sequence": 2,
+            "status": "failed",
+            "series": {"a": columns(1, [2], [2.0])},
+        },
+    )
+
+    assert (409, "stale_writer", new) == (
+        reply.status,
+        reply.body["error"],
+        reply.body["writer_generation"],
+    )
+    task_reply = api.get(task)
+    assert ("pending", [(1, 1.0)]) == (task_reply.body["status"], curve(task_reply, "a"))
+
+
+@pytest.mark.parametrize("generation_offset", [1, 5])
+def test_a_generation_never_issued_is_stale(
+    api: Client, task: str, generation_offset: int
+) -> None:
+    """A generation above the current one (or on a task with no writer) is refused too."""
+    assert 409 == api.post(
+        task + "/updates", {"writer_generation": 1, "sequence": 1}
+    ).status  # no writer issued yet
+    gen = open_writer(api, task)
+
+    reply = api.post(
+        task + "/updates", {"writer_generation": gen + generation_offset, "sequence": 1}
+    )
+
+    assert (409, "stale_writer") == (reply.status, reply.body["error"])
+    assert 404 == api.get(task).status
+
+
+def test_update_merges_status_details_shallowly(api: Client, task: str) -> None:
+    """Update details merge like PATCH: sent keys replace, others stay, series untouched."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "status_details": {"phase": "setup", "hp": {"a": 1}},
+            "series": {"a": columns(0, [1], [1.0])},
+        },
+    )
+
+    api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 2, "status_details": {"phase": "training"}},
+    )
+
+    assert {
+        "phase": "training",
+        "hp": {"a": 1},
+        "metrics": {"a": [{"step": 1, "epoch": 1, "value": 1.0}]},
+    } == api.get(task).body["status_details"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "path"),
+    [
+        ({"sequence": 1}, "$.writer_generation"),
+        ({"writer_generation": 1}, "$.sequence"),
+        ({"writer_generation": 1, "sequence": 0}, "$.sequence"),
+        ({"writer_generation": 1, "sequence": 1, "status_details": {"metrics": {}}}, "details"),
+        ({"writer_generation": 1, "sequence": 1, "series": []}, "$.series"),
+        ({"writer_generation": 1, "sequence": 1, "series": {"a": columns(-1, [], [])}}, "offset"),
+        (
+            {
+                "writer_generation": 1,
+                "sequence": 1,
+                "series": {"a": {"offset": 0, "steps": [1], "epochs": [], "values": [1.0]}},
+            },
+            '$.series["a"]',
+        ),
+        (
+            {"writer_generation": 1, "sequence": 1, "series": {"a": columns(0, [1], ["x"])}},
+            '$.series["a"].values[0]',
+        ),
+        (
+            {"writer_generation": 1, "sequence": 1, "series": {"a": {"offset": 0, "pts": []}}},
+            '$.series["a"]',
+        ),
+    ],
+)
+def test_invalid_update_is_422_naming_the_path(
+    api: Client, task: str, payload: Any, path: str
+) -> None:
+    """Malformed updates are 422 before any fencing or storage happens."""
+    open_writer(api, task)
+
+    reply = api.post(task + "/updates", payload)
+
+    assert (422, "invalid_body") == (reply.status, reply.body["error"])
+    assert path in reply.body["path"]
+
+
+def test_series_keep_the_order_they_were_created_in(api: Client, task: str) -> None:
+    """GET lists series in creation order, not alphabetically."""
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {"z": columns(0, [1], [1.0]), "a": columns(0, [1], [1.0])},
+        },
+    )
+
+    assert ["z", "a"] == list(api.get(task).body["status_details"]["metrics"])
+
+
+def test_series_endpoint_returns_columns_and_thins_them(api: Client, task: str) -> None:
+    """The page's series read: columns per name, full length, at most max_points points."""
+    gen = open_writer(api, task)
+    steps = list(range(1, 101))
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {
+                "a": columns(0, steps, [float(s) for s in steps]),
+                "b": columns(0, [1], [None]),
+            },
+        },
+    )
+
+    full = api.get(task + "/series?names=b").body["series"]
+    thin = api.get(task + "/series?max_points=10").body["series"]
+
+    assert {"b": {"length": 1, "steps": [1], "epochs": [1], "values": [None]}} == full
+    assert 100 == thin["a"]["length"]
+    assert len(thin["a"]["steps"]) <= 12
+    assert (1, 100) == (thin["a"]["steps"][0], thin["a"]["steps"][-1])
+
+
+# -- jobs and cancel --------------------------------------------------------------------
+
+
+def test_put_job_is_idempotent_201_then_200(api: Client) -> None:
+    """PUT creates a job once; a repeat answers 200 with the same job."""
+    path = f"/v1/jobs/job-{uuid.uuid4().hex[:12]}"
+
+    first = api.call("PUT", path)
+    second = api.call("PUT", path)
+
+    assert (201, 200) == (first.status, second.status)
+    assert first.body == second.body
+    assert [] == api.get(path).body["tasks"]
+
+
+def test_jobs_are_listed_newest_first_with_task_summaries(api: Client) -> None:
+    """GET /v1/jobs lists jobs newest first; each task with status, phase and step."""
+    older, newer = (f"job-{uuid.uuid4().hex[:12]}" for _ in range(2))
+    api.patch(
+        f"/v1/jobs/{older}/tasks/t",
+        {"status": "running", "status_details": {"phase": "training", "step": 7}},
+    )
+    api.call("PUT", f"/v1/jobs/{newer}")
+
+    jobs = api.get("/v1/jobs").body["jobs"]
+    ids = [job["job_id"] for job in jobs]
+
+    assert ids.index(newer) < ids.index(older)
+    summary = jobs[ids.index(older)]["tasks"][0]
+    assert ("t", "running", "training", 7) == (
+        summary["task_id"],
+        summary["status"],
+        summary["phase"],
+        summary["step"],
+    )
+    assert summary["updated_at"].endswith("Z")
+
+
+def test_get_of_a_missing_job_is_404(api: Client) -> None:
+    """A job nobody created is a 404."""
+    assert 404 == api.get("/v1/jobs/never-created-job").status
+
+
+def test_cancel_reaches_every_later_patch_and_update_response(api: Client, task: str) -> None:
+    """After POST .../cancel, responses for the job's tasks carry cancel_requested: true."""
+    job = task.split("/tasks/")[0]
+    gen = open_writer(api, task)
+    before = api.patch(task, {"status": "running"})
+
+    cancelled = api.post(job + "/cancel")
+    patched = api.patch(task, {"status_details": {"step": 2}})
+    updated = api.post(task + "/updates", {"writer_generation": gen, "sequence": 1})
+
+    assert (False, True) == (before.body["cancel_requested"], cancelled.body["cancel_requested"])
+    assert (True, True) == (patched.body["cancel_requested"], updated.body["cancel_requested"])
+    assert "running" == api.get(task).body["status"]
+
+
+def test_cancel_of_a_missing_job_is_404(api: Client) -> None:
+    """Cancelling a job that does not exist says so instead of creating it."""
+    assert 404 == api.post("/v1/jobs/no-such-job-to-cancel/cancel").status
+
+
+# -- ids, JSON, limits -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw_path",
+    [
+        "/v1/jobs/../tasks/x",
+        "/v1/jobs/%2e%2e/tasks/x",
+        "/v1/jobs/.hidden/tasks/x",
+        "/v1/jobs/-dash/tasks/x",
+        "/v1/jobs/a%20b/tasks/x",
+        "/v1/jobs/a%00b/tasks/x",
+        "/v1/jobs/j%C3%B6b/tasks/x",
+        "/v1/jobs/j/tasks/" + "t" * 129,
+        "/v1/jobs/j/tasks/..",
+        "/v1/jobs/j/tasks/%2e%2e",
+    ],
+)
+def test_bad_ids_are_400(module_server: ServerHandle, raw_path: str) -> None:
+    """Ids outside ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ are refused, traversal included."""
+    # a connection pool sends the path as written (PoolManager would normalise "..")
+    host, port = module_server.url.removeprefix("http://").rsplit(":", 1)
+    with urllib3.HTTPConnectionPool(host, int(port), retries=False) as pool:
+        reply = pool.urlopen("PATCH", raw_path, body=b"{}")
+
+        assert (400, "invalid_id") == (reply.status, json.loads(reply.data)["error"])
+
+
+@pytest.mark.parametrize(
+    "raw_path", ["/v1/jobs/j/tasks/..%2f..%2fetc", "/v1/jobs/a%2Fb/tasks/x", "/v1/jobs//tasks/x"]
+)
+def test_paths_with_extra_segments_match_no_route(
+    module_server: ServerHandle, raw_path: str
+) -> None:
+    """An encoded slash becomes a path separator and so matches no endpoint (404)."""
+    host, port = module_server.url.removeprefix("http://").rsplit(":", 1)
+    with urllib3.HTTPConnectionPool(host, int(port), retries=False) as pool:
+        reply = pool.urlopen("PATCH", raw_path, body=b"{}")
+
+        assert 404 == reply.status
+
+
+def test_an_id_of_128_characters_is_accepted(api: Client) -> None:
+    """The id limit is inclusive: 128 characters from the allowed set are fine."""
+    job = "J" + "a.b_c-" * 21 + "z"
+
+    assert (128, 200) == (len(job), api.patch(f"/v1/jobs/{job}/tasks/t", {}).status)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"status_details": {"x": NaN}}',
+        b'{"status_details": {"x": Infinity}}',
+        b'{"status_details": {"x": -Infinity}}',
+        b'{"status_details": {"x": 1e400}}',
+        b'{"status": "running"',
+        b"\xff\xfe{}",
+        b"",
+        b"[" * 100_000,
+    ],
+)
+def test_non_strict_json_is_400(api: Client, task: str, body: bytes) -> None:
+    """NaN/Infinity tokens, overflowing numbers and malformed bodies are 400 invalid_json."""
+    reply = api.patch(task, body=body)
+
+    assert (400, "invalid_json") == (reply.status, reply.body["error"])
+    assert 404 == api.get(task).status
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    """A server with a 1 KiB body limit and a 4 KiB decompressed limit."""
+    from trainreport.server import start_in_thread
+
+    db = tmp_path_factory.mktemp("small") / "small.db"
+    with start_in_thread(db, max_body_bytes=1024, max_decompressed_bytes=4096) as handle:
+        client = Client(handle.url)
+        yield client
+        client.close()
+
+
+def _padded_patch(size: int) -> bytes:
+    """A valid PATCH body of exactly ``size`` bytes."""
+    head, tail = b'{"status_details": {"pad": "', b'"}}'
+    return head + b"x" * (size - len(head) - len(tail)) + tail
+
+
+def test_a_body_at_the_limit_is_accepted(small_server: Client) -> None:
+    """The limit is inclusive: exactly max_body_bytes is fine."""
+    assert 200 == small_server.patch("/v1/jobs/j/tasks/at-limit", body=_padded_patch(1024)).status
+
+
+def test_a_body_over_the_limit_is_413_by_content_length(small_server: Client) -> None:
+    """A Content-Length over the limit is refused with 413 before the body is read."""
+    reply = small_server.patch("/v1/jobs/j/tasks/cl", body=_padded_patch(1025))
+
+    assert (413, "body_too_large", 1024) == (
+        reply.status,
+        reply.body["error"],
+        reply.body["limit_bytes"],
+    )
+    assert 404 == small_server.get("/v1/jobs/j/tasks/cl").status
+
+
+def test_a_chunked_body_over_the_limit_is_413(small_server: Client) -> None:
+    """A chunked body has no Content-Length: the bytes are counted as they arrive."""
+    body = _padded_patch(3000)
+    chunks = [body[i : i + 500] for i in range(0, len(body), 500)]
+
+    reply = small_server.patch("/v1/jobs/j/tasks/chunked", body=iter(chunks), chunked=True)
+
+    assert (413, "body_too_large") == (reply.status, reply.body["error"])
+    assert 404 == small_server.get("/v1/jobs/j/tasks/chunked").status
+
+
+def test_a_chunked_body_within_the_limit_is_accepted(small_server: Client) -> None:
+    """Chunked transfer itself is fine; only the size counts."""
+    body = _padded_patch(900)
+
+    reply = small_server.patch(
+        "/v1/jobs/j/tasks/chunked-ok", body=iter([body[:400], body[400:]]), chunked=True
+    )
+
+    assert 200 == reply.status
+
+
+def test_a_gzip_body_is_accepted_beyond_the_wire_limit(small_server: Client) -> None:
+    """A gzip body counts against the wire limit compressed and the second limit inflated."""
+    body = _padded_patch(4000)
+    compressed = gzip.compress(body)
+    assert len(compressed) < 1024
+
+    reply = small_server.patch(
+        "/v1/jobs/j/tasks/gz", body=compressed, headers={"Content-Encoding": "gzip"}
+    )
+
+    assert 200 == reply.status
+    assert 4000 - 31 == len(small_server.get("/v1/jobs/j/tasks/gz").body["status_details"]["pad"])
+
+
+def test_a_gzip_bomb_is_413(small_server: Client) -> None:
+    """A gzip body within the wire limit that inflates beyond the second limit is refused."""
+    bomb = gzip.compress(_padded_patch(500_000), compresslevel=9)
+    assert len(bomb) < 1024
+
+    reply = small_server.patch(
+        "/v1/jobs/j/tasks/bomb", body=bomb, headers={"Content-Encoding": "gzip"}
+    )
+
+    assert (413, "body_too_large", 4096) == (
+        reply.status,
+        reply.body["error"],
+        reply.body["limit_bytes"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "status"),
+    [
+        (b"not gzip at all", "gzip", 400),
+        (gzip.compress(b'{"status": "running"}')[:-6], "gzip", 400),
+        (gzip.compress(b"{}") + b"trailing", "gzip", 400),
+        (b"{}", "br", 415),
+    ],
+)
+def test_bad_encodings_are_refused(
+    small_server: Client, body: bytes, encoding: str, status: int
+) -> None:
+    """Corrupt, truncated or trailing-garbage gzip is 400; other encodings are 415."""
+    reply = small_server.patch(
+        "/v1/jobs/j/tasks/enc", body=body, headers={"Content-Encoding": encoding}
+    )
+
+    assert status == reply.status
+    assert 404 == small_server.get("/v1/jobs/j/tasks/enc").status
+
+
+# -- auth -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "payload"),
+    [
+        ("GET", "/v1/jobs", _MISSING),
+        ("GET", "/v1/jobs/j/tasks/t", _MISSING),
+        ("GET", "/v1/jobs/j/tasks/t/series", _MISSING),
+        ("PATCH", "/v1/jobs/j/tasks/t", {"status": "running"}),
+        ("POST", "/v1/jobs/j/tasks/t/writers", {}),
+        ("POST", "/v1/jobs/j/tasks/t/updates", {"writer_generation": 1, "sequence": 1}),
+        ("PUT", "/v1/jobs/j", _MISSING),
+        ("POST", "/v1/jobs/j/cancel", _MISSING),
+        ("GET", "/v1/nowhere", _MISSING),
+    ],
+)
+def test_every_v1_request_needs_the_token(
+    token_server: ServerHandle,
+    server_token: str,
+    make_client: Callable[..., Client],
+    method: str,
+    path: str,
+    payload: Any,
+) -> None:
+    """Reads and writes alike: no token or a wrong one is 401; the right one gets through."""
+    anonymous, wrong, right = (
+        make_client(token_server.url, token) for token in (None, "s3cret-tokem", server_token)
+    )
+
+    assert 401 == anonymous.call(method, path, payload).status
+    assert 401 == wrong.call(method, path, payload).status
+    assert 401 != right.call(method, path, payload).status
+
+
+def test_401_says_bearer_and_capabilities_and_the_page_need_no_token(
+    token_server: ServerHandle, make_client: Callable[..., Client]
+) -> None:
+    """A 401 carries WWW-Authenticate; discovery and the HTML shell stay open."""
+    anonymous = make_client(token_server.url)
+
+    reply = anonymous.get("/v1/jobs")
+
+    assert ("unauthorized", 'Bearer realm="trainreport"') == (
+        reply.body["error"],
+        reply.headers["www-authenticate"],
+    )
+    assert 200 == anonymous.get("/v1/capabilities").status
+    assert 200 == anonymous.get("/").status
+
+
+def test_the_token_never_reaches_the_logs(
+    start_server: Callable[..., ServerHandle],
+    make_client: Callable[..., Client],
+    server_token: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the access log on, neither a right nor a wrong token is logged."""
+    handle = start_server(token=server_token, access_log=True)
+    caplog.set_level("DEBUG")
+
+    make_client(handle.url, server_token).patch("/v1/jobs/j/tasks/t", {"status": "running"})
+    make_client(handle.url, "not-" + server_token).get("/v1/jobs")
+    handle.stop()
+
+    assert "GET /v1/jobs" in caplog.text  # the access log did run
+    assert server_token not in caplog.text
+
+
+# -- persistence and concurrency ---------------------------------------------------------
+
+
+def _write_run(client: Client, task: str, points: int) -> int:
+    gen = open_writer(client, task)
+    steps = list(range(1, points + 1))
+    reply = client.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "status": "running",
+            "status_details": {"step": points},
+            "series": {"loss": columns(0, steps, [1.0 / s for s in steps])},
+        },
+    )
+    assert 200 == reply.status
+    return gen
+
+
+def test_data_and_generations_survive_a_restart(
+    server_process: ServerHandle,
+    start_server_process: Callable[..., ServerHandle],
+    make_client: Callable[..., Client],
+) -> None:
+    """Stop the process, start another on the same file: the task and its fence are intact."""
+    client = make_client(server_process.url)
+    gen = _write_run(client, "/v1/jobs/j/tasks/t", 50)
+    before = client.get("/v1/jobs/j/tasks/t").body
+    server_process.stop()
+
+    restarted = start_server_process(server_process.db_path)
+    after = make_client(restarted.url)
+
+    assert before == after.get("/v1/jobs/j/tasks/t").body
+    assert gen + 1 == after.post("/v1/jobs/j/tasks/t/writers").body["writer_generation"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+def test_an_acknowledged_write_survives_kill_9(
+    server_process: ServerHandle,
+    start_server_process: Callable[..., ServerHandle],
+    make_client: Callable[..., Client],
+) -> None:
+    """An update answered 200 is on disk: killing the server right after loses nothing."""
+    client = make_client(server_process.url)
+    _write_run(client, "/v1/jobs/j/tasks/t", 20)
+    assert server_process.pid is not None
+    os.kill(server_process.pid, signal.SIGKILL)
+    server_process.stop()
+
+    restarted = make_client(start_server_process(server_process.db_path).url)
+
+    assert 20 == len(curve(restarted.get("/v1/jobs/j/tasks/t"), "loss"))
+
+
+def test_concurrent_writers_to_different_tasks_all_land(api: Client) -> None:
+    """Eight threads each append 20 updates to their own task; every point is stored once."""
+    job = f"/v1/jobs/job-{uuid.uuid4().hex[:12]}"
+    barrier = threading.Barrier(8)
+
+    def run(worker: int) -> dict[str, int]:
+        client = Client(api.url)
+        task = f"{job}/tasks/w{worker}"
+        gen = open_writer(client, task)
+        barrier.wait(timeout=30)
+        lengths: dict[str, int] = {}
+        for seq in range(1, 21):
+            steps = list(range((seq - 1) * 10 + 1, seq * 10 + 1))
+            reply = client.post(
+                task + "/updates",
+                {
+                    "writer_generation": gen,
+                    "sequence": seq,
+                    "series": {"loss": columns(lengths.get("loss", 0), steps, [float(worker)] * 10)},
+                },
+            )
+            lengths = reply.body["series_lengths"]
+        client.close()
+        return lengths
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(run, range(8)))
+
+    assert [{"loss": 200}] * 8 == results
+    for worker in range(8):
+        points = curve(api.get(f"{job}/tasks/w{worker}"), "loss")
+        assert [(s, float(worker)) for s in range(1, 201)] == points
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+def test_create_app_refuses_an_empty_token_and_zero_limits(tmp_path: Path) -> None:
+    """An empty token would silently disable auth; a zero limit refuses everything."""
+    with pytest.raises(ValueError, match="token"):
+        create_app(tmp_path / "a.db", token="")
+    with pytest.raises(ValueError, match="limits"):
+        create_app(tmp_path / "a.db", max_body_bytes=0)
+
+
+def test_a_database_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A file written by a newer server is not silently misread."""
+    path = tmp_path / "new.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+
+    with pytest.raises(RuntimeError, match="schema version 99"):
+        Database(path)
+
+
+def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
+    """WAL plus synchronous=FULL: an acknowledged commit is fsynced (docs/server.md)."""
+    db = Database(tmp_path / "d.db")
+    try:
+        conn = db._conn()
+        assert ("wal", 2) == (
+            conn.execute("PRAGMA journal_mode").fetchone()[0],
+            conn.execute("PRAGMA synchronous").fetchone()[0],
+        )
+    finally:
+        db.close()
+
+
+def test_the_cli_defaults_match_the_server_defaults() -> None:
+    """cli.py repeats the limits and the token variable so its parser needs no Starlette."""
+    assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
+        cli.DEFAULT_MAX_BODY_BYTES,
+        cli.DEFAULT_MAX_DECOMPRESSED_BYTES,
+        cli._TOKEN_ENV_VAR,
+    )
+
+
+def test_the_cli_serve_parser_reads_every_flag(tmp_path: Path) -> None:
+    """``trainreport serve`` takes the documented flags, loopback and 8321 by default."""
+    defaults = cli.build_parser().parse_args(["serve"])
+    args = cli.build_parser().parse_args(
+        [
+            "serve",
+            "--db",
+            str(tmp_path / "x.db"),
+            "--port",
+            "0",
+            "--token-file",
+            "tok",
+            "--max-body-bytes",
+            "10",
+            "--access-log",
+        ]
+    )
+
+    assert ("127.0.0.1", 8321, False) == (defaults.host, defaults.port, defaults.access_log)
+    assert (0, Path("tok"), 10, True) == (
+        args.port,
+        args.token_file,
+        args.max_body_bytes,
+        args.access_log,
+    )
+
+
+def test_the_cli_refuses_an_empty_token_file(tmp_path: Path, capsys: Any) -> None:
+    """An empty token file is a usage error (exit 2), not an open server."""
+    token_file = tmp_path / "token"
+    token_file.write_text("\n")
+
+    status = cli.main(["serve", "--db", str(tmp_path / "x.db"), "--token-file", str(token_file)])
+
+    assert 2 == status
+    assert "token is empty" in capsys.readouterr().err
+
+
+# -- properties of the pure layers -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    db = Database(tmp_path_factory.mktemp("property") / "p.db")
+    yield db
+    db.close()
+
+
+_values = st.lists(
+    st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)), max_size=6
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(st.integers(0, 40), _values), min_size=1, max_size=8))
+def test_suffix_updates_equal_a_list_model(
+    database: Database, ops: list[tuple[int, list[float | None]]]
+) -> None:
+    """Any sequence of suffixes leaves the series equal to ``model[offset:] = points``."""
+    task_id = uuid.uuid4().hex
+    gen = database.open_writer("prop", task_id).generation
+    model: list[tuple[int, float | None]] = []
+    for sequence, (seed, values) in enumerate(ops, start=1):
+        offset = seed % (len(model) + 2)  # sometimes one past the end: a gap
+        steps = list(range(offset, offset + len(values)))
+        update = TaskUpdate(
+            writer_generation=gen,
+            sequence=sequence,
+            status=None,
+            details={},
+            series=(SeriesPoints("s", offset, steps, [None] * len(values), values),),
+        )
+        outcome = database.apply_update("prop", task_id, update, now="2026-01-01T00:00:00Z")
+        if offset > len(model):
+            assert isinstance(outcome, SeriesGap)
+            continue
+        model[offset:] = list(zip(steps, values))
+        assert isinstance(outcome, Applied)
+        assert {"s": len(model)} == outcome.series_lengths
+    stored = database.series_columns("prop", task_id, None)
+    if stored is not None:
+        assert model == list(zip(stored["s"]["steps"], stored["s"]["values"]))
+
+
+@given(st.binary(max_size=200))
+def test_parse_json_raises_only_400s(body: bytes) -> None:
+    """Whatever bytes arrive, parsing answers a value or a 400, never another exception."""
+    try:
+        parse_json(body)
+    except ApiError as exc:
+        assert 400 == exc.status_code
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(
+        st.sampled_from(
+            ["status", "status_details", "metrics", "series", "sequence", "writer_generation",
+             "offset", "steps", "epochs", "values", "step", "value", "epoch", "x"]
+        ),
+        children,
+        max_size=4,
+    ),
+    max_leaves=12,
+)
+
+
+@given(_json)
+def test_validation_raises_only_422s(doc: Any) -> None:
+    """Any JSON document validates or is refused with 422, never crashes the handler."""
+    for validate in (validate_patch, validate_update):
+        try:
+            validate(doc)
+        except ApiError as exc:
+            assert 422 == exc.status_code
