@@ -20,6 +20,7 @@ from trainreport.exceptions import (
 from trainreport.sinks import (
     Delivered,
     FileSink,
+    HttpSink,
     MemorySink,
     Opened,
     Rejected,
@@ -35,6 +36,7 @@ __all__ = [
     "ConfigError",
     "Delivered",
     "FileSink",
+    "HttpSink",
     "MemorySink",
     "Opened",
     "Phase",

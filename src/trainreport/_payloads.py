@@ -222,11 +222,15 @@ def parse_stored_task(task: object) -> StoredState | str:
             details = {}
         if not isinstance(details, dict):
             raise _MalformedError("status_details is not an object")
-        metrics = details.get("metrics", {}) or {}
+        metrics = details.get("metrics")
+        if metrics is None:
+            metrics = {}
         if not isinstance(metrics, dict):
             raise _MalformedError("status_details.metrics is not an object")
         series = {str(name): _parse_series(str(name), pts) for name, pts in metrics.items()}
-        datasets = details.get("val_datasets", []) or []
+        datasets = details.get("val_datasets")
+        if datasets is None:
+            datasets = []
         if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
             raise _MalformedError("status_details.val_datasets is not a list of strings")
         status = task.get("status")

@@ -31,6 +31,7 @@ from trainreport._sink import (
     Update,
 )
 from trainreport.sinks._file import FileSink
+from trainreport.sinks._http import HttpSink
 from trainreport.sinks._memory import MemorySink
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_RUNS_DIRECTORY",
     "Delivered",
     "FileSink",
+    "HttpSink",
     "MemorySink",
     "OpenResult",
     "Opened",
@@ -86,8 +88,6 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     url = env.get("TRAINREPORT_URL", "").strip()
     job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
     if url:
-        from trainreport.sinks._http import HttpSink  # noqa: PLC0415 - urllib3 only when used
-
         return HttpSink.from_env(env)
     run_id = new_run_id()
     if job_id:

@@ -1,0 +1,128 @@
+"""Wire encoding (strict JSON, both shapes) and lenient parsing of stored tasks."""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainreport._payloads import (
+    StoredState,
+    encode_patch_body,
+    encode_suffix_body,
+    parse_stored_task,
+)
+from trainreport._sink import SeriesUpdate, Update
+
+
+def series(name: str, values: list[float], offset: int = 0) -> SeriesUpdate:
+    n = len(values)
+    return SeriesUpdate(
+        name, offset, array("q", range(offset + 1, offset + n + 1)), array("i", [1] * n),
+        array("d", values),
+    )
+
+
+def strict_loads(body: bytes) -> object:
+    def refuse(token: str) -> object:
+        raise ValueError(f"non-strict JSON token {token}")
+
+    return json.loads(body, parse_constant=refuse)
+
+
+def test_patch_body_has_the_baseline_shape_with_null_for_non_finite() -> None:
+    """Full-state PATCH: status, details and complete metrics; NaN/Inf become null."""
+    update = Update("running", {"step": 3, "phase": "training"},
+                    (series("train_loss", [1.0, math.nan, math.inf]),), True)
+    body = strict_loads(encode_patch_body(update))
+    assert {
+        "status": "running",
+        "status_details": {
+            "step": 3,
+            "phase": "training",
+            "metrics": {"train_loss": [
+                {"step": 1, "epoch": 1, "value": 1.0},
+                {"step": 2, "epoch": 1, "value": None},
+                {"step": 3, "epoch": 1, "value": None},
+            ]},
+        },
+    } == body
+
+
+def test_update_without_series_carries_no_metrics_key() -> None:
+    """series=None means no ``metrics`` at all (never an empty replacement)."""
+    body = strict_loads(encode_patch_body(Update(None, {"phase": "setup"}, None, True)))
+    assert {"status_details": {"phase": "setup"}} == body
+
+
+def test_suffix_body_carries_columns_offsets_generation_and_sequence() -> None:
+    """The extension body: writer generation, sequence, details and per-series columns."""
+    update = Update("running", {"step": 5}, (series("a", [0.5, -math.inf], offset=3),), False)
+    body = strict_loads(encode_suffix_body(update, writer_generation=2, sequence=9))
+    assert {
+        "writer_generation": 2,
+        "sequence": 9,
+        "status": "running",
+        "status_details": {"step": 5},
+        "series": {"a": {"offset": 3, "steps": [4, 5], "epochs": [1, 1], "values": [0.5, None]}},
+    } == body
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30),
+       st.text(max_size=20))
+def test_bodies_are_always_strict_json(values: list[float], name: str) -> None:
+    """Whatever the values and names, both bodies parse as strict JSON."""
+    update = Update("running", {"note": name}, (series(name or "x", values),), True)
+    strict_loads(encode_patch_body(update))
+    strict_loads(encode_suffix_body(update, writer_generation=1, sequence=1))
+
+
+def test_stored_task_parses_curves_and_datasets() -> None:
+    """A well-formed stored task yields columns, dataset order and the other details."""
+    state = parse_stored_task({
+        "status": "failed",
+        "status_details": {
+            "owner": "x",
+            "val_datasets": ["a", "b"],
+            "metrics": {"train_loss": [{"step": 1, "epoch": 1, "value": None},
+                                       {"step": 2, "epoch": 1, "value": 3}]},
+        },
+    })
+    assert isinstance(state, StoredState)
+    steps, epochs, values = state.series["train_loss"]
+    assert [1, 2] == list(steps)
+    assert math.isnan(values[0])
+    assert 3.0 == values[1]
+    assert ("a", "b") == state.val_datasets
+    assert {"owner": "x", "val_datasets": ["a", "b"]} == state.details
+    assert "failed" == state.status
+
+
+def test_missing_task_is_an_empty_state() -> None:
+    """None (a 404) is an empty stored state, not a failure."""
+    assert StoredState(series={}) == parse_stored_task(None)
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        [],
+        {"status_details": []},
+        {"status_details": {"metrics": []}},
+        {"status_details": {"metrics": {"a": {}}}},
+        {"status_details": {"metrics": {"a": [1]}}},
+        {"status_details": {"metrics": {"a": [{"step": "1", "value": 1}]}}},
+        {"status_details": {"metrics": {"a": [{"step": -1, "value": 1}]}}},
+        {"status_details": {"metrics": {"a": [{"step": 2, "value": 1}, {"step": 1, "value": 1}]}}},
+        {"status_details": {"metrics": {"a": [{"step": 1, "value": "x"}]}}},
+        {"status_details": {"metrics": {"a": [{"step": True, "value": 1}]}}},
+        {"status_details": {"val_datasets": "ab"}},
+    ],
+)
+def test_malformed_stored_task_gives_a_reason(task: object) -> None:
+    """Anything malformed yields a reason string (the caller then starts empty)."""
+    assert isinstance(parse_stored_task(task), str)

@@ -1,0 +1,116 @@
+"""SendScheduler: debounce, events, backoff, Retry-After, rejections, heartbeat (pure, no clock)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trainreport._scheduler import MAX_RETRY_AFTER_SECONDS, SendScheduler
+
+
+def scheduler(**kw: float) -> SendScheduler:
+    settings = {"min_interval": 10.0, "heartbeat": 60.0, "backoff_jitter": 0.0, **kw}
+    return SendScheduler(rng=random.Random(0), **settings)  # type: ignore[arg-type]
+
+
+def test_first_change_is_due_at_once() -> None:
+    """The first report goes at once (no debounce before the first send)."""
+    s = scheduler()
+    assert s.due_at() is None
+    s.note_change(100.0)
+    assert s.is_due(100.0)
+
+
+def test_regular_changes_wait_for_the_interval_after_the_last_success() -> None:
+    """After a delivered send, ordinary data waits min_interval from that send."""
+    s = scheduler()
+    s.note_change(100.0)
+    s.on_delivered(100.0)
+    s.note_change(101.0)
+    assert not s.is_due(109.9)
+    assert s.is_due(110.0)
+
+
+def test_event_changes_bypass_the_debounce() -> None:
+    """An urgent change (event report) is due when it arrives."""
+    s = scheduler()
+    s.note_change(100.0)
+    s.on_delivered(100.0)
+    s.note_change(101.0, urgent=True)
+    assert s.is_due(101.0)
+
+
+def test_failure_does_not_consume_the_debounce_window() -> None:
+    """After a failed send the next attempt is due after the backoff, not the interval."""
+    s = scheduler(backoff_initial=1.0)
+    s.note_change(100.0)
+    delay = s.on_retry_later(100.0)
+    assert 1.0 == delay
+    assert not s.is_due(100.9)
+    assert s.is_due(101.0)
+
+
+def test_backoff_grows_exponentially_up_to_the_cap_and_resets_on_success() -> None:
+    """Delays double per failure, stop at backoff_max, and start over after a success."""
+    s = scheduler(backoff_initial=1.0, backoff_max=5.0)
+    s.note_change(0.0)
+    assert [1.0, 2.0, 4.0, 5.0, 5.0] == [s.on_retry_later(0.0) for _ in range(5)]
+    s.on_delivered(1.0)
+    s.note_change(2.0)
+    assert 1.0 == s.on_retry_later(2.0)
+
+
+def test_jitter_stays_within_its_fraction() -> None:
+    """Each delay is scaled by a factor in [1 - jitter, 1 + jitter]."""
+    s = SendScheduler(backoff_initial=10.0, backoff_jitter=0.2, rng=random.Random(1))
+    delays = {s.backoff_delay(1) for _ in range(200)}
+    assert all(8.0 <= d <= 12.0 for d in delays)
+    assert len(delays) > 1
+
+
+def test_retry_after_is_honoured_and_capped() -> None:
+    """A delay the destination asks for replaces the backoff, up to a cap."""
+    s = scheduler(backoff_initial=1.0)
+    s.note_change(0.0)
+    assert 30.0 == s.on_retry_later(0.0, 30.0)
+    assert not s.is_due(29.0)
+    assert MAX_RETRY_AFTER_SECONDS == s.on_retry_later(0.0, 10**9)
+
+
+def test_rejection_is_not_retried_without_new_data() -> None:
+    """After a rejection nothing is due until new data arrives, then after the long backoff."""
+    s = scheduler(rejected_backoff=300.0)
+    s.note_change(0.0)
+    s.on_rejected(0.0)
+    assert s.due_at() is None
+    s.note_change(10.0)
+    assert not s.is_due(299.0)
+    assert s.is_due(300.0)
+
+
+def test_heartbeat_is_due_when_nothing_changed() -> None:
+    """With nothing pending, a send is due heartbeat seconds after the last success."""
+    s = scheduler(heartbeat=60.0)
+    s.note_change(0.0)
+    s.on_delivered(0.0)
+    assert not s.is_due(59.0)
+    assert s.is_due(60.0)
+
+
+def test_partial_delivery_keeps_data_pending_for_the_next_window() -> None:
+    """An event send that left curves out keeps them due one interval later."""
+    s = scheduler()
+    s.note_change(0.0)
+    s.on_delivered(0.0)
+    s.note_change(1.0, urgent=True)
+    s.on_delivered(1.0, everything_sent=False)
+    assert not s.is_due(10.9)
+    assert s.is_due(11.0)
+
+
+@pytest.mark.parametrize("failures", [1, 10, 10_000])
+def test_backoff_delay_never_overflows(failures: int) -> None:
+    """Even after very many failures the delay is the cap, not an OverflowError."""
+    s = scheduler(backoff_initial=1.0, backoff_max=60.0)
+    assert 60.0 >= s.backoff_delay(failures)
