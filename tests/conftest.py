@@ -28,7 +28,7 @@ import pytest
 if TYPE_CHECKING:
     from trainreport.server import ServerHandle
 
-SERVER_TOKEN = "s3cret-token"  # noqa: S105 - a test fixture's token
+SERVER_TOKEN = "s3cret-token"
 
 
 @pytest.fixture

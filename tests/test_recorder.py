@@ -30,6 +30,7 @@ def run(body: Callable[[Reporter, FakeClock], None], **config: Any) -> tuple[Rep
 
 def test_prefixes_are_not_doubled_and_validation_is_val() -> None:
     """train/loss -> train_loss; eval_loss in validation -> val_loss (DESIGN §3 table)."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_train_step(step=1, metrics={"train/loss": 1.0})
         r.report_validation(step=1, metrics={"eval_loss": 2.0, "accuracy": 0.5})
@@ -43,6 +44,7 @@ def test_prefixes_are_not_doubled_and_validation_is_val() -> None:
 
 def test_second_validation_dataset_gets_its_own_curves() -> None:
     """The first dataset keeps val_N; others get val_<dataset>_N; the order is stored."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_validation(step=5, metrics={"loss": 1.0}, dataset="squad")
         r.report_validation(step=5, metrics={"loss": 2.0}, dataset="trivia")
@@ -64,6 +66,7 @@ def test_second_validation_dataset_gets_its_own_curves() -> None:
 )
 def test_epoch_rule_through_train_steps(epochs: list[float], expected: list[int]) -> None:
     """The point epoch follows DESIGN §3 (int index, float completed, capped)."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_training_start(max_steps=4, num_epochs=3)
         for step, epoch in enumerate(epochs, start=1):
@@ -75,6 +78,7 @@ def test_epoch_rule_through_train_steps(epochs: list[float], expected: list[int]
 
 def test_percentage_and_eta_come_from_steps_since_this_process_started() -> None:
     """percentage = step/max_steps; ETA = mean time per step since the first step x steps left."""
+
     def body(r: Reporter, clock: FakeClock) -> None:
         r.report_training_start(max_steps=100)
         clock.advance(50.0)  # model loading does not count
@@ -90,6 +94,7 @@ def test_percentage_and_eta_come_from_steps_since_this_process_started() -> None
 
 def test_other_phases_never_move_training_progress() -> None:
     """report_metrics(phase="system") records curves but leaves step and phase alone."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_train_step(step=3, metrics={"loss": 1.0})
         r.report_metrics(step=1000, metrics={"gpu_util": 0.9}, phase="system")
@@ -102,6 +107,7 @@ def test_other_phases_never_move_training_progress() -> None:
 
 def test_hyperparameters_are_flattened_with_slashes() -> None:
     """Nested hyperparameters become one flat mapping under ``hyperparameters``."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_hyperparameters(params={"optimizer": {"lr": 0.001, "betas": [0.9, 0.99]}})
 
@@ -113,6 +119,7 @@ def test_hyperparameters_are_flattened_with_slashes() -> None:
 
 def test_distinct_name_cap_drops_and_counts_new_names() -> None:
     """A bug logging metric_{step} stops growing the record at the cap, with one warning."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         for step in range(1, 21):
             r.report_train_step(step=step, metrics={f"metric_{step}": 1.0})
@@ -152,6 +159,7 @@ def test_bad_input_is_logged_and_dropped_and_the_rest_is_kept(
     label: str, kwargs: dict[str, Any]
 ) -> None:
     """No report call raises or warns; bad parts are dropped, good parts of the call kept."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_train_step(step=1, metrics={"ok": 1.0})
         with warnings.catch_warnings():
@@ -174,6 +182,7 @@ def test_bad_input_is_logged_and_dropped_and_the_rest_is_kept(
 
 def test_numpy_scalars_and_item_objects_are_converted_on_the_callers_thread() -> None:
     """numpy scalars/ints and 0-d arrays become plain numbers; numpy int steps work."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_train_step(step=np.int64(1), metrics={
             "a": np.float32(0.5), "b": np.int64(3), "c": np.array(1.5)})
@@ -186,6 +195,7 @@ def test_numpy_scalars_and_item_objects_are_converted_on_the_callers_thread() ->
 
 def test_queued_metrics_are_copies_not_the_callers_dict() -> None:
     """Mutating the dict after the call does not change what was reported."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         metrics = {"loss": 1.0}
         r.report_train_step(step=1, metrics=metrics)
@@ -197,6 +207,7 @@ def test_queued_metrics_are_copies_not_the_callers_dict() -> None:
 
 def test_reserved_detail_names_cannot_be_overwritten_by_a_metric() -> None:
     """A custom phase whose qualified name hits a reserved key (max_steps) is dropped."""
+
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_training_start(max_steps=10)
         r.report_metrics(step=1, metrics={"steps": 999.0}, phase="max")

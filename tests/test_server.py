@@ -31,6 +31,7 @@ from trainreport.server import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     ServerHandle,
     create_app,
+    start_in_thread,
 )
 from trainreport.server._db import Applied, Database, SeriesGap
 from trainreport.server._run import TOKEN_ENV_VAR
@@ -98,7 +99,10 @@ class Client:
 
 
 def columns(
-    offset: int, steps: list[int], values: list[float | None], epochs: list[int | None] | None = None
+    offset: int,
+    steps: list[int],
+    values: list[Any],
+    epochs: list[int | None] | None = None,
 ) -> dict[str, Any]:
     """One series suffix in the extension's column shape (epoch 1 unless given)."""
     return {
@@ -449,7 +453,7 @@ def test_a_late_duplicate_sequence_is_ignored(api: Client, task: str) -> None:
         {"writer_generation": gen, "sequence": 2, "series": {"a": columns(0, [7], [7.0])}},
     )
 
-    reply = api.post(
+    late = api.post(
         task + "/updates",
         {
             "writer_generation": gen,
@@ -458,12 +462,17 @@ def test_a_late_duplicate_sequence_is_ignored(api: Client, task: str) -> None:
             "series": {"a": columns(0, [1], [1.0])},
         },
     )
-
-    assert (200, True, {"a": 1}) == (
-        reply.status,
-        reply.body["duplicate"],
-        reply.body["series_lengths"],
+    repeated = api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 2, "series": {"a": columns(0, [8], [8.0])}},
     )
+
+    for reply in (late, repeated):
+        assert (200, True, {"a": 1}) == (
+            reply.status,
+            reply.body["duplicate"],
+            reply.body["series_lengths"],
+        )
     task_reply = api.get(task)
     assert ("pending", [(7, 7.0)]) == (task_reply.body["status"], curve(task_reply, "a"))
 
@@ -663,7 +672,7 @@ def test_get_of_a_missing_job_is_404(api: Client) -> None:
 
 def test_cancel_reaches_every_later_patch_and_update_response(api: Client, task: str) -> None:
     """After POST .../cancel, responses for the job's tasks carry cancel_requested: true."""
-    job = task.split("/tasks/")[0]
+    job = task.split("/tasks/", maxsplit=1)[0]
     gen = open_writer(api, task)
     before = api.patch(task, {"status": "running"})
 
@@ -754,8 +763,6 @@ def test_non_strict_json_is_400(api: Client, task: str, body: bytes) -> None:
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
     """A server with a 1 KiB body limit and a 4 KiB decompressed limit."""
-    from trainreport.server import start_in_thread
-
     db = tmp_path_factory.mktemp("small") / "small.db"
     with start_in_thread(db, max_body_bytes=1024, max_decompressed_bytes=4096) as handle:
         client = Client(handle.url)
@@ -1138,21 +1145,23 @@ def test_suffix_updates_equal_a_list_model(
         if offset > len(model):
             assert isinstance(outcome, SeriesGap)
             continue
-        model[offset:] = list(zip(steps, values))
+        model[offset:] = list(zip(steps, values, strict=True))
         assert isinstance(outcome, Applied)
         assert {"s": len(model)} == outcome.series_lengths
     stored = database.series_columns("prop", task_id, None)
     if stored is not None:
-        assert model == list(zip(stored["s"]["steps"], stored["s"]["values"]))
+        assert model == list(zip(stored["s"]["steps"], stored["s"]["values"], strict=True))
 
 
 @given(st.binary(max_size=200))
 def test_parse_json_raises_only_400s(body: bytes) -> None:
     """Whatever bytes arrive, parsing answers a value or a 400, never another exception."""
+    status = 400
     try:
         parse_json(body)
     except ApiError as exc:
-        assert 400 == exc.status_code
+        status = exc.status_code
+    assert 400 == status
 
 
 _json = st.recursive(
@@ -1174,7 +1183,9 @@ _json = st.recursive(
 def test_validation_raises_only_422s(doc: Any) -> None:
     """Any JSON document validates or is refused with 422, never crashes the handler."""
     for validate in (validate_patch, validate_update):
+        status = 422
         try:
             validate(doc)
         except ApiError as exc:
-            assert 422 == exc.status_code
+            status = exc.status_code
+        assert 422 == status

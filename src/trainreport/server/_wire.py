@@ -9,9 +9,12 @@ refusal is an :class:`ApiError` carrying the HTTP status and the error code of
 
 from __future__ import annotations
 
+import array
+import base64
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -292,7 +295,7 @@ def _status(obj: Mapping[str, Any]) -> str | None:
     status = obj.get("status")
     if status is None and "status" not in obj:
         return None
-    if status not in TASK_STATUSES:
+    if not isinstance(status, str) or status not in TASK_STATUSES:
         _invalid(f"status must be one of {', '.join(sorted(TASK_STATUSES))}", "$.status")
     return str(status)
 
@@ -349,16 +352,40 @@ def _point_list(name: str, points: Any) -> SeriesPoints:
     return SeriesPoints(name=name, offset=0, steps=steps, epochs=epochs, values=values)
 
 
+def _binary_column(text: str, typecode: str, path: str) -> list[Any]:
+    """Decode a base64 column of little-endian int64 (q), int32 (i) or float64 (d) values.
+
+    The client sends columns this way because formatting floats as decimal text
+    costs the reporter thread far more GIL time than copying their bytes
+    (``docs/protocol.md``). Non-finite float64 values become ``None`` (null).
+    """
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        _invalid("expected base64 text", path)
+    column: array.array[Any] = array.array(typecode)
+    if len(raw) % column.itemsize:
+        _invalid(f"expected a multiple of {column.itemsize} bytes", path)
+    column.frombytes(raw)
+    if sys.byteorder == "big":
+        column.byteswap()
+    if typecode == "d":
+        return [v if math.isfinite(v) else None for v in column]
+    return column.tolist()
+
+
 def _columns(name: str, columns: Any) -> SeriesPoints:
     base = f"$.series{_key(name)}"
     obj = _object(columns, base)
     _known_keys(obj, _SERIES_KEYS, base)
     offset = _int(obj.get("offset"), f"{base}.offset", minimum=0)
     lists = []
-    for key in ("steps", "epochs", "values"):
+    for key, typecode in (("steps", "q"), ("epochs", "i"), ("values", "d")):
         column = obj.get(key, [])
-        if not isinstance(column, list):
-            _invalid("expected an array", f"{base}.{key}")
+        if isinstance(column, str):
+            column = _binary_column(column, typecode, f"{base}.{key}")
+        elif not isinstance(column, list):
+            _invalid("expected an array or a base64 string", f"{base}.{key}")
         lists.append(column)
     raw_steps, raw_epochs, raw_values = lists
     if not len(raw_steps) == len(raw_epochs) == len(raw_values):

@@ -37,7 +37,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import attrs
 import cattrs
@@ -86,6 +86,7 @@ _ENVELOPE_SLACK = 64
 
 _log = get_logger()
 _once = OnceLogger()
+_R = TypeVar("_R", bound=Opened | Delivered | RetryLater | Rejected | Split | Resynchronise)
 
 
 # --- pure helpers ---------------------------------------------------------------------
@@ -323,6 +324,12 @@ class HttpSink(Sink):
         self._headers = dict(headers or {})
         self._auth = auth
         self._path = "/" + path.lstrip("/")
+        parts = urllib.parse.urlsplit(self.base_url)
+        self._url_problem = (
+            None
+            if parts.scheme in ("http", "https") and parts.hostname
+            else "the base URL is not http(s)://host[:port][/prefix]"
+        )
         # Connection state: created in open(), never pickled.
         self._pool: urllib3.PoolManager | None = None
         self._pid: int | None = None
@@ -431,9 +438,11 @@ class HttpSink(Sink):
             408/429/5xx) or :class:`Rejected` (401/403/..., a bad URL).
             Never raises.
         """
+        if self._url_problem is not None:
+            return Rejected(self._url_problem)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
-            return self._open(deadline)
+            return self._scrubbed(self._open(deadline))
         except SinkError as exc:
             return RetryLater(self._scrub(str(exc)))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
@@ -461,11 +470,13 @@ class HttpSink(Sink):
             One of :data:`~trainreport.sinks.SendResult`, classified per
             DESIGN §8. Never raises.
         """
+        if self._url_problem is not None:
+            return Rejected(self._url_problem)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
             if self._generation is None:
-                return self._send_patch(update, deadline)
-            return self._send_suffix(update, self._generation, deadline)
+                return self._scrubbed(self._send_patch(update, deadline))
+            return self._scrubbed(self._send_suffix(update, self._generation, deadline))
         except SinkError as exc:
             return RetryLater(self._scrub(str(exc)))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
@@ -813,6 +824,15 @@ class HttpSink(Sink):
             self._token_cache = None
             return None
         return self._token_cache[1] or None
+
+    def _scrubbed(self, result: _R) -> _R:
+        """``result`` with the token masked in its reason."""
+        reason = getattr(result, "reason", None)
+        if isinstance(reason, str):
+            clean = self._scrub(reason)
+            if clean != reason:
+                return cast("_R", attrs.evolve(cast(Any, result), reason=clean))
+        return result
 
     def _scrub(self, text: str) -> str:
         """``text`` without the token (defence in depth: reasons are logged)."""

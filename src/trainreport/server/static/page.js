@@ -238,7 +238,7 @@
       append(chart.legend, item);
       points += s.length;
     }
-    chart.head.querySelector(".count").textContent = points + " points";
+    chart.head.querySelector(".count").textContent = points + (points === 1 ? " point" : " points");
   }
 
   function drawChart(chart) {

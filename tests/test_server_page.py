@@ -1,0 +1,332 @@
+"""The live chart page: HTML shells, their security headers, and a real headless render.
+
+The browser part needs ``/usr/bin/chromium`` (CI installs it); without it those
+tests are skipped with a reason. Set ``TRAINREPORT_SAVE_SCREENSHOT=<path>`` to
+keep the task page's screenshot (``docs/images/task-page.png`` comes from there).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from trainreport.server import ServerHandle
+from trainreport.server._page import downsample_indices
+
+CHROMIUM = "/usr/bin/chromium"
+JOB, TASK = "llama-finetune-42", "train"
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+@pytest.fixture
+def pool() -> Iterator[urllib3.PoolManager]:
+    with urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=20.0)) as manager:
+        yield manager
+
+
+def _call(
+    pool: urllib3.PoolManager, url: str, method: str, payload: Any, token: str | None = None
+) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = pool.request(method, url, body=json.dumps(payload).encode(), headers=headers)
+    assert response.status == 200, response.data
+    return json.loads(response.data)
+
+
+def write_demo_task(pool: urllib3.PoolManager, base: str, token: str | None = None) -> None:
+    """A task a third into its run: noisy train loss with a NaN gap, sparse val loss, lr."""
+    task = f"{base}/v1/jobs/{JOB}/tasks/{TASK}"
+    n = 600
+    steps = list(range(1, n + 1))
+    train: list[float | None] = [
+        2.5 * math.exp(-s / 150) + 0.35 + 0.05 * math.sin(s * 1.7) * math.cos(s * 0.31)
+        for s in steps
+    ]
+    train[300:306] = [None] * 6
+    val_steps = list(range(50, n + 1, 50))
+    val = [2.5 * math.exp(-s / 170) + 0.45 for s in val_steps]
+    lr = [1e-4 * min(1.0, s / 60) * (0.1 + 0.45 * (1 + math.cos(math.pi * s / n))) for s in steps]
+    grad = [1.2 + 0.6 * math.exp(-s / 120) + 0.04 * math.sin(s * 2.3) for s in steps]
+    # shown as "a few seconds ago" (display only; nothing is asserted about it)
+    updated_at = datetime.now(timezone.utc) - timedelta(seconds=4)
+
+    def cols(xs: list[int], values: list[Any]) -> dict[str, Any]:
+        return {
+            "offset": 0,
+            "steps": xs,
+            "epochs": [1 + (x - 1) // 200 for x in xs],
+            "values": values,
+        }
+
+    gen = _call(pool, task + "/writers", "POST", {}, token)["writer_generation"]
+    _call(
+        pool,
+        task + "/updates",
+        "POST",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "status": "running",
+            "status_details": {
+                "phase": "training",
+                "step": n,
+                "max_steps": 1000,
+                "epoch": 3,
+                "num_epochs": 5,
+                "percentage_done": 60.0,
+                "eta_seconds": 1810.5,
+                "updated_at": updated_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                "checkpoint_path": "ckpt/step-600",
+                "train_loss": train[-1],
+                "val_loss": val[-1],
+                "hyperparameters": {
+                    "optimizer/lr": 1e-4,
+                    "optimizer/name": "adamw",
+                    "batch_size": 32,
+                    "note": HOSTILE,
+                },
+            },
+            "series": {
+                "train_loss": cols(steps, train),
+                "val_loss": cols(val_steps, val),
+                "train_lr": cols(steps, lr),
+                "train_grad_norm": cols(steps, grad),
+            },
+        },
+        token,
+    )
+    for trial, (status, step) in {"trial-3": ("completed", 200), "trial-4": ("failed", 50)}.items():
+        _call(
+            pool,
+            f"{base}/v1/jobs/sweep-7/tasks/{trial}",
+            "PATCH",
+            {
+                "status": status,
+                "status_details": {
+                    "phase": "training",
+                    "step": step,
+                    "max_steps": 200,
+                    "percentage_done": step / 2,
+                },
+            },
+            token,
+        )
+
+
+# -- the HTML shells --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", f"/jobs/{JOB}/tasks/{TASK}"])
+def test_pages_serve_an_html_shell_with_the_chart_script(
+    server: ServerHandle, pool: urllib3.PoolManager, path: str
+) -> None:
+    """Both pages are HTML with the inline script that draws on a canvas and polls the API."""
+    write_demo_task(pool, server.url)
+
+    response = pool.request("GET", server.url + path)
+    html = response.data.decode()
+
+    assert (200, "text/html") == (
+        response.status,
+        response.headers["content-type"].split(";")[0],
+    )
+    assert "<script>" in html
+    assert 'getContext("2d")' in html
+    assert "/v1/jobs" in html
+
+
+def test_the_csp_admits_exactly_the_inline_script_and_style(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """No external code: script and style are allowed by their hashes, nothing else."""
+    response = pool.request("GET", server.url + "/")
+    html = response.data.decode()
+    csp = response.headers["content-security-policy"]
+
+    def digest(tag: str) -> str:
+        match = re.search(f"<{tag}>(.*?)</{tag}>", html, re.DOTALL)
+        assert match is not None
+        return base64.b64encode(hashlib.sha256(match.group(1).encode()).digest()).decode()
+
+    assert f"script-src 'sha256-{digest('script')}'" in csp
+    assert f"style-src 'sha256-{digest('style')}'" in csp
+    assert "default-src 'none'" in csp
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)
+
+
+def test_the_shell_never_contains_client_data(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Ids, metric names and details reach the page only as JSON, written with textContent."""
+    write_demo_task(pool, server.url)
+
+    html = pool.request("GET", f"{server.url}/jobs/{JOB}/tasks/{TASK}").data.decode()
+
+    assert JOB not in html
+    assert "onerror" not in html
+    assert "innerHTML" not in html
+
+
+def test_a_task_page_with_a_bad_id_is_400(server: ServerHandle, pool: urllib3.PoolManager) -> None:
+    """The page route validates ids like the API does."""
+    assert 400 == pool.request("GET", server.url + "/jobs/-bad/tasks/t").status
+
+
+def test_downsampling_keeps_ends_extremes_and_gaps() -> None:
+    """Thinning a curve for the page keeps its first and last points, spikes and null gaps."""
+    values: list[float | None] = [float(i % 7) for i in range(1000)]
+    values[500] = 99.0
+    values[700] = None
+
+    kept = downsample_indices(values, 100)
+
+    assert (0, 999) == (kept[0], kept[-1])
+    assert {500, 700} <= set(kept)
+    assert len(kept) <= 110
+    assert kept == sorted(set(kept))
+    assert list(range(5)) == downsample_indices(values[:5], 100)
+
+
+# -- a real browser ---------------------------------------------------------------------
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA non-interlaced PNG into rows of pixel bytes (no Pillow)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, [], b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat.append(body)
+    width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert (8, 0) == (depth, interlace)
+    bpp = {2: 3, 6: 4}[color]
+    raw = zlib.decompress(b"".join(idat))
+    stride = width * bpp
+    prev = bytearray(stride)
+    rows = []
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        if kind == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 0xFF
+        elif kind == 2:
+            line = bytearray((a + b) & 0xFF for a, b in zip(line, prev, strict=True))
+        elif kind == 3:
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 0xFF
+        elif kind == 4:
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append(bytes(line))
+        prev = line
+    return width, bpp, rows
+
+
+def _colours(data: bytes) -> Counter[tuple[int, int, int]]:
+    _width, bpp, rows = _png_pixels(data)
+    counts: Counter[tuple[int, int, int]] = Counter()
+    for row in rows:
+        counts.update(zip(row[0::bpp], row[1::bpp], row[2::bpp], strict=True))
+    return counts
+
+
+def _near(counts: Counter[tuple[int, int, int]], rgb: tuple[int, int, int]) -> int:
+    return sum(
+        n for c, n in counts.items() if all(abs(x - y) <= 24 for x, y in zip(c, rgb, strict=True))
+    )
+
+
+def _screenshot(url: str, out: Path, profile: Path) -> bytes:
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--screenshot={out}",
+        "--window-size=1200,900",
+        "--virtual-time-budget=5000",
+        url,
+    ]
+    subprocess.run(command, capture_output=True, timeout=120, check=False)
+    assert out.exists(), "chromium wrote no screenshot"
+    return out.read_bytes()
+
+
+needs_chromium = pytest.mark.skipif(
+    not shutil.which(CHROMIUM),
+    reason=f"{CHROMIUM} is not installed (apt-get install chromium); CI installs it",
+)
+
+
+@needs_chromium
+def test_the_task_page_draws_its_charts_in_a_real_browser(
+    start_server: Any, server_token: str, pool: urllib3.PoolManager, tmp_path: Path
+) -> None:
+    """Headless Chromium renders the task page with the token from the fragment.
+
+    The screenshot must be a real page: over 10 KB, many colours, and the red
+    of the second loss curve (val_loss), which only the canvas and the legend draw.
+    """
+    handle = start_server(token=server_token)
+    write_demo_task(pool, handle.url, server_token)
+
+    png = _screenshot(
+        f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={server_token}",
+        tmp_path / "task.png",
+        tmp_path / "profile",
+    )
+
+    if os.environ.get("TRAINREPORT_SAVE_SCREENSHOT"):
+        Path(os.environ["TRAINREPORT_SAVE_SCREENSHOT"]).write_bytes(png)
+    colours = _colours(png)
+    assert len(png) > 10_000
+    assert len(colours) > 50
+    assert _near(colours, (0xDC, 0x26, 0x26)) > 150  # val_loss: markers, line, legend
+    assert _near(colours, (0x25, 0x63, 0xEB)) > 1000  # train_loss, badge, progress bar
+
+
+@needs_chromium
+def test_the_index_page_lists_jobs_in_a_real_browser(
+    server: ServerHandle, pool: urllib3.PoolManager, tmp_path: Path
+) -> None:
+    """The jobs page renders its table: the completed (green) and failed (red) badges show."""
+    write_demo_task(pool, server.url)
+
+    colours = _colours(_screenshot(server.url + "/", tmp_path / "i.png", tmp_path / "profile"))
+
+    assert len(colours) > 50
+    assert _near(colours, (0x15, 0x80, 0x3D)) > 200  # the "completed" badge
+    assert _near(colours, (0xB9, 0x1C, 0x1C)) > 200  # the "failed" badge
