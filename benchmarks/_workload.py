@@ -5,8 +5,19 @@ from __future__ import annotations
 import math
 
 METRIC_NAMES = (
-    "loss", "lr", "grad_norm", "accuracy", "tokens_per_second", "loss_scale", "step_time",
-    "data_time", "memory_allocated", "throughput", "perplexity", "weight_norm", "update_ratio",
+    "loss",
+    "lr",
+    "grad_norm",
+    "accuracy",
+    "tokens_per_second",
+    "loss_scale",
+    "step_time",
+    "data_time",
+    "memory_allocated",
+    "throughput",
+    "perplexity",
+    "weight_norm",
+    "update_ratio",
     "clip_fraction",
 )
 assert len(METRIC_NAMES) == 14

@@ -26,12 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _workload import metrics_for, percentile  # noqa: E402
-
-from trainreport import MemorySink, Reporter, ReportingConfig  # noqa: E402
-from trainreport._config import ReportingConfig as _Config  # noqa: E402
-from trainreport._payloads import encode_patch_body, encode_suffix_body  # noqa: E402
-from trainreport._recorder import K_TRAIN, Recorder  # noqa: E402
+from _workload import metrics_for, percentile
+from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport._config import ReportingConfig as _Config
+from trainreport._payloads import encode_patch_body, encode_suffix_body
+from trainreport._recorder import K_TRAIN, Recorder
 
 STEPS = 20_000
 SEND_EVERY = 50
@@ -82,11 +81,15 @@ def measure_reporter_cpu(steps: int = STEPS, *, suffix: bool = True) -> dict[str
     for start in range(0, steps, SEND_EVERY):
         for item in items[start : start + SEND_EVERY]:
             recorder.apply(item)
-        update, sent, sticky = recorder.build_update(wall="2026-11-29T00:00:00Z",
-                                                     full_state=not suffix)
+        update, sent, sticky = recorder.build_update(
+            wall="2026-11-29T00:00:00Z", full_state=not suffix
+        )
         points += update.point_count
-        body = (encode_suffix_body(update, writer_generation=1, sequence=start)
-                if suffix else encode_patch_body(update))
+        body = (
+            encode_suffix_body(update, writer_generation=1, sequence=start)
+            if suffix
+            else encode_patch_body(update)
+        )
         recorder.on_delivered(sent, sticky, None)
         del body
     elapsed = time.process_time() - t0
@@ -156,21 +159,29 @@ def main(argv: list[str] | None = None) -> int:
     cpu_suffix = measure_reporter_cpu(args.steps, suffix=True)
     cpu_full = measure_reporter_cpu(min(args.steps, 5_000), suffix=False)
     memory = measure_memory(args.steps)
-    print(f"report_train_step, 14 metrics, {args.steps} steps, reporter thread sending "
-          f"every {SEND_EVERY} steps (MemorySink)\n")
+    print(
+        f"report_train_step, 14 metrics, {args.steps} steps, reporter thread sending "
+        f"every {SEND_EVERY} steps (MemorySink)\n"
+    )
     print("| figure | measured | target |")
     print("|---|---|---|")
     print(f"| report call p50 | {call['p50_us']:.2f} µs | < 3 µs |")
     print(f"| report call p99 | {call['p99_us']:.2f} µs | < 25 µs |")
     print(f"| report call p99.9 | {call['p999_us']:.2f} µs | (GIL switch bound) |")
     print(f"| report call max | {call['max_us']:.1f} µs | (GIL switch bound) |")
-    print(f"| reporter CPU / point (suffix) | {cpu_suffix['cpu_us_per_recorded_point']:.3f} µs "
-          "| < 1 µs |")
-    print(f"| reporter CPU / point (full state, {min(args.steps, 5_000)} steps) | "
-          f"{cpu_full['cpu_us_per_recorded_point']:.3f} µs | (quadratic: reference) |")
+    print(
+        f"| reporter CPU / point (suffix) | {cpu_suffix['cpu_us_per_recorded_point']:.3f} µs "
+        "| < 1 µs |"
+    )
+    print(
+        f"| reporter CPU / point (full state, {min(args.steps, 5_000)} steps) | "
+        f"{cpu_full['cpu_us_per_recorded_point']:.3f} µs | (quadratic: reference) |"
+    )
     print(f"| store bytes / retained point | {memory['store_bytes_per_point']:.1f} B | < 40 B |")
-    print(f"| queue bytes / queued report (14 metrics) | {memory['queue_bytes_per_report']:.0f} B "
-          "| (measured separately) |")
+    print(
+        f"| queue bytes / queued report (14 metrics) | {memory['queue_bytes_per_report']:.0f} B "
+        "| (measured separately) |"
+    )
     return 0
 
 

@@ -1,7 +1,6 @@
 """Tests for ReportingConfig: direct construction, strict and lenient parsing, environment."""
 
 # The house style writes asserts as ``expected == actual`` (STYLE.md), which SIM300 flags.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def test_pass_through_forwards_and_keeps_the_connection_alive(server: ServerHand
 
 
 def test_fail_next_answers_n_requests_itself_then_passes(server: ServerHandle) -> None:
-    """``fail_next(2, 503, headers)`` answers two requests itself, with its headers, then forwards."""
+    """``fail_next(2, 503, headers)`` answers two requests itself, then forwards again."""
     with FaultProxy.for_url(server.url) as proxy, _pool() as pool:
         proxy.fail_next(2, 503, {"Retry-After": "7"})
         statuses = [pool.request("GET", proxy.url + CAPS) for _ in range(3)]

@@ -1,7 +1,6 @@
 """Tests for trainreport._lifecycle: the task, phase and reporter tables (DESIGN §4)."""
 
 # House style writes asserts as `expected == actual` (STYLE.md); ruff's SIM300 says otherwise.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Tests for trainreport._naming: metric naming and value rules (DESIGN §3)."""
 
 # House style asserts `expected == actual` (STYLE.md), which SIM300 calls a Yoda condition.
-# ruff: noqa: SIM300
 
 from __future__ import annotations
 

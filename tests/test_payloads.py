@@ -23,7 +23,10 @@ from trainreport._sink import SeriesUpdate, Update
 def series(name: str, values: list[float], offset: int = 0) -> SeriesUpdate:
     n = len(values)
     return SeriesUpdate(
-        name, offset, array("q", range(offset + 1, offset + n + 1)), array("i", [1] * n),
+        name,
+        offset,
+        array("q", range(offset + 1, offset + n + 1)),
+        array("i", [1] * n),
         array("d", values),
     )
 
@@ -37,19 +40,25 @@ def strict_loads(body: bytes) -> object:
 
 def test_patch_body_has_the_baseline_shape_with_null_for_non_finite() -> None:
     """Full-state PATCH: status, details and complete metrics; NaN/Inf become null."""
-    update = Update("running", {"step": 3, "phase": "training"},
-                    (series("train_loss", [1.0, math.nan, math.inf]),), True)
+    update = Update(
+        "running",
+        {"step": 3, "phase": "training"},
+        (series("train_loss", [1.0, math.nan, math.inf]),),
+        True,
+    )
     body = strict_loads(encode_patch_body(update))
     assert {
         "status": "running",
         "status_details": {
             "step": 3,
             "phase": "training",
-            "metrics": {"train_loss": [
-                {"step": 1, "epoch": 1, "value": 1.0},
-                {"step": 2, "epoch": 1, "value": None},
-                {"step": 3, "epoch": 1, "value": None},
-            ]},
+            "metrics": {
+                "train_loss": [
+                    {"step": 1, "epoch": 1, "value": 1.0},
+                    {"step": 2, "epoch": 1, "value": None},
+                    {"step": 3, "epoch": 1, "value": None},
+                ]
+            },
         },
     } == body
 
@@ -66,16 +75,19 @@ def test_suffix_body_carries_columns_offsets_generation_and_sequence() -> None:
     body = strict_loads(encode_suffix_body(update, writer_generation=2, sequence=9))
     assert isinstance(body, dict)
     columns = body["series"]["a"]
-    assert {"writer_generation": 2, "sequence": 9, "status": "running",
-            "status_details": {"step": 5}} == {k: v for k, v in body.items() if k != "series"}
+    assert {
+        "writer_generation": 2,
+        "sequence": 9,
+        "status": "running",
+        "status_details": {"step": 5},
+    } == {k: v for k, v in body.items() if k != "series"}
     assert 3 == columns["offset"]
     assert [4, 5] == decode_column(columns["steps"], "q")
     assert [1, 1] == decode_column(columns["epochs"], "i")
     assert [0.5, -math.inf] == decode_column(columns["values"], "d")
 
 
-@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30),
-       st.text(max_size=20))
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30), st.text(max_size=20))
 def test_bodies_are_always_strict_json(values: list[float], name: str) -> None:
     """Whatever the values and names, both bodies parse as strict JSON."""
     update = Update("running", {"note": name}, (series(name or "x", values),), True)
@@ -85,17 +97,23 @@ def test_bodies_are_always_strict_json(values: list[float], name: str) -> None:
 
 def test_stored_task_parses_curves_and_datasets() -> None:
     """A well-formed stored task yields columns, dataset order and the other details."""
-    state = parse_stored_task({
-        "status": "failed",
-        "status_details": {
-            "owner": "x",
-            "val_datasets": ["a", "b"],
-            "metrics": {"train_loss": [{"step": 1, "epoch": 1, "value": None},
-                                       {"step": 2, "epoch": 1, "value": 3}]},
-        },
-    })
+    state = parse_stored_task(
+        {
+            "status": "failed",
+            "status_details": {
+                "owner": "x",
+                "val_datasets": ["a", "b"],
+                "metrics": {
+                    "train_loss": [
+                        {"step": 1, "epoch": 1, "value": None},
+                        {"step": 2, "epoch": 1, "value": 3},
+                    ]
+                },
+            },
+        }
+    )
     assert isinstance(state, StoredState)
-    steps, epochs, values = state.series["train_loss"]
+    steps, _epochs, values = state.series["train_loss"]
     assert [1, 2] == list(steps)
     assert math.isnan(values[0])
     assert 3.0 == values[1]

@@ -33,8 +33,11 @@ BAD_STEPS = st.one_of(st.just("x"), st.just("50.0"), st.just(-3), st.just(2**70)
 
 def metric_dicts() -> st.SearchStrategy[Any]:
     good = st.dictionaries(NAMES, VALUES, max_size=4)
-    mixed = st.dictionaries(st.one_of(NAMES, st.integers(), st.text(max_size=300)),
-                            st.one_of(VALUES, GARBAGE), max_size=4)
+    mixed = st.dictionaries(
+        st.one_of(NAMES, st.integers(), st.text(max_size=300)),
+        st.one_of(VALUES, GARBAGE),
+        max_size=4,
+    )
     return st.one_of(good, mixed, GARBAGE)
 
 
@@ -124,9 +127,7 @@ def test_any_report_sequence_never_raises_and_keeps_every_point_once(
         if points
     }
     actual = {
-        name: [(p["step"], p["value"]) for p in points]
-        for name, points in stored.items()
-        if points
+        name: [(p["step"], p["value"]) for p in points] for name, points in stored.items() if points
     }
     assert expected == actual
     task = sink.task

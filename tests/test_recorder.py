@@ -8,15 +8,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import curve
 
+from helpers import curve
 from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def run(body: Callable[[Reporter, FakeClock], None], **config: Any) -> tuple[Reporter, dict[str, Any]]:
+def run(
+    body: Callable[[Reporter, FakeClock], None], **config: Any
+) -> tuple[Reporter, dict[str, Any]]:
     sink = MemorySink()
     clock = FakeClock()
     reporter = Reporter(sink, ReportingConfig(**config), clock=clock, rank=0)
@@ -149,8 +151,10 @@ BAD_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("epoch a word", {"step": 2, "epoch": "e", "metrics": {"ok": 3.0}}),
     ("int too large for a float", {"step": 2, "metrics": {"big": 10**400, "ok": 3.0}}),
     ("item() raises", {"step": 2, "metrics": {"t": ItemRaises(), "ok": 3.0}}),
-    ("bool, None, list, str values", {"step": 2, "metrics": {
-        "b": True, "n": None, "l": [1], "s": "x", "ok": 3.0}}),
+    (
+        "bool, None, list, str values",
+        {"step": 2, "metrics": {"b": True, "n": None, "l": [1], "s": "x", "ok": 3.0}},
+    ),
 ]
 
 
@@ -184,8 +188,9 @@ def test_numpy_scalars_and_item_objects_are_converted_on_the_callers_thread() ->
     """numpy scalars/ints and 0-d arrays become plain numbers; numpy int steps work."""
 
     def body(r: Reporter, _: FakeClock) -> None:
-        r.report_train_step(step=np.int64(1), metrics={
-            "a": np.float32(0.5), "b": np.int64(3), "c": np.array(1.5)})
+        r.report_train_step(
+            step=np.int64(1), metrics={"a": np.float32(0.5), "b": np.int64(3), "c": np.array(1.5)}
+        )
 
     _, task = run(body)
     assert [(1, 1, 0.5)] == curve(task, "train_a")

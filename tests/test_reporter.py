@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 import pytest
-from helpers import ScriptedSink, curve, without_updated_at
 
+from helpers import ScriptedSink, curve, without_updated_at
 from trainreport import (
     MemorySink,
     Rejected,
@@ -26,9 +26,7 @@ from trainreport.testing import FakeClock, capture_events
 pytestmark = pytest.mark.timeout(60)
 
 
-def make(
-    sink: Any = None, **config: Any
-) -> tuple[Reporter, Any, FakeClock]:
+def make(sink: Any = None, **config: Any) -> tuple[Reporter, Any, FakeClock]:
     clock = FakeClock()
     sink = sink if sink is not None else MemorySink()
     settings = {"min_report_interval_seconds": 10.0, "backoff_jitter": 0.0, **config}
@@ -90,7 +88,9 @@ def test_full_state_event_send_leaves_curves_for_the_debounced_send() -> None:
     assert 0.5 == sink.requests[-1]["status_details"]["train_loss"]  # current value still sent
     clock.advance(10.0)
     cycle(reporter)
-    assert [1, 2] == [p["step"] for p in sink.requests[-1]["status_details"]["metrics"]["train_loss"]]
+    assert [1, 2] == [
+        p["step"] for p in sink.requests[-1]["status_details"]["metrics"]["train_loss"]
+    ]
     reporter.close(timeout=5)
 
 
@@ -151,7 +151,9 @@ def test_resume_seeds_curves_and_datasets_but_not_the_status() -> None:
         "status_details": {
             "owner": "alice",
             "val_datasets": ["a", "b"],
-            "metrics": {"train_loss": [{"step": s, "epoch": 1, "value": 1.0 / s} for s in (1, 2, 3)]},
+            "metrics": {
+                "train_loss": [{"step": s, "epoch": 1, "value": 1.0 / s} for s in (1, 2, 3)]
+            },
         },
     }
     sink = MemorySink(stored)

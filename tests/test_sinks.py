@@ -10,8 +10,8 @@ from array import array
 from pathlib import Path
 
 import pytest
-from helpers import curve, without_updated_at
 
+from helpers import curve, without_updated_at
 from trainreport import Delivered, FileSink, MemorySink, Reporter, ReportingConfig, Resynchronise
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks import default_sink_from_env
@@ -20,8 +20,13 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def suffix(name: str, offset: int, steps: list[int]) -> SeriesUpdate:
-    return SeriesUpdate(name, offset, array("q", steps), array("i", [1] * len(steps)),
-                        array("d", [float(s) for s in steps]))
+    return SeriesUpdate(
+        name,
+        offset,
+        array("q", steps),
+        array("i", [1] * len(steps)),
+        array("d", [float(s) for s in steps]),
+    )
 
 
 def test_memory_sink_merges_details_shallowly() -> None:
@@ -79,8 +84,9 @@ def test_file_sink_writes_the_get_shape_and_resumes_from_it(tmp_path: Path) -> N
 def test_file_sink_replaces_atomically_so_readers_never_see_partial_json(tmp_path: Path) -> None:
     """While a reporter rewrites the file, every read parses as complete JSON."""
     path = tmp_path / "job.json"
-    reporter = Reporter(FileSink(path), ReportingConfig(min_report_interval_seconds=0.0),
-                        rank=0).start()
+    reporter = Reporter(
+        FileSink(path), ReportingConfig(min_report_interval_seconds=0.0), rank=0
+    ).start()
     stop = threading.Event()
     bad: list[str] = []
 

@@ -507,7 +507,7 @@ def _lenient(data: object, *, env: bool) -> ReportingConfig:
                 )
             values[key] = parsed
         return ReportingConfig(**values)
-    except Exception as exc:  # noqa: BLE001 -- the runtime path must never raise (DESIGN §7)
+    except Exception as exc:
         log.warning("trainreport.config_unreadable", error=type(exc).__name__)
         return ReportingConfig()
 
@@ -517,7 +517,7 @@ def _key_label(key: object) -> str:
         return key
     try:
         return repr(key)[:100]
-    except Exception:  # noqa: BLE001 -- a hostile __repr__ must not break the runtime path
+    except Exception:
         return f"<{type(key).__name__}>"
 
 

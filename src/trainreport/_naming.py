@@ -160,7 +160,7 @@ def check_name(name: object) -> str | None:
         if bad is None:
             return None
         return "surrogate character" if bad.group(1) else "control character"
-    except Exception:  # a hostile str subclass  # noqa: BLE001
+    except Exception:  # a hostile str subclass
         return "not a string"
 
 
@@ -258,7 +258,7 @@ def caller_value(value: object) -> object:
         item = getattr(value, "item", None)
         if callable(item):
             return item()
-    except Exception:  # whatever a foreign object does is its own problem  # noqa: BLE001
+    except Exception:  # whatever a foreign object does is its own problem
         return UNCONVERTIBLE
     return value
 
@@ -339,7 +339,7 @@ def to_chartable(value: object) -> float | NotChartable:
         return _not_a_number(value)
     except OverflowError:
         return _TOO_LARGE_FOR_FLOAT
-    except Exception:  # noqa: BLE001
+    except Exception:
         return NotChartable("float() failed")
 
 
@@ -377,7 +377,7 @@ def to_step(value: object) -> int | NotChartable:
             return _not_a_number(value)
     except OverflowError:
         return NotChartable("too large")
-    except Exception:  # noqa: BLE001
+    except Exception:
         return _OBJECT
     if step < 0:
         return _NEGATIVE
@@ -443,7 +443,7 @@ class EpochRule:
                 resolved = min(resolved, num_epochs)
         except OverflowError:  # e.g. a huge Fraction
             return NotChartable("too large")
-        except Exception:  # noqa: BLE001
+        except Exception:
             return _OBJECT
         return resolved
 
@@ -510,9 +510,9 @@ class SeriesSelector:
         entries: list[object] = []
         try:
             if isinstance(patterns, (bytes, bytearray)):
-                raise TypeError("bytes are not a list of patterns")  # noqa: TRY301
+                raise TypeError("bytes are not a list of patterns")
             entries = list(cast("Iterable[object]", patterns))
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._explicit = False
             logger.warning(
                 "trainreport.config_patterns_unusable",
@@ -608,10 +608,10 @@ _CYCLE: Final[str] = "<cycle>"
 def _safe_str(value: object) -> str:
     try:
         return str(value)[:_MAX_PARAM_TEXT]
-    except Exception:  # noqa: BLE001
+    except Exception:
         try:
             return f"<unprintable {type(value).__name__}>"
-        except Exception:  # noqa: BLE001
+        except Exception:
             return "<unprintable>"
 
 
@@ -666,7 +666,7 @@ def _flatten_into(
                         _flatten_into(out, value, f"{name}{sep}", sep, path)
                 else:
                     out[name] = _param_value(value)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 out[name] = _safe_str(value)
     finally:
         path.pop()

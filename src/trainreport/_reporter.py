@@ -69,11 +69,10 @@ def _copy_metrics(metrics: object) -> object:
     else:
         return None if metrics is None else _NotAMapping(type(metrics).__name__)
     try:
-        if type(sum(copied.values(), 0.0)) is float:
-            return copied
+        plain = type(sum(copied.values(), 0.0)) is float
     except Exception:  # a str or an object without __add__: judged on the reporter thread
-        pass
-    return {k: caller_value(v) for k, v in copied.items()}
+        plain = False
+    return copied if plain else {k: caller_value(v) for k, v in copied.items()}
 
 
 def _copy_scalar(value: object) -> object:
@@ -591,8 +590,7 @@ class Reporter:
         n = dt.bit_length()
         h.counts[(n << 2) | ((dt >> (n - 3)) & 3) if n > 2 else n << 2] += 1
         h.total_ns += dt
-        if dt > h.max_ns:
-            h.max_ns = dt
+        h.max_ns = max(h.max_ns, dt)
 
     def report_validation(
         self,

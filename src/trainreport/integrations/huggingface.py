@@ -184,7 +184,8 @@ class TrainReportCallback(TrainerCallback):
       ``report_metrics(phase="summary")``.
     - ``on_epoch_end``: ``report_epoch_end``.
     - ``on_save``: ``report_checkpoint_saved(path=<output_dir>/checkpoint-<step>)``.
-    - ``on_step_end``: when ``reporter.cancel_requested`` is set and
+    - ``on_step_end``: ``report_train_step(step=state.global_step)`` without
+      metrics (progress moves every step); when ``reporter.cancel_requested`` is set and
       ``stop_on_cancel``, sets ``control.should_training_stop`` (single-process
       runs only: stopping rank 0 alone would leave the other ranks waiting in a
       collective, so a multi-process run logs ``trainreport.cancel_not_applied``).
@@ -304,11 +305,18 @@ class TrainReportCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Stop training when the job was cancelled (``stop_on_cancel``). Never raises."""
-        if not (self._stop_on_cancel and state.is_world_process_zero):
+        """Report progress (the step, no metrics) and stop when the job was cancelled. Never raises.
+
+        Every optimizer step moves the progress (``percentage_done``, ETA), not
+        only the logging steps (HF's default ``logging_steps`` is 500); the
+        report is one queue append.
+        """
+        if not state.is_world_process_zero:
             return
         with self._guard("on_step_end"):
-            if not self._reporter.cancel_requested.is_set():
+            reporter = self._reporter
+            reporter.report_train_step(step=state.global_step, epoch=state.epoch)
+            if not (self._stop_on_cancel and reporter.cancel_requested.is_set()):
                 return
             if args.world_size > 1:
                 self._once.warning(

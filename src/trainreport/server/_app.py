@@ -1,10 +1,11 @@
 """The Starlette application of the reference job-status service (``docs/protocol.md``).
 
 Request handling is the thin I/O shell around two pure layers: ``_wire``
-(strict JSON and validation) and ``_db`` (SQLite transactions, run in the
-thread pool). The shell enforces the limits (body bytes received, bytes after
-gzip decompression), the bearer token, and renders every error as
-``{"error": code, "message": text}``.
+(strict JSON and validation) and ``_db`` (SQLite transactions). Parsing,
+validation, storage and the encoding of large responses run in the thread
+pool, so a big request never stalls the event loop. The shell enforces the
+limits (body bytes received, bytes after gzip decompression) and the bearer
+token, and renders every error as ``{"error": code, "message": text}``.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ class _Api:
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _int_query(request, "limit", _DEFAULT_JOB_LIMIT, 1, _MAX_JOB_LIMIT)
-        jobs = await run_in_threadpool(lambda: self._db.list_jobs(limit=limit))
-        return JSONResponse({"jobs": jobs})
+        return await run_in_threadpool(
+            lambda: JSONResponse({"jobs": self._db.list_jobs(limit=limit)})
+        )
 
     async def get_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
@@ -181,17 +183,19 @@ class _Api:
     async def get_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         include = _bool_query(request, "metrics", default=True)
-        task = await run_in_threadpool(
-            lambda: self._db.get_task(job_id, task_id, include_metrics=include)
-        )
-        if task is None:
-            raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
-        return JSONResponse(task)
+
+        def read() -> Response:
+            task = self._db.get_task(job_id, task_id, include_metrics=include)
+            if task is None:
+                raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+            return JSONResponse(task)  # encoded here, off the event loop
+
+        return await run_in_threadpool(read)
 
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         body = await _read_body(request, self._limits)
-        patch = validate_patch(parse_json(body))
+        patch = await run_in_threadpool(lambda: validate_patch(parse_json(body)))
         now = _utc_now()
         stored = await run_in_threadpool(
             lambda: self._db.patch_task(job_id, task_id, patch, now=now)
@@ -203,20 +207,24 @@ class _Api:
         body = await _read_body(request, self._limits)
         if body.strip() and not isinstance(parse_json(body), dict):
             raise ApiError(422, "invalid_body", "expected an object @ $", {"path": "$"})
-        opened = await run_in_threadpool(self._db.open_writer, job_id, task_id)
-        return JSONResponse(
-            {
-                "writer_generation": opened.generation,
-                "task": opened.task,
-                "series_lengths": opened.series_lengths,
-                "cancel_requested": opened.cancel_requested,
-            }
-        )
+
+        def open_writer() -> Response:
+            opened = self._db.open_writer(job_id, task_id)
+            return JSONResponse(
+                {
+                    "writer_generation": opened.generation,
+                    "task": opened.task,
+                    "series_lengths": opened.series_lengths,
+                    "cancel_requested": opened.cancel_requested,
+                }
+            )
+
+        return await run_in_threadpool(open_writer)
 
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         body = await _read_body(request, self._limits)
-        update = validate_update(parse_json(body))
+        update = await run_in_threadpool(lambda: validate_update(parse_json(body)))
         now = _utc_now()
         outcome = await run_in_threadpool(
             lambda: self._db.apply_update(job_id, task_id, update, now=now)
@@ -246,10 +254,14 @@ class _Api:
             names = [n for v in request.query_params.getlist("names") for n in v.split(",")]
             names += request.query_params.getlist("name")
         max_points = _int_query(request, "max_points", 0, 0, 1_000_000)
-        columns = await run_in_threadpool(self._db.series_columns, job_id, task_id, names)
-        if columns is None:
-            raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
-        return JSONResponse({"series": _page.shape_columns(columns, max_points)})
+
+        def read() -> Response:
+            columns = self._db.series_columns(job_id, task_id, names)
+            if columns is None:
+                raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+            return JSONResponse({"series": _page.shape_columns(columns, max_points)})
+
+        return await run_in_threadpool(read)
 
 
 def _applied_body(outcome: Applied) -> dict[str, Any]:

@@ -504,5 +504,6 @@
       { details: details, tables: tables, charts: chartsBox, noCharts: noCharts });
   }
 
+  document.querySelector(".brand").href = "/" + window.location.hash;  // keep the token
   if (document.body.dataset.page === "task") startTask(); else refreshIndex();
 })();

@@ -1,0 +1,407 @@
+"""Reporter + HttpSink against the real reference server, with real faults in between.
+
+Every scenario ends the same way: after ``close()`` (or ``flush()``) the task
+the server holds equals ``reporter.snapshot()`` (``updated_at`` aside): no
+point lost, none duplicated (DESIGN §7). Both wire modes run where the fault
+means something in both: the ``series-suffix-v1`` extension and the baseline
+full-state PATCH (``use_extension=False``).
+
+Waits poll real state with a bounded deadline; nothing sleeps and hopes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import urllib3
+from helpers import without_updated_at
+
+from faults import FaultProxy, black_hole_server, closed_port
+from trainreport import Reporter, ReportingConfig
+from trainreport.server import ServerHandle
+from trainreport.sinks._http import HttpSink
+from trainreport.testing import capture_events
+
+pytestmark = pytest.mark.timeout(60)
+
+JOB = "job-1"
+TOKEN = "s3cret-token"  # the conftest token_server's token
+CONFIG = ReportingConfig(
+    min_report_interval_seconds=0.02,
+    backoff_initial_seconds=0.02,
+    backoff_max_seconds=0.2,
+    rejected_backoff_seconds=0.2,
+    heartbeat_seconds=30.0,
+)
+MODES = pytest.mark.parametrize("use_extension", [True, False], ids=["extension", "baseline"])
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def reporter_for(url: str, use_extension: bool = True, job: str = JOB, **sink: Any) -> Reporter:
+    """A started reporter on an HttpSink with short timeouts."""
+    sink.setdefault("connect_timeout_seconds", 1.0)
+    sink.setdefault("read_timeout_seconds", 2.0)
+    return Reporter(HttpSink(url, job, use_extension=use_extension, **sink), CONFIG, rank=0).start()
+
+
+def train(
+    reporter: Reporter,
+    steps: range,
+    *,
+    loss: Callable[[int], float] = lambda step: 2.0 / step,
+    nan_at: int | None = None,
+    flush_every: int | None = None,
+) -> None:
+    """Report training steps with train/val metrics, checkpoints every 25 steps."""
+    for step in steps:
+        epoch = 1 + (step - 1) // 50
+        value = math.nan if step == nan_at else loss(step)
+        reporter.report_train_step(step=step, epoch=epoch, metrics={"loss": value, "lr": 1e-3})
+        if step % 10 == 0:
+            reporter.report_validation(step=step, epoch=epoch, metrics={"loss": loss(step) + 0.1})
+        if step % 25 == 0:
+            reporter.report_checkpoint_saved(path=f"ckpt/step-{step}", step=step)
+        if flush_every and step % flush_every == 0:
+            assert reporter.flush(timeout=10)
+
+
+def stored(url: str, job: str = JOB, token: str | None = None) -> Any:
+    """The task the server holds (GET), or None for a 404."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = urllib3.request("GET", f"{url}/v1/jobs/{job}/tasks/train", headers=headers)
+    return None if response.status == 404 else json.loads(response.data)
+
+
+def assert_server_holds(url: str, reporter: Reporter, job: str = JOB) -> None:
+    """The server's task equals the reporter's record, ``updated_at`` aside."""
+    assert without_updated_at(reporter.snapshot()) == without_updated_at(stored(url, job))
+
+
+def steps_of(task: Any, name: str) -> list[int]:
+    return [p["step"] for p in task["status_details"]["metrics"][name]]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        tick.wait(0.01)
+    return True
+
+
+@pytest.fixture
+def proxy(server: ServerHandle) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the ``server`` fixture."""
+    with FaultProxy.for_url(server.url) as handle:
+        yield handle
+
+
+# --- a whole run -----------------------------------------------------------------------
+
+
+@MODES
+def test_a_run_reaches_the_server_exactly_as_recorded(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """Steps, validation, a NaN, checkpoints and completion: server == snapshot after close."""
+    reporter = reporter_for(server.url, use_extension)
+    reporter.report_training_start(max_steps=100, num_epochs=2)
+    reporter.report_hyperparameters(params={"optimizer": {"name": "adam", "lr": 1e-3}})
+    train(reporter, range(1, 101), nan_at=37, flush_every=20)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    task = stored(server.url)
+    assert "completed" == task["status"]
+    assert list(range(1, 101)) == steps_of(task, "train_loss")
+    assert task["status_details"]["metrics"]["train_loss"][36]["value"] is None
+    assert [10 * i for i in range(1, 11)] == steps_of(task, "val_loss")
+    assert "ckpt/step-100" == task["status_details"]["checkpoint_path"]
+    assert 0 == reporter.stats().requests_failed
+
+
+@MODES
+def test_a_second_process_continues_the_curves(server: ServerHandle, use_extension: bool) -> None:
+    """A resumed run seeds from the stored task and appends after it."""
+    first = reporter_for(server.url, use_extension)
+    first.report_training_start(max_steps=60, num_epochs=2)
+    train(first, range(1, 31), flush_every=15)
+    assert first.close(timeout=10)
+    second = reporter_for(server.url, use_extension)
+    second.report_training_start(max_steps=60, num_epochs=2)
+    train(second, range(31, 61), flush_every=15)
+    second.report_completed()
+    assert second.close(timeout=10)
+    assert_server_holds(server.url, second)
+    assert list(range(1, 61)) == steps_of(stored(server.url), "train_loss")
+
+
+@MODES
+def test_a_resume_from_an_earlier_checkpoint_rewinds(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """Steps going back discard the later points in every series, then the new ones follow."""
+    first = reporter_for(server.url, use_extension)
+    train(first, range(1, 41), flush_every=20)
+    assert first.close(timeout=10)
+    second = reporter_for(server.url, use_extension)
+    train(second, range(21, 51), loss=lambda step: 5.0 / step, flush_every=10)
+    assert second.close(timeout=10)
+    assert_server_holds(server.url, second)
+    task = stored(server.url)
+    assert list(range(1, 51)) == steps_of(task, "train_loss")
+    values = [p["value"] for p in task["status_details"]["metrics"]["train_loss"]]
+    assert [2.0 / s for s in range(1, 21)] + [5.0 / s for s in range(21, 51)] == values
+    assert [10, 20, 30, 40, 50] == steps_of(task, "val_loss")
+    assert 5.0 / 30 + 0.1 == task["status_details"]["metrics"]["val_loss"][2]["value"]
+
+
+# --- faults ----------------------------------------------------------------------------
+
+
+@MODES
+def test_bursts_of_server_errors_lose_and_duplicate_nothing(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """500s and 503s (at open and on sends) are retried with backoff until delivered."""
+    proxy.fail_next(4, 500)
+    reporter = reporter_for(proxy.url, use_extension)
+    train(reporter, range(1, 21), flush_every=20)
+    proxy.fail_next(3, 503)
+    train(reporter, range(21, 41), flush_every=20)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    assert 7 == sum(r.fault == "fail" for r in proxy.requests)
+    assert reporter.stats().requests_failed >= 3
+
+
+def test_429_retry_after_is_honoured(server: ServerHandle, proxy: FaultProxy) -> None:
+    """A 429 with ``Retry-After: 1`` delays the next attempt by about a second, not the backoff."""
+    reporter = reporter_for(proxy.url)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.fail_next(1, 429, {"Retry-After": "1"}, path="/updates")
+    train(reporter, range(11, 21))
+    assert reporter.flush(timeout=10)
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    updates = [r for r in proxy.requests if r.path.endswith("/updates")]
+    refused = next(i for i, r in enumerate(updates) if r.fault == "fail")
+    gap = updates[refused + 1].at - updates[refused].at
+    assert 0.9 <= gap < 3.0
+
+
+@MODES
+def test_a_hanging_server_times_out_and_recovers(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """A hung request times out (read timeout); after the hang the tail is delivered."""
+    reporter = reporter_for(proxy.url, use_extension, read_timeout_seconds=0.3)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.hang()
+    train(reporter, range(11, 21))
+    assert wait_until(lambda: reporter.stats().consecutive_failures >= 1)
+    proxy.pass_through()
+    train(reporter, range(21, 31))
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    assert any(r.fault == "hang" for r in proxy.requests)
+    assert "timed out" in str(reporter.stats().last_error) or reporter.stats().last_error is None
+
+
+@MODES
+def test_connection_resets_lose_and_duplicate_nothing(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """Connections reset mid-request are transient failures."""
+    reporter = reporter_for(proxy.url, use_extension)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.reset_next(3)
+    train(reporter, range(11, 31), flush_every=10)
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    assert 3 == sum(r.fault == "reset" for r in proxy.requests)
+
+
+@MODES
+def test_an_outage_ending_within_the_close_budget_delivers_everything(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """The port refuses connections for a second; close keeps retrying and delivers the tail."""
+    reporter = reporter_for(proxy.url, use_extension)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.refuse(seconds=1.0)
+    train(reporter, range(11, 41))
+    reporter.report_completed()
+    assert wait_until(lambda: reporter.stats().consecutive_failures >= 2)
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+
+
+@MODES
+def test_lost_responses_are_repaired_without_duplicates(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """The server applied the write, the client never heard: the resend is idempotent."""
+    reporter = reporter_for(proxy.url, use_extension)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.drop_responses_next(3)
+    train(reporter, range(11, 21), flush_every=10)
+    train(reporter, range(21, 31), flush_every=10)
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    assert 3 == sum(r.fault == "drop" for r in proxy.requests)
+
+
+@pytest.mark.parametrize("kind", ["black hole", "closed port"])
+def test_close_returns_by_its_deadline_when_the_server_is_unreachable(kind: str) -> None:
+    """A server that never answers or refuses: ``close(timeout=2)`` returns False in time."""
+    with black_hole_server() as hole, closed_port() as port:
+        url = hole if kind == "black hole" else f"http://127.0.0.1:{port}"
+        reporter = reporter_for(url, connect_timeout_seconds=5.0, read_timeout_seconds=10.0)
+        train(reporter, range(1, 21))
+        reporter.report_completed()
+        started = time.monotonic()
+        assert not reporter.close(timeout=2)
+        assert time.monotonic() - started < 4.0
+
+
+def test_a_fenced_zombie_writer_cannot_overwrite_the_new_one(server: ServerHandle) -> None:
+    """Writer B opens after A: A's later sends are refused; the curves are B's."""
+    zombie = reporter_for(server.url)
+    train(zombie, range(1, 11), flush_every=10)
+    with capture_events() as events:
+        current = reporter_for(server.url)
+        train(current, range(11, 21), loss=lambda step: 7.0, flush_every=10)
+        train(zombie, range(11, 31), loss=lambda step: -1.0)
+        assert not zombie.flush(timeout=1)
+        assert current.close(timeout=10)
+    assert not zombie.close(timeout=1)
+    assert_server_holds(server.url, current)
+    values = [p["value"] for p in stored(server.url)["status_details"]["metrics"]["train_loss"]]
+    assert -1.0 not in values
+    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert 409 == rejected[0]["status_code"]
+    assert "stale_writer" in rejected[0]["reason"]
+
+
+def test_a_plain_server_without_capabilities_gets_complete_curves(
+    server: ServerHandle, proxy: FaultProxy
+) -> None:
+    """``GET /v1/capabilities`` answering 404: baseline GET + PATCH, curves complete."""
+    proxy.fail_next(10**6, 404, path="/v1/capabilities")
+    reporter = reporter_for(proxy.url)
+    train(reporter, range(1, 41), nan_at=5, flush_every=20)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    methods = {r.method for r in proxy.requests}
+    assert {"GET", "PATCH"} == methods
+    assert not any(r.path.endswith(("/writers", "/updates")) for r in proxy.requests)
+
+
+# --- size limits -----------------------------------------------------------------------
+
+
+def _queue_long_run(reporter: Reporter, steps: int) -> None:
+    """Report a long run before ``start()``, so the first update carries all of it."""
+    reporter.report_training_start(max_steps=steps, num_epochs=1)
+    for step in range(1, steps + 1):
+        reporter.report_train_step(
+            step=step,
+            epoch=1,
+            metrics={"loss": 1.0 / step, "lr": 1e-3 + step * 1e-9, "grad_norm": step * 0.37},
+        )
+    reporter.report_completed()
+
+
+@pytest.mark.slow
+def test_suffix_mode_splits_a_large_update_under_the_servers_limit(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """With a 64 KiB body limit, a 4000-step backlog is split into requests that all fit."""
+    server = start_server(max_body_bytes=64 * 1024)
+    with FaultProxy.for_url(server.url) as proxy:
+        reporter = Reporter(HttpSink(proxy.url, JOB), CONFIG, rank=0)
+        _queue_long_run(reporter, 4000)
+        reporter.start()
+        assert reporter.close(timeout=20)
+        updates = [r for r in proxy.requests if r.path.endswith("/updates")]
+    assert_server_holds(server.url, reporter)
+    assert list(range(1, 4001)) == steps_of(stored(server.url), "train_grad_norm")
+    assert len(updates) > 3
+    assert all(len(r.body) <= 64 * 1024 for r in updates)
+
+
+@pytest.mark.slow
+def test_baseline_mode_stops_sending_metrics_after_a_413_and_logs_once(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """A plain PATCH cannot be split: the reporter keeps sending everything but metrics."""
+    server = start_server(max_body_bytes=64 * 1024)
+    reporter = Reporter(HttpSink(server.url, JOB, use_extension=False), CONFIG, rank=0)
+    _queue_long_run(reporter, 4000)
+    with capture_events() as events:
+        reporter.start()
+        assert wait_until(lambda: (stored(server.url) or {}).get("status") == "completed")
+        reporter.report_metrics(step=4000, metrics={"loss": 0.5}, phase="test")
+        reporter.close(timeout=2)
+    task = stored(server.url)
+    assert "metrics" not in task["status_details"]
+    assert 4000 == task["status_details"]["step"]
+    assert 1.0 / 4000 == task["status_details"]["train_loss"]
+    too_large = [e for e in events if e["event"] == "trainreport.metrics_too_large"]
+    assert 1 == len(too_large)
+    assert 1 == reporter.stats().drops["metrics_too_large"]
+
+
+# --- tokens and cancellation -----------------------------------------------------------
+
+
+def test_the_token_is_required_used_and_never_logged(token_server: ServerHandle) -> None:
+    """Without the token: rejected (401) and logged; with it: delivered; never in any event."""
+    with capture_events() as events:
+        anonymous = reporter_for(token_server.url)
+        train(anonymous, range(1, 6))
+        assert not anonymous.flush(timeout=1)
+        assert not anonymous.close(timeout=1)
+        sink = HttpSink(token_server.url, JOB, token=TOKEN)
+        reporter = Reporter(sink, CONFIG, rank=0).start()
+        train(reporter, range(1, 21), flush_every=10)
+        reporter.report_completed()
+        assert reporter.close(timeout=10)
+    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert 401 == rejected[0]["status_code"]
+    assert TOKEN not in repr(events)
+    assert TOKEN not in repr(sink)
+    assert TOKEN not in repr(reporter.stats())
+    assert without_updated_at(reporter.snapshot()) == without_updated_at(
+        stored(token_server.url, token=TOKEN)
+    )
+
+
+@MODES
+def test_a_cancelled_job_sets_cancel_requested_after_the_next_send(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """``POST /v1/jobs/{job}/cancel`` reaches the training loop as ``cancel_requested``."""
+    reporter = reporter_for(server.url, use_extension)
+    train(reporter, range(1, 11), flush_every=10)
+    assert not reporter.cancel_requested.is_set()
+    assert 200 == urllib3.request("POST", f"{server.url}/v1/jobs/{JOB}/cancel").status
+    train(reporter, range(11, 21), flush_every=10)
+    assert reporter.cancel_requested.is_set()
+    reporter.report_cancelled(reason="cancelled by the job system")
+    assert reporter.close(timeout=10)
+    assert "cancelled" == stored(server.url)["status"]
