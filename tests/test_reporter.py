@@ -463,3 +463,17 @@ def test_forked_child_is_inert_and_never_deadlocks(tmp_path: Any) -> None:
     assert "True 1" == marker.read_text()
     assert reporter.close(timeout=5)
     assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
+
+
+def test_flush_sends_at_once_even_during_a_backoff() -> None:
+    """flush() is an explicit request: it does not wait out a long retry delay."""
+    sink = ScriptedSink()
+    sink.fail_sends.append(RetryLater("busy", delay_seconds=500.0))
+    reporter, _, _ = make(sink)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    reporter.start()
+    cycle(reporter)
+    assert isinstance(sink.results[0], RetryLater)
+    assert reporter.flush(timeout=5)
+    assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
+    reporter.close(timeout=5)

@@ -178,10 +178,11 @@ class Worker:
         try:
             self._drain()
             now = self.clock()
-            if self._flush_requested:
+            forced = self._flush_requested  # flush() sends now, even during a backoff
+            if forced:
                 self._flush_requested = False
                 self.scheduler.note_change(now, urgent=True)
-            if self.scheduler.is_due(now):
+            if forced or self.scheduler.is_due(now):
                 # A pending flush wants the curves too, not only an event send.
                 self._attempt(now, closing=False, complete=bool(self._flush_waiters))
             self._release_flush_waiters()
