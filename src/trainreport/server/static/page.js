@@ -448,6 +448,7 @@
 
   async function refreshTask(jobId, taskId, parts) {
     const base = "/v1/jobs/" + encodeURIComponent(jobId) + "/tasks/" + encodeURIComponent(taskId);
+    const started = Date.now();
     try {
       const width = Math.max(400, Math.round(parts.charts.clientWidth || 1200));
       const [task, cols] = await Promise.all([
@@ -480,7 +481,9 @@
         setLive(false, describeError(error));
       }
     }
-    window.setTimeout(() => refreshTask(jobId, taskId, parts), 2000);
+    // every 2 s, but a slow read (a very long run) is given room: at most ~20 % server time
+    const delay = Math.max(2000, 5 * (Date.now() - started));
+    window.setTimeout(() => refreshTask(jobId, taskId, parts), delay);
   }
 
   function startTask() {

@@ -1,0 +1,273 @@
+"""``trainreport demo``: a real training run on real data, reported to the reference server.
+
+The model is a small multi-layer perceptron written in numpy, trained with
+mini-batch SGD and a cosine learning-rate schedule on scikit-learn's bundled
+handwritten digits (1,797 8x8 images; no download). A held-out split is
+evaluated every few steps and a checkpoint file is written each epoch. The
+loop reports through the public API exactly as a user's loop would: the
+reporter starts during setup and ``close()`` runs in a ``finally``.
+
+Needs the ``demo`` extra (numpy, scikit-learn, the server extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import urllib3
+
+from trainreport import HttpSink, Reporter, ReportingConfig
+
+__all__ = ["DemoResult", "run_demo", "sparkline", "train"]
+
+_SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float | None], width: int = 48) -> str:
+    """A one-line chart of ``values`` (resampled to at most ``width`` characters).
+
+    ``None`` (a non-finite point) is drawn as a space. Never raises.
+    """
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return ""
+    if len(values) > width:
+        values = [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
+    low, high = min(finite), max(finite)
+    span = (high - low) or 1.0
+    return "".join(
+        " " if v is None or not math.isfinite(v)
+        else _SPARKS[min(len(_SPARKS) - 1, int((v - low) / span * len(_SPARKS)))]
+        for v in values
+    )
+
+
+class _MLP:
+    """64 -> hidden -> 10 with ReLU and softmax cross-entropy."""
+
+    def __init__(self, rng: np.random.Generator, hidden: int = 64) -> None:
+        self.w1 = rng.normal(0.0, math.sqrt(2.0 / 64), (64, hidden))
+        self.b1 = np.zeros(hidden)
+        self.w2 = rng.normal(0.0, math.sqrt(2.0 / hidden), (hidden, 10))
+        self.b2 = np.zeros(10)
+
+    def params(self) -> dict[str, np.ndarray]:
+        return {"w1": self.w1, "b1": self.b1, "w2": self.w2, "b2": self.b2}
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hidden = np.maximum(x @ self.w1 + self.b1, 0.0)
+        logits = hidden @ self.w2 + self.b2
+        return hidden, logits
+
+    def loss_and_grads(
+        self, x: np.ndarray, y: np.ndarray
+    ) -> tuple[float, float, dict[str, np.ndarray]]:
+        hidden, logits = self.forward(x)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        probs = np.exp(shifted)
+        probs /= probs.sum(axis=1, keepdims=True)
+        n = len(y)
+        loss = float(-np.log(probs[np.arange(n), y] + 1e-12).mean())
+        accuracy = float((logits.argmax(axis=1) == y).mean())
+        d_logits = probs
+        d_logits[np.arange(n), y] -= 1.0
+        d_logits /= n
+        d_hidden = (d_logits @ self.w2.T) * (hidden > 0)
+        grads = {
+            "w2": hidden.T @ d_logits,
+            "b2": d_logits.sum(axis=0),
+            "w1": x.T @ d_hidden,
+            "b1": d_hidden.sum(axis=0),
+        }
+        return loss, accuracy, grads
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        loss, accuracy, _ = self.loss_and_grads(x, y)
+        return loss, accuracy
+
+
+def _load_digits(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits  # noqa: PLC0415 - the demo extra only
+
+    data = load_digits()
+    x = data.data.astype(np.float64) / 16.0
+    y = data.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    split = int(0.8 * len(y))
+    train, val = order[:split], order[split:]
+    return x[train], y[train], x[val], y[val]
+
+
+def train(
+    reporter: Reporter,
+    *,
+    steps: int,
+    epochs: int = 3,
+    batch_size: int = 32,
+    base_lr: float = 0.2,
+    eval_every: int = 25,
+    checkpoint_dir: Path,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Train the MLP for ``steps`` optimizer steps over ``epochs`` epochs, reporting each step.
+
+    Args:
+        reporter: a started reporter.
+        steps: total optimizer steps (>= 1).
+        epochs: epochs the steps are spread over.
+        batch_size: examples per step.
+        base_lr: peak learning rate of the cosine schedule.
+        eval_every: validation every this many steps (and at the last step).
+        checkpoint_dir: where one ``.npz`` checkpoint per epoch is written.
+        seed: seeds data split, initialisation and shuffling.
+
+    Returns:
+        The final validation metrics ``{"loss": ..., "accuracy": ...}``.
+    """
+    x_train, y_train, x_val, y_val = _load_digits(seed)
+    rng = np.random.default_rng(seed)
+    model = _MLP(rng)
+    reporter.report_hyperparameters(params={
+        "model": {"layers": [64, 64, 10], "activation": "relu"},
+        "optimizer": {"name": "sgd", "lr": base_lr, "schedule": "cosine"},
+        "batch_size": batch_size, "steps": steps, "epochs": epochs,
+        "data": {"name": "sklearn digits", "train": len(y_train), "validation": len(y_val)},
+    })
+    reporter.report_training_start(max_steps=steps, num_epochs=epochs)
+    steps_per_epoch = math.ceil(steps / epochs)
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    final = {"loss": math.nan, "accuracy": math.nan}
+    step = 0
+    for epoch in range(epochs):
+        order = rng.permutation(len(y_train))
+        for i in range(steps_per_epoch):
+            if step >= steps:
+                break
+            start = (i * batch_size) % len(order)
+            batch = order[start : start + batch_size]
+            lr = 0.5 * base_lr * (1.0 + math.cos(math.pi * step / steps))
+            loss, accuracy, grads = model.loss_and_grads(x_train[batch], y_train[batch])
+            grad_norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+            for name, param in model.params().items():
+                param -= lr * grads[name]
+            step += 1
+            reporter.report_train_step(step=step, epoch=epoch, metrics={
+                "loss": loss, "accuracy": accuracy, "lr": lr, "grad_norm": grad_norm})
+            if step % eval_every == 0 or step == steps:
+                val_loss, val_accuracy = model.evaluate(x_val, y_val)
+                final = {"loss": val_loss, "accuracy": val_accuracy}
+                reporter.report_validation(step=step, epoch=epoch, metrics={
+                    "loss": val_loss, "accuracy": val_accuracy})
+        path = checkpoint_dir / f"epoch-{epoch + 1}.npz"
+        np.savez(path, **model.params())
+        reporter.report_checkpoint_saved(path=path, step=step)
+        reporter.report_epoch_end(epoch=epoch)
+    return final
+
+
+class DemoResult:
+    """What the demo printed a summary of (for tests)."""
+
+    def __init__(self, url: str, job_id: str, task: dict[str, Any], closed_cleanly: bool) -> None:
+        self.url = url
+        self.job_id = job_id
+        self.task = task
+        self.closed_cleanly = closed_cleanly
+
+
+def run_demo(args: argparse.Namespace) -> DemoResult:
+    """Run the demo as ``trainreport demo`` does, print the summary, return what it saw."""
+    from trainreport.server import start_in_thread  # noqa: PLC0415 - the server extra
+
+    runs = Path(args.runs_dir)
+    runs.mkdir(parents=True, exist_ok=True)
+    job_id = args.job_id or "demo-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    db_path = runs / "trainreport.db"
+    server = None
+    url = args.url
+    if url is None:
+        server = start_in_thread(db_path)
+        url = server.url
+    print(f"trainreport demo: job {job_id}, reporting to {url}")
+    sink = HttpSink(url, job_id, "train", token=args.token)
+    config = ReportingConfig(min_report_interval_seconds=args.interval)
+    reporter = Reporter(sink, config, rank=0)
+    reporter.start()
+    started = time.monotonic()
+    closed = False
+    try:
+        final = train(reporter, steps=args.steps, checkpoint_dir=runs / job_id / "checkpoints")
+        reporter.report_completed()
+    except BaseException as exc:
+        reporter.report_error(exc)
+        raise
+    finally:
+        closed = reporter.close(timeout=30.0)
+    elapsed = time.monotonic() - started
+    task = _fetch_task(url, job_id, args.token)
+    _print_summary(reporter, task, url, job_id, db_path if server else None, elapsed, final,
+                   closed)
+    result = DemoResult(url, job_id, task, closed)
+    if server is not None:
+        if args.keep_serving:
+            print(f"\nserving {url} until Ctrl-C")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+        server.stop()
+    return result
+
+
+def _fetch_task(url: str, job_id: str, token: str | None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = urllib3.request("GET", f"{url}/v1/jobs/{job_id}/tasks/train", headers=headers,
+                               timeout=10.0, retries=False)
+    if response.status != 200:
+        raise RuntimeError(f"the server answered {response.status} for the demo task")
+    task: dict[str, Any] = json.loads(response.data)
+    return task
+
+
+def _print_summary(
+    reporter: Reporter,
+    task: dict[str, Any],
+    url: str,
+    job_id: str,
+    db_path: Path | None,
+    elapsed: float,
+    final: dict[str, float],
+    closed: bool,
+) -> None:
+    details = task["status_details"]
+    metrics: dict[str, list[dict[str, Any]]] = details.get("metrics", {})
+    stats = reporter.stats()
+    print(f"\njob {job_id}: {task['status']} after {details.get('step')} of "
+          f"{details.get('max_steps')} steps, {elapsed:.1f} s "
+          f"(everything delivered: {'yes' if closed else 'NO'})")
+    print("\nseries                points   final value")
+    for name in sorted(metrics):
+        points = metrics[name]
+        last = points[-1]["value"] if points else None
+        print(f"  {name:20s} {len(points):6d}   {last if last is None else f'{last:.4f}'}")
+    for name in ("train_loss", "val_loss"):
+        values = [p["value"] for p in metrics.get(name, [])]
+        print(f"\n{name:10s} {sparkline(values)}")
+    print(f"\nvalidation: loss {final['loss']:.4f}, accuracy {final['accuracy']:.3f}")
+    print(f"report calls: {stats.report_calls}, time inside them p50 {stats.report_p50_us:.1f} µs,"
+          f" p99 {stats.report_p99_us:.1f} µs, max {stats.report_max_us:.0f} µs")
+    print(f"requests: {stats.requests_sent} sent, {stats.requests_failed} failed, "
+          f"{stats.bytes_sent} bytes")
+    print(f"\nchart page: {url}/jobs/{job_id}/tasks/train")
+    if db_path is not None:
+        print(f"look again: trainreport serve --db {db_path}  (then open "
+              f"http://127.0.0.1:8321/jobs/{job_id}/tasks/train)")
