@@ -27,8 +27,9 @@ reporter.report_train_step(step=1, metrics={{"loss": 1.0}})
 
 def run_script(tmp_path: Path, ending: str) -> tuple[dict[str, object], str]:
     code = textwrap.dedent(SCRIPT.format(ending=ending))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     return json.loads((tmp_path / "task.json").read_text()), proc.stderr
 
 
@@ -74,8 +75,12 @@ def test_old_unsent_data_is_warned_about_at_a_limited_rate() -> None:
     clock = FakeClock()
     sink = ScriptedSink()
     sink.fail_sends.extend(RetryLater("down") for _ in range(1000))
-    config = ReportingConfig(unsent_warning_seconds=100.0, backoff_initial_seconds=1.0,
-                             backoff_max_seconds=1.0, backoff_jitter=0.0)
+    config = ReportingConfig(
+        unsent_warning_seconds=100.0,
+        backoff_initial_seconds=1.0,
+        backoff_max_seconds=1.0,
+        backoff_jitter=0.0,
+    )
     reporter = Reporter(sink, config, clock=clock, rank=0)
     reporter.start()
     reporter.report_train_step(step=1, metrics={"loss": 1.0})

@@ -7,8 +7,11 @@ their own.
 
 from __future__ import annotations
 
+import array
+import base64
 import gzip
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -345,7 +348,7 @@ def test_update_appends_suffixes_and_answers_every_length(api: Client, task: str
 
 
 def test_resending_the_same_suffix_is_idempotent(api: Client, task: str) -> None:
-    """"From index k on, the series is exactly these points": sending it twice changes nothing."""
+    """ "From index k on, the series is exactly these points": sending it twice changes nothing."""
     gen = open_writer(api, task)
     suffix = {"a": columns(0, [1, 2, 3], [3.0, 2.0, 1.0])}
     api.post(task + "/updates", {"writer_generation": gen, "sequence": 1, "series": suffix})
@@ -506,13 +509,11 @@ def test_a_stale_writer_is_refused_and_its_data_not_applied(api: Client, task: s
 
 
 @pytest.mark.parametrize("generation_offset", [1, 5])
-def test_a_generation_never_issued_is_stale(
-    api: Client, task: str, generation_offset: int
-) -> None:
+def test_a_generation_never_issued_is_stale(api: Client, task: str, generation_offset: int) -> None:
     """A generation above the current one (or on a task with no writer) is refused too."""
-    assert 409 == api.post(
-        task + "/updates", {"writer_generation": 1, "sequence": 1}
-    ).status  # no writer issued yet
+    assert (
+        409 == api.post(task + "/updates", {"writer_generation": 1, "sequence": 1}).status
+    )  # no writer issued yet
     gen = open_writer(api, task)
 
     reply = api.post(
@@ -585,6 +586,72 @@ def test_invalid_update_is_422_naming_the_path(
 
     assert (422, "invalid_body") == (reply.status, reply.body["error"])
     assert path in reply.body["path"]
+
+
+def b64_column(typecode: str, items: list[Any]) -> str:
+    """A column as the client packs it: base64 of little-endian int64/int32/float64 items."""
+    column = array.array(typecode, items)
+    if sys.byteorder == "big":
+        column.byteswap()
+    return base64.b64encode(column.tobytes()).decode("ascii")
+
+
+def test_columns_may_travel_as_base64_binary(api: Client, task: str) -> None:
+    """Binary columns (q/i/d, little-endian) store like JSON arrays; non-finite floats are null."""
+    gen = open_writer(api, task)
+
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {
+                "a": {
+                    "offset": 0,
+                    "steps": b64_column("q", [1, 2, 3]),
+                    "epochs": b64_column("i", [1, 1, 2]),
+                    "values": b64_column("d", [0.5, math.nan, -math.inf]),
+                },
+                "b": columns(0, [1], [2.0]),
+            },
+        },
+    )
+
+    assert {"a": 3, "b": 1} == reply.body["series_lengths"]
+    assert [
+        {"step": 1, "epoch": 1, "value": 0.5},
+        {"step": 2, "epoch": 1, "value": None},
+        {"step": 3, "epoch": 2, "value": None},
+    ] == api.get(task).body["status_details"]["metrics"]["a"]
+
+
+@pytest.mark.parametrize(
+    ("column", "path"),
+    [
+        ({"values": "not base64!"}, '$.series["a"].values'),
+        ({"values": base64.b64encode(b"1234567").decode()}, '$.series["a"].values'),
+        ({"steps": b64_column("q", [-1])}, '$.series["a"].steps[0]'),
+        ({"values": 5}, '$.series["a"].values'),
+    ],
+)
+def test_bad_binary_columns_are_422(
+    api: Client, task: str, column: dict[str, Any], path: str
+) -> None:
+    """Undecodable base64, a partial item or an out-of-range step is refused with its path."""
+    gen = open_writer(api, task)
+    series = {
+        "offset": 0,
+        "steps": b64_column("q", [1]),
+        "epochs": b64_column("i", [1]),
+        "values": b64_column("d", [1.0]),
+        **column,
+    }
+
+    reply = api.post(
+        task + "/updates", {"writer_generation": gen, "sequence": 1, "series": {"a": series}}
+    )
+
+    assert (422, path) == (reply.status, reply.body["path"])
 
 
 def test_series_keep_the_order_they_were_created_in(api: Client, task: str) -> None:
@@ -1009,7 +1076,9 @@ def test_concurrent_writers_to_different_tasks_all_land(api: Client) -> None:
                 {
                     "writer_generation": gen,
                     "sequence": seq,
-                    "series": {"loss": columns(lengths.get("loss", 0), steps, [float(worker)] * 10)},
+                    "series": {
+                        "loss": columns(lengths.get("loss", 0), steps, [float(worker)] * 10)
+                    },
                 },
             )
             lengths = reply.body["series_lengths"]
@@ -1166,14 +1235,30 @@ def test_parse_json_raises_only_400s(body: bytes) -> None:
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(
-        st.sampled_from(
-            ["status", "status_details", "metrics", "series", "sequence", "writer_generation",
-             "offset", "steps", "epochs", "values", "step", "value", "epoch", "x"]
-        ),
-        children,
-        max_size=4,
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "status",
+                    "status_details",
+                    "metrics",
+                    "series",
+                    "sequence",
+                    "writer_generation",
+                    "offset",
+                    "steps",
+                    "epochs",
+                    "values",
+                    "step",
+                    "value",
+                    "epoch",
+                    "x",
+                ]
+            ),
+            children,
+            max_size=4,
+        )
     ),
     max_leaves=12,
 )

@@ -17,7 +17,6 @@ import datetime
 import json
 import math
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,29 +24,9 @@ import numpy as np
 import urllib3
 
 from trainreport import HttpSink, Reporter, ReportingConfig
+from trainreport._summary import describe_task
 
-__all__ = ["DemoResult", "run_demo", "sparkline", "train"]
-
-_SPARKS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: Sequence[float | None], width: int = 48) -> str:
-    """A one-line chart of ``values`` (resampled to at most ``width`` characters).
-
-    ``None`` (a non-finite point) is drawn as a space. Never raises.
-    """
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return ""
-    if len(values) > width:
-        values = [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
-    low, high = min(finite), max(finite)
-    span = (high - low) or 1.0
-    return "".join(
-        " " if v is None or not math.isfinite(v)
-        else _SPARKS[min(len(_SPARKS) - 1, int((v - low) / span * len(_SPARKS)))]
-        for v in values
-    )
+__all__ = ["DemoResult", "run_demo", "train"]
 
 
 class _MLP:
@@ -135,12 +114,16 @@ def train(
     x_train, y_train, x_val, y_val = _load_digits(seed)
     rng = np.random.default_rng(seed)
     model = _MLP(rng)
-    reporter.report_hyperparameters(params={
-        "model": {"layers": [64, 64, 10], "activation": "relu"},
-        "optimizer": {"name": "sgd", "lr": base_lr, "schedule": "cosine"},
-        "batch_size": batch_size, "steps": steps, "epochs": epochs,
-        "data": {"name": "sklearn digits", "train": len(y_train), "validation": len(y_val)},
-    })
+    reporter.report_hyperparameters(
+        params={
+            "model": {"layers": [64, 64, 10], "activation": "relu"},
+            "optimizer": {"name": "sgd", "lr": base_lr, "schedule": "cosine"},
+            "batch_size": batch_size,
+            "steps": steps,
+            "epochs": epochs,
+            "data": {"name": "sklearn digits", "train": len(y_train), "validation": len(y_val)},
+        }
+    )
     reporter.report_training_start(max_steps=steps, num_epochs=epochs)
     steps_per_epoch = math.ceil(steps / epochs)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -157,17 +140,21 @@ def train(
             loss, accuracy, grads = model.loss_and_grads(x_train[batch], y_train[batch])
             grad_norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
             for name, param in model.params().items():
-                param -= lr * grads[name]
+                param -= lr * grads[name]  # noqa: PLW2901 - in-place update of the array
             step += 1
-            reporter.report_train_step(step=step, epoch=epoch, metrics={
-                "loss": loss, "accuracy": accuracy, "lr": lr, "grad_norm": grad_norm})
+            reporter.report_train_step(
+                step=step,
+                epoch=epoch,
+                metrics={"loss": loss, "accuracy": accuracy, "lr": lr, "grad_norm": grad_norm},
+            )
             if step % eval_every == 0 or step == steps:
                 val_loss, val_accuracy = model.evaluate(x_val, y_val)
                 final = {"loss": val_loss, "accuracy": val_accuracy}
-                reporter.report_validation(step=step, epoch=epoch, metrics={
-                    "loss": val_loss, "accuracy": val_accuracy})
+                reporter.report_validation(
+                    step=step, epoch=epoch, metrics={"loss": val_loss, "accuracy": val_accuracy}
+                )
         path = checkpoint_dir / f"epoch-{epoch + 1}.npz"
-        np.savez(path, **model.params())
+        np.savez(path, w1=model.w1, b1=model.b1, w2=model.w2, b2=model.b2)
         reporter.report_checkpoint_saved(path=path, step=step)
         reporter.report_epoch_end(epoch=epoch)
     return final
@@ -213,8 +200,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         closed = reporter.close(timeout=30.0)
     elapsed = time.monotonic() - started
     task = _fetch_task(url, job_id, args.token)
-    _print_summary(reporter, task, url, job_id, db_path if server else None, elapsed, final,
-                   closed)
+    _print_summary(reporter, task, url, job_id, db_path if server else None, elapsed, final, closed)
     result = DemoResult(url, job_id, task, closed)
     if server is not None:
         if args.keep_serving:
@@ -230,8 +216,9 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
 
 def _fetch_task(url: str, job_id: str, token: str | None) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response = urllib3.request("GET", f"{url}/v1/jobs/{job_id}/tasks/train", headers=headers,
-                               timeout=10.0, retries=False)
+    response = urllib3.request(
+        "GET", f"{url}/v1/jobs/{job_id}/tasks/train", headers=headers, timeout=10.0, retries=False
+    )
     if response.status != 200:
         raise RuntimeError(f"the server answered {response.status} for the demo task")
     task: dict[str, Any] = json.loads(response.data)
@@ -249,25 +236,25 @@ def _print_summary(
     closed: bool,
 ) -> None:
     details = task["status_details"]
-    metrics: dict[str, list[dict[str, Any]]] = details.get("metrics", {})
+    print(
+        f"\njob {job_id}: {task['status']} after {details.get('step')} of "
+        f"{details.get('max_steps')} steps in {elapsed:.1f} s; everything delivered: "
+        f"{'yes' if closed else 'NO'}\n"
+    )
+    print(describe_task(task))
     stats = reporter.stats()
-    print(f"\njob {job_id}: {task['status']} after {details.get('step')} of "
-          f"{details.get('max_steps')} steps, {elapsed:.1f} s "
-          f"(everything delivered: {'yes' if closed else 'NO'})")
-    print("\nseries                points   final value")
-    for name in sorted(metrics):
-        points = metrics[name]
-        last = points[-1]["value"] if points else None
-        print(f"  {name:20s} {len(points):6d}   {last if last is None else f'{last:.4f}'}")
-    for name in ("train_loss", "val_loss"):
-        values = [p["value"] for p in metrics.get(name, [])]
-        print(f"\n{name:10s} {sparkline(values)}")
     print(f"\nvalidation: loss {final['loss']:.4f}, accuracy {final['accuracy']:.3f}")
-    print(f"report calls: {stats.report_calls}, time inside them p50 {stats.report_p50_us:.1f} µs,"
-          f" p99 {stats.report_p99_us:.1f} µs, max {stats.report_max_us:.0f} µs")
-    print(f"requests: {stats.requests_sent} sent, {stats.requests_failed} failed, "
-          f"{stats.bytes_sent} bytes")
+    print(
+        f"report calls: {stats.report_calls}, time inside them p50 {stats.report_p50_us:.1f} µs,"
+        f" p99 {stats.report_p99_us:.1f} µs, max {stats.report_max_us:.0f} µs"
+    )
+    print(
+        f"requests: {stats.requests_sent} sent, {stats.requests_failed} failed, "
+        f"{stats.bytes_sent} bytes"
+    )
     print(f"\nchart page: {url}/jobs/{job_id}/tasks/train")
     if db_path is not None:
-        print(f"look again: trainreport serve --db {db_path}  (then open "
-              f"http://127.0.0.1:8321/jobs/{job_id}/tasks/train)")
+        print(
+            f"look again: trainreport serve --db {db_path}  (then open "
+            f"http://127.0.0.1:8321/jobs/{job_id}/tasks/train)"
+        )

@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve`` (``demo`` and ``show`` to come).
+"""The ``trainreport`` command line: ``trainreport serve | demo | show``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -204,7 +204,122 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve,)
+# -- demo -------------------------------------------------------------------------------
+
+
+def _add_demo(subparsers: Any) -> None:
+    demo = subparsers.add_parser(
+        "demo",
+        help="train a small model on real data and report it to the embedded server",
+        description=(
+            "Train a numpy MLP on scikit-learn's handwritten digits (no download), reporting "
+            "every step through trainreport to the reference server started in-process "
+            "(or to --url), then print a summary. Needs the 'demo' extra."
+        ),
+    )
+    demo.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=300,
+        help="optimizer steps over 3 epochs (default: 300)",
+    )
+    demo.add_argument("--job-id", help="job id (default: demo-<local time>)")
+    demo.add_argument("--url", help="report to this job-status service instead of starting one")
+    demo.add_argument(
+        "--token",
+        default=os.environ.get("TRAINREPORT_TOKEN"),
+        help="bearer token for --url (default: $TRAINREPORT_TOKEN)",
+    )
+    demo.add_argument(
+        "--interval",
+        type=float,
+        default=0.2,
+        help="min_report_interval_seconds; short because the run is (default: 0.2)",
+    )
+    demo.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=Path("trainreport-runs"),
+        help="database and checkpoints go here (default: ./trainreport-runs)",
+    )
+    demo.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="leave the embedded server running after training (Ctrl-C stops it)",
+    )
+    demo.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from trainreport._demo import run_demo  # noqa: PLC0415 - needs the demo extra
+    except ImportError as exc:
+        print(
+            f"trainreport demo needs the 'demo' extra ({exc}): pip install 'trainreport[demo]'",
+            file=sys.stderr,
+        )
+        return 1
+    result = run_demo(args)
+    return 0 if result.task.get("status") == "completed" and result.closed_cleanly else 1
+
+
+# -- show -------------------------------------------------------------------------------
+
+
+def _add_show(subparsers: Any) -> None:
+    show = subparsers.add_parser(
+        "show",
+        help="print a stored task: status, progress, series and sparklines",
+        description="Print a task stored by a job-status service (--url) or a FileSink (--file).",
+    )
+    source = show.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="base URL of the job-status service")
+    source.add_argument("--file", type=Path, help="a task JSON file written by FileSink")
+    show.add_argument("job_id", nargs="?", help="the job (with --url)")
+    show.add_argument("--task", default="train", help="the task id (default: train)")
+    show.add_argument(
+        "--token",
+        default=os.environ.get("TRAINREPORT_TOKEN"),
+        help="bearer token (default: $TRAINREPORT_TOKEN)",
+    )
+    show.set_defaults(handler=_show)
+
+
+def _show(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    import urllib3  # noqa: PLC0415
+
+    from trainreport._summary import describe_task  # noqa: PLC0415
+
+    if args.file is not None:
+        try:
+            task = json.loads(args.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"trainreport show: cannot read {args.file}: {exc}", file=sys.stderr)
+            return 1
+    else:
+        if not args.job_id:
+            print("trainreport show: a job id is required with --url", file=sys.stderr)
+            return 2
+        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+        url = f"{args.url.rstrip('/')}/v1/jobs/{args.job_id}/tasks/{args.task}"
+        try:
+            response = urllib3.request("GET", url, headers=headers, timeout=10.0, retries=False)
+        except urllib3.exceptions.HTTPError as exc:
+            print(
+                f"trainreport show: {type(exc).__name__}: cannot reach {args.url}", file=sys.stderr
+            )
+            return 1
+        if response.status != 200:
+            print(f"trainreport show: the server answered {response.status}", file=sys.stderr)
+            return 1
+        task = json.loads(response.data)
+    print(describe_task(task))
+    return 0
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show)
 
 
 if __name__ == "__main__":

@@ -556,7 +556,7 @@ class HttpSink(Sink):
         for key in ("max_body_bytes", "max_decompressed_bytes"):
             limit = doc.get(key)
             if type(limit) is int and limit > 0:
-                pass
+                self._cap = max(min(self._cap, limit), 1)
         return isinstance(extensions, list) and CAPABILITY_SERIES_SUFFIX in extensions
 
     # --- sending --------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""``trainreport demo`` and ``trainreport show`` run for real, as a newcomer runs them."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainreport._summary import sparkline
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_demo_trains_reports_and_prints_a_complete_summary(tmp_path: Path) -> None:
+    """The demo exits 0 and every training series holds one point per step."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainreport.cli", "demo", "--steps", "60", "--job-id", "t1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    out = proc.stdout
+    assert "job t1: completed after 60 of 60 steps" in out
+    assert "everything delivered: yes" in out
+    counts = dict(re.findall(r"^\s+(train_\w+)\s+(\d+)\s", out, flags=re.M))
+    assert {"train_loss", "train_accuracy", "train_lr", "train_grad_norm"} == set(counts)
+    assert {"60"} == set(counts.values())
+    assert re.search(r"^\s+val_loss\s+\d+\s", out, flags=re.M)
+    assert "p50" in out
+    assert "trainreport serve --db trainreport-runs/trainreport.db" in out
+    assert (tmp_path / "trainreport-runs" / "t1" / "checkpoints" / "epoch-3.npz").exists()
+
+
+def test_show_prints_a_file_sink_task(tmp_path: Path) -> None:
+    """``trainreport show --file`` summarises a FileSink record."""
+    task = {
+        "status": "running",
+        "status_details": {
+            "step": 2,
+            "metrics": {
+                "train_loss": [
+                    {"step": 1, "epoch": 1, "value": 2.0},
+                    {"step": 2, "epoch": 1, "value": 1.0},
+                ]
+            },
+        },
+    }
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(task))
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainreport.cli", "show", "--file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert re.search(r"train_loss\s+2\s+1\b", proc.stdout)
+    assert "status running" in proc.stdout
+
+
+def test_sparkline_scales_between_min_and_max_and_leaves_gaps() -> None:
+    """Lowest value is the lowest bar, highest the highest, None a space."""
+    assert "▁█ ▁" == sparkline([0.0, 1.0, None, 0.0])
+    assert "" == sparkline([None])
+    assert 10 == len(sparkline(list(range(100)), width=10))
