@@ -23,6 +23,7 @@ def test_demo_trains_reports_and_prints_a_complete_summary(tmp_path: Path) -> No
         capture_output=True,
         text=True,
         timeout=170,
+        check=False,
     )
     assert 0 == proc.returncode, proc.stderr
     out = proc.stdout
