@@ -401,12 +401,6 @@ def test_close_after_metrics_too_large_returns_at_once_without_resending(
     assert (True, True) == (elapsed < 0.75, during_close <= 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: after metrics_too_large each delivered send reports "
-    "everything_sent=False, so an idle reporter sends a PATCH every debounce "
-    "interval instead of every heartbeat",
-)
 def test_an_idle_reporter_after_metrics_too_large_sends_only_heartbeats(
     start_server: Callable[..., ServerHandle],
 ) -> None:

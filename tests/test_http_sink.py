@@ -116,7 +116,7 @@ def _answer(status: int, body: Any = None, headers: dict[str, str] | None = None
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 599])
 def test_transient_statuses_are_retried_later(status: int) -> None:
     """408, 429 and 5xx (but 501) are RetryLater with the Retry-After delay."""
-    result = _answer(status, {"error": "busy", "message": "later"}, {"Retry-After": "4"})
+    result = _answer(status, {"error": "busy", "message": "later"}, {"retry-after": "4"})
     assert RetryLater(f"HTTP {status} busy: later", 4.0) == result
 
 
@@ -235,6 +235,21 @@ def test_from_env_is_lenient_about_bad_numbers_and_a_missing_job_id() -> None:
     assert TOKEN not in repr(events)
 
 
+def test_default_sink_from_env_with_a_url_is_an_http_sink() -> None:
+    """``TRAINREPORT_URL`` selects HttpSink (DESIGN §2); a URL without a scheme is logged."""
+    from trainreport.sinks import default_sink_from_env  # noqa: PLC0415 - the function under test
+
+    env = {"TRAINREPORT_URL": "http://jobs:8321", "TRAINREPORT_JOB_ID": "job-9"}
+    sink = default_sink_from_env(env)
+    assert isinstance(sink, HttpSink)
+    assert ("http://jobs:8321", "job-9", "train") == (sink.base_url, sink.job_id, sink.task_id)
+    with capture_events() as events:
+        HttpSink.from_env({"TRAINREPORT_URL": "jobs:8321", "TRAINREPORT_JOB_ID": "j"})
+    assert ["TRAINREPORT_URL"] == [
+        e["variable"] for e in events if e["event"] == "trainreport.invalid_environment"
+    ]
+
+
 # --- proxies ---------------------------------------------------------------------------
 
 
@@ -317,11 +332,17 @@ def test_capabilities_404_means_a_plain_baseline_server(server: ServerHandle) ->
 
 
 def test_open_retries_later_on_a_transient_capabilities_answer(server: ServerHandle) -> None:
-    """A 503 on capabilities is not a plain server: RetryLater with its Retry-After."""
+    """A 503 or 429 on capabilities is not a plain server: RetryLater with its Retry-After.
+
+    Header names are case-insensitive (Starlette sends them lower-case).
+    """
     with FaultProxy.for_url(server.url) as proxy:
-        proxy.fail_next(1, 503, {"Retry-After": "2"})
-        result = HttpSink(proxy.url, "job-1").open()
-        assert RetryLater("HTTP 503 injected: injected 503", 2.0) == result
+        proxy.fail_next(1, 503, {"retry-after": "2"})
+        first = HttpSink(proxy.url, "job-1").open()
+        proxy.fail_next(1, 429, {"RETRY-AFTER": "3"})
+        second = HttpSink(proxy.url, "job-1").open()
+    assert RetryLater("HTTP 503 injected: injected 503", 2.0) == first
+    assert RetryLater("HTTP 429 injected: injected 429", 3.0) == second
 
 
 def test_open_on_a_closed_port_retries_later() -> None:

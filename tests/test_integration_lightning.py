@@ -68,7 +68,10 @@ class TinyModule(lightning.LightningModule):  # type: ignore[misc]
 def loader(seed: int) -> DataLoader[Any]:
     """16 samples in batches of 4: 4 optimizer steps per epoch."""
     g = torch.Generator().manual_seed(seed)
-    return DataLoader(TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)), batch_size=4)
+    return DataLoader(
+        TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)),
+        batch_size=4,
+    )
 
 
 def make_logger() -> tuple[TrainReportLogger, MemorySink]:
@@ -227,7 +230,9 @@ class CancelAtStep(lightning.Callback):  # type: ignore[misc]
 def test_cancel_requested_stops_the_trainer_and_ends_cancelled(tmp_path: Path) -> None:
     """A cancel from the service sets ``trainer.should_stop``; finalize reports cancelled."""
     logger, sink = make_logger()
-    trainer = make_trainer(tmp_path, logger, CancelAtStep(sink, logger, 5), enable_checkpointing=False)
+    trainer = make_trainer(
+        tmp_path, logger, CancelAtStep(sink, logger, 5), enable_checkpointing=False
+    )
     trainer.fit(TinyModule(), loader(0), loader(1))
     assert logger.close(10.0)
     task = sink.task
@@ -240,7 +245,9 @@ def worker_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "trainreport-reporter"]
 
 
-def test_rank_1_environment_makes_the_run_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank_1_environment_makes_the_run_inert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With ``RANK=1`` the reporter goes inert when it would start: no thread, nothing sent."""
     monkeypatch.setenv("RANK", "1")
     logger, sink = make_logger()

@@ -43,7 +43,9 @@ def test_sft_run_maps_train_validation_and_timing_streams() -> None:
             logger.log_metrics({"total_validation_time": 0.5}, step, prefix="timing/validation")
         train = {"loss": 1.0 / step, "grad_norm": 2.0, "lr": 1e-5, "global_valid_toks": 4096}
         logger.log_metrics(train, step, prefix="train")
-        logger.log_metrics({"total_step_time": 1.5}, step, prefix="timing/train", step_finished=True)
+        logger.log_metrics(
+            {"total_step_time": 1.5}, step, prefix="timing/train", step_finished=True
+        )
     task = finished(logger, sink)
     details = task["status_details"]
     assert [1, 2, 3, 4] == steps(task, "train_loss")
@@ -227,3 +229,13 @@ def test_phase_of_prefix_table(prefix: str, expected: tuple[str, str | None]) ->
     """Each NeMo-RL prefix maps to one phase (and dataset); every result is an identifier."""
     assert expected == phase_of_prefix(prefix)
     assert phase_of_prefix(prefix)[0].isidentifier()
+
+
+def test_a_step_metric_stream_never_moves_progress_even_with_prefix_train() -> None:
+    """``step_metric`` always means ``report_metrics``: a ``train`` stream keyed by time stays aside."""
+    logger, sink = make_logger(max_steps=10)
+    logger.log_metrics({"loss": 1.0}, 1, prefix="train")
+    logger.log_metrics({"gpu_util": 0.5, "wall_s": 50}, 1, prefix="train", step_metric="wall_s")
+    task = finished(logger, sink)
+    assert (1, 10.0) == (task["status_details"]["step"], task["status_details"]["percentage_done"])
+    assert [50] == steps(task, "train_gpu_util")

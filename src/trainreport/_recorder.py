@@ -434,11 +434,25 @@ class Recorder:
         return details
 
     def has_changes(self) -> bool:
-        """True when something recorded is not yet known to be delivered."""
+        """True when something recorded could still be sent and is not known delivered.
+
+        Curves that can never be sent (full-state ``metrics`` over the server's
+        body limit) do not count here, or the reporter would resend forever; they
+        do count in :meth:`all_delivered`.
+        """
         return (
             self.core_dirty
             or bool(self.sticky_dirty)
-            or any(s.needs_send for s in self.store.series.values())
+            or (
+                not self.metrics_too_large
+                and any(s.needs_send for s in self.store.series.values())
+            )
+        )
+
+    def all_delivered(self) -> bool:
+        """True when the destination holds everything recorded (close() and flush() say so)."""
+        return not self.has_changes() and not any(
+            s.needs_send for s in self.store.series.values()
         )
 
     def build_update(

@@ -144,6 +144,10 @@ class Worker:
     def everything_delivered(self) -> bool:
         """True when nothing queued or recorded is undelivered."""
         with self.recorder.lock:
+            return not self.queue and self.recorder.all_delivered()
+
+    def _nothing_left_to_send(self) -> bool:
+        with self.recorder.lock:
             return not self.queue and not self.recorder.has_changes()
 
     # --- the thread ----------------------------------------------------------------
@@ -348,7 +352,7 @@ class Worker:
     # --- flush, warnings, closing --------------------------------------------------
 
     def _release_flush_waiters(self) -> None:
-        if not self._flush_waiters or not self.everything_delivered():
+        if not self._flush_waiters or not self._nothing_left_to_send():
             return
         with self._cycle:
             waiters, self._flush_waiters = self._flush_waiters, []
@@ -398,7 +402,7 @@ class Worker:
             with self.recorder.lock:
                 arrived = list(self.recorder.store.series) + list(self.recorder.store.scalars)
                 self.finished_cleanly = (
-                    self.opened is not None and not self.queue and not self.recorder.has_changes()
+                    self.opened is not None and not self.queue and self.recorder.all_delivered()
                 )
             self.recorder.selector.log_unmatched(arrived)
             try:

@@ -279,7 +279,7 @@ class TrainReportCallback(TrainerCallback):
                 reporter.report_validation(step=step, epoch=epoch, metrics=metrics, dataset=dataset)
             for phase, metrics in split.other.items():
                 reporter.report_metrics(step=step, metrics=metrics, phase=phase)
-            if False:
+            if split.summary:
                 reporter.report_metrics(step=step, metrics=split.summary, phase="summary")
 
     def on_epoch_end(

@@ -165,7 +165,7 @@ def _is_transient(status: int) -> bool:
 
 @attrs.frozen
 class _Response:
-    """What the sink keeps of an HTTP response."""
+    """What the sink keeps of an HTTP response (header names lower-cased)."""
 
     status: int
     headers: Mapping[str, str]
@@ -182,7 +182,7 @@ def _classify_failure(response: _Response, now: datetime.datetime) -> SendResult
     if message:
         reason += f": {message[:_MESSAGE_CHARS]}"
     if _is_transient(status):
-        return RetryLater(reason, parse_retry_after(response.headers.get("Retry-After"), now=now))
+        return RetryLater(reason, parse_retry_after(response.headers.get("retry-after"), now=now))
     if status == 413:
         return Split(reason)
     if status == 409:
@@ -325,6 +325,7 @@ class HttpSink(Sink):
         self._auth = auth
         self._path = "/" + path.lstrip("/")
         parts = urllib.parse.urlsplit(self.base_url)
+        self._prefix, self._netloc = parts.path, parts.netloc
         self._url_problem = (
             None
             if parts.scheme in ("http", "https") and parts.hostname
@@ -707,16 +708,17 @@ class HttpSink(Sink):
                 body = gzip.compress(body, compresslevel=6)
                 headers["Content-Encoding"] = "gzip"
             headers["Content-Length"] = str(len(body))
-        url_path = urllib.parse.urlsplit(self.base_url).path + (self._path if task else "") + path
-        url = self.base_url + (self._path if task else "") + path
+        resource = (self._path if task else "") + path
+        url = self.base_url + resource
         self._last_bytes = (
             (len(body) if body is not None else 0)
             + len(method)
-            + len(url_path)
+            + len(self._prefix)
+            + len(resource)
             + len(" HTTP/1.1\r\n")
             + sum(len(k) + len(v) + 4 for k, v in headers.items())
-            + len("Host: ")
-            + len(urllib.parse.urlsplit(self.base_url).netloc)
+            + len("Host")
+            + len(self._netloc)
             + 4
         )
         try:
@@ -746,7 +748,8 @@ class HttpSink(Sink):
             raise
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransportError(f"{method} failed: {_cause(exc)}") from exc
-        return _Response(response.status, dict(response.headers.items()), response.data or b"")
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        return _Response(response.status, headers, response.data or b"")
 
     def _timeout(self, deadline: float | None) -> urllib3.Timeout:
         connect, read = self.connect_timeout_seconds, self.read_timeout_seconds
