@@ -381,12 +381,6 @@ def _completed_with_metrics_too_large(
         yield reporter, proxy
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: after metrics_too_large the series stay needs_send, so "
-    "Recorder.has_changes() never turns False and Worker._finish re-sends a PATCH "
-    "back to back until the close deadline",
-)
 def test_close_after_metrics_too_large_returns_at_once_without_resending(
     start_server: Callable[..., ServerHandle],
 ) -> None:
