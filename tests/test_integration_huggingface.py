@@ -17,10 +17,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
-from transformers import (  # noqa: E402 - after the offline switches and importorskip
+import torch  # noqa: E402 - after the offline switches and importorskip
+from transformers import (  # noqa: E402
     Trainer,
     TrainerCallback,
     TrainerControl,
@@ -40,7 +41,7 @@ from trainreport.testing import capture_events  # noqa: E402
 MAX_STEPS = 20
 
 
-class TinyRegressor(torch.nn.Module):  # type: ignore[misc]
+class TinyRegressor(torch.nn.Module):
     """A linear model that returns ``{"loss", "logits"}`` like a HF model; can fail at a step."""
 
     def __init__(self, fail_at_call: int | None = None) -> None:
@@ -57,7 +58,7 @@ class TinyRegressor(torch.nn.Module):  # type: ignore[misc]
         return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
 
 
-class TinyDataset(torch.utils.data.Dataset):  # type: ignore[misc]
+class TinyDataset(torch.utils.data.Dataset[dict[str, Any]]):
     """``n`` random samples ``{"x": (4,), "labels": (1,)}``, deterministic per seed."""
 
     def __init__(self, n: int, seed: int) -> None:
@@ -131,7 +132,7 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 
 
 def test_importing_trainreport_imports_no_framework() -> None:
-    """``import trainreport`` and ``trainreport.integrations`` import neither torch nor transformers."""
+    """``import trainreport`` and ``trainreport.integrations`` import no framework."""
     code = (
         "import sys, trainreport, trainreport.integrations\n"
         "print(sorted(m for m in ('torch', 'transformers', 'lightning') if m in sys.modules))"
@@ -163,7 +164,7 @@ def test_float_epochs_become_the_epoch_the_step_falls_in(
 def test_each_eval_dataset_gets_its_own_curve_once_per_evaluation(
     full_run: tuple[dict[str, Any], Trainer, Path],
 ) -> None:
-    """The first eval dataset keeps ``val_``, the second gets ``val_<name>_``; one point per eval."""
+    """The first eval dataset keeps ``val_``, the second gets ``val_<name>_``; one point each."""
     task, _, _ = full_run
     assert [5, 10, 15, 20] == steps(task, "val_loss")
     assert [5, 10, 15, 20] == steps(task, "val_held_out_loss")
@@ -222,7 +223,7 @@ def test_callback_reporter_is_closed_after_train_end(tmp_path: Path) -> None:
     assert "closed" == reporter.stats().state
 
 
-class CancelAtStep(TrainerCallback):  # type: ignore[misc]
+class CancelAtStep(TrainerCallback):
     """Simulates the job service cancelling the job at ``step`` (then forces one send)."""
 
     def __init__(self, sink: MemorySink, reporter: Reporter, step: int) -> None:
@@ -266,7 +267,7 @@ def test_cancel_is_ignored_when_stop_on_cancel_is_false(tmp_path: Path) -> None:
 
 
 def test_reporting_reports_a_train_that_raises_as_failed(tmp_path: Path) -> None:
-    """``train()`` raising calls no callback; ``reporting(trainer)`` reports the error and closes."""
+    """``train()`` raising calls no callback; ``reporting(trainer)`` reports it and closes."""
     reporter, sink = make_reporter()
     model = TinyRegressor(fail_at_call=4)
     trainer = make_trainer(

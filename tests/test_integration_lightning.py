@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-lightning = pytest.importorskip("lightning")
+pytest.importorskip("torch")
+pytest.importorskip("lightning")
 
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402 - after importorskip
+import lightning  # noqa: E402 - after importorskip
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from trainreport import MemorySink, Reporter, ReportingConfig  # noqa: E402
 from trainreport.integrations.lightning import (  # noqa: E402
@@ -34,7 +36,7 @@ pytestmark = [
 MAX_STEPS = 12
 
 
-class TinyModule(lightning.LightningModule):  # type: ignore[misc]
+class TinyModule(lightning.LightningModule):
     """A linear regressor that logs ``train_loss``, an unprefixed epoch metric and ``val_loss``."""
 
     def __init__(self, fail_at_step: int | None = None) -> None:
@@ -214,7 +216,7 @@ def test_logger_without_callback_falls_back_to_step_plus_one(tmp_path: Path) -> 
     assert 1 == len([e for e in events if e["event"] == "trainreport.lightning_without_callback"])
 
 
-class CancelAtStep(lightning.Callback):  # type: ignore[misc]
+class CancelAtStep(lightning.Callback):
     """Simulates the job service cancelling the job at ``step`` (then forces one send)."""
 
     def __init__(self, sink: MemorySink, logger: TrainReportLogger, step: int) -> None:

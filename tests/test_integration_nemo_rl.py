@@ -34,7 +34,7 @@ def steps(task: dict[str, Any], name: str) -> list[int]:
 
 
 def test_sft_run_maps_train_validation_and_timing_streams() -> None:
-    """SFT: ``train`` -> train curves, ``validation`` -> val curves, ``timing/train`` -> its phase."""
+    """SFT: ``train`` -> train curves, ``validation`` -> val, ``timing/train`` -> its own phase."""
     logger, sink = make_logger(max_steps=4)
     logger.log_hyperparams({"sft": {"max_num_steps": 4, "val_period": 2}, "policy": {"lr": 1e-5}})
     for step in range(1, 5):
@@ -232,7 +232,7 @@ def test_phase_of_prefix_table(prefix: str, expected: tuple[str, str | None]) ->
 
 
 def test_a_step_metric_stream_never_moves_progress_even_with_prefix_train() -> None:
-    """``step_metric`` always means ``report_metrics``: a ``train`` stream keyed by time stays aside."""
+    """With ``step_metric`` it is ``report_metrics``: a ``train`` stream keyed by time stays aside."""
     logger, sink = make_logger(max_steps=10)
     logger.log_metrics({"loss": 1.0}, 1, prefix="train")
     logger.log_metrics({"gpu_util": 0.5, "wall_s": 50}, 1, prefix="train", step_metric="wall_s")
