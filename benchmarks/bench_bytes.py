@@ -32,13 +32,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import urllib3  # noqa: E402
-from _workload import metrics_for  # noqa: E402
+import urllib3
 
-from trainreport import HttpSink, Reporter, ReportingConfig  # noqa: E402
-from trainreport._config import ReportingConfig as _Config  # noqa: E402
-from trainreport._payloads import encode_details, encode_points, encode_suffix_body  # noqa: E402
-from trainreport._recorder import K_TRAIN, Recorder  # noqa: E402
+from _workload import metrics_for
+from trainreport import HttpSink, Reporter, ReportingConfig
+from trainreport._config import ReportingConfig as _Config
+from trainreport._payloads import encode_details, encode_points, encode_suffix_body
+from trainreport._recorder import K_TRAIN, Recorder
 
 SEND_EVERY = 50
 HEADER_BYTES = 350  # request line + headers per request, as HttpSink counts them (measured below)

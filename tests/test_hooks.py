@@ -71,6 +71,18 @@ def stored(record: Path) -> dict[str, Any]:
     return task
 
 
+def test_importing_trainreport_imports_no_framework() -> None:
+    """``import trainreport`` and ``trainreport.integrations`` import no training framework."""
+    code = (
+        "import sys, trainreport, trainreport.integrations\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'lightning') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "[]" == out.stdout.strip()
+
+
 @pytest.mark.slow
 def test_uncaught_exception_is_reported_at_once_even_while_a_thread_keeps_the_process(
     tmp_path: Path,
@@ -218,7 +230,7 @@ def test_system_exit_in_a_thread_is_not_a_failure(
     monkeypatch.setattr(threading, "excepthook", lambda args: None)
     uninstall = install_failure_hooks(reporter)
     hook = threading.excepthook
-    hook(threading.ExceptHookArgs([SystemExit, SystemExit(0), None, None]))  # type: ignore[call-arg]
+    hook(threading.ExceptHookArgs([SystemExit, SystemExit(0), None, None]))
     uninstall()
     assert reporter.close(10.0)
     assert "running" == reporter.sink.task["status"]  # type: ignore[attr-defined]

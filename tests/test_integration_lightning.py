@@ -12,22 +12,23 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("lightning")
 
-import lightning  # noqa: E402 - after importorskip
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+import lightning
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
-from trainreport import MemorySink, Reporter, ReportingConfig  # noqa: E402
-from trainreport.integrations.lightning import (  # noqa: E402
+from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport.integrations.lightning import (
     CANCEL_REASON,
     TrainReportCallback,
     TrainReportLogger,
     route_metrics,
 )
-from trainreport.testing import capture_events  # noqa: E402
+from trainreport.testing import capture_events
 
-# Lightning warns (PossibleUserWarning) that a CPU DataLoader with num_workers=0 "does not
-# have many workers"; irrelevant for a 4-batch test run, and workers would slow the test.
-# Lightning's own _pytree helper calls a torch API that torch 2.13 deprecates.
+# Lightning warns (PossibleUserWarning) that a DataLoader with num_workers=0 "does not have
+# many workers" on machines with more than 2 CPUs; irrelevant for a 4-batch test run, and
+# workers would slow the test. Lightning 2.6's own _pytree helper calls a torch API that
+# torch 2.13 deprecates (FutureWarning "isinstance(treespec, LeafSpec) is deprecated").
 pytestmark = [
     pytest.mark.filterwarnings("ignore:The '.*dataloader' does not have many workers"),
     pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\)"),
@@ -186,6 +187,21 @@ def test_fit_then_test_gives_one_terminal_state_and_keeps_test_metrics(tmp_path:
     assert [] == [e for e in events if e["event"] == "trainreport.transition_refused"]
     completions = [r for r in sink.requests if r.get("status") == "completed"]
     assert completions, "the completed status was sent"
+
+
+def test_validate_before_fit_does_not_end_the_run(tmp_path: Path) -> None:
+    """A baseline ``trainer.validate()`` finalizes with success but must not complete the task."""
+    logger, sink = make_logger()
+    trainer = make_trainer(tmp_path, logger, max_steps=4, val_check_interval=2)
+    module = TinyModule()
+    trainer.validate(module, loader(1), verbose=False)
+    trainer.fit(module, loader(0), loader(1))
+    assert logger.close(10.0)
+    task = sink.task
+    assert task is not None
+    assert "completed" == task["status"]
+    assert [0, 2, 4] == steps(task, "val_loss")
+    assert [2, 4] == steps(task, "train_loss")
 
 
 def test_a_module_that_raises_ends_failed_with_the_error(tmp_path: Path) -> None:

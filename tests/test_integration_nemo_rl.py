@@ -11,6 +11,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport.integrations.nemo_rl import OTHER_PHASE, TrainReportNemoLogger, phase_of_prefix
@@ -232,10 +234,19 @@ def test_phase_of_prefix_table(prefix: str, expected: tuple[str, str | None]) ->
 
 
 def test_a_step_metric_stream_never_moves_progress_even_with_prefix_train() -> None:
-    """With ``step_metric`` it is ``report_metrics``: a ``train`` stream keyed by time stays aside."""
+    """With ``step_metric`` it is ``report_metrics``: a ``train`` stream by time stays aside."""
     logger, sink = make_logger(max_steps=10)
     logger.log_metrics({"loss": 1.0}, 1, prefix="train")
     logger.log_metrics({"gpu_util": 0.5, "wall_s": 50}, 1, prefix="train", step_metric="wall_s")
     task = finished(logger, sink)
     assert (1, 10.0) == (task["status_details"]["step"], task["status_details"]["percentage_done"])
     assert [50] == steps(task, "train_gpu_util")
+
+
+@given(prefix=st.text(max_size=300))
+def test_phase_of_prefix_always_gives_a_phase_the_reporter_accepts(prefix: str) -> None:
+    """Any prefix maps to an identifier phase of bounded length; datasets only for validation."""
+    phase, dataset = phase_of_prefix(prefix)
+    assert phase.isidentifier()
+    assert len(phase) <= 52
+    assert dataset is None or prefix.startswith("validation")

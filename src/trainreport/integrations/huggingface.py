@@ -140,8 +140,10 @@ def split_logs(logs: Mapping[str, object]) -> tuple[SplitLogs, list[str]]:
     dropped: list[str] = []
     for key, value in logs.items():
         if key == "epoch":
-            if _is_number(value) and not callable(getattr(value, "item", None)):
-                epoch = float(value)  # type: ignore[arg-type]  # _is_number checked it
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                dropped.append(key)
+            else:
+                epoch = float(value)
             continue
         if not _is_number(value):
             dropped.append(key)

@@ -129,7 +129,9 @@ class TrainReportLogger(Logger):
     - ``log_hyperparams``: ``report_hyperparameters``.
     - ``after_save_checkpoint``: ``report_checkpoint_saved`` with the file written.
     - ``finalize("success")``: ``report_completed`` (``report_cancelled`` when
-      the callback stopped the run for a cancel); ``"failed"``: ``report_error``
+      the callback stopped the run for a cancel), once training has begun (a
+      ``trainer.validate()`` before ``fit()`` must not end the run: it only
+      flushes); ``"failed"``: ``report_error``
       unless the callback already reported the exception; ``"finished"`` (SLURM
       requeue): ``report_cancelled(reason="preempted")``. Only the first
       terminal status is reported (fit then test gives one); then the reporter
@@ -171,6 +173,7 @@ class TrainReportLogger(Logger):
         self._inert = False
         self._terminal: str | None = None
         self._stopped_for_cancel = False
+        self._trained = False
         self._trainer_ref: weakref.ReferenceType[Any] | None = None
         self._once = OnceLogger()
 
@@ -213,6 +216,7 @@ class TrainReportLogger(Logger):
             reporter = self._started()
             for (phase, dataset), values in route_metrics(metrics, context).items():
                 if phase == _TRAIN:
+                    self._trained = True
                     reporter.report_train_step(step=at, epoch=epoch, metrics=values)
                 elif phase == _VALIDATION:
                     reporter.report_validation(
@@ -258,7 +262,10 @@ class TrainReportLogger(Logger):
             return
         with self._guard("finalize"):
             if status == "success":
-                if self._stopped_for_cancel:
+                if not self._trained:
+                    # validate()/test() before fit(): the run has not ended
+                    self._once.info("finalize_before_fit", "trainreport.lightning_no_fit_yet")
+                elif self._stopped_for_cancel:
                     self._terminate("cancelled", lambda r: r.report_cancelled(reason=CANCEL_REASON))
                 else:
                     self._terminate("completed", lambda r: r.report_completed())
@@ -422,6 +429,7 @@ class TrainReportCallback(Callback):
             return
         with logger._guard("on_train_start"):
             logger._attach(trainer)
+            logger._trained = True
             planned = trainer.estimated_stepping_batches
             max_steps = (
                 int(planned)

@@ -37,7 +37,8 @@ __all__ = ["OTHER_PHASE", "TrainReportNemoLogger", "phase_of_prefix"]
 #: Phase of metrics logged with an empty prefix and no ``/`` in their name.
 OTHER_PHASE = "other"
 _TRAIN, _VALIDATION = "train", "validation"
-_NOT_WORD = re.compile(r"\W+")
+_UNDERSCORES = re.compile(r"_+")
+_MAX_PHASE = 50  # characters; the phase prefixes every stored name (DESIGN §3 name limit)
 _MAX_DEPTH = 4
 
 
@@ -47,9 +48,10 @@ def phase_of_prefix(prefix: str) -> tuple[str, str | None]:
     ``"train"`` -> ``("train", None)``; ``"validation"`` -> ``("validation",
     None)``; ``"validation-<name>"`` or ``"validation/<name>"`` ->
     ``("validation", "<name>")``; anything else -> the prefix made an
-    identifier (every run of non-word characters becomes ``_``:
-    ``"timing/train"`` -> ``"timing_train"``), or :data:`OTHER_PHASE` when
-    nothing is left.
+    identifier of at most 50 characters (every run of characters that cannot
+    be in an identifier becomes ``_``: ``"timing/train"`` ->
+    ``"timing_train"``; ``p_`` is put in front of one that cannot start an
+    identifier: ``"3d"`` -> ``"p_3d"``), or :data:`OTHER_PHASE` when nothing is left.
 
     Args:
         prefix: the ``prefix`` argument of ``log_metrics``.
@@ -65,10 +67,11 @@ def phase_of_prefix(prefix: str) -> tuple[str, str | None]:
         head = _VALIDATION + separator
         if prefix.startswith(head) and len(prefix) > len(head):
             return _VALIDATION, prefix[len(head) :]
-    phase = _NOT_WORD.sub("_", prefix).strip("_")
+    kept = "".join(c if f"_{c}".isidentifier() else "_" for c in prefix)
+    phase = _UNDERSCORES.sub("_", kept).strip("_")[:_MAX_PHASE]
     if not phase:
         return OTHER_PHASE, None
-    if not phase.isidentifier():  # starts with a digit
+    if not phase.isidentifier():  # starts with a digit or another non-initial character
         phase = f"p_{phase}"
     return phase, None
 

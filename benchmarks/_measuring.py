@@ -1,0 +1,192 @@
+"""trainreport as a benchmark target: a real Reporter and HttpSink, with a measuring sink around it.
+
+:class:`MeasuringSink` wraps any sink and samples ``time.thread_time()`` (the
+CPU time of the calling thread, which is always the reporter thread) around
+``open`` and ``send``, and once more at ``close``, which the reporter thread
+calls last. That gives the reporter thread's total CPU over the run and the
+CPU of each send (encoding, gzip, urllib3), without touching ``src/``
+(DESIGN §6, figure 5).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _loop import NUM_EPOCHS
+from _proxy import ProxyProcess
+from trainreport import Delivered, HttpSink, Reporter, ReportingConfig, Sink
+from trainreport._sink import OpenResult, SendResult, Update
+
+
+class MeasuringSink(Sink):
+    """Delegates to ``inner`` and records the reporter thread's CPU time (seconds).
+
+    Attributes:
+        sends: one ``(cpu_seconds, points, delivered)`` per ``send`` call.
+        open_cpu_s: CPU seconds spent in ``open`` calls.
+        thread_cpu_s: the reporter thread's total CPU seconds, read at
+            ``close`` (``None`` until the thread closed the sink).
+        closed: set once ``close`` ran.
+    """
+
+    def __init__(self, inner: Sink) -> None:
+        self.inner = inner
+        self.sends: list[tuple[float, int, bool]] = []
+        self.open_cpu_s = 0.0
+        self.opens = 0
+        self.thread_cpu_s: float | None = None
+        self.closed = threading.Event()
+
+    def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
+        """``inner.open``, timed in thread CPU."""
+        t0 = time.thread_time()
+        try:
+            return self.inner.open(timeout_seconds=timeout_seconds)
+        finally:
+            self.open_cpu_s += time.thread_time() - t0
+            self.opens += 1
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        """``inner.send``, timed in thread CPU."""
+        t0 = time.thread_time()
+        result = self.inner.send(update, timeout_seconds=timeout_seconds)
+        self.sends.append(
+            (time.thread_time() - t0, update.point_count, isinstance(result, Delivered))
+        )
+        return result
+
+    def close(self) -> None:
+        """``inner.close``, then the thread's total CPU."""
+        try:
+            self.inner.close()
+        finally:
+            self.thread_cpu_s = time.thread_time()
+            self.closed.set()
+
+
+def stored_state_bytes(server_url: str, job_id: str, task_id: str = "train") -> int | None:
+    """Size of the stored task in the ``GET`` shape, compact JSON, uncompressed (bytes).
+
+    Read straight from the server (not through a proxy). ``None`` when the
+    task does not exist.
+    """
+    with urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=60.0)) as pool:
+        response = pool.request("GET", f"{server_url}/v1/jobs/{job_id}/tasks/{task_id}")
+    if response.status == 404:
+        return None
+    if response.status != 200:
+        raise RuntimeError(f"GET of the stored task answered {response.status}")
+    task = json.loads(response.data)
+    return len(json.dumps(task, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def fit_send_cost(sends: list[tuple[float, int, bool]]) -> tuple[float, float]:
+    """(fixed CPU seconds per send, CPU seconds per point) from a least-squares line.
+
+    Fitted over delivered sends; when the sends' sizes do not vary enough for a
+    line (or it gives a negative intercept), the fixed cost is the cheapest of
+    the smallest sends and the per-point cost is NaN.
+    """
+    points = [(float(p), c) for c, p, ok in sends if ok] or [(float(p), c) for c, p, _ in sends]
+    if not points:
+        return float("nan"), float("nan")
+    xs = [p for p, _ in points]
+    if len(points) >= 5 and max(xs) > min(xs):
+        n = len(points)
+        mx = sum(xs) / n
+        my = sum(c for _, c in points) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        sxy = sum((x - mx) * (c - my) for x, c in points)
+        slope = sxy / sxx
+        intercept = my - slope * mx
+        if intercept > 0 and slope >= 0:
+            return intercept, slope
+    smallest = min(xs)
+    return min(c for p, c in points if p == smallest), float("nan")
+
+
+class TrainreportTarget:
+    """A started :class:`trainreport.Reporter` over :class:`trainreport.HttpSink` (DESIGN §2).
+
+    Args:
+        url: where the sink sends (a proxy's URL, or a closed port).
+        server_url: the reference server itself, to read the final stored
+            state; ``None`` when nothing can be stored (down, hanging).
+        job_id: a fresh job id for this run.
+        interval_s: ``min_report_interval_seconds`` (the scaled interval).
+        close_timeout_s: the ``close(timeout=...)`` budget, seconds.
+        proxy: the proxy in front of the server, whose counters are reset at
+            start and read at the end; ``None`` for a closed port.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        server_url: str | None,
+        job_id: str,
+        interval_s: float,
+        close_timeout_s: float,
+        proxy: ProxyProcess | None,
+    ) -> None:
+        self.sink = MeasuringSink(HttpSink(url, job_id=job_id, task_id="train"))
+        self.reporter = Reporter(
+            self.sink, ReportingConfig(min_report_interval_seconds=interval_s), rank=0
+        )
+        self.job_id = job_id
+        self.server_url = server_url
+        self.close_timeout_s = close_timeout_s
+        self.proxy = proxy
+        self.train_step = self.reporter.report_train_step
+        self.validation = self.reporter.report_validation
+        self.checkpoint = self.reporter.report_checkpoint_saved
+        # The hot path's deque, read (len only) to sample the queue's depth without a lock.
+        self._queue = self.reporter._queue
+
+    def start(self, max_steps: int) -> None:
+        """Reset the proxy's counters, start the reporter, report the training start."""
+        if self.proxy is not None:
+            self.proxy.reset()
+        self.reporter.start()
+        self.reporter.report_training_start(max_steps=max_steps, num_epochs=NUM_EPOCHS)
+
+    def queue_depth(self) -> int:
+        """Reports queued for the reporter thread."""
+        return len(self._queue)
+
+    def finish(self) -> float:
+        """Report completion, then ``close(timeout)``; returns the close latency (seconds)."""
+        self.reporter.report_completed()
+        t0 = time.perf_counter()
+        self.reporter.close(timeout=self.close_timeout_s)
+        return time.perf_counter() - t0
+
+    def extras(self) -> dict[str, Any]:
+        """Bytes (proxy and sink), CPU, final stored state; releases a hung thread first."""
+        proxy_stats = self.proxy.stats() if self.proxy is not None else None
+        if self.proxy is not None and self.proxy.mode == "hang":
+            self.proxy.drop()  # the thread still waits on a response: let it finish now
+        self.sink.closed.wait(30.0)
+        stats = self.reporter.stats()
+        fixed, per_point = fit_send_cost(self.sink.sends)
+        return {
+            "stats": stats,
+            "proxy": proxy_stats,
+            "state_bytes": (
+                stored_state_bytes(self.server_url, self.job_id) if self.server_url else None
+            ),
+            "thread_cpu_s": self.sink.thread_cpu_s,
+            "open_cpu_s": self.sink.open_cpu_s,
+            "sends": list(self.sink.sends),
+            "send_fixed_cpu_s": fixed,
+            "send_point_cpu_s": per_point,
+        }
