@@ -9,8 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ScriptedSink
 
+from helpers import ScriptedSink
 from trainreport import MemorySink, Reporter, ReportingConfig, RetryLater
 from trainreport.testing import FakeClock, capture_events
 

@@ -444,16 +444,13 @@ class Recorder:
             self.core_dirty
             or bool(self.sticky_dirty)
             or (
-                not self.metrics_too_large
-                and any(s.needs_send for s in self.store.series.values())
+                not self.metrics_too_large and any(s.needs_send for s in self.store.series.values())
             )
         )
 
     def all_delivered(self) -> bool:
         """True when the destination holds everything recorded (close() and flush() say so)."""
-        return not self.has_changes() and not any(
-            s.needs_send for s in self.store.series.values()
-        )
+        return not self.has_changes() and not any(s.needs_send for s in self.store.series.values())
 
     def build_update(
         self, *, wall: str, full_state: bool, include_metrics: bool = True
