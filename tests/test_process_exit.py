@@ -28,7 +28,12 @@ reporter.report_train_step(step=1, metrics={{"loss": 1.0}})
 def run_script(tmp_path: Path, ending: str) -> tuple[dict[str, object], str]:
     code = textwrap.dedent(SCRIPT.format(ending=ending))
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     return json.loads((tmp_path / "task.json").read_text()), proc.stderr
 
