@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -19,7 +20,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import attrs
 
@@ -73,6 +74,31 @@ def _copy_metrics(metrics: object) -> object:
     except Exception:  # a str or an object without __add__: judged on the reporter thread
         plain = False
     return copied if plain else {k: caller_value(v) for k, v in copied.items()}
+
+
+_P = ParamSpec("_P")
+
+
+def _report_call(
+    method: Callable[Concatenate[Reporter, _P], None],
+) -> Callable[Concatenate[Reporter, _P], None]:
+    """Time a report method into the latency histogram and keep any exception from the caller.
+
+    Every report method but ``report_train_step`` (which inlines the same
+    lines: it is the hot path) runs under this. Never raises an ``Exception``.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def report(self: Reporter, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        t0 = perf_counter_ns()
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            self._failed(name, exc)
+        self._histogram.observe(perf_counter_ns() - t0)
+
+    return report
 
 
 def _copy_scalar(value: object) -> object:
@@ -592,6 +618,7 @@ class Reporter:
         h.total_ns += dt
         h.max_ns = max(h.max_ns, dt)
 
+    @_report_call
     def report_validation(
         self,
         *,
@@ -611,23 +638,19 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put(
-                (
-                    K_VALIDATION,
-                    self._clock(),
-                    _copy_scalar(step),
-                    _copy_scalar(epoch),
-                    _copy_metrics(metrics),
-                    dataset,
-                ),
-                wake=False,
-            )
-        except Exception as exc:
-            self._failed("report_validation", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put(
+            (
+                K_VALIDATION,
+                self._clock(),
+                _copy_scalar(step),
+                _copy_scalar(epoch),
+                _copy_metrics(metrics),
+                dataset,
+            ),
+            wake=False,
+        )
 
+    @_report_call
     def report_metrics(self, *, step: int, metrics: Mapping[str, float] | None, phase: str) -> None:
         """Report metrics of another phase (``test``, or a stream such as ``system``).
 
@@ -640,16 +663,12 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put(
-                (K_METRICS, self._clock(), _copy_scalar(step), _copy_metrics(metrics), phase),
-                wake=False,
-            )
-        except Exception as exc:
-            self._failed("report_metrics", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put(
+            (K_METRICS, self._clock(), _copy_scalar(step), _copy_metrics(metrics), phase),
+            wake=False,
+        )
 
+    @_report_call
     def report_training_start(
         self, *, max_steps: int | None = None, num_epochs: int | None = None
     ) -> None:
@@ -661,21 +680,17 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put(
-                (
-                    K_TRAINING_START,
-                    self._clock(),
-                    _copy_scalar(max_steps),
-                    _copy_scalar(num_epochs),
-                ),
-                wake=True,
-            )
-        except Exception as exc:
-            self._failed("report_training_start", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put(
+            (
+                K_TRAINING_START,
+                self._clock(),
+                _copy_scalar(max_steps),
+                _copy_scalar(num_epochs),
+            ),
+            wake=True,
+        )
 
+    @_report_call
     def report_hyperparameters(self, *, params: Mapping[str, Any]) -> None:
         """Report hyperparameters, flattened with ``/`` and stored once as ``hyperparameters``.
 
@@ -685,35 +700,27 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            given: object = params  # callers may pass anything; never trust the annotation
-            flat = flatten_params(given) if isinstance(given, Mapping) else None
-            if flat is None:
-                self._once.warning(
-                    "hyperparameters",
-                    "trainreport.report_dropped",
-                    report="report_hyperparameters",
-                    reason="params is not a mapping",
-                )
-            else:
-                self._put((K_HYPERPARAMETERS, self._clock(), flat), wake=False)
-        except Exception as exc:
-            self._failed("report_hyperparameters", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        given: object = params  # callers may pass anything; never trust the annotation
+        flat = flatten_params(given) if isinstance(given, Mapping) else None
+        if flat is None:
+            self._once.warning(
+                "hyperparameters",
+                "trainreport.report_dropped",
+                report="report_hyperparameters",
+                reason="params is not a mapping",
+            )
+        else:
+            self._put((K_HYPERPARAMETERS, self._clock(), flat), wake=False)
 
+    @_report_call
     def report_epoch_end(self, *, epoch: float) -> None:
         """Report that ``epoch`` ended (same epoch rule as train steps); sent at once.
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put((K_EPOCH_END, self._clock(), _copy_scalar(epoch)), wake=True)
-        except Exception as exc:
-            self._failed("report_epoch_end", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put((K_EPOCH_END, self._clock(), _copy_scalar(epoch)), wake=True)
 
+    @_report_call
     def report_checkpoint_saved(self, *, path: object, step: int | None = None) -> None:
         """Report a saved checkpoint (``checkpoint_path``, phase ``checkpointing``); sent at once.
 
@@ -723,45 +730,33 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put(
-                (
-                    K_CHECKPOINT,
-                    self._clock(),
-                    os.fspath(path) if isinstance(path, os.PathLike) else str(path),
-                    _copy_scalar(step),
-                ),
-                wake=True,
-            )
-        except Exception as exc:
-            self._failed("report_checkpoint_saved", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put(
+            (
+                K_CHECKPOINT,
+                self._clock(),
+                os.fspath(path) if isinstance(path, os.PathLike) else str(path),
+                _copy_scalar(step),
+            ),
+            wake=True,
+        )
 
+    @_report_call
     def report_completed(self) -> None:
         """Report that the run completed (the first terminal report wins, DESIGN §4); sent at once.
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put((K_COMPLETED, self._clock()), wake=True)
-        except Exception as exc:
-            self._failed("report_completed", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put((K_COMPLETED, self._clock()), wake=True)
 
+    @_report_call
     def report_cancelled(self, *, reason: str = "cancelled") -> None:
         """Report that the run was cancelled (``"preempted"``, ``"interrupted"`` or free text).
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            self._put((K_CANCELLED, self._clock(), str(reason)[:4096]), wake=True)
-        except Exception as exc:
-            self._failed("report_cancelled", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._put((K_CANCELLED, self._clock(), str(reason)[:4096]), wake=True)
 
+    @_report_call
     def report_error(self, error: BaseException | str) -> None:
         """Report that the run failed with ``error`` (status ``failed``); sent at once.
 
@@ -771,16 +766,11 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        t0 = perf_counter_ns()
-        try:
-            if isinstance(error, BaseException):
-                kind, message = type(error).__name__, _safe_str(error)
-            else:
-                kind, message = "Error", _safe_str(error)
-            self._put((K_FAILED, self._clock(), kind, message[:4096]), wake=True)
-        except Exception as exc:
-            self._failed("report_error", exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        if isinstance(error, BaseException):
+            kind, message = type(error).__name__, _safe_str(error)
+        else:
+            kind, message = "Error", _safe_str(error)
+        self._put((K_FAILED, self._clock(), kind, message[:4096]), wake=True)
 
 
 def _safe_str(value: object) -> str:

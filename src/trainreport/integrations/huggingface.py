@@ -35,6 +35,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._reporter import Reporter
+from trainreport.integrations._guard import adapter_guard
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -216,18 +217,8 @@ class TrainReportCallback(TrainerCallback):
         """The reporter this callback reports to."""
         return self._reporter
 
-    @contextlib.contextmanager
-    def _guard(self, hook: str) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:  # a callback must never break the user's training
-            self._once.warning(
-                ("hook", hook),
-                "trainreport.adapter_error",
-                adapter="huggingface",
-                hook=hook,
-                error=f"{type(exc).__name__}: {exc}"[:300],
-            )
+    def _guard(self, hook: str) -> contextlib.AbstractContextManager[None]:
+        return adapter_guard(self._once, "huggingface", hook)
 
     def on_train_begin(
         self,

@@ -35,7 +35,7 @@ import os
 import re
 import weakref
 from argparse import Namespace
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
@@ -46,6 +46,7 @@ from trainreport._lifecycle import ReporterState
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._naming import STRIPPED_PREFIXES
 from trainreport._reporter import Reporter
+from trainreport.integrations._guard import adapter_guard
 from trainreport.sinks import new_run_id
 
 __all__ = ["CANCEL_REASON", "TrainReportCallback", "TrainReportLogger", "route_metrics"]
@@ -334,18 +335,8 @@ class TrainReportLogger(Logger):
 
     # --- internals -----------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _guard(self, method: str) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:  # a logger must never break the user's training
-            self._once.warning(
-                ("method", method),
-                "trainreport.adapter_error",
-                adapter="lightning",
-                hook=method,
-                error=f"{type(exc).__name__}: {exc}"[:300],
-            )
+    def _guard(self, method: str) -> contextlib.AbstractContextManager[None]:
+        return adapter_guard(self._once, "lightning", method)
 
     def _get_reporter(self) -> Reporter:
         if self._reporter is None:

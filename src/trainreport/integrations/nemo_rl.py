@@ -25,12 +25,13 @@ from __future__ import annotations
 import contextlib
 import numbers
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from trainreport._lifecycle import ReporterState
 from trainreport._logging import OnceLogger
 from trainreport._reporter import Reporter
+from trainreport.integrations._guard import adapter_guard
 
 __all__ = ["OTHER_PHASE", "TrainReportNemoLogger", "phase_of_prefix"]
 
@@ -213,18 +214,8 @@ class TrainReportNemoLogger:
 
     # --- internals -----------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _guard(self, method: str) -> Iterator[None]:
-        try:
-            yield
-        except Exception as exc:  # a logger must never break the user's training
-            self._once.warning(
-                ("method", method),
-                "trainreport.adapter_error",
-                adapter="nemo_rl",
-                hook=method,
-                error=f"{type(exc).__name__}: {exc}"[:300],
-            )
+    def _guard(self, method: str) -> contextlib.AbstractContextManager[None]:
+        return adapter_guard(self._once, "nemo_rl", method)
 
     def _started(self) -> Reporter:
         reporter = self._reporter
