@@ -25,14 +25,8 @@ from trainreport.integrations.lightning import (
 )
 from trainreport.testing import capture_events
 
-# Lightning warns (PossibleUserWarning) that a DataLoader with num_workers=0 "does not have
-# many workers" on machines with more than 2 CPUs; irrelevant for a 4-batch test run, and
-# workers would slow the test. Lightning 2.6's own _pytree helper calls a torch API that
-# torch 2.13 deprecates (FutureWarning "isinstance(treespec, LeafSpec) is deprecated").
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:The '.*dataloader' does not have many workers"),
-    pytest.mark.filterwarnings("ignore:.*isinstance\\(treespec, LeafSpec\\)"),
-]
+# Lightning's own warnings that these tests meet are ignored in pyproject.toml's
+# commented filterwarnings list.
 
 MAX_STEPS = 12
 
