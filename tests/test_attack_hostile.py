@@ -59,11 +59,6 @@ def make() -> tuple[Reporter, MemorySink]:
     return Reporter(sink, config, clock=FakeClock(), rank=0), sink
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder.apply, Worker._cycle_once and Worker._run format the exception "
-    "with f'{exc}'; an exception whose __str__ raises escapes all three and the thread dies",
-)
 def test_a_key_whose_repr_raises_an_unprintable_error_does_not_kill_the_reporter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -82,11 +77,6 @@ def test_a_key_whose_repr_raises_an_unprintable_error_does_not_kill_the_reporter
     assert [(2, 1, 2.0)] == curve(sink.task, "train_loss")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder._record has no per-name guard; one key whose repr() raises "
-    "aborts the loop and drops every later metric of the same report",
-)
 def test_a_key_whose_repr_raises_drops_only_that_key() -> None:
     """``{bad_key: 1.0, "loss": 1.0}``: the bad key is dropped, ``train_loss`` is kept."""
     reporter, sink = make()
@@ -99,11 +89,6 @@ def test_a_key_whose_repr_raises_drops_only_that_key() -> None:
     assert 1 == reporter.stats().points_recorded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: report_cancelled does str(reason) on the caller's thread without a "
-    "fallback; the whole terminal report is dropped and close() still returns True",
-)
 def test_an_unprintable_cancel_reason_still_cancels_the_task() -> None:
     """A reason whose ``str()`` raises keeps the status change (as report_error does)."""
     reporter, sink = make()
@@ -113,11 +98,6 @@ def test_an_unprintable_cancel_reason_still_cancels_the_task() -> None:
     assert "cancelled" == task_of(sink)["status"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: report_checkpoint_saved does str(path) without a fallback; the whole "
-    "checkpoint report (phase, checkpoint_step) is dropped",
-)
 def test_an_unprintable_checkpoint_path_still_records_the_checkpoint() -> None:
     """A path whose ``str()`` raises still records ``checkpoint_step``."""
     reporter, sink = make()
@@ -137,11 +117,6 @@ class _MappingThatCannotBeRead(dict):  # type: ignore[type-arg]
         raise RuntimeError("unreadable")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Reporter._failed logs a report dropped on the caller's thread but counts "
-    "it nowhere; stats().drops misses it (every drop is counted by reason, STYLE 9)",
-)
 def test_a_report_dropped_on_the_callers_thread_is_counted_in_stats() -> None:
     """A metrics mapping that cannot be copied drops the report, and stats() says so."""
     reporter, _ = make()

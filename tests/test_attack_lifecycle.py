@@ -38,11 +38,6 @@ def make(sink: Any, clock: FakeClock | None = None, **config: Any) -> Reporter:
     return Reporter(sink, ReportingConfig(**settings), clock=clock or FakeClock(), rank=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Reporter.close passes the deadline to Thread.join unclamped; "
-    "join(inf) raises OverflowError out of close()",
-)
 def test_close_with_an_infinite_timeout_returns_instead_of_raising() -> None:
     """``close(timeout=float("inf"))`` ("wait as long as it takes") delivers and returns True."""
     reporter = make(MemorySink())
@@ -54,11 +49,6 @@ def test_close_with_an_infinite_timeout_returns_instead_of_raising() -> None:
         reporter.close(timeout=5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Reporter.flush passes the budget to Event.wait unclamped; "
-    "wait(inf) raises OverflowError out of flush()",
-)
 def test_flush_with_an_infinite_timeout_returns_instead_of_raising() -> None:
     """``flush(timeout=float("inf"))`` delivers and returns True."""
     reporter = make(MemorySink())
@@ -70,11 +60,6 @@ def test_flush_with_an_infinite_timeout_returns_instead_of_raising() -> None:
         reporter.close(timeout=5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Worker._sleep_seconds can exceed threading.TIMEOUT_MAX; wake.wait raises "
-    "OverflowError in _run and the reporter thread dies (a huge heartbeat = 'never')",
-)
 def test_a_very_long_heartbeat_does_not_kill_the_reporter_thread() -> None:
     """``heartbeat_seconds=1e10`` (about 300 years) is accepted and the thread keeps running."""
     reporter = make(MemorySink(), min_report_interval_seconds=1e10, heartbeat_seconds=1e10)
@@ -89,11 +74,6 @@ def test_a_very_long_heartbeat_does_not_kill_the_reporter_thread() -> None:
     assert alive
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder._metrics never sets core_dirty, so a scalar changed by "
-    "report_metrics is not a change: close() skips the final send and returns True",
-)
 @pytest.mark.parametrize("series_suffix", [False, True])
 def test_close_sends_the_last_value_of_a_scalar_reported_by_report_metrics(
     series_suffix: bool,
@@ -110,11 +90,6 @@ def test_close_sends_the_last_value_of_a_scalar_reported_by_report_metrics(
     assert 0.9 == task_of(sink)["status_details"]["test_accuracy"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a rewind that empties a series drops its current value from snapshot(), "
-    "but the destination keeps the last one sent (a shallow merge cannot delete a key)",
-)
 @pytest.mark.parametrize("series_suffix", [False, True])
 def test_snapshot_equals_the_stored_task_after_a_rewind_empties_a_series(
     series_suffix: bool,
@@ -130,11 +105,6 @@ def test_snapshot_equals_the_stored_task_after_a_rewind_empties_a_series(
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Worker._attempt counts an open() failure in requests_failed but not in "
-    "requests_sent, so stats() shows more failed requests than requests made",
-)
 def test_stats_never_show_more_failed_requests_than_requests() -> None:
     """Three failed reads of the stored task, then success: failed <= sent."""
     sink = ScriptedSink()
@@ -153,11 +123,6 @@ def test_stats_never_show_more_failed_requests_than_requests() -> None:
     assert stats.requests_failed <= stats.requests_sent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder._names caches every refused raw name forever, so a loop logging "
-    "metric_{step} grows the reporter's memory without bound despite max_metric_names",
-)
 def test_names_refused_by_the_cap_are_not_remembered_forever() -> None:
     """20 000 distinct names against a cap of 10: the name cache stays small."""
     reporter = make(MemorySink(), max_metric_names=10, min_report_interval_seconds=0.0)
@@ -194,11 +159,6 @@ class _ServerThatLosesAPoint(ScriptedSink):
         return result
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: MetricStore.acknowledge applies Delivered.series_lengths only to series "
-    "in the update; a shorter length reported for another series is never repaired",
-)
 def test_lengths_reported_for_a_series_not_in_the_update_are_acknowledged() -> None:
     """The server says it holds fewer points of ``train_loss``; the reporter resends them."""
     sink = _ServerThatLosesAPoint(others=True)
@@ -215,11 +175,6 @@ def test_lengths_reported_for_a_series_not_in_the_update_are_acknowledged() -> N
     assert [{"step": 1, "epoch": 1, "value": 1.0}] == stored.get("train_loss")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Worker._cycle_once forces only the first send of a flush; when it is "
-    "acknowledged short, the resend waits for the debounce and flush() times out",
-)
 def test_flush_resends_at_once_when_the_destination_acknowledges_fewer_points() -> None:
     """A flush whose send is acknowledged short (lengths below what was sent) still completes."""
     sink = _ServerThatLosesAPoint(others=False)
@@ -236,11 +191,6 @@ def test_flush_resends_at_once_when_the_destination_acknowledges_fewer_points() 
     assert [1, 2] == [p[0] for p in curve(sink.task, "train_loss")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the atexit fallback (_reporter._close_at_exit) reports an uncaught "
-    "KeyboardInterrupt as failed; DESIGN §4 and __exit__ make an interrupt cancelled",
-)
 def test_forgotten_close_after_ctrl_c_reports_cancelled_interrupted(tmp_path: Path) -> None:
     """Ctrl-C in a script that never closes its reporter: ``cancelled``/``interrupted``."""
     code = (
@@ -272,11 +222,6 @@ class _SinkThatRaisesOnce(ScriptedSink):
         return super().send(update, timeout_seconds=timeout_seconds)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Worker._finish has no per-attempt except (unlike _cycle_once): an "
-    "exception from send() during close() ends the thread at once, budget unused",
-)
 def test_an_exception_from_send_during_close_is_retried_within_the_budget() -> None:
     """close() treats a raising send like a transient failure and retries before its deadline."""
     sink = _SinkThatRaisesOnce()

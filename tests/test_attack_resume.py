@@ -27,11 +27,6 @@ def stored_task() -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Worker drains reports before the first open(); Recorder.seed skips names "
-    "already in the store, so the stored curve is replaced by the new points",
-)
 @pytest.mark.parametrize("series_suffix", [False, True])
 def test_a_report_made_before_start_continues_the_stored_curve(series_suffix: bool) -> None:
     """A train step queued before start() on a resumed task extends the stored curve."""
@@ -43,11 +38,6 @@ def test_a_report_made_before_start_continues_the_stored_curve(series_suffix: bo
     assert [1, 2, 3, 4] == [p[0] for p in curve(sink.task, "train_loss")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a failed first open() lets the next cycles drain reports into the store; "
-    "the later successful open() then skips seeding those names",
-)
 @pytest.mark.parametrize("series_suffix", [False, True])
 def test_a_slow_first_read_never_overwrites_the_stored_curve(series_suffix: bool) -> None:
     """The stored task's first read fails once; training reports meanwhile; history survives."""
@@ -68,11 +58,6 @@ def test_a_slow_first_read_never_overwrites_the_stored_curve(series_suffix: bool
     assert [1, 2, 3, 4] == [p[0] for p in curve(sink.task, "train_loss")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder.seed replaces the DatasetOrder built from reports drained before "
-    "the first open(), so the stored val_datasets order is lost and names change mid-run",
-)
 def test_a_validation_dataset_reported_before_start_keeps_the_stored_order() -> None:
     """Stored val_datasets ["a", "b"]: a report for "b" made before start() goes to val_b_*."""
     sink = MemorySink(stored_task())

@@ -37,11 +37,6 @@ def sends_in_five_cycles(answer: SendResult) -> int:
         reporter.close(timeout=0.2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Worker._attempt answers Resynchronise with note_change(urgent=True) and no "
-    "backoff; a destination that keeps answering 409 is hammered in a hot loop",
-)
 @pytest.mark.parametrize(
     "answer",
     [
@@ -55,11 +50,6 @@ def test_repeated_resynchronise_backs_off(answer: Resynchronise) -> None:
     assert 2 >= sends_in_five_cycles(answer)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: SendScheduler.on_retry_later takes a Retry-After of 0 (or an HTTP date in "
-    "the past, e.g. clock skew) as the whole delay, with no floor: a hot retry loop",
-)
 def test_retry_after_zero_does_not_retry_in_a_loop() -> None:
     """``503`` with ``Retry-After: 0`` every time still backs off."""
     assert 2 >= sends_in_five_cycles(RetryLater("HTTP 503", delay_seconds=0.0))

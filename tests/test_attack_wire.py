@@ -38,12 +38,6 @@ def stored_steps(task: dict[str, Any] | None, name: str) -> list[int]:
     return [p["step"] for p in task["status_details"].get("metrics", {}).get(name, [])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder._train_step/_record append to the step column before the epoch "
-    "column; an epoch >= 2**31 overflows array('i') and leaves the columns unequal, so "
-    "every later encode (and snapshot()) raises",
-)
 @pytest.mark.parametrize("series_suffix", [False, True])
 def test_a_huge_epoch_never_corrupts_the_series(series_suffix: bool) -> None:
     """An absurd epoch (1e10 epochs completed) is dropped or capped; other points survive."""
@@ -58,12 +52,6 @@ def test_a_huge_epoch_never_corrupts_the_series(series_suffix: bool) -> None:
     assert 3 == len(reporter.snapshot()["status_details"]["metrics"]["train_loss"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: text with a lone surrogate (os.fsdecode of a non-UTF-8 name) reaches "
-    "_payloads._dumps(ensure_ascii=False) and .encode() raises UnicodeEncodeError on "
-    "every later send (checkpoint_path stays sticky until delivered)",
-)
 @pytest.mark.parametrize("series_suffix", [False, True])
 def test_a_non_utf8_checkpoint_path_does_not_block_every_later_send(series_suffix: bool) -> None:
     """A checkpoint path from a non-UTF-8 file name never stops the curves reaching the sink."""
@@ -76,11 +64,6 @@ def test_a_non_utf8_checkpoint_path_does_not_block_every_later_send(series_suffi
     assert [2] == stored_steps(sink.task, "train_loss")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: FileSink.send merges the update into its record, then the UTF-8 write "
-    "raises UnicodeEncodeError (not OSError) out of send(); the record stays poisoned",
-)
 def test_file_sink_survives_a_non_utf8_checkpoint_path(tmp_path: Path) -> None:
     """The same through FileSink: the file ends holding the curve."""
     sink = FileSink(tmp_path / "run.json")
@@ -91,11 +74,6 @@ def test_file_sink_survives_a_non_utf8_checkpoint_path(tmp_path: Path) -> None:
     assert reporter.close(timeout=0.5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Recorder._validation keeps an unusable dataset name (lone surrogate) as "
-    "the qualifier and puts it in val_datasets, which can never be encoded",
-)
 def test_a_non_utf8_dataset_name_does_not_block_every_later_send() -> None:
     """A dataset name that cannot be UTF-8 encoded is dropped; the run keeps reporting."""
     sink = MemorySink()
@@ -107,11 +85,6 @@ def test_a_non_utf8_dataset_name_does_not_block_every_later_send() -> None:
     assert [2] == stored_steps(sink.task, "train_loss")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: flatten_params keeps ints of any size; json cannot encode an int over "
-    "4300 digits (ValueError), so the sticky hyperparameters block every later send",
-)
 def test_an_unencodable_hyperparameter_does_not_block_every_later_send() -> None:
     """A hyperparameter that cannot be JSON-encoded is stored as text or dropped."""
     sink = MemorySink()
@@ -123,11 +96,6 @@ def test_an_unencodable_hyperparameter_does_not_block_every_later_send() -> None
     assert [1] == stored_steps(sink.task, "train_loss")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: MetricStore.admit gives a new scalar the value NaN before any value "
-    "arrived; a name whose values are never chartable is then sent as null forever",
-)
 def test_a_scalar_that_never_had_a_number_is_not_sent_as_null() -> None:
     """``{"note": "warmup"}`` as a scalar (no history) never sends ``train_note: null``."""
     sink = MemorySink()

@@ -466,14 +466,29 @@ def test_forked_child_is_inert_and_never_deadlocks(tmp_path: Any) -> None:
 
 
 def test_flush_sends_at_once_even_during_a_backoff() -> None:
-    """flush() is an explicit request: it does not wait out a long retry delay."""
+    """flush() is an explicit request: it does not wait out our own long retry delay."""
     sink = ScriptedSink()
-    sink.fail_sends.append(RetryLater("busy", delay_seconds=500.0))
-    reporter, _, _ = make(sink)
+    sink.fail_sends.append(RetryLater("connection reset"))
+    reporter, _, _ = make(sink, backoff_initial_seconds=500.0)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     reporter.start()
     cycle(reporter)
     assert isinstance(sink.results[0], RetryLater)
     assert reporter.flush(timeout=5)
     assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
+    reporter.close(timeout=5)
+
+
+def test_flush_honours_a_retry_after_the_destination_asked_for() -> None:
+    """A server-requested delay (Retry-After) holds even for flush()."""
+    sink = ScriptedSink()
+    sink.fail_sends.append(RetryLater("429", delay_seconds=500.0))
+    reporter, _, clock = make(sink)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    reporter.start()
+    cycle(reporter)
+    assert not reporter.flush(timeout=0.3)
+    assert 1 == len(sink.results)
+    clock.advance(500.0)
+    assert reporter.flush(timeout=5)
     reporter.close(timeout=5)

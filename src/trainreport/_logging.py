@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["LOGGER_NAME", "OnceLogger", "get_logger"]
+__all__ = ["LOGGER_NAME", "OnceLogger", "describe_exception", "get_logger"]
 
 LOGGER_NAME = "trainreport"
 _stdlib_logger = logging.getLogger(LOGGER_NAME)
@@ -47,6 +47,18 @@ def get_logger() -> structlog.stdlib.BoundLogger:
     Never raises. Thread-safe.
     """
     return _logger
+
+
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """``"Type: message"`` for a log field, even when the exception's ``__str__`` raises.
+
+    Never raises.
+    """
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__}: <unprintable>"
+    return text[:limit]
 
 
 class OnceLogger:

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Outcome, TaskEvent, TaskMachine, TaskStatus
-from trainreport._logging import OnceLogger, get_logger
+from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._naming import (
     DatasetOrder,
     EpochRule,
@@ -103,6 +103,34 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+_MAX_EPOCH = 2**31 - 1  # epochs are stored as int32 (array('i'))
+_MAX_INT_BITS = 256  # larger ints in details become text (JSON readers choke on them)
+
+
+def _json_safe(value: Any, depth: int = 0) -> Any:
+    """A copy of a details value that any strict JSON encoder accepts.
+
+    Lone surrogates (``os.fsdecode`` of undecodable bytes) become U+FFFD, huge
+    ints and non-finite floats become text, nesting is cut at 32 levels.
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        bits = value.bit_length()
+        return value if bits <= _MAX_INT_BITS else f"<int of {bits} bits>"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if depth >= 32:
+        return "<nested too deep>"
+    if isinstance(value, dict):
+        return {_json_safe(str(k)): _json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v, depth + 1) for v in value]
+    return _json_safe(str(value))
+
+
 def _positive_int(value: object) -> int | NotChartable | None:
     if value is None:
         return None
@@ -146,6 +174,13 @@ class Recorder:
         self._first_step: tuple[float, int] | None = None
         self._last_step_time: float | None = None
         self._names: dict[tuple[str, str | None], dict[object, str | None]] = {}
+        # Refused names are cached only up to this many per phase, so a loop that logs
+        # metric_{step} cannot grow memory past the name cap (DESIGN §8).
+        self._max_cached_names = 4 * config.max_metric_names
+        # What the destination was last sent per details key: a shallow merge keeps
+        # a key it was once sent, so snapshot() does too.
+        self.delivered_details: dict[str, Any] = {}
+        self._pending_details: dict[str, Any] = {}
 
     # --- seeding (resume) ----------------------------------------------------------
 
@@ -207,7 +242,7 @@ class Recorder:
                 ("apply", kind),
                 "trainreport.report_dropped",
                 report=_REPORT_NAME.get(kind, str(kind)),
-                reason=f"{type(exc).__name__}: {exc}"[:300],
+                reason=describe_exception(exc),
             )
             return False
 
@@ -249,7 +284,7 @@ class Recorder:
         return True
 
     def _set_sticky(self, key: str, value: Any) -> None:
-        self.sticky[key] = value
+        self.sticky[key] = _json_safe(value)
         self.sticky_dirty.add(key)
 
     def _drop_once(self, reason: str, key: object, report: str, detail: str) -> None:
@@ -266,6 +301,9 @@ class Recorder:
         epoch = self.epoch_rule.resolve(raw, step=step, num_epochs=self.num_epochs)
         if isinstance(epoch, NotChartable):
             self._drop_once("invalid_epoch", "epoch", report, epoch.reason)
+            return None
+        if epoch is not None and epoch > _MAX_EPOCH:
+            self._drop_once("invalid_epoch", "epoch", report, "too large")
             return None
         return epoch
 
@@ -315,7 +353,8 @@ class Recorder:
             self._drop_once(
                 "invalid_argument", "dataset", "report_validation", "unusable dataset name"
             )
-            dataset = dataset[:50] or None
+            cleaned = "".join(c if c.isprintable() else "_" for c in _json_safe(dataset))[:50]
+            dataset = cleaned if cleaned and check_name(cleaned) is None else None
         before = len(self.datasets.datasets)
         qualifier = self.datasets.qualifier(dataset)
         if len(self.datasets.datasets) != before:
@@ -336,6 +375,7 @@ class Recorder:
         if self.machine.apply(TaskEvent.OTHER_METRICS) is Outcome.REFUSED:
             self.drops["refused_transition"] += 1
             return
+        self.core_dirty = True  # current values change
         naming_phase = "validation" if phase in ("val", "eval", "validation") else phase
         self._record(metrics, naming_phase, None, step, self.epoch or 1, "report_metrics")
 
@@ -358,7 +398,9 @@ class Recorder:
             try:
                 name = names[raw_name]
             except KeyError:
-                name = names[raw_name] = self._admit(raw_name, phase, qualifier, report)
+                name = self._admit_guarded(raw_name, phase, qualifier, report)
+                if name is not None or len(names) < self._max_cached_names:
+                    names[raw_name] = name
             if name is None:
                 continue
             value = raw_value if type(raw_value) is float else to_chartable(raw_value)
@@ -379,6 +421,21 @@ class Recorder:
             series.values.append(value)
             appended += 1
         store.points_recorded += appended
+
+    def _admit_guarded(
+        self, raw_name: object, phase: str, qualifier: str | None, report: str
+    ) -> str | None:
+        try:
+            return self._admit(raw_name, phase, qualifier, report)
+        except Exception as exc:  # a hostile key (its repr or hash raises) drops only itself
+            self.drops["invalid_name"] += 1
+            self.once.warning(
+                ("admit", report),
+                "trainreport.report_dropped",
+                report=report,
+                reason=describe_exception(exc),
+            )
+            return None
 
     def _admit(
         self, raw_name: object, phase: str, qualifier: str | None, report: str
@@ -430,7 +487,8 @@ class Recorder:
         for key in sticky_keys:
             details[key] = self.sticky[key]
         for name, value in self.store.current_values():
-            details[name] = _finite(value)
+            if math.isfinite(value):  # DESIGN §5: never null; the curve shows the gap
+                details[name] = value
         return details
 
     def has_changes(self) -> bool:
@@ -470,6 +528,7 @@ class Recorder:
         """
         sticky = set(self.sticky_dirty)
         details = self._details(wall, sticky)
+        self._pending_details = details
         self.last_updated_at = wall
         series_updates: tuple[SeriesUpdate, ...] | None = None
         sent: dict[str, int] = {}
@@ -515,6 +574,7 @@ class Recorder:
         self.store.acknowledge(sent, lengths)
         self.sticky_dirty -= sticky
         self.core_dirty = False
+        self.delivered_details.update(self._pending_details)
 
     def mark_all_dirty(self) -> None:
         """Resend every sticky field (after a resynchronise: the destination may have lost them)."""
@@ -526,6 +586,7 @@ class Recorder:
     def snapshot(self) -> dict[str, Any]:
         """The task record the destination should now hold (the ``GET`` shape)."""
         details = dict(self.stored_details)
+        details.update(self.delivered_details)
         details.update(self._details(self.last_updated_at or "", self.sticky))
         if not self.last_updated_at:
             del details["updated_at"]

@@ -12,6 +12,7 @@ import atexit
 import collections
 import contextlib
 import functools
+import math
 import os
 import sys
 import threading
@@ -184,6 +185,17 @@ def _install_process_hooks() -> None:
         atexit.register(_close_at_exit)
 
 
+def _budget(timeout: float) -> float:
+    """A wait in seconds that `Event.wait` and `Thread.join` take: NaN, < 0 -> 0; inf capped."""
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        return 0.0
+    if math.isnan(seconds) or seconds < 0:
+        return 0.0
+    return min(seconds, threading.TIMEOUT_MAX / 2)
+
+
 def _global_rank(environ: Mapping[str, str]) -> int:
     for name in RANK_VARIABLES:
         raw = environ.get(name)
@@ -243,6 +255,7 @@ class Reporter:
         self._histogram = LatencyHistogram()
         self._queue_drops = 0
         self._after_close_drops = 0
+        self._caller_drops = 0
         self._pending_wake = False
         self._worker: Worker | None = None
         self._recorder: Recorder | None = None
@@ -361,7 +374,7 @@ class Reporter:
         worker = self._worker
         if worker is None or self._machine.state is not ReporterState.RUNNING:
             return self._machine.state is not ReporterState.NEW and self._delivered()
-        budget = self._config.close_timeout_seconds if timeout is None else max(timeout, 0.0)
+        budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
         done = worker.request_flush()
         return done.wait(budget) and worker.everything_delivered()
 
@@ -385,7 +398,7 @@ class Reporter:
                 (tests), when a report was refused by the lifecycle tables.
                 Never raises otherwise.
         """
-        budget = self._config.close_timeout_seconds if timeout is None else max(timeout, 0.0)
+        budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
         deadline = time.monotonic() + budget
         state = self._machine.state
         if state is ReporterState.NEW:
@@ -466,7 +479,9 @@ class Reporter:
         recorder = self._recorder
         terminal = recorder is not None and recorder.machine.is_terminal
         if not terminal:
-            if uncaught is not None:
+            if isinstance(uncaught, KeyboardInterrupt):  # DESIGN §4: an interrupt is a cancel
+                self.report_cancelled(reason="interrupted")
+            elif uncaught is not None:
                 self.report_error(uncaught)
             else:
                 _log.warning("trainreport.run_ended_without_status")
@@ -515,6 +530,8 @@ class Reporter:
             drops["queue_full"] = self._queue_drops
         if self._after_close_drops:
             drops["after_close"] = self._after_close_drops
+        if self._caller_drops:
+            drops["report_failed"] = self._caller_drops
         return ReporterStats(
             state=self._machine.state.value,
             requests_sent=worker.requests_sent if worker else 0,
@@ -569,6 +586,7 @@ class Reporter:
             _log.warning("trainreport.report_after_close")
 
     def _failed(self, report: str, exc: Exception) -> None:
+        self._caller_drops += 1
         with contextlib.suppress(Exception):  # logging must not raise into training
             self._once.warning(
                 ("report_failed", report),
@@ -734,7 +752,7 @@ class Reporter:
             (
                 K_CHECKPOINT,
                 self._clock(),
-                os.fspath(path) if isinstance(path, os.PathLike) else str(path),
+                _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path),
                 _copy_scalar(step),
             ),
             wake=True,
@@ -754,7 +772,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put((K_CANCELLED, self._clock(), str(reason)[:4096]), wake=True)
+        self._put((K_CANCELLED, self._clock(), _safe_str(reason)[:4096]), wake=True)
 
     @_report_call
     def report_error(self, error: BaseException | str) -> None:

@@ -60,6 +60,8 @@ class SendScheduler:
     pending_since: float | None = attrs.field(default=None, init=False)
     urgent: bool = attrs.field(default=False, init=False)
     _retry_at: float | None = attrs.field(default=None, init=False)
+    #: The destination asked for no request before this time (Retry-After).
+    not_before: float | None = attrs.field(default=None, init=False)
     _rejected: bool = attrs.field(default=False, init=False)
     _new_since_rejection: bool = attrs.field(default=False, init=False)
 
@@ -101,6 +103,7 @@ class SendScheduler:
         self.last_success = now
         self.consecutive_failures = 0
         self._retry_at = None
+        self.not_before = None
         self._rejected = False
         self._new_since_rejection = False
         self.urgent = False
@@ -111,10 +114,13 @@ class SendScheduler:
     def on_retry_later(self, now: float, delay_seconds: float | None = None) -> float:
         """A transient failure at ``now``; returns the delay (seconds) before the next attempt."""
         self.consecutive_failures += 1
+        delay = self.backoff_delay(self.consecutive_failures)
         if delay_seconds is not None and delay_seconds >= 0:
-            delay = min(delay_seconds, MAX_RETRY_AFTER_SECONDS)
-        else:
-            delay = self.backoff_delay(self.consecutive_failures)
+            # Never earlier than asked, never faster than our own backoff (a
+            # "Retry-After: 0" or a date in the past must not make a busy loop).
+            asked = min(delay_seconds, MAX_RETRY_AFTER_SECONDS)
+            self.not_before = now + asked
+            delay = max(asked, delay)
         self._retry_at = now + delay
         if self.pending_since is None:
             self.pending_since = now

@@ -97,23 +97,24 @@ class MetricStore:
     def __init__(self, max_names: int = 1000) -> None:
         self.max_names = max_names
         self.series: dict[str, Series] = {}
-        self.scalars: dict[str, float] = {}
+        self.scalars: dict[str, float] = {}  # only names that have had a value
+        self.scalar_names: set[str] = set()
         self.last_train_step: int | None = None
         self.rewinds = 0
         self.points_recorded = 0
         self.points_discarded = 0
 
     def __contains__(self, name: str) -> bool:
-        return name in self.series or name in self.scalars
+        return name in self.series or name in self.scalar_names
 
     def admit(self, name: str, *, as_series: bool) -> bool:
         """Register a new name as a series or a scalar; False when the name cap is reached."""
-        if len(self.series) + len(self.scalars) >= self.max_names:
+        if len(self.series) + len(self.scalar_names) >= self.max_names:
             return False
         if as_series:
             self.series[name] = Series()
         else:
-            self.scalars[name] = float("nan")
+            self.scalar_names.add(name)
         return True
 
     def record(self, name: str, step: int, epoch: int, value: float) -> None:
@@ -189,6 +190,16 @@ class MetricStore:
             held = length if lengths is None else lengths.get(name, length)
             s.server_length = held
             s.delivered = min(held, length, len(s))
+        if lengths is None:
+            return
+        # The destination's answer covers every series it holds (docs/protocol.md): one
+        # it says holds fewer points than we thought (e.g. restored from a backup) is
+        # resent from there.
+        for name, held in lengths.items():
+            s = self.series.get(name)
+            if s is not None and name not in sent and held != s.server_length:
+                s.server_length = held
+                s.delivered = min(s.delivered, held, len(s))
 
     def resynchronise(self, lengths: Mapping[str, int]) -> None:
         """The destination holds ``lengths`` points per series; resend from there."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainreport._config import ReportingConfig
-from trainreport._logging import OnceLogger, get_logger
+from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import StoredState, parse_stored_task
 from trainreport._recorder import Recorder
 from trainreport._scheduler import SendScheduler
@@ -40,6 +40,9 @@ from trainreport._sink import (
 __all__ = ["Worker", "utc_now_iso"]
 
 _log = get_logger()
+#: The longest single wait of the reporter thread (a day): bounded so that a huge
+#: configured interval never overflows ``Event.wait``.
+_MAX_SLEEP_SECONDS = 86_400.0
 
 
 def utc_now_iso() -> str:
@@ -103,6 +106,7 @@ class Worker:
         self._deadline = float("inf")
         self._flush_waiters: list[threading.Event] = []
         self._flush_requested = False
+        self._resyncs = 0
         self._last_unsent_warning: float | None = None
         self._cycle = threading.Condition()
         self._cycles_started = 0
@@ -169,7 +173,7 @@ class Worker:
                     self.wake.clear()
             self._finish()
         except BaseException as exc:
-            _log.error("trainreport.reporter_thread_crashed", error=f"{type(exc).__name__}: {exc}")
+            _log.error("trainreport.reporter_thread_crashed", error=describe_exception(exc))
         finally:
             with self._cycle:
                 self._cycles_done = self._cycles_started + 1
@@ -182,7 +186,9 @@ class Worker:
         try:
             self._drain()
             now = self.clock()
-            forced = self._flush_requested  # flush() sends now, even during a backoff
+            # flush() sends now, even during a backoff, and keeps sending while its
+            # waiters wait and sends succeed (a short acknowledgement needs a resend).
+            forced = self._flush_wants_a_send(now)
             if forced:
                 self._flush_requested = False
                 self.scheduler.note_change(now, urgent=True)
@@ -192,26 +198,49 @@ class Worker:
             self._release_flush_waiters()
             self._warn_if_unsent_old(now)
         except Exception as exc:  # a bug must not kill the thread; back off instead
-            self.once.warning(
-                ("cycle", type(exc).__name__),
-                "trainreport.reporter_error",
-                error=f"{type(exc).__name__}: {exc}"[:500],
-            )
-            self.scheduler.on_retry_later(self.clock())
+            self._survive(exc)
+
+    def _survive(self, exc: Exception) -> None:
+        """A sink or engine error: log it once per type, count it, and back off."""
+        self.requests_failed += 1
+        self.once.warning(
+            ("cycle", type(exc).__name__),
+            "trainreport.reporter_error",
+            error=describe_exception(exc, 500),
+        )
+        self.last_error = describe_exception(exc)
+        self.scheduler.on_retry_later(self.clock())
+
+    def _flush_wants_a_send(self, now: float) -> bool:
+        """A flush() is waiting and may send now: not before a server-requested delay."""
+        if not (self._flush_requested or self._flush_waiters):
+            return False
+        if self.scheduler.not_before is not None and now < self.scheduler.not_before:
+            return False  # Retry-After is honoured even by flush()
+        if self._flush_requested:
+            return True
+        if self.scheduler.consecutive_failures:
+            return False  # our own backoff applies to the resends of a flush
+        with self.recorder.lock:
+            return self.recorder.has_changes()
 
     def _sleep_seconds(self) -> float:
         now = self.clock()
         due = self.scheduler.due_at()
         # Wake at least once per debounce interval to look at the queue: the
         # training thread does not signal ordinary reports (DESIGN §2).
-        poll = max(self.config.min_report_interval_seconds, 0.05)
+        poll = min(max(self.config.min_report_interval_seconds, 0.05), _MAX_SLEEP_SECONDS)
+        if self._flush_wants_a_send(now):
+            return 0.0
         if due is None:
             return poll
         return min(max(due - now, 0.0), poll)
 
     def _drain(self) -> None:
         queue = self.queue
-        if not queue:
+        # Until the stored task has been read, reports wait in the queue: applied
+        # first, they would stand in for the stored curves and replace them (DESIGN §3).
+        if not queue or (self.opened is None and not self.recorder.seeded):
             return
         urgent = False
         recorder = self.recorder
@@ -230,6 +259,7 @@ class Worker:
         return max(self._deadline - time.monotonic(), 0.001)
 
     def _open(self, now: float, closing: bool) -> bool:
+        self.requests_sent += 1  # reading the stored task is a request too
         result = self.sink.open(timeout_seconds=self._timeout(closing))
         if not isinstance(result, Opened):
             self._failed(now, result)
@@ -260,8 +290,10 @@ class Worker:
 
         ``complete``: include the curves even in a full-state event send (flush).
         """
-        if self.opened is None and not self._open(now, closing):
-            return False
+        if self.opened is None:
+            if not self._open(now, closing):
+                return False
+            self._drain()
         scheduler = self.scheduler
         full_state = not self.suffix_mode
         include_metrics = (
@@ -279,6 +311,7 @@ class Worker:
         self.requests_sent += 1
         result = self.sink.send(update, timeout_seconds=self._timeout(closing))
         if isinstance(result, Delivered):
+            self._resyncs = 0
             self.bytes_sent += result.bytes_sent
             with self.recorder.lock:
                 self.recorder.on_delivered(
@@ -308,6 +341,7 @@ class Worker:
             return False
         if isinstance(result, Resynchronise):
             self.requests_failed += 1
+            self._resyncs += 1
             _log.info("trainreport.resynchronise", reason=result.reason[:300])
             with self.recorder.lock:
                 if result.series_lengths is not None:
@@ -315,7 +349,11 @@ class Worker:
                 else:
                     self.opened = None
                 self.recorder.mark_all_dirty()
-            scheduler.note_change(now, urgent=True)
+            if self._resyncs == 1:  # resend from the server's state at once, once
+                scheduler.note_change(now, urgent=True)
+            else:  # a server that keeps disagreeing gets the backoff, not a busy loop
+                scheduler.on_retry_later(now)
+                self.last_error = result.reason[:300]
             return False
         self._failed(now, result)
         return False
@@ -388,7 +426,12 @@ class Worker:
                 if self.opened is not None and not self.recorder.has_changes() and not self.queue:
                     break
                 now = self.clock()
-                if self._attempt(now, closing=True):
+                try:
+                    delivered = self._attempt(now, closing=True)
+                except Exception as exc:  # a raising sink gets the backoff, as while running
+                    self._survive(exc)
+                    delivered = False
+                if delivered:
                     self._drain()
                     continue
                 due = self.scheduler.due_at()
@@ -400,7 +443,7 @@ class Worker:
                 self._drain()
         finally:
             with self.recorder.lock:
-                arrived = list(self.recorder.store.series) + list(self.recorder.store.scalars)
+                arrived = [*self.recorder.store.series, *self.recorder.store.scalar_names]
                 self.finished_cleanly = (
                     self.opened is not None and not self.queue and self.recorder.all_delivered()
                 )
@@ -408,4 +451,4 @@ class Worker:
             try:
                 self.sink.close()
             except Exception as exc:
-                _log.warning("trainreport.sink_close_failed", error=f"{type(exc).__name__}: {exc}")
+                _log.warning("trainreport.sink_close_failed", error=describe_exception(exc))
