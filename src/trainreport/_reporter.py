@@ -613,17 +613,28 @@ class Reporter:
         t0 = perf_counter_ns()
         try:  # the hot path, inlined: one copy, one append, no lock, no Event.set
             queue = self._queue
-            if self._accepting and len(queue) < self._max_queue:
+            depth = len(queue)
+            if self._accepting and depth < self._max_queue:
+                copied: object
+                if type(metrics) is dict:
+                    copied = metrics.copy()
+                    try:  # plain ints and floats sum to a float; anything else is converted
+                        if type(sum(copied.values(), 0.0)) is not float:
+                            copied = _copy_metrics(copied)
+                    except Exception:
+                        copied = _copy_metrics(copied)
+                else:
+                    copied = _copy_metrics(metrics)
                 queue.append(
                     (
                         K_TRAIN,
                         self._clock(),
                         step if type(step) is int else caller_value(step),
-                        epoch if type(epoch) in _STEP_TYPES else caller_value(epoch),
-                        _copy_metrics(metrics),
+                        epoch if epoch is None or type(epoch) is int else _copy_scalar(epoch),
+                        copied,
                     )
                 )
-                if len(queue) == self._drain_depth:
+                if depth + 1 == self._drain_depth:
                     self._wake_worker()
             else:
                 self._refuse_report()
@@ -634,7 +645,8 @@ class Reporter:
         n = dt.bit_length()
         h.counts[(n << 2) | ((dt >> (n - 3)) & 3) if n > 2 else n << 2] += 1
         h.total_ns += dt
-        h.max_ns = max(h.max_ns, dt)
+        if dt > h.max_ns:  # noqa: PLR1730 - a compare is cheaper than max() here
+            h.max_ns = dt
 
     @_report_call
     def report_validation(
