@@ -35,7 +35,7 @@ from trainreport._naming import (
 )
 from trainreport._payloads import StoredState
 from trainreport._sink import SeriesUpdate, Update
-from trainreport._store import MetricStore
+from trainreport._store import MetricStore, Series
 from trainreport.exceptions import TransitionError
 
 __all__ = ["RESERVED_KEYS", "Recorder"]
@@ -173,7 +173,9 @@ class Recorder:
         self.last_updated_at: str | None = None
         self._first_step: tuple[float, int] | None = None
         self._last_step_time: float | None = None
-        self._names: dict[tuple[str, str | None], dict[object, str | None]] = {}
+        self._names: dict[
+            tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
+        ] = {}
         # Refused names are cached only up to this many per phase, so a loop that logs
         # metric_{step} cannot grow memory past the name cap (DESIGN §8).
         self._max_cached_names = 4 * config.max_metric_names
@@ -390,37 +392,45 @@ class Recorder:
         if names is None:
             names = self._names[(phase, qualifier)] = {}
         store = self.store
-        series_by_name = store.series
+        # A step beyond every point recorded so far is a plain append in every series.
+        fresh = step > store.max_step
         appended = 0
         # Per point this is the reporter thread's hottest loop (DESIGN §6: < 1 µs a
-        # point), so the plain append is inlined; rewinds take store.record().
+        # point): the name cache holds the series itself, and a fresh step appends
+        # without looking at the series' tail; anything else takes store.record().
         for raw_name, raw_value in metrics.items():
             try:
-                name = names[raw_name]
+                entry = names[raw_name]
             except KeyError:
-                name = self._admit_guarded(raw_name, phase, qualifier, report)
-                if name is not None or len(names) < self._max_cached_names:
-                    names[raw_name] = name
-            if name is None:
+                entry = self._resolve_name(raw_name, phase, qualifier, report)
+                if entry is not None or len(names) < self._max_cached_names:
+                    names[raw_name] = entry
+            if entry is None:
                 continue
+            name, series = entry
             value = raw_value if type(raw_value) is float else to_chartable(raw_value)
             if type(value) is not float:
                 assert isinstance(value, NotChartable)
                 self._drop_once("not_chartable", name, report, value.reason)
                 continue
-            series = series_by_name.get(name)
             if series is None:
                 store.scalars[name] = value
-                continue
-            steps = series.steps
-            if steps and steps[-1] >= step:
+            elif fresh:
+                series.steps.append(step)
+                series.epochs.append(epoch)
+                series.values.append(value)
+                appended += 1
+            else:
                 store.record(name, step, epoch, value)
-                continue
-            steps.append(step)
-            series.epochs.append(epoch)
-            series.values.append(value)
-            appended += 1
         store.points_recorded += appended
+        if fresh:
+            store.max_step = step
+
+    def _resolve_name(
+        self, raw_name: object, phase: str, qualifier: str | None, report: str
+    ) -> tuple[str, Series | None] | None:
+        name = self._admit_guarded(raw_name, phase, qualifier, report)
+        return None if name is None else (name, self.store.series.get(name))
 
     def _admit_guarded(
         self, raw_name: object, phase: str, qualifier: str | None, report: str

@@ -100,6 +100,8 @@ class MetricStore:
         self.scalars: dict[str, float] = {}  # only names that have had a value
         self.scalar_names: set[str] = set()
         self.last_train_step: int | None = None
+        #: The largest step of any point recorded (-1: none); a later step appends plainly.
+        self.max_step = -1
         self.rewinds = 0
         self.points_recorded = 0
         self.points_discarded = 0
@@ -126,6 +128,7 @@ class MetricStore:
         rewound = bool(s.steps) and s.steps[-1] > step
         self.points_discarded += s.append(step, epoch, value)
         self.points_recorded += 1
+        self.max_step = max(self.max_step, step)
         if rewound:
             self.rewinds += 1
 
@@ -155,6 +158,8 @@ class MetricStore:
         s.steps, s.epochs, s.values = steps, epochs, values
         s.delivered = s.server_length = len(steps)
         self.series[name] = s
+        if steps:
+            self.max_step = max(self.max_step, steps[-1])
 
     def current_values(self) -> Iterator[tuple[str, float]]:
         """Every metric's current value: each series' newest point and every scalar."""
