@@ -108,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument(
-        "--start-at", type=float, default=0.0, help="time.time() to begin at (synchronises processes)"
+        "--start-at",
+        type=float,
+        default=0.0,
+        help="time.time() to begin at (synchronises processes)",
     )
     args = parser.parse_args(argv)
     wait = args.start_at - time.time()

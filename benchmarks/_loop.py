@@ -14,9 +14,11 @@ scenario, with the same number of steps, so that machine noise hits both.
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -133,6 +135,9 @@ class LoopResult:
         per_step_us: time inside report calls per step, in step order, microseconds.
         queue_peak: the deepest the target's queue was seen (sampled every step).
         close_s: the close latency, seconds.
+        gc_s: time the training thread spent in garbage collections during the
+            loop (``gc.callbacks``), seconds.
+        cpu_s: CPU time of the whole process (every thread) during the loop, seconds.
         extras: the target's :meth:`Target.extras`.
     """
 
@@ -142,6 +147,8 @@ class LoopResult:
     per_step_us: list[float]
     queue_peak: int
     close_s: float
+    gc_s: float = 0.0
+    cpu_s: float = 0.0
     extras: dict[str, Any] = attrs.field(factory=dict)
 
     @property
@@ -163,33 +170,49 @@ def run_loop(target: Target, steps: int, iterations: int) -> LoopResult:
     calls: list[int] = []
     per_step: list[int] = []
     peak = 0
-    t_start = clock()
-    for step in range(1, steps + 1):
-        busy(iterations)
-        epoch = (step - 1) * NUM_EPOCHS // steps
-        metrics = metrics_for(step)
-        t0 = clock()
-        train(step=step, epoch=epoch, metrics=metrics)
-        spent = clock() - t0
-        calls.append(spent)
-        if step % VALIDATE_EVERY == 0:
-            val = val_metrics_for(step)
+    gc_ns = [0, 0]  # total, start of the collection in progress
+    training_thread = threading.get_ident()
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if threading.get_ident() == training_thread:
+            if phase == "start":
+                gc_ns[1] = clock()
+            else:
+                gc_ns[0] += clock() - gc_ns[1]
+
+    gc.callbacks.append(on_gc)
+    try:
+        cpu_start = time.process_time()
+        t_start = clock()
+        for step in range(1, steps + 1):
+            busy(iterations)
+            epoch = (step - 1) * NUM_EPOCHS // steps
+            metrics = metrics_for(step)
             t0 = clock()
-            validate(step=step, epoch=epoch, metrics=val)
-            dt = clock() - t0
-            calls.append(dt)
-            spent += dt
-            if step % CHECKPOINT_EVERY == 0:
+            train(step=step, epoch=epoch, metrics=metrics)
+            spent = clock() - t0
+            calls.append(spent)
+            if step % VALIDATE_EVERY == 0:
+                val = val_metrics_for(step)
                 t0 = clock()
-                checkpoint(path=f"ckpt/step-{step}", step=step)
+                validate(step=step, epoch=epoch, metrics=val)
                 dt = clock() - t0
                 calls.append(dt)
                 spent += dt
-        per_step.append(spent)
-        d = depth()
-        if d > peak:
-            peak = d
-    wall = (clock() - t_start) / 1e9
+                if step % CHECKPOINT_EVERY == 0:
+                    t0 = clock()
+                    checkpoint(path=f"ckpt/step-{step}", step=step)
+                    dt = clock() - t0
+                    calls.append(dt)
+                    spent += dt
+            per_step.append(spent)
+            d = depth()
+            if d > peak:
+                peak = d
+        wall = (clock() - t_start) / 1e9
+        cpu = time.process_time() - cpu_start
+    finally:
+        gc.callbacks.remove(on_gc)
     close_s = target.finish()
     calls.sort()
     return LoopResult(
@@ -199,6 +222,8 @@ def run_loop(target: Target, steps: int, iterations: int) -> LoopResult:
         per_step_us=[c / 1000.0 for c in per_step],
         queue_peak=peak,
         close_s=close_s,
+        gc_s=gc_ns[0] / 1e9,
+        cpu_s=cpu,
         extras=target.extras(),
     )
 
@@ -220,21 +245,34 @@ class Scenario:
     after: Callable[[], None] | None = None
 
 
-@attrs.define
+@attrs.frozen
 class ScenarioResult:
     """A scenario's chosen round and its loop slowdown.
 
     Attributes:
-        run: the round whose slowdown is the median of the rounds.
-        baseline_s: mean wall time of the baseline loops around that round, seconds.
-        slowdown: ``run.wall_s / baseline_s``.
+        run: the round whose own slowdown is closest to the pooled one (its
+            other figures are reported).
+        baseline_s: mean wall time of the baseline loops around the rounds, seconds.
+        slowdown: the scenario's summed wall time over every round divided by
+            the summed means of the baselines around each round.
         error: why the scenario could not run, or None.
+        floor_p50_us: the median no-op call in the baseline loop after it, timed
+            the same way (the timing floor), microseconds.
+        baseline_gc_s: garbage-collection time on the training thread in the
+            baseline loop after it, seconds.
+        cpu_ratio: the process's CPU time during the scenario's loops over the
+            baselines' (pooled like ``slowdown``): a cross-check that other
+            processes' noise does not move (time this process is descheduled
+            counts in neither).
     """
 
     run: LoopResult | None
     baseline_s: float
     slowdown: float
     error: str | None = None
+    floor_p50_us: float = math.nan
+    baseline_gc_s: float = math.nan
+    cpu_ratio: float = math.nan
 
 
 def run_interleaved(
@@ -251,17 +289,15 @@ def run_interleaved(
     said = progress or (lambda _message: None)
     trials: dict[tuple[str, str, int], list[ScenarioResult]] = {}
     errors: dict[tuple[str, str, int], str] = {}
-    last_baseline: tuple[int, float] | None = None
+    last_baseline: tuple[int, float, float] | None = None
     for _ in range(rounds):
         for scenario in scenarios:
             if scenario.key in errors:
                 continue
             if last_baseline is None or last_baseline[0] != scenario.steps:
-                last_baseline = (
-                    scenario.steps,
-                    run_loop(NullTarget(), scenario.steps, iterations).wall_s,
-                )
-            before = last_baseline[1]
+                first = run_loop(NullTarget(), scenario.steps, iterations)
+                last_baseline = (scenario.steps, first.wall_s, first.cpu_s)
+            before, before_cpu = last_baseline[1], last_baseline[2]
             said(f"{scenario.key[0]} / {scenario.key[1]} / {scenario.steps} steps")
             try:
                 result = run_loop(scenario.make(), scenario.steps, iterations)
@@ -272,19 +308,40 @@ def run_interleaved(
             finally:
                 if scenario.after is not None:
                     scenario.after()
-            after = run_loop(NullTarget(), scenario.steps, iterations).wall_s
-            last_baseline = (scenario.steps, after)
+            after_run = run_loop(NullTarget(), scenario.steps, iterations)
+            after = after_run.wall_s
+            last_baseline = (scenario.steps, after, after_run.cpu_s)
             baseline = (before + after) / 2.0
+            baseline_cpu = (before_cpu + after_run.cpu_s) / 2.0
             trials.setdefault(scenario.key, []).append(
-                ScenarioResult(result, baseline, result.wall_s / baseline)
+                ScenarioResult(
+                    result,
+                    baseline,
+                    result.wall_s / baseline,
+                    floor_p50_us=after_run.call_percentile(0.5),
+                    baseline_gc_s=after_run.gc_s,
+                    cpu_ratio=result.cpu_s / baseline_cpu,
+                )
             )
     out: dict[tuple[str, str, int], ScenarioResult] = {}
     for scenario in scenarios:
         if scenario.key in errors:
             out[scenario.key] = ScenarioResult(None, math.nan, math.nan, errors[scenario.key])
             continue
-        runs = sorted(trials[scenario.key], key=lambda r: r.slowdown)
-        out[scenario.key] = runs[(len(runs) - 1) // 2]
+        runs = trials[scenario.key]
+        pooled = math.fsum(r.run.wall_s for r in runs if r.run) / math.fsum(
+            r.baseline_s for r in runs
+        )
+        cpu = math.fsum(r.run.cpu_s for r in runs if r.run) / math.fsum(
+            r.run.cpu_s / r.cpu_ratio for r in runs if r.run
+        )
+        chosen = min(runs, key=lambda r: abs(r.slowdown - pooled))
+        out[scenario.key] = attrs.evolve(
+            chosen,
+            slowdown=pooled,
+            cpu_ratio=cpu,
+            baseline_s=math.fsum(r.baseline_s for r in runs) / len(runs),
+        )
     return out
 
 

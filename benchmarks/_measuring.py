@@ -11,6 +11,7 @@ CPU of each send (encoding, gzip, urllib3), without touching ``src/``
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import threading
 import time
@@ -26,12 +27,25 @@ from _proxy import ProxyProcess
 from trainreport import Delivered, HttpSink, Reporter, ReportingConfig, Sink
 from trainreport._sink import OpenResult, SendResult, Update
 
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
+
+
+def _kernel_seconds() -> float:
+    """System CPU time of the calling thread (Linux), seconds; 0 where unavailable."""
+    if _RUSAGE_THREAD is None:
+        return 0.0
+    return resource.getrusage(_RUSAGE_THREAD).ru_stime
+
 
 class MeasuringSink(Sink):
     """Delegates to ``inner`` and records the reporter thread's CPU time (seconds).
 
     Attributes:
         sends: one ``(cpu_seconds, points, delivered)`` per ``send`` call.
+        send_walls: the wall time of each ``send`` call, seconds.
+        send_spans: ``(start, end)`` of each ``send`` call, ``time.perf_counter`` seconds.
+        send_kernel_s: the part of the sends' CPU spent in the kernel
+            (``getrusage(RUSAGE_THREAD)`` system time; NaN where unavailable), seconds.
         open_cpu_s: CPU seconds spent in ``open`` calls.
         thread_cpu_s: the reporter thread's total CPU seconds, read at
             ``close`` (``None`` until the thread closed the sink).
@@ -41,6 +55,9 @@ class MeasuringSink(Sink):
     def __init__(self, inner: Sink) -> None:
         self.inner = inner
         self.sends: list[tuple[float, int, bool]] = []
+        self.send_walls: list[float] = []
+        self.send_spans: list[tuple[float, float]] = []
+        self.send_kernel_s = 0.0 if _RUSAGE_THREAD is not None else float("nan")
         self.open_cpu_s = 0.0
         self.opens = 0
         self.thread_cpu_s: float | None = None
@@ -57,11 +74,17 @@ class MeasuringSink(Sink):
 
     def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
         """``inner.send``, timed in thread CPU."""
+        w0 = time.perf_counter()
+        k0 = _kernel_seconds()
         t0 = time.thread_time()
         result = self.inner.send(update, timeout_seconds=timeout_seconds)
         self.sends.append(
             (time.thread_time() - t0, update.point_count, isinstance(result, Delivered))
         )
+        self.send_kernel_s += _kernel_seconds() - k0
+        w1 = time.perf_counter()
+        self.send_walls.append(w1 - w0)
+        self.send_spans.append((w0, w1))
         return result
 
     def close(self) -> None:
@@ -146,6 +169,7 @@ class TrainreportTarget:
         self.server_url = server_url
         self.close_timeout_s = close_timeout_s
         self.proxy = proxy
+        self.close_started = float("nan")
         self.train_step = self.reporter.report_train_step
         self.validation = self.reporter.report_validation
         self.checkpoint = self.reporter.report_checkpoint_saved
@@ -166,7 +190,7 @@ class TrainreportTarget:
     def finish(self) -> float:
         """Report completion, then ``close(timeout)``; returns the close latency (seconds)."""
         self.reporter.report_completed()
-        t0 = time.perf_counter()
+        t0 = self.close_started = time.perf_counter()
         self.reporter.close(timeout=self.close_timeout_s)
         return time.perf_counter() - t0
 
@@ -178,6 +202,8 @@ class TrainreportTarget:
         self.sink.closed.wait(30.0)
         stats = self.reporter.stats()
         fixed, per_point = fit_send_cost(self.sink.sends)
+        started = self.close_started
+        in_flight = [end - started for start, end in self.sink.send_spans if start < started < end]
         return {
             "stats": stats,
             "proxy": proxy_stats,
@@ -187,6 +213,10 @@ class TrainreportTarget:
             "thread_cpu_s": self.sink.thread_cpu_s,
             "open_cpu_s": self.sink.open_cpu_s,
             "sends": list(self.sink.sends),
+            "send_walls": list(self.sink.send_walls),
+            "send_kernel_s": self.sink.send_kernel_s,
+            "close_in_flight_s": max(in_flight, default=0.0),
+            "close_sends": [end - start for start, end in self.sink.send_spans if start >= started],
             "send_fixed_cpu_s": fixed,
             "send_point_cpu_s": per_point,
         }

@@ -108,6 +108,13 @@ class WandbTarget(_PeerTarget):
         self._run.finish()
         return time.perf_counter() - t0
 
+    def extras(self) -> dict[str, Any]:
+        """Stop wandb's service process (so it cannot disturb later runs), then the base extras."""
+        teardown = getattr(self._wandb, "teardown", None)
+        if teardown is not None:
+            teardown()
+        return super().extras()
+
 
 class MlflowTarget(_PeerTarget):
     """A local file store, ``log_metrics(..., synchronous=False)``, flush and ``end_run``."""

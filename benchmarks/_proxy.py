@@ -166,9 +166,7 @@ class _Counters:
     def add(self, **deltas: int) -> None:
         with self.lock:
             v = self.values
-            self.values = attrs.evolve(
-                v, **{k: getattr(v, k) + d for k, d in deltas.items()}
-            )
+            self.values = attrs.evolve(v, **{k: getattr(v, k) + d for k, d in deltas.items()})
 
     def snapshot(self) -> dict[str, int]:
         with self.lock:
