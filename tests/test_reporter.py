@@ -492,3 +492,35 @@ def test_flush_honours_a_retry_after_the_destination_asked_for() -> None:
     clock.advance(500.0)
     assert reporter.flush(timeout=5)
     reporter.close(timeout=5)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+@pytest.mark.parametrize(
+    ("new_steps", "expected_steps", "replaced"),
+    [
+        (range(4, 21), list(range(1, 21)), False),  # continues the stored curve
+        (range(6, 9), [1, 2, 3, 4, 5, 6, 7, 8], True),  # resumed from an earlier checkpoint
+    ],
+)
+def test_long_outage_at_start_bounds_the_queue_and_merges_the_stored_curves(
+    series_suffix: bool, new_steps: range, expected_steps: list[int], replaced: bool
+) -> None:
+    """Past drain_queue_depth, reports are applied before the read; seeding merges under them."""
+    points = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 11 if replaced else 4)]
+    stored = {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
+    sink = ScriptedSink(MemorySink(stored, series_suffix=series_suffix))
+    sink.open_results.extend(RetryLater("down") for _ in range(3))
+    reporter, _, clock = make(sink, drain_queue_depth=4, backoff_initial_seconds=1.0)
+    reporter.start()
+    for step in new_steps:
+        reporter.report_train_step(step=step, metrics={"loss": 100.0 + step})
+        cycle(reporter)
+    assert reporter.stats().queue_depth < 4  # applied, not held, past the depth
+    for _ in range(4):
+        clock.advance(10.0)
+        cycle(reporter)
+    assert reporter.close(timeout=5)
+    points_stored = curve(sink.task, "train_loss")
+    assert expected_steps == [p[0] for p in points_stored]
+    assert 100.0 + new_steps[0] == points_stored[new_steps[0] - 1][2]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())

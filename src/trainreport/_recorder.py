@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -172,6 +173,7 @@ class Recorder:
         self.metrics_too_large = False
         self.last_updated_at: str | None = None
         self._first_step: tuple[float, int] | None = None
+        self._first_train_step: int | None = None  # the first this process recorded
         self._last_step_time: float | None = None
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
@@ -197,17 +199,42 @@ class Recorder:
         Never the stored status: a new process starts a new attempt. Series
         continue; other stored fields are left as they are on the destination.
         """
-        for name, (steps, epochs, values) in state.series.items():
-            if name in self.store or check_name(name) is not None:
-                continue
-            self.store.seed(name, steps, epochs, values)
-        train_steps = [
-            s.steps[-1] for n, s in self.store.series.items() if n.startswith("train_") and s.steps
+        store = self.store
+        stored_train = [
+            st[-1] for n, (st, _, _) in state.series.items() if n.startswith("train_") and st
         ]
-        if train_steps and self.store.last_train_step is None:
-            self.store.last_train_step = max(train_steps)
+        stored_last_train = max(stored_train) if stored_train else None
+        # Reports applied before the stored task could be read (a long outage at
+        # start) come after the stored curves, as if replayed: a first training step
+        # below the stored last one rewinds them (DESIGN §3), and each series' own
+        # points replace the stored tail from their first step on.
+        first = self._first_train_step
+        cut = (
+            first
+            if first is not None and stored_last_train is not None and first < stored_last_train
+            else None
+        )
+        for name, (steps, epochs, values) in state.series.items():
+            if check_name(name) is not None or name in store.scalar_names:
+                continue
+            keep = len(steps) if cut is None else bisect_right(steps, cut)
+            current = store.series.get(name)
+            if current is not None and current.steps:
+                keep = min(keep, bisect_left(steps, current.steps[0]))
+            elif current is None and not store.admit(name, as_series=True):
+                continue
+            store.seed(name, steps, epochs, values, keep)
+        if stored_last_train is not None and store.last_train_step is None:
+            store.last_train_step = stored_last_train
         if state.val_datasets:
-            self.datasets = DatasetOrder(state.val_datasets)
+            if self.datasets.datasets:  # names already given this process keep their curves
+                _log.info(
+                    "trainreport.resume_datasets_kept",
+                    stored=list(state.val_datasets),
+                    current=list(self.datasets.datasets),
+                )
+            else:
+                self.datasets = DatasetOrder(state.val_datasets)
         self.stored_details = dict(state.details)
         self.seeded = True
 
@@ -333,6 +360,8 @@ class Recorder:
         ):
             self._first_step = (t, step)
         self.step = step
+        if self._first_train_step is None:
+            self._first_train_step = step
         self._last_step_time = t
         self.core_dirty = True
         self._record(metrics, "train", None, step, self.epoch or 1, "report_train_step")

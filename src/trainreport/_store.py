@@ -152,12 +152,40 @@ class MetricStore:
         self.rewinds += 1
         return True
 
-    def seed(self, name: str, steps: array[int], epochs: array[int], values: array[float]) -> None:
-        """Load a stored series (resume); the destination is known to hold it."""
-        s = Series()
-        s.steps, s.epochs, s.values = steps, epochs, values
-        s.delivered = s.server_length = len(steps)
-        self.series[name] = s
+    def seed(
+        self,
+        name: str,
+        steps: array[int],
+        epochs: array[int],
+        values: array[float],
+        keep: int | None = None,
+    ) -> None:
+        """Load a stored series (resume) under whatever this process recorded for it.
+
+        Args:
+            name: the series.
+            steps, epochs, values: the stored columns (the destination holds them all).
+            keep: how many stored points stay (the rest were rewound or replaced
+                by this process's points); ``None`` keeps them all.
+
+        Points this process already recorded for ``name`` follow the kept
+        prefix; the destination is known to hold exactly the kept prefix.
+        """
+        held = len(steps)
+        keep = held if keep is None else keep
+        s = self.series.get(name)
+        if s is None:
+            s = self.series[name] = Series()
+        new_steps, new_epochs, new_values = s.steps, s.epochs, s.values
+        # mutate in place: callers may hold the Series object
+        s.steps = steps[:keep]
+        s.epochs = epochs[:keep]
+        s.values = values[:keep]
+        s.steps.extend(new_steps)
+        s.epochs.extend(new_epochs)
+        s.values.extend(new_values)
+        s.delivered = keep
+        s.server_length = held
         if steps:
             self.max_step = max(self.max_step, steps[-1])
 

@@ -238,9 +238,15 @@ class Worker:
 
     def _drain(self) -> None:
         queue = self.queue
-        # Until the stored task has been read, reports wait in the queue: applied
-        # first, they would stand in for the stored curves and replace them (DESIGN §3).
-        if not queue or (self.opened is None and not self.recorder.seeded):
+        # Until the stored task has been read, reports wait in the queue, so that
+        # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
+        # they are applied, bounding memory, and seeding merges the stored curves
+        # under them (Recorder.seed).
+        if not queue or (
+            self.opened is None
+            and not self.recorder.seeded
+            and len(queue) < self.config.drain_queue_depth
+        ):
             return
         urgent = False
         recorder = self.recorder
