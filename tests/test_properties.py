@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainreport import MemorySink, Reporter, ReportingConfig
@@ -96,6 +96,7 @@ def qualified(raw: str, phase: str) -> str:
     return qualify(raw, "train" if phase == "train" else "validation")
 
 
+@example(calls=[("val", 0, {"eval_loss": 0.0, "loss": 0.0})], series_suffix=False)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(calls=st.lists(CALLS, max_size=40), series_suffix=st.booleans())
 def test_any_report_sequence_never_raises_and_keeps_every_point_once(

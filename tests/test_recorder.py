@@ -219,3 +219,14 @@ def test_reserved_detail_names_cannot_be_overwritten_by_a_metric() -> None:
 
     _, task = run(body)
     assert 10 == task["status_details"]["max_steps"]
+
+
+def test_two_keys_naming_the_same_series_in_one_report_give_one_point() -> None:
+    """``loss`` and ``eval_loss`` in one validation report are both ``val_loss``: one point."""
+
+    def body(r: Reporter, _: FakeClock) -> None:
+        r.report_validation(step=0, metrics={"eval_loss": 1.0, "loss": 2.0})
+        r.report_validation(step=5, metrics={"eval_loss": 3.0, "loss": 4.0})
+
+    _, task = run(body)
+    assert [(0, 1, 2.0), (5, 1, 4.0)] == curve(task, "val_loss")

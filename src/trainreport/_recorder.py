@@ -431,7 +431,7 @@ class Recorder:
             try:
                 entry = names[raw_name]
             except KeyError:
-                entry = self._resolve_name(raw_name, phase, qualifier, report)
+                entry = self._resolve_name(raw_name, phase, qualifier, report, names)
                 if entry is not None or len(names) < self._max_cached_names:
                     names[raw_name] = entry
             if entry is None:
@@ -442,8 +442,8 @@ class Recorder:
                 assert isinstance(value, NotChartable)
                 self._drop_once("not_chartable", name, report, value.reason)
                 continue
-            if series is None:
-                store.scalars[name] = value
+            if series is None:  # a scalar, or a name two keys share ("loss", "eval_loss")
+                store.record(name, step, epoch, value)
             elif fresh:
                 series.steps.append(step)
                 series.epochs.append(epoch)
@@ -456,10 +456,25 @@ class Recorder:
             store.max_step = step
 
     def _resolve_name(
-        self, raw_name: object, phase: str, qualifier: str | None, report: str
+        self,
+        raw_name: object,
+        phase: str,
+        qualifier: str | None,
+        report: str,
+        names: dict[object, tuple[str, Series | None] | None],
     ) -> tuple[str, Series | None] | None:
         name = self._admit_guarded(raw_name, phase, qualifier, report)
-        return None if name is None else (name, self.store.series.get(name))
+        if name is None:
+            return None
+        if any(entry is not None and entry[0] == name for entry in names.values()):
+            # Two keys of one report can share a series (``loss`` and ``eval_loss`` both
+            # become ``val_loss``): the shared one takes store.record(), which replaces
+            # a point at the same step instead of appending it twice.
+            for key, entry in list(names.items()):
+                if entry is not None and entry[0] == name:
+                    names[key] = (name, None)
+            return (name, None)
+        return (name, self.store.series.get(name))
 
     def _admit_guarded(
         self, raw_name: object, phase: str, qualifier: str | None, report: str
