@@ -7,9 +7,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from trainreport import HttpSink, Reporter
 from trainreport._summary import sparkline
 
 pytestmark = pytest.mark.timeout(180)
@@ -70,3 +72,18 @@ def test_sparkline_scales_between_min_and_max_and_leaves_gaps() -> None:
     assert "▁█ ▁" == sparkline([0.0, 1.0, None, 0.0])
     assert "" == sparkline([None])
     assert 10 == len(sparkline(list(range(100)), width=10))
+
+
+def test_show_prints_a_task_from_the_server_and_fails_cleanly_on_404(server: Any) -> None:
+    """``trainreport show --url URL JOB`` reads the real server; an unknown job exits 1."""
+    reporter = Reporter(HttpSink(server.url, "j1"), rank=0).start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert reporter.close(timeout=10)
+    cli = [sys.executable, "-m", "trainreport.cli", "show", "--url", server.url]
+    found = subprocess.run([*cli, "j1"], capture_output=True, text=True, timeout=60, check=True)
+    assert re.search(r"train_loss\s+1\s+1\b", found.stdout)
+    missing = subprocess.run(
+        [*cli, "nope"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert 1 == missing.returncode
+    assert "404" in missing.stderr

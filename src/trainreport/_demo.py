@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import urllib3
 
 from trainreport import HttpSink, Reporter, ReportingConfig
-from trainreport._summary import describe_task
+from trainreport._summary import describe_task, fetch_task
 
 __all__ = ["DemoResult", "run_demo", "train"]
 
@@ -199,7 +197,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     finally:
         closed = reporter.close(timeout=30.0)
     elapsed = time.monotonic() - started
-    task = _fetch_task(url, job_id, args.token)
+    task = fetch_task(url, job_id, "train", args.token)
     _print_summary(reporter, task, url, job_id, db_path if server else None, elapsed, final, closed)
     result = DemoResult(url, job_id, task, closed)
     if server is not None:
@@ -212,17 +210,6 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
                 pass
         server.stop()
     return result
-
-
-def _fetch_task(url: str, job_id: str, token: str | None) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response = urllib3.request(
-        "GET", f"{url}/v1/jobs/{job_id}/tasks/train", headers=headers, timeout=10.0, retries=False
-    )
-    if response.status != 200:
-        raise RuntimeError(f"the server answered {response.status} for the demo task")
-    task: dict[str, Any] = json.loads(response.data)
-    return task
 
 
 def _print_summary(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["describe_task", "sparkline"]
+import urllib3
+
+__all__ = ["describe_task", "fetch_task", "sparkline"]
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -60,3 +63,28 @@ def describe_task(task: Mapping[str, Any]) -> str:
     for name in sorted(n for n in metrics if n.endswith("_loss")):
         lines.append(f"\n  {name:24s} {sparkline([p.get('value') for p in metrics[name]])}")
     return "\n".join(lines)
+
+
+def fetch_task(
+    base_url: str, job_id: str, task_id: str = "train", token: str | None = None
+) -> dict[str, Any]:
+    """``GET`` a stored task from a job-status service (10 s timeout, no retries).
+
+    Args:
+        base_url: the service's base URL, e.g. ``http://127.0.0.1:8321``.
+        job_id: the job.
+        task_id: the task (default ``train``).
+        token: bearer token, or ``None``.
+
+    Raises:
+        urllib3.exceptions.HTTPError: the service could not be reached.
+        RuntimeError: it answered anything but 200.
+        ValueError: the body is not JSON.
+    """
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = f"{base_url.rstrip('/')}/v1/jobs/{job_id}/tasks/{task_id}"
+    response = urllib3.request("GET", url, headers=headers, timeout=10.0, retries=False)
+    if response.status != 200:
+        raise RuntimeError(f"the server answered {response.status}")
+    task: dict[str, Any] = json.loads(response.data)
+    return task

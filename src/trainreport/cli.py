@@ -290,7 +290,7 @@ def _show(args: argparse.Namespace) -> int:
 
     import urllib3  # noqa: PLC0415
 
-    from trainreport._summary import describe_task  # noqa: PLC0415
+    from trainreport._summary import describe_task, fetch_task  # noqa: PLC0415
 
     if args.file is not None:
         try:
@@ -302,19 +302,16 @@ def _show(args: argparse.Namespace) -> int:
         if not args.job_id:
             print("trainreport show: a job id is required with --url", file=sys.stderr)
             return 2
-        headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-        url = f"{args.url.rstrip('/')}/v1/jobs/{args.job_id}/tasks/{args.task}"
         try:
-            response = urllib3.request("GET", url, headers=headers, timeout=10.0, retries=False)
+            task = fetch_task(args.url, args.job_id, args.task, args.token)
         except urllib3.exceptions.HTTPError as exc:
             print(
                 f"trainreport show: {type(exc).__name__}: cannot reach {args.url}", file=sys.stderr
             )
             return 1
-        if response.status != 200:
-            print(f"trainreport show: the server answered {response.status}", file=sys.stderr)
+        except (RuntimeError, ValueError) as exc:
+            print(f"trainreport show: {exc}", file=sys.stderr)
             return 1
-        task = json.loads(response.data)
     print(describe_task(task))
     return 0
 
