@@ -168,6 +168,21 @@ def test_a_resume_from_an_earlier_checkpoint_rewinds(
     assert 5.0 / 30 + 0.1 == task["status_details"]["metrics"]["val_loss"][2]["value"]
 
 
+@MODES
+def test_a_series_a_rewind_empties_disappears_from_the_server_too(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """A resume from the first step empties ``val_loss``: GET and snapshot() both drop it."""
+    first = reporter_for(server.url, use_extension)
+    train(first, range(1, 21), flush_every=20)
+    assert first.close(timeout=10)
+    second = reporter_for(server.url, use_extension)
+    second.report_train_step(step=1, epoch=1, metrics={"loss": 7.0, "lr": 1e-3})
+    assert second.close(timeout=10)
+    assert_server_holds(server.url, second)
+    assert {"train_loss", "train_lr"} == set(stored(server.url)["status_details"]["metrics"])
+
+
 # --- faults ----------------------------------------------------------------------------
 
 

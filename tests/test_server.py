@@ -270,10 +270,11 @@ def test_series_name_of_200_characters_is_accepted(api: Client, task: str) -> No
     """The name limit is inclusive: 200 characters (any non-control character) are fine."""
     name = "é" * 199 + "/"
 
-    reply = api.patch(task, {"status_details": {"metrics": {name: []}}})
+    point = {"step": 1, "epoch": 1, "value": 1.0}
+    reply = api.patch(task, {"status_details": {"metrics": {name: [point]}}})
 
     assert 200 == reply.status
-    assert {name: []} == api.get(task).body["status_details"]["metrics"]
+    assert {name: [point]} == api.get(task).body["status_details"]["metrics"]
 
 
 # -- extension: series-suffix-v1 -------------------------------------------------------
@@ -414,6 +415,57 @@ def test_a_shorter_suffix_truncates_the_series_on_rewind(api: Client, task: str)
     task_reply = api.get(task)
     assert [(1, 1.0), (2, 2.0), (3, 9.0)] == curve(task_reply, "a")
     assert [(2, 0.5)] == curve(task_reply, "b")
+
+
+def test_a_series_emptied_by_a_suffix_is_dropped(api: Client, task: str) -> None:
+    """A suffix that leaves a series with no points removes it: GET and the lengths omit it.
+
+    A server keeps points, not names, so what ``GET`` returns equals the client's
+    record, where a series a rewind emptied does not exist either.
+    """
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {
+                "a": columns(0, [1, 2], [1.0, 2.0]),
+                "b": columns(0, [2, 4], [0.5, 0.4]),
+            },
+        },
+    )
+
+    reply = api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 2, "series": {"b": columns(0, [], [])}},
+    )
+
+    assert {"a": 2} == reply.body["series_lengths"]
+    assert {"a"} == set(api.get(task).body["status_details"]["metrics"])
+    reply = api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 3, "series": {"a": columns(0, [], [])}},
+    )
+    assert {} == reply.body["series_lengths"]
+    assert "metrics" not in api.get(task).body["status_details"]
+    assert {} == api.post(task + "/writers", {}).body["series_lengths"]
+
+
+def test_a_patch_stores_no_empty_series(api: Client, task: str) -> None:
+    """An empty list in a PATCH's ``metrics`` stores no series (nothing to keep)."""
+    api.patch(
+        task,
+        {
+            "status_details": {
+                "metrics": {"a": [], "b": [{"step": 1, "epoch": 1, "value": 2.0}]},
+            }
+        },
+    )
+
+    assert {"b": [{"step": 1, "epoch": 1, "value": 2.0}]} == api.get(task).body[
+        "status_details"
+    ]["metrics"]
 
 
 def test_a_gap_is_409_with_the_lengths_and_applies_nothing(api: Client, task: str) -> None:
@@ -1216,10 +1268,12 @@ def test_suffix_updates_equal_a_list_model(
             continue
         model[offset:] = list(zip(steps, values, strict=True))
         assert isinstance(outcome, Applied)
-        assert {"s": len(model)} == outcome.series_lengths
+        assert ({"s": len(model)} if model else {}) == outcome.series_lengths
     stored = database.series_columns("prop", task_id, None)
-    if stored is not None:
+    if stored is not None and model:
         assert model == list(zip(stored["s"]["steps"], stored["s"]["values"], strict=True))
+    elif stored is not None:
+        assert "s" not in stored
 
 
 @given(st.binary(max_size=200))

@@ -55,6 +55,17 @@ def test_suffix_mode_gap_asks_to_resynchronise() -> None:
     assert {} == result.series_lengths
 
 
+def test_a_series_emptied_by_a_suffix_is_dropped_like_the_server_does() -> None:
+    """An empty suffix at offset 0 removes the series: it is in neither the lengths nor the task."""
+    sink = MemorySink(series_suffix=True)
+    sink.open()
+    sink.send(Update(None, {}, (suffix("a", 0, [1, 2]), suffix("b", 0, [1])), False))
+    result = sink.send(Update(None, {}, (suffix("b", 0, []),), False))
+    assert isinstance(result, Delivered)
+    assert {"a": 2} == result.series_lengths
+    assert ["a"] == list(sink.task["status_details"]["metrics"])
+
+
 def test_suffix_resend_is_idempotent() -> None:
     """Resending the same suffix (a lost response) leaves the series unchanged."""
     sink = MemorySink(series_suffix=True)

@@ -575,7 +575,11 @@ def _write_suffix(
     series: SeriesPoints,
     lengths: dict[str, int],
 ) -> None:
-    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place."""
+    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place.
+
+    A series left with no points is removed (a task keeps points, not names), so
+    ``GET`` never shows an empty series and the client's record agrees with it.
+    """
     name, offset = series.name, series.offset
     if name in lengths:
         if offset < lengths[name]:
@@ -583,10 +587,19 @@ def _write_suffix(
                 "DELETE FROM points WHERE job_id = ? AND task_id = ? AND series = ? AND idx >= ?",
                 (job_id, task_id, name, offset),
             )
+        if offset + len(series) == 0:
+            conn.execute(
+                "DELETE FROM series WHERE job_id = ? AND task_id = ? AND series = ?",
+                (job_id, task_id, name),
+            )
+            del lengths[name]
+            return
         conn.execute(
             "UPDATE series SET length = ? WHERE job_id = ? AND task_id = ? AND series = ?",
             (offset + len(series), job_id, task_id, name),
         )
+    elif offset + len(series) == 0:
+        return
     else:
         conn.execute(
             "INSERT INTO series (job_id, task_id, series, ord, length) VALUES (?, ?, ?, "

@@ -85,6 +85,8 @@ class TaskRecord:
         steps.extend(s.steps)
         epochs.extend(s.epochs)
         values.extend(s.values)
+        if not steps:  # a series left with no points is removed, as the server does
+            del self.series[s.name]
 
     def _series_update(self, name: str) -> SeriesUpdate:
         steps, epochs, values = self.series[name]
