@@ -524,3 +524,25 @@ def test_long_outage_at_start_bounds_the_queue_and_merges_the_stored_curves(
     assert expected_steps == [p[0] for p in points_stored]
     assert 100.0 + new_steps[0] == points_stored[new_steps[0] - 1][2]
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+@pytest.mark.parametrize("missing", [None, "", "   "], ids=["None", "empty", "blank"])
+def test_a_missing_checkpoint_path_is_never_sent_and_the_last_good_one_stays(
+    missing: object,
+) -> None:
+    """``path=None`` or an empty path is logged once and dropped; the stored path stays good."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_checkpoint_saved(path="ckpt/step-10", step=10)
+    with capture_events() as events:
+        reporter.report_checkpoint_saved(path=missing, step=20)
+        reporter.report_checkpoint_saved(path=missing, step=30)
+        assert reporter.close(timeout=5)
+    details = sink.task["status_details"]
+    assert ("ckpt/step-10", 10) == (details["checkpoint_path"], details["checkpoint_step"])
+    sent = {r["status_details"].get("checkpoint_path", "ckpt/step-10") for r in sink.requests}
+    assert {"ckpt/step-10"} == sent
+    dropped = [e for e in events if e["event"] == "trainreport.report_dropped"]
+    assert 1 == len(dropped)
+    assert "path" == dropped[0]["field"]
+    assert 2 == reporter.stats().drops["invalid_argument"]

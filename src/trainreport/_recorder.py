@@ -300,7 +300,14 @@ class Recorder:
             if epoch is not None:
                 self.epoch = epoch
         elif kind == K_CHECKPOINT:
-            self._set_sticky("checkpoint_path", str(item[2])[:_MAX_TEXT])
+            path = item[2]
+            if not isinstance(path, str) or not path.strip():
+                # A missing path is never sent: the last good one stays on the destination.
+                self._drop_once(
+                    "invalid_argument", "path", "report_checkpoint_saved", "missing checkpoint path"
+                )
+                return True
+            self._set_sticky("checkpoint_path", path[:_MAX_TEXT])
             step = to_step(item[3]) if item[3] is not None else None
             if isinstance(step, int):
                 self._set_sticky("checkpoint_step", step)

@@ -756,6 +756,8 @@ class Reporter:
 
         Args:
             path: where the checkpoint is (str or ``os.PathLike``; stored as text).
+                ``None`` or an empty path is never sent: the report is logged
+                once and the last good ``checkpoint_path`` stays.
             step: the step it holds.
 
         Never raises, never blocks on I/O.
@@ -764,7 +766,9 @@ class Reporter:
             (
                 K_CHECKPOINT,
                 self._clock(),
-                _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path),
+                None
+                if path is None
+                else _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path),
                 _copy_scalar(step),
             ),
             wake=True,
