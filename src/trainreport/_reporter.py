@@ -17,7 +17,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from types import TracebackType
@@ -158,13 +157,19 @@ class ReporterStats:
     report_total_seconds: float
 
 
-_live_reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
+#: Started, unclosed reporters. Strong references: a reporter held only by a local
+#: variable stays reachable until it is closed, so the exit hook can close it (the
+#: worker thread holds no reference to its reporter).
+_live_reporters: set[Reporter] = set()
 _hooks_installed = False
 _hooks_lock = threading.Lock()
+_TERMINAL_KINDS = frozenset({K_COMPLETED, K_CANCELLED, K_FAILED})
 
 
 def _after_fork_in_child() -> None:
-    for reporter in list(_live_reporters):
+    reporters = list(_live_reporters)
+    _live_reporters.clear()  # the child never sends
+    for reporter in reporters:
         reporter._after_fork_in_child()
 
 
@@ -477,7 +482,11 @@ class Reporter:
         if self._pid != os.getpid() or self._machine.state is not ReporterState.RUNNING:
             return
         recorder = self._recorder
-        terminal = recorder is not None and recorder.machine.is_terminal
+        # Reports made before the hook count even when still queued (a completion
+        # reported just before exit must not read as a run without status).
+        terminal = (recorder is not None and recorder.machine.is_terminal) or any(
+            item[0] in _TERMINAL_KINDS for item in list(self._queue)
+        )
         if not terminal:
             if isinstance(uncaught, KeyboardInterrupt):  # DESIGN §4: an interrupt is a cancel
                 self.report_cancelled(reason="interrupted")
