@@ -546,3 +546,84 @@ def test_a_missing_checkpoint_path_is_never_sent_and_the_last_good_one_stays(
     assert 1 == len(dropped)
     assert "path" == dropped[0]["field"]
     assert 2 == reporter.stats().drops["invalid_argument"]
+
+
+def test_threads_with_their_own_metrics_and_counters_lose_nothing() -> None:
+    """Eight threads report train steps with their own names and counters: every point stays."""
+    reporter, sink, _ = make(min_report_interval_seconds=0.0)
+    reporter.start()
+    barrier = threading.Barrier(8)
+
+    def report(k: int) -> None:
+        barrier.wait()
+        for step in range(1, 301):
+            reporter.report_train_step(step=step, metrics={f"w{k}_loss": float(step)})
+
+    threads = [threading.Thread(target=report, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert reporter.close(timeout=10)
+    for k in range(8):
+        assert list(range(1, 301)) == [p[0] for p in curve(sink.task, f"train_w{k}_loss")]
+    assert 0 == reporter.stats().rewinds
+
+
+def test_a_step_going_back_replaces_only_its_own_series_tail() -> None:
+    """Without a resume, a lower step replaces the tail of the series it reports into only."""
+    reporter, sink, _ = make()
+    reporter.start()
+    for step in range(1, 11):
+        reporter.report_train_step(step=step, metrics={"a": float(step)})
+        if step % 5 == 0:
+            reporter.report_validation(step=step, metrics={"loss": float(step)})
+    reporter.report_train_step(step=3, metrics={"b": 3.0})
+    reporter.report_train_step(step=7, metrics={"a": 70.0})
+    assert reporter.close(timeout=5)
+    assert [(s, float(s)) for s in range(1, 7)] + [(7, 70.0)] == [
+        (p[0], p[2]) for p in curve(sink.task, "train_a")
+    ]
+    assert [3] == [p[0] for p in curve(sink.task, "train_b")]
+    assert [5, 10] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert 1 == reporter.stats().rewinds
+
+
+def _stored_run(last_train: int, val_steps: list[int]) -> dict[str, Any]:
+    train = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, last_train + 1)]
+    val = [{"step": s, "epoch": 1, "value": float(s)} for s in val_steps]
+    return {"status": "failed", "status_details": {"metrics": {"train_loss": train, "val_loss": val}}}
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_the_run_wide_purge_happens_once_at_the_first_training_step_after_a_resume(
+    series_suffix: bool,
+) -> None:
+    """First step 6 of 10 stored purges every series after 6; later lower steps purge nothing."""
+    sink = MemorySink(_stored_run(10, [5, 10]), series_suffix=series_suffix)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    for step in (6, 7, 8):
+        reporter.report_train_step(step=step, metrics={"loss": 100.0 + step})
+    reporter.report_validation(step=8, metrics={"loss": 0.8})
+    reporter.report_train_step(step=2, metrics={"grad_norm": 0.5})  # another series' own counter
+    assert reporter.close(timeout=5)
+    assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
+    assert [5, 8] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert [2] == [p[0] for p in curve(sink.task, "train_grad_norm")]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_first_step_at_the_stored_last_step_purges_the_later_validation(
+    series_suffix: bool,
+) -> None:
+    """At or below the stored last training step: validation after it is discarded too."""
+    sink = MemorySink(_stored_run(10, [5, 12]), series_suffix=series_suffix)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    reporter.report_train_step(step=10, metrics={"loss": 42.0})
+    assert reporter.close(timeout=5)
+    assert [5] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert (10, 42.0) == (curve(sink.task, "train_loss")[-1][0], curve(sink.task, "train_loss")[-1][2])
+    assert 10 == len(curve(sink.task, "train_loss"))

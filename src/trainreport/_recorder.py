@@ -174,6 +174,7 @@ class Recorder:
         self.last_updated_at: str | None = None
         self._first_step: tuple[float, int] | None = None
         self._first_train_step: int | None = None  # the first this process recorded
+        self._stored_last_train: int | None = None  # the stored task's, once seeded
         self._last_step_time: float | None = None
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
@@ -211,9 +212,12 @@ class Recorder:
         first = self._first_train_step
         cut = (
             first
-            if first is not None and stored_last_train is not None and first < stored_last_train
+            if first is not None and stored_last_train is not None and first <= stored_last_train
             else None
         )
+        if cut is not None:
+            store.rewinds += 1
+        self._stored_last_train = stored_last_train
         for name, (steps, epochs, values) in state.series.items():
             if check_name(name) is not None or name in store.scalar_names:
                 continue
@@ -224,8 +228,6 @@ class Recorder:
             elif current is None and not store.admit(name, as_series=True):
                 continue
             store.seed(name, steps, epochs, values, keep)
-        if stored_last_train is not None and store.last_train_step is None:
-            store.last_train_step = stored_last_train
         if state.val_datasets:
             if self.datasets.datasets:  # names already given this process keep their curves
                 _log.info(
@@ -360,15 +362,19 @@ class Recorder:
         epoch = self._resolve_epoch(raw_epoch, step, "report_train_step")
         if epoch is not None:
             self.epoch = epoch
-        if (
-            self.store.begin_train_step(step)
-            or self._first_step is None
-            or step <= self._first_step[1]
-        ):
+        if self._first_train_step is None:
+            # The run-wide purge: once per process, at its first training step,
+            # when it resumes at or below the stored last training step (a run
+            # resumed from an earlier checkpoint). Before the stored task is read,
+            # seed() applies the same cut.
+            self._first_train_step = step
+            stored = self._stored_last_train
+            if self.seeded and stored is not None and step <= stored:
+                self.store.purge_after(step)
+                self._first_step = None
+        if self._first_step is None or step <= self._first_step[1]:
             self._first_step = (t, step)
         self.step = step
-        if self._first_train_step is None:
-            self._first_train_step = step
         self._last_step_time = t
         self.core_dirty = True
         self._record(metrics, "train", None, step, self.epoch or 1, "report_train_step")

@@ -99,7 +99,6 @@ class MetricStore:
         self.series: dict[str, Series] = {}
         self.scalars: dict[str, float] = {}  # only names that have had a value
         self.scalar_names: set[str] = set()
-        self.last_train_step: int | None = None
         #: The largest step of any point recorded (-1: none); a later step appends plainly.
         self.max_step = -1
         self.rewinds = 0
@@ -132,25 +131,21 @@ class MetricStore:
         if rewound:
             self.rewinds += 1
 
-    def begin_train_step(self, step: int) -> bool:
-        """Apply the DESIGN §3 rewind rule before recording a training step.
+    def purge_after(self, step: int) -> int:
+        """Discard every point with a step later than ``step``, in every series.
 
-        A training step below the run's last training step (a run resumed from
-        an earlier checkpoint) discards every point with a later step, in every
-        series (TensorBoard's purge on restart). Points at the same step are
-        replaced by :meth:`record` as they arrive.
+        The run-wide purge of a run resumed from an earlier checkpoint
+        (TensorBoard's purge on restart); the recorder decides when it applies
+        (once per process, ``docs/engine.md``). Points at ``step`` itself are
+        replaced by :meth:`record` as they arrive. Counts one rewind.
 
         Returns:
-            True when this step rewound the run.
+            The number of points discarded.
         """
-        last = self.last_train_step
-        self.last_train_step = step
-        if last is None or step >= last:
-            return False
         discarded = sum(s.discard_after(step) for s in self.series.values())
         self.points_discarded += discarded
         self.rewinds += 1
-        return True
+        return discarded
 
     def seed(
         self,
