@@ -291,10 +291,18 @@ def test_check_name(name: object, expected: str | None) -> None:
 # --------------------------------------------------------------------------- datasets
 
 
-def test_unnamed_validation_has_no_qualifier() -> None:
-    """dataset=None always means plain val_ names and is not remembered."""
+def test_the_unnamed_dataset_seen_first_keeps_plain_names_and_is_remembered() -> None:
+    """dataset=None is a dataset like any other: first seen, it keeps plain val_ names."""
     order = DatasetOrder()
-    assert (None, ()) == (order.qualifier(None), order.datasets)
+    assert [None, "heldout", None] == [order.qualifier(d) for d in [None, "heldout", None]]
+    assert ("unnamed", "heldout") == order.datasets
+
+
+def test_the_unnamed_dataset_after_a_named_one_is_qualified() -> None:
+    """A named dataset seen first keeps plain names; the unnamed one then gets its own."""
+    order = DatasetOrder()
+    assert [None, "unnamed", None] == [order.qualifier(d) for d in ["heldout", None, "heldout"]]
+    assert ("heldout", "unnamed") == order.datasets
 
 
 def test_first_named_dataset_keeps_plain_names_later_ones_are_qualified() -> None:
@@ -304,11 +312,11 @@ def test_first_named_dataset_keeps_plain_names_later_ones_are_qualified() -> Non
     assert ("a", "b", "c") == order.datasets
 
 
-def test_empty_dataset_name_is_like_none() -> None:
-    """An empty dataset name gives plain names and does not claim the first place."""
+def test_an_empty_or_unnamed_dataset_name_is_the_unnamed_dataset() -> None:
+    """``""`` and ``"unnamed"`` name the same dataset as ``None``."""
     order = DatasetOrder()
-    assert (None, None, "b") == (order.qualifier(""), order.qualifier("a"), order.qualifier("b"))
-    assert ("a", "b") == order.datasets
+    assert [None, "a", None, None] == [order.qualifier(d) for d in ["", "a", None, "unnamed"]]
+    assert ("unnamed", "a") == order.datasets
 
 
 def test_dataset_order_seeded_from_a_resumed_task_keeps_names() -> None:
@@ -322,6 +330,12 @@ def test_dataset_order_seed_skips_repeats_and_junk() -> None:
     """Malformed stored entries (repeats, empty, non-strings) are skipped when seeding."""
     order = DatasetOrder(["a", "", "a", 3, None, "b"])  # type: ignore[list-item]
     assert ("a", "b") == order.datasets
+
+
+def test_a_stored_order_with_the_unnamed_dataset_restores_its_place() -> None:
+    """Stored ``["heldout", "unnamed"]``: a resumed run keeps heldout plain, unnamed qualified."""
+    order = DatasetOrder(["heldout", "unnamed"])
+    assert ["unnamed", None] == [order.qualifier(d) for d in [None, "heldout"]]
 
 
 # --------------------------------------------------------------------------- caller_value

@@ -627,3 +627,39 @@ def test_a_first_step_at_the_stored_last_step_purges_the_later_validation(
     assert [5] == [p[0] for p in curve(sink.task, "val_loss")]
     assert (10, 42.0) == (curve(sink.task, "train_loss")[-1][0], curve(sink.task, "train_loss")[-1][2])
     assert 10 == len(curve(sink.task, "train_loss"))
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_an_unnamed_and_a_named_validation_dataset_never_share_a_curve(
+    series_suffix: bool,
+) -> None:
+    """Unnamed first keeps ``val_loss``; ``heldout`` gets its own; a resumed run keeps both."""
+    sink = MemorySink(series_suffix=series_suffix)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    reporter.report_validation(step=20, metrics={"loss": 1.5})
+    reporter.report_validation(step=20, metrics={"loss": 1.2}, dataset="heldout")
+    assert reporter.close(timeout=5)
+    assert [(20, 1, 1.5)] == curve(sink.task, "val_loss")
+    assert [(20, 1, 1.2)] == curve(sink.task, "val_heldout_loss")
+    assert ["unnamed", "heldout"] == sink.task["status_details"]["val_datasets"]
+    resumed, _, _ = make(sink)
+    resumed.start()
+    resumed.report_validation(step=30, metrics={"loss": 1.1}, dataset="heldout")
+    resumed.report_validation(step=30, metrics={"loss": 1.4})
+    assert resumed.close(timeout=5)
+    assert [20, 30] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert [1.5, 1.4] == [p[2] for p in curve(sink.task, "val_loss")]
+    assert [1.2, 1.1] == [p[2] for p in curve(sink.task, "val_heldout_loss")]
+
+
+def test_a_named_dataset_first_leaves_the_unnamed_one_its_own_curve() -> None:
+    """``heldout`` first keeps ``val_loss``; the unnamed dataset goes to ``val_unnamed_loss``."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_validation(step=20, metrics={"loss": 1.2}, dataset="heldout")
+    reporter.report_validation(step=20, metrics={"loss": 1.5})
+    assert reporter.close(timeout=5)
+    assert [(20, 1, 1.2)] == curve(sink.task, "val_loss")
+    assert [(20, 1, 1.5)] == curve(sink.task, "val_unnamed_loss")
+    assert ["heldout", "unnamed"] == sink.task["status_details"]["val_datasets"]

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "STRIPPED_PREFIXES",
     "UNCONVERTIBLE",
+    "UNNAMED_DATASET",
     "DatasetOrder",
     "EpochRule",
     "NotChartable",
@@ -164,13 +165,20 @@ def check_name(name: object) -> str | None:
         return "not a string"
 
 
+UNNAMED_DATASET: Final[str] = "unnamed"
+"""The name of the unnamed validation dataset (``dataset=None``) in ``val_datasets``
+and, when it is not the first dataset, in its metric names (``val_unnamed_<name>``)."""
+
+
 class DatasetOrder:
     """Order in which validation datasets were seen (stored with the task as ``val_datasets``).
 
-    The first named dataset keeps plain ``val_N`` names; every later distinct
-    dataset gets ``val_<dataset>_N``, so two datasets never share a curve
-    (DESIGN §3). Seeding from a resumed task keeps the names stable across
-    restarts. An empty dataset name is treated like ``None``.
+    The unnamed dataset (``None``) is a dataset like any other: whichever dataset
+    is seen first, named or not, keeps plain ``val_N`` names, and every later
+    distinct dataset gets ``val_<dataset>_N``, so two datasets never share a
+    curve. The unnamed dataset is called :data:`UNNAMED_DATASET` (``"unnamed"``)
+    in the order and in its names; ``""`` and ``"unnamed"`` name it too. Seeding
+    from a resumed task's ``val_datasets`` keeps the names stable across restarts.
 
     Args:
         seen: dataset names in first-seen order, e.g. the stored ``val_datasets``.
@@ -195,21 +203,25 @@ class DatasetOrder:
         """Return the qualifier for metrics of ``dataset``, remembering it if new.
 
         Args:
-            dataset: the ``dataset`` argument of a validation report.
+            dataset: the ``dataset`` argument of a validation report; ``None``
+                and ``""`` are the unnamed dataset.
 
         Returns:
-            ``None`` (plain ``val_`` names) for ``None``, ``""`` and the first
-            named dataset; the dataset name itself for every later one.
-            Never raises for ``str | None``.
+            ``None`` (plain ``val_`` names) for the first dataset seen, named
+            or not; the dataset's name (``"unnamed"`` for the unnamed one) for
+            every later one. Never raises for ``str | None``.
         """
-        if not dataset:
-            return None
-        self._remember(dataset)
-        return None if dataset == self._order[0] else dataset
+        name = dataset or UNNAMED_DATASET
+        self._remember(name)
+        return None if name == self._order[0] else name
+
+    def knows(self, dataset: str | None) -> bool:
+        """Whether ``dataset`` (``None``: the unnamed one) was seen already."""
+        return (dataset or UNNAMED_DATASET) in self._known
 
     @property
     def datasets(self) -> tuple[str, ...]:
-        """Named datasets in first-seen order (what is stored as ``val_datasets``)."""
+        """Datasets in first-seen order, the unnamed one included (stored as ``val_datasets``)."""
         return tuple(self._order)
 
 
