@@ -183,6 +183,27 @@ def test_a_series_a_rewind_empties_disappears_from_the_server_too(
     assert {"train_loss", "train_lr"} == set(stored(server.url)["status_details"]["metrics"])
 
 
+@MODES
+def test_a_series_another_tool_wrote_backwards_is_never_overwritten(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """A stored series with steps going backwards stays as stored; train_loss resumes."""
+    train_points = [{"step": s, "epoch": 1, "value": 1.0 / s} for s in range(1, 1001)]
+    foreign = [{"step": s, "epoch": None, "value": float(s)} for s in (30, 20, 10)]
+    body = {"status_details": {"metrics": {"train_loss": train_points, "foreign": foreign}}}
+    response = urllib3.request(
+        "PATCH", f"{server.url}/v1/jobs/{JOB}/tasks/train", body=json.dumps(body).encode()
+    )
+    assert 200 == response.status
+    reporter = reporter_for(server.url, use_extension)
+    train(reporter, range(1001, 1101), flush_every=50)
+    assert reporter.close(timeout=10)
+    task = stored(server.url)
+    assert list(range(1, 1101)) == steps_of(task, "train_loss")
+    assert foreign == task["status_details"]["metrics"]["foreign"]
+    assert_server_holds(server.url, reporter)
+
+
 # --- faults ----------------------------------------------------------------------------
 
 

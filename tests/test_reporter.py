@@ -592,7 +592,10 @@ def test_a_step_going_back_replaces_only_its_own_series_tail() -> None:
 def _stored_run(last_train: int, val_steps: list[int]) -> dict[str, Any]:
     train = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, last_train + 1)]
     val = [{"step": s, "epoch": 1, "value": float(s)} for s in val_steps]
-    return {"status": "failed", "status_details": {"metrics": {"train_loss": train, "val_loss": val}}}
+    return {
+        "status": "failed",
+        "status_details": {"metrics": {"train_loss": train, "val_loss": val}},
+    }
 
 
 @pytest.mark.parametrize("series_suffix", [False, True])
@@ -625,7 +628,10 @@ def test_a_first_step_at_the_stored_last_step_purges_the_later_validation(
     reporter.report_train_step(step=10, metrics={"loss": 42.0})
     assert reporter.close(timeout=5)
     assert [5] == [p[0] for p in curve(sink.task, "val_loss")]
-    assert (10, 42.0) == (curve(sink.task, "train_loss")[-1][0], curve(sink.task, "train_loss")[-1][2])
+    assert (10, 42.0) == (
+        curve(sink.task, "train_loss")[-1][0],
+        curve(sink.task, "train_loss")[-1][2],
+    )
     assert 10 == len(curve(sink.task, "train_loss"))
 
 
@@ -663,3 +669,76 @@ def test_a_named_dataset_first_leaves_the_unnamed_one_its_own_curve() -> None:
     assert [(20, 1, 1.2)] == curve(sink.task, "val_loss")
     assert [(20, 1, 1.5)] == curve(sink.task, "val_unnamed_loss")
     assert ["heldout", "unnamed"] == sink.task["status_details"]["val_datasets"]
+
+
+def _with_foreign_series(series_suffix: bool) -> MemorySink:
+    train = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 101)]
+    foreign = [{"step": s, "epoch": 1, "value": 0.5} for s in (3, 2, 1)]  # steps go backwards
+    stored = {
+        "status": "running",
+        "status_details": {"metrics": {"train_loss": train, "other_tool": foreign}},
+    }
+    return MemorySink(stored, series_suffix=series_suffix)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_series_the_client_cannot_parse_is_kept_and_the_rest_resumes(
+    series_suffix: bool,
+) -> None:
+    """Damage is judged per series: the unreadable one stays as stored, train_loss continues."""
+    sink = _with_foreign_series(series_suffix)
+    foreign = sink.task["status_details"]["metrics"]["other_tool"]
+    reporter, _, _ = make(sink)
+    with capture_events() as events:
+        reporter.start()
+        for step in range(101, 111):
+            reporter.report_train_step(step=step, metrics={"loss": float(step)})
+        assert reporter.close(timeout=5)
+    assert list(range(1, 111)) == [p[0] for p in curve(sink.task, "train_loss")]
+    assert foreign == sink.task["status_details"]["metrics"]["other_tool"]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+    unreadable = [e for e in events if e["event"] == "trainreport.stored_series_unreadable"]
+    assert ["other_tool"] == [e["series"] for e in unreadable]
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_series_this_run_records_replaces_the_unreadable_one_of_its_name(
+    series_suffix: bool,
+) -> None:
+    """This run's own ``other_tool`` curve replaces the unreadable stored one (logged)."""
+    sink = _with_foreign_series(series_suffix)
+    reporter, _, _ = make(sink)
+    with capture_events() as events:
+        reporter.start()
+        reporter.report_metrics(step=101, metrics={"tool": 1.0}, phase="other")
+        assert reporter.close(timeout=5)
+    assert [(101, 1, 1.0)] == curve(sink.task, "other_tool")
+    assert 100 == len(curve(sink.task, "train_loss"))
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+    assert any(e["event"] == "trainreport.stored_series_replaced" for e in events)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
+    series_suffix: bool,
+) -> None:
+    """Without history configured, and before the stored task is read: the stored curve goes on."""
+    points = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 4)]
+    stored = {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
+    sink = ScriptedSink(MemorySink(stored, series_suffix=series_suffix))
+    sink.open_results.extend(RetryLater("down") for _ in range(3))
+    reporter, _, clock = make(
+        sink, drain_queue_depth=2, time_series_metrics=[], backoff_initial_seconds=1.0
+    )
+    reporter.start()
+    for step in range(4, 9):
+        reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1})
+        cycle(reporter)
+    for _ in range(4):
+        clock.advance(10.0)
+        cycle(reporter)
+    assert reporter.close(timeout=5)
+    assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
+    assert "train_lr" not in sink.task["status_details"]["metrics"]
+    assert 0.1 == sink.task["status_details"]["train_lr"]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())

@@ -463,9 +463,9 @@ def test_a_patch_stores_no_empty_series(api: Client, task: str) -> None:
         },
     )
 
-    assert {"b": [{"step": 1, "epoch": 1, "value": 2.0}]} == api.get(task).body[
-        "status_details"
-    ]["metrics"]
+    assert {"b": [{"step": 1, "epoch": 1, "value": 2.0}]} == api.get(task).body["status_details"][
+        "metrics"
+    ]
 
 
 def test_a_gap_is_409_with_the_lengths_and_applies_nothing(api: Client, task: str) -> None:

@@ -18,7 +18,7 @@ import math
 import threading
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainreport._config import ReportingConfig
@@ -132,6 +132,20 @@ def _json_safe(value: Any, depth: int = 0) -> Any:
     return _json_safe(str(value))
 
 
+def _points_json(
+    steps: Iterable[int], epochs: Iterable[int], values: Iterable[float]
+) -> list[dict[str, Any]]:
+    """Points in the ``GET`` shape (a non-finite value is ``None``)."""
+    return [
+        {"step": st, "epoch": ep, "value": _finite(v)}
+        for st, ep, v in zip(steps, epochs, values, strict=True)
+    ]
+
+
+#: Unreadable stored series logged one by one before a single summary line.
+_MAX_LOGGED_SERIES = 20
+
+
 def _positive_int(value: object) -> int | NotChartable | None:
     if value is None:
         return None
@@ -169,6 +183,12 @@ class Recorder:
         self.sticky_dirty: set[str] = set()
         self.core_dirty = True
         self.stored_details: dict[str, Any] = {}
+        # Stored series the client cannot parse, exactly as stored: never overwritten
+        # (sent back unchanged in full-state mode) unless this run records the name.
+        self.preserved: dict[str, Any] = {}
+        # Names admitted as series only because the stored task was not read yet:
+        # seeding makes them scalars again unless the stored task has them as series.
+        self._provisional: set[str] = set()
         self.seeded = False
         self.metrics_too_large = False
         self.last_updated_at: str | None = None
@@ -219,15 +239,22 @@ class Recorder:
             store.rewinds += 1
         self._stored_last_train = stored_last_train
         for name, (steps, epochs, values) in state.series.items():
-            if check_name(name) is not None or name in store.scalar_names:
-                continue
+            if name in store.scalar_names:  # a name stored as a series stays a series
+                store.make_series(name)
             keep = len(steps) if cut is None else bisect_right(steps, cut)
             current = store.series.get(name)
             if current is not None and current.steps:
                 keep = min(keep, bisect_left(steps, current.steps[0]))
             elif current is None and not store.admit(name, as_series=True):
+                # Past the name cap: kept on the destination as it is, never deleted.
+                self.preserved[name] = _points_json(steps, epochs, values)
                 continue
             store.seed(name, steps, epochs, values, keep)
+        for name in self._provisional - set(state.series):
+            store.demote(name)  # a scalar after all: only its latest value is kept
+        self._provisional.clear()
+        self._names.clear()  # cached entries may hold series that were just replaced
+        self._keep_unreadable(state)
         if state.val_datasets:
             if self.datasets.datasets:  # names already given this process keep their curves
                 _log.info(
@@ -239,6 +266,26 @@ class Recorder:
                 self.datasets = DatasetOrder(state.val_datasets)
         self.stored_details = dict(state.details)
         self.seeded = True
+
+    def _keep_unreadable(self, state: StoredState) -> None:
+        """Keep stored series the client cannot parse; log each (bounded)."""
+        for count, (name, raw) in enumerate(state.damaged.items()):
+            if count < _MAX_LOGGED_SERIES:
+                _log.warning(
+                    "trainreport.stored_series_unreadable",
+                    series=name[:200],
+                    reason=state.damage_reasons.get(name, ""),
+                    kept=name not in self.store,
+                )
+            elif count == _MAX_LOGGED_SERIES:
+                _log.warning(
+                    "trainreport.stored_series_unreadable_more",
+                    more=len(state.damaged) - _MAX_LOGGED_SERIES,
+                )
+            if name in self.store:  # recorded by this run before the read: its curve wins
+                _log.warning("trainreport.stored_series_replaced", series=name[:200])
+            else:
+                self.preserved[name] = raw
 
     # --- applying reports ----------------------------------------------------------
 
@@ -518,7 +565,12 @@ class Recorder:
             return None
         if name in self.store:
             return name
-        if not self.store.admit(name, as_series=self.selector.is_series(name)):
+        as_series = self.selector.is_series(name)
+        # Before the stored task is read every name keeps its points: a name stored
+        # as a series must stay one, whatever arrives first.
+        provisional = not as_series and not self.seeded
+        replaces = name in self.preserved  # a stored series this client cannot parse
+        if not self.store.admit(name, as_series=as_series or provisional or replaces):
             self.drops["name_cap"] += 1
             self.once.warning(
                 "name_cap",
@@ -527,6 +579,11 @@ class Recorder:
                 first_refused=name,
             )
             return None
+        if provisional and not replaces:
+            self._provisional.add(name)
+        if replaces:
+            del self.preserved[name]
+            _log.warning("trainreport.stored_series_replaced", series=name[:200])
         return name
 
     # --- building updates ----------------------------------------------------------
@@ -631,6 +688,7 @@ class Recorder:
             status_details=details,
             series=series_updates,
             full_state=full_state,
+            foreign_series=dict(self.preserved) if full_state and series_updates else {},
         )
         return update, sent, frozenset(sticky)
 
@@ -658,15 +716,14 @@ class Recorder:
         if not self.last_updated_at:
             del details["updated_at"]
         # A series with no points is not part of a stored task (a server keeps points, not names).
-        if any(self.store.series.values()):
-            details["metrics"] = {
-                name: [
-                    {"step": st, "epoch": ep, "value": _finite(v)}
-                    for st, ep, v in zip(s.steps, s.epochs, s.values, strict=True)
-                ]
+        if any(self.store.series.values()) or self.preserved:
+            metrics: dict[str, Any] = {
+                name: _points_json(s.steps, s.epochs, s.values)
                 for name, s in self.store.series.items()
                 if s
             }
+            metrics.update(self.preserved)
+            details["metrics"] = metrics
         return {"status": self.machine.status.value, "status_details": details}
 
     @property

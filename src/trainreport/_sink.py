@@ -90,12 +90,17 @@ class Update:
         full_state: ``True`` when ``series`` is the complete set of curves
             (each with ``offset == 0``) and replaces the stored ``metrics``
             wholesale; ``False`` when each series is an idempotent suffix.
+        foreign_series: full-state mode only: stored series the reporter could
+            not parse (written by another tool), name -> points exactly as
+            stored (decoded JSON). They travel in ``metrics`` beside ``series``
+            unchanged, so replacing ``metrics`` wholesale never deletes them.
     """
 
     status: str | None
     status_details: Mapping[str, Any]
     series: tuple[SeriesUpdate, ...] | None
     full_state: bool
+    foreign_series: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def point_count(self) -> int:

@@ -118,6 +118,21 @@ class MetricStore:
             self.scalar_names.add(name)
         return True
 
+    def make_series(self, name: str) -> Series:
+        """Turn the scalar ``name`` into an (empty) series: a stored series stays a series."""
+        self.scalar_names.discard(name)
+        self.scalars.pop(name, None)
+        series = self.series[name] = Series()
+        return series
+
+    def demote(self, name: str) -> None:
+        """Turn the series ``name`` into a scalar that keeps only its latest value."""
+        series = self.series.pop(name)
+        self.scalar_names.add(name)
+        self.points_recorded -= len(series)
+        if series.values:
+            self.scalars[name] = series.values[-1]
+
     def record(self, name: str, step: int, epoch: int, value: float) -> None:
         """Store a point (series) or the latest value (scalar) of an admitted name."""
         s = self.series.get(name)

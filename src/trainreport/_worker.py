@@ -277,6 +277,8 @@ class Worker:
         if isinstance(state, str):
             _log.warning("trainreport.stored_task_malformed", reason=state[:300])
             state = StoredState(series={})
+        for problem in state.problems:
+            _log.warning("trainreport.stored_task_malformed", reason=problem[:300])
         with self.recorder.lock:
             if first:
                 self.recorder.seed(state)
