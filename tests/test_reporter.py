@@ -52,8 +52,8 @@ def test_run_of_23_steps_with_10s_interval_stores_every_step_and_debounces() -> 
         cycle(reporter)
     assert reporter.close(timeout=5)
     assert list(range(1, 24)) == [p[0] for p in curve(sink.task, "train_loss")]
-    # first at once, then one per 10 s of clock, plus the final flush
-    assert 2 <= len(sink.requests) <= 5
+    # first at once, the first point at once, then one per 10 s of clock, plus the final flush
+    assert 3 <= len(sink.requests) <= 6
     assert 23 == sink.task["status_details"]["step"]
     assert 100.0 == sink.task["status_details"]["percentage_done"]
 
@@ -389,7 +389,8 @@ def test_deep_queue_wakes_the_thread_to_drain_without_sending() -> None:
     while reporter.stats().queue_depth and time.monotonic() < deadline:
         cycle(reporter)
     assert 0 == reporter.stats().queue_depth
-    assert sent == len(sink.requests)  # the interval (fake clock) has not elapsed
+    # the first point went at once; the others wait: the interval (fake clock) has not elapsed
+    assert sent + 1 == len(sink.requests)
     reporter.close(timeout=5)
 
 
@@ -742,3 +743,49 @@ def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
     assert "train_lr" not in sink.task["status_details"]["metrics"]
     assert 0.1 == sink.task["status_details"]["train_lr"]
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+def test_a_checkpoint_every_3_s_never_starves_the_curves_in_full_state_mode() -> None:
+    """Events more often than the interval: curves still go every 10 s, not only at close."""
+    reporter, sink, clock = make()
+    reporter.start()
+    cycle(reporter)
+    for second in range(1, 61):
+        clock.advance(1.0)
+        reporter.report_train_step(step=second, metrics={"loss": 1.0 / second})
+        if second % 3 == 0:
+            reporter.report_checkpoint_saved(path=f"ckpt/{second}", step=second)
+        cycle(reporter)
+    curve_sends = [r for r in sink.requests if "metrics" in r["status_details"]]
+    assert len(curve_sends) >= 5
+    last = curve_sends[-1]["status_details"]["metrics"]["train_loss"]
+    assert last[-1]["step"] >= 50
+    reporter.close(timeout=5)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+@pytest.mark.parametrize("kind", ["train", "validation"])
+def test_the_first_point_is_sent_at_once(series_suffix: bool, kind: str) -> None:
+    """The opening send does not hold back the first point for a whole interval."""
+    sink = MemorySink(series_suffix=series_suffix)
+    reporter, _, clock = make(sink)
+    reporter.start()
+    cycle(reporter)  # the opening send, at start()
+    opened = len(sink.requests)
+    clock.advance(1.0)
+    if kind == "train":
+        reporter.report_train_step(step=1, metrics={"loss": 2.0})
+    else:
+        reporter.report_validation(step=1, metrics={"loss": 2.0})
+    name = "train_loss" if kind == "train" else "val_loss"
+
+    def sent() -> bool:
+        task = sink.task
+        return task is not None and name in task["status_details"].get("metrics", {})
+
+    deadline = time.monotonic() + 5.0  # the worker polls every 10 s (real) otherwise
+    while not sent() and time.monotonic() < deadline:
+        threading.Event().wait(0.005)
+    assert sent()
+    assert len(sink.requests) == opened + 1
+    reporter.close(timeout=5)

@@ -262,6 +262,8 @@ class Reporter:
         self._after_close_drops = 0
         self._caller_drops = 0
         self._pending_wake = False
+        # The first report that adds a point wakes the reporter thread (it goes at once).
+        self._first_point_pending = True
         self._worker: Worker | None = None
         self._recorder: Recorder | None = None
         self._cancel: threading.Event | None = None
@@ -564,13 +566,20 @@ class Reporter:
 
     # --- the hot path ----------------------------------------------------------------
 
-    def _put(self, item: tuple[Any, ...], *, wake: bool) -> None:
-        """Append one report (every report method but the inlined report_train_step)."""
+    def _put(self, item: tuple[Any, ...], *, wake: bool, point: bool = False) -> None:
+        """Append one report (every report method but the inlined report_train_step).
+
+        ``wake``: an event report, sent at once. ``point``: the report may add a
+        point (the first such report wakes the reporter thread too).
+        """
         queue = self._queue
         if not self._accepting or len(queue) >= self._max_queue:
             self._refuse_report()
             return
         queue.append(item)
+        if point and self._first_point_pending:
+            self._first_point_pending = False
+            wake = True
         if wake or len(queue) == self._drain_depth:
             self._wake_worker()
 
@@ -643,7 +652,8 @@ class Reporter:
                         copied,
                     )
                 )
-                if depth + 1 == self._drain_depth:
+                if self._first_point_pending or depth + 1 == self._drain_depth:
+                    self._first_point_pending = False
                     self._wake_worker()
             else:
                 self._refuse_report()
@@ -687,6 +697,7 @@ class Reporter:
                 dataset,
             ),
             wake=False,
+            point=True,
         )
 
     @_report_call
@@ -705,6 +716,7 @@ class Reporter:
         self._put(
             (K_METRICS, self._clock(), _copy_scalar(step), _copy_metrics(metrics), phase),
             wake=False,
+            point=True,
         )
 
     @_report_call

@@ -107,6 +107,7 @@ class Worker:
         self._flush_waiters: list[threading.Event] = []
         self._flush_requested = False
         self._resyncs = 0
+        self._had_point = False
         self._last_unsent_warning: float | None = None
         self._cycle = threading.Condition()
         self._cycles_started = 0
@@ -255,7 +256,11 @@ class Worker:
             popleft = queue.popleft
             for _ in range(len(queue)):
                 urgent |= apply(popleft())
-        self.scheduler.note_change(self.clock(), urgent=urgent)
+            store = recorder.store
+            first_point = not self._had_point and bool(store.points_recorded or store.scalars)
+        if first_point:  # the first point goes at once, curves included
+            self._had_point = True
+        self.scheduler.note_change(self.clock(), urgent=urgent, first_point=first_point)
 
     # --- open and send -------------------------------------------------------------
 
@@ -304,13 +309,14 @@ class Worker:
             self._drain()
         scheduler = self.scheduler
         full_state = not self.suffix_mode
+        # Only a send that carries the curves consumes their window: a full-state
+        # event send inside it leaves them out, and never delays them.
         include_metrics = (
             not full_state
             or closing
             or complete
             or not scheduler.urgent
-            or scheduler.last_success is None
-            or now - scheduler.last_success >= scheduler.min_interval
+            or scheduler.curves_due(now)
         )
         with self.recorder.lock:
             update, sent, sticky = self.recorder.build_update(
@@ -326,7 +332,9 @@ class Worker:
                     sent, sticky, None if full_state else result.series_lengths
                 )
                 left = bool(self.queue) or self.recorder.has_changes()
-            scheduler.on_delivered(self.clock(), everything_sent=not left)
+            scheduler.on_delivered(
+                self.clock(), everything_sent=not left, carried_curves=include_metrics
+            )
             self.last_success_at = self.wall_clock()
             if self.last_error is not None and scheduler.consecutive_failures == 0:
                 _log.info("trainreport.send_recovered")
