@@ -27,6 +27,8 @@ DURATION_FIELDS = [
     "backoff_max_seconds",
     "rejected_backoff_seconds",
     "close_timeout_seconds",
+    "close_retry_max_seconds",
+    "close_unanswered_seconds",
     "atexit_timeout_seconds",
     "unsent_warning_seconds",
 ]
@@ -45,6 +47,8 @@ DOCUMENTED_DEFAULTS: dict[str, object] = {
     "backoff_jitter": 0.2,
     "rejected_backoff_seconds": 300.0,
     "close_timeout_seconds": 30.0,
+    "close_retry_max_seconds": 1.0,
+    "close_unanswered_seconds": 2.0,
     "atexit_timeout_seconds": 5.0,
     "max_queue_items": 1_000_000,
     "drain_queue_depth": 10_000,

@@ -184,6 +184,15 @@ class ReportingConfig:
             default 300.0. DESIGN §8.
         close_timeout_seconds: budget of ``Reporter.close()`` when no timeout
             is passed. Seconds, default 30.0. DESIGN §1, §8.
+        close_retry_max_seconds: while closing, attempts are at most this far
+            apart, whatever the backoff had grown to, and one last attempt is
+            made before the deadline when there is time for one. Seconds,
+            default 1.0.
+        close_unanswered_seconds: budget of ``close()`` while the destination
+            has never answered since ``start()`` (every attempt refused at
+            connect or its name unresolvable: a wrong URL); a destination that
+            answered once, or that accepts and hangs, gets the whole close
+            timeout. Seconds, default 2.0.
         atexit_timeout_seconds: budget of the ``atexit`` fallback close of a
             reporter the user forgot to close. Seconds, default 5.0. DESIGN §8.
         max_queue_items: memory guard; reports beyond this many queued are
@@ -228,6 +237,12 @@ class ReportingConfig:
     )
     close_timeout_seconds: float = attrs.field(
         default=30.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
+    )
+    close_retry_max_seconds: float = attrs.field(
+        default=1.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
+    )
+    close_unanswered_seconds: float = attrs.field(
+        default=2.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
     )
     atexit_timeout_seconds: float = attrs.field(
         default=5.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}

@@ -427,13 +427,34 @@ class Reporter:
         if os.getpid() == self._pid:
             worker.thread.join(max(deadline - time.monotonic(), 0.0))
         if worker.thread.is_alive():
-            _log.warning("trainreport.close_timed_out", timeout_seconds=budget)
+            self._warn_undelivered(worker, timed_out=True)
             return False
-        if self._machine.state is ReporterState.CLOSING:
+        first_close = self._machine.state is ReporterState.CLOSING
+        if first_close:
             self._machine.apply(ReporterInput.CLOSED)
             _live_reporters.discard(self)
         self._raise_strict_violations()
-        return self._delivered()
+        delivered = self._delivered()
+        if not delivered and first_close:
+            self._warn_undelivered(worker, timed_out=False)
+        return delivered
+
+    def _warn_undelivered(self, worker: Worker, *, timed_out: bool) -> None:
+        """One warning naming the destination and what it did not receive. Never raises."""
+        try:
+            stats = self.stats()
+            _log.warning(
+                "trainreport.close_undelivered",
+                destination=_describe(self._sink),
+                undelivered_reports=stats.queue_depth,
+                undelivered_points=stats.points_unsent,
+                dropped=sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes")),
+                last_error=stats.last_error,
+                never_answered=not worker.answered,
+                timed_out=timed_out,
+            )
+        except Exception:  # noqa: S110 - a warning must never break close()
+            pass
 
     def _delivered(self) -> bool:
         worker = self._worker
@@ -537,6 +558,11 @@ class Reporter:
                 drops.update(recorder.drops)
                 recorded, rewinds = store.points_recorded, store.rewinds
                 delivered, unsent = store.delivered_points(), store.unsent_points()
+        # Reports still queued (not yet applied, e.g. the stored task was never read)
+        # are recorded but unsent: each metric value they carry counts as a point.
+        queued = sum(map(_queued_points, list(self._queue)))
+        recorded += queued
+        unsent += queued
         if self._queue_drops:
             drops["queue_full"] = self._queue_drops
         if self._after_close_drops:
@@ -833,3 +859,18 @@ def _safe_str(value: object) -> str:
         return str(value)
     except Exception:
         return f"<unprintable {type(value).__name__}>"
+
+
+def _describe(sink: Sink) -> str:
+    """The destination for a log line: the sink's repr (``HttpSink`` shows URL, job, task)."""
+    try:
+        return repr(sink)[:300]
+    except Exception:
+        return f"<{type(sink).__name__}>"
+
+
+def _queued_points(item: tuple[Any, ...]) -> int:
+    """Metric values a queued report carries (each may become a point)."""
+    kind = item[0]
+    metrics = item[4] if kind in (K_TRAIN, K_VALIDATION) else item[3] if kind == K_METRICS else None
+    return len(metrics) if type(metrics) is dict else 0

@@ -154,10 +154,15 @@ class RetryLater:
         reason: short description for logs; never contains a token.
         delay_seconds: the delay the destination asked for (``Retry-After``),
             in seconds, or ``None`` to use the scheduler's backoff.
+        unreachable: nothing answered at all: the connection was refused or
+            the host name did not resolve (a wrong URL). A timeout, a reset or
+            any HTTP status is an answer. ``close()`` waits only
+            ``close_unanswered_seconds`` for a destination that never answered.
     """
 
     reason: str
     delay_seconds: float | None = None
+    unreachable: bool = False
 
 
 @attrs.frozen

@@ -43,6 +43,10 @@ _log = get_logger()
 #: The longest single wait of the reporter thread (a day): bounded so that a huge
 #: configured interval never overflows ``Event.wait``.
 _MAX_SLEEP_SECONDS = 86_400.0
+#: While closing, the last attempt starts at least this long (seconds) before the
+#: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
+#: half the time left when less remains.
+_LAST_ATTEMPT_LEAD_SECONDS = 0.1
 
 
 def utc_now_iso() -> str:
@@ -102,8 +106,13 @@ class Worker:
         self.last_error: str | None = None
         self.last_success_at: str | None = None
         self.finished_cleanly = False
+        #: The destination answered at least once (anything but a refused or
+        #: unresolvable connection); until then close() waits only briefly.
+        self.answered = False
         self._stopping = False
         self._deadline = float("inf")
+        self._close_started = float("inf")
+        self._send_deadline = float("inf")
         self._flush_waiters: list[threading.Event] = []
         self._flush_requested = False
         self._resyncs = 0
@@ -122,6 +131,7 @@ class Worker:
     def stop(self, deadline: float) -> None:
         """Ask the thread to drain, send the tail and exit by ``deadline`` (time.monotonic)."""
         self._deadline = deadline
+        self._close_started = time.monotonic()
         self._stopping = True
         self.wake.set()
 
@@ -204,6 +214,7 @@ class Worker:
     def _survive(self, exc: Exception) -> None:
         """A sink or engine error: log it once per type, count it, and back off."""
         self.requests_failed += 1
+        self.answered = True  # something ran: not known to be a wrong URL
         self.once.warning(
             ("cycle", type(exc).__name__),
             "trainreport.reporter_error",
@@ -265,13 +276,18 @@ class Worker:
     # --- open and send -------------------------------------------------------------
 
     def _timeout(self, closing: bool) -> float | None:
-        if not closing or self._deadline == float("inf"):
+        if not closing or self._send_deadline == float("inf"):
             return None
-        return max(self._deadline - time.monotonic(), 0.001)
+        return max(self._send_deadline - time.monotonic(), 0.001)
+
+    def _note_answer(self, result: object) -> None:
+        if not (isinstance(result, RetryLater) and result.unreachable):
+            self.answered = True
 
     def _open(self, now: float, closing: bool) -> bool:
         self.requests_sent += 1  # reading the stored task is a request too
         result = self.sink.open(timeout_seconds=self._timeout(closing))
+        self._note_answer(result)
         if not isinstance(result, Opened):
             self._failed(now, result)
             return False
@@ -324,6 +340,7 @@ class Worker:
             )
         self.requests_sent += 1
         result = self.sink.send(update, timeout_seconds=self._timeout(closing))
+        self._note_answer(result)
         if isinstance(result, Delivered):
             self._resyncs = 0
             self.bytes_sent += result.bytes_sent
@@ -432,12 +449,41 @@ class Worker:
             last_error=self.last_error,
         )
 
+    def _close_deadline(self) -> float:
+        """The deadline closing works to: the whole one, or a short one for a wrong URL."""
+        if self.answered:
+            return self._deadline
+        return min(self._deadline, self._close_started + self.config.close_unanswered_seconds)
+
+    def _close_wait(self, now: float, deadline: float) -> tuple[float, bool]:
+        """Seconds to wait before the next attempt while closing, and whether it is the last.
+
+        The backoff is capped at ``close_retry_max_seconds``; a delay the
+        destination asked for (``Retry-After``) is honoured, but never past one
+        last attempt made shortly before ``deadline``, so a destination that
+        comes back within the deadline still receives everything.
+        """
+        scheduler = self.scheduler
+        cap = self.config.close_retry_max_seconds
+        due = scheduler.due_at()
+        backoff = 0.0 if due is None else max(due - now, 0.0)
+        asked = 0.0 if scheduler.not_before is None else max(scheduler.not_before - now, 0.0)
+        wait = max(min(backoff, cap), asked)
+        remaining = deadline - time.monotonic()
+        # The last attempt starts this long before the deadline, to have time to finish.
+        lead = min(max(cap / 4, _LAST_ATTEMPT_LEAD_SECONDS), remaining / 2)
+        if wait >= remaining - lead:
+            return max(remaining - lead, 0.0), True
+        return wait, False
+
     def _finish(self) -> None:
         try:
             self._drain()
+            last = False
             while True:
-                remaining = self._deadline - time.monotonic()
-                if remaining <= 0:
+                deadline = self._close_deadline()
+                self._send_deadline = deadline
+                if deadline - time.monotonic() <= 0:
                     break
                 if self.opened is not None and not self.recorder.has_changes() and not self.queue:
                     break
@@ -449,12 +495,14 @@ class Worker:
                     delivered = False
                 if delivered:
                     self._drain()
+                    last = False
                     continue
-                due = self.scheduler.due_at()
-                if due is None:  # rejected: the same data will not be accepted
+                if last and self._close_deadline() <= deadline:
+                    break  # the last attempt failed (unless the destination answered at last)
+                if self.scheduler.due_at() is None:  # rejected: the same data will not be taken
                     break
-                delay = max(due - now, 0.0)
-                self.wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
+                wait, last = self._close_wait(now, self._close_deadline())
+                self.wake.wait(wait)
                 self.wake.clear()
                 self._drain()
         finally:

@@ -445,7 +445,7 @@ class HttpSink(Sink):
         try:
             return self._scrubbed(self._open(deadline))
         except SinkError as exc:
-            return RetryLater(self._scrub(str(exc)))
+            return RetryLater(self._scrub(str(exc)), unreachable=isinstance(exc, _UnreachableError))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
             return Rejected(self._scrub(f"invalid URL: {type(e).__name__}: {e}"))
         except Exception as exc:  # a sink never raises into the reporter (DESIGN §7)
@@ -479,7 +479,7 @@ class HttpSink(Sink):
                 return self._scrubbed(self._send_patch(update, deadline))
             return self._scrubbed(self._send_suffix(update, self._generation, deadline))
         except SinkError as exc:
-            return RetryLater(self._scrub(str(exc)))
+            return RetryLater(self._scrub(str(exc)), unreachable=isinstance(exc, _UnreachableError))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
             return Rejected(self._scrub(f"invalid URL: {type(e).__name__}: {e}"))
         except Exception as exc:  # a sink never raises into the reporter (DESIGN §7)
@@ -732,11 +732,10 @@ class HttpSink(Sink):
                 redirect=False,
                 preload_content=True,
             )
-        except (
-            urllib3.exceptions.NewConnectionError,  # before TimeoutError: it subclasses it
-            urllib3.exceptions.SSLError,
-            urllib3.exceptions.ProxyError,
-        ) as exc:
+        except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
+            # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
+            raise _UnreachableError(f"{method} failed to connect: {_cause(exc)}") from exc
+        except (urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError) as exc:
             raise TransportError(f"{method} failed to connect: {_cause(exc)}") from exc
         except urllib3.exceptions.TimeoutError as exc:
             raise TransportError(f"{method} timed out: {type(exc).__name__}") from exc
@@ -843,6 +842,10 @@ class HttpSink(Sink):
             if secret:
                 text = text.replace(secret, "***")
         return text[:500]
+
+
+class _UnreachableError(TransportError):
+    """Nothing answered: the connection was refused or the host name did not resolve."""
 
 
 def _open_result(result: SendResult) -> OpenResult:
