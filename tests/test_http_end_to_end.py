@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -401,6 +402,32 @@ def test_baseline_mode_stops_sending_metrics_after_a_413_and_logs_once(
     too_large = [e for e in events if e["event"] == "trainreport.metrics_too_large"]
     assert 1 == len(too_large)
     assert 1 == reporter.stats().drops["metrics_too_large"]
+
+
+@MODES
+def test_a_field_too_large_for_any_request_is_dropped_and_never_holds_back_the_curves(
+    start_server: Callable[..., ServerHandle], use_extension: bool
+) -> None:
+    """Hyperparameters over the 32 KiB body limit: dropped once, logged, curves all delivered."""
+    server = start_server(max_body_bytes=32 * 1024)
+    reporter = reporter_for(server.url, use_extension)
+    rng = random.Random(0)  # random digits: gzip cannot shrink them under the limit
+    huge = {f"layer_{i}": [rng.random() for _ in range(99)] for i in range(100)}
+    with capture_events() as events:
+        reporter.report_hyperparameters(params={"lr": 0.1})
+        assert reporter.flush(timeout=10)
+        reporter.report_hyperparameters(params=huge)
+        train(reporter, range(1, 201))
+        reporter.report_completed()
+        assert reporter.close(timeout=10)
+    task = stored(server.url)
+    assert list(range(1, 201)) == steps_of(task, "train_loss")
+    assert "completed" == task["status"]
+    assert {"lr": 0.1} == task["status_details"]["hyperparameters"]
+    assert_server_holds(server.url, reporter)
+    assert 1 == reporter.stats().drops["field_too_large"]
+    dropped = [e for e in events if e["event"] == "trainreport.field_too_large"]
+    assert ["hyperparameters"] == [e["field"] for e in dropped]
 
 
 @contextlib.contextmanager

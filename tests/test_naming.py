@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import trainreport._naming as naming
 from trainreport._naming import (
     MAX_NAME_LENGTH,
+    MAX_PARAM_ITEMS,
     STRIPPED_PREFIXES,
     UNCONVERTIBLE,
     DatasetOrder,
@@ -29,6 +30,7 @@ from trainreport._naming import (
     canonical_prefix,
     check_name,
     flatten_params,
+    flatten_params_bounded,
     qualify,
     to_chartable,
     to_step,
@@ -1107,3 +1109,21 @@ def test_floats_chart_as_themselves(value: float) -> None:
 def test_integers_in_range_are_their_own_step(value: int) -> None:
     """Every int from 0 to 2**53 is a step equal to itself."""
     assert value == to_step(value)
+
+
+def test_flattening_is_bounded_and_counts_what_it_left_out() -> None:
+    """1,500 keys of 1,000 floats: at most MAX_PARAM_ITEMS items flattened, the rest counted."""
+    params = {f"k{i}": [float(j) for j in range(1000)] for i in range(1500)}
+    flat, dropped = flatten_params_bounded(params, MAX_PARAM_ITEMS)
+    kept_items = sum(1 + (len(v) if isinstance(v, list) else 0) for v in flat.values())
+    assert kept_items <= MAX_PARAM_ITEMS
+    assert len(flat) >= 1
+    assert 1500 == len(flat) + dropped
+
+
+def test_flattening_within_the_budget_keeps_everything() -> None:
+    """A real run's hyperparameters (a few hundred keys) are far inside the budget."""
+    params = {"optimizer": {"lr": 0.1, "betas": [0.9, 0.999]}, **{f"k{i}": i for i in range(300)}}
+    flat, dropped = flatten_params_bounded(params, MAX_PARAM_ITEMS)
+    assert 0 == dropped
+    assert flat == flatten_params(params)

@@ -38,6 +38,7 @@ from trainreport._logging import get_logger
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "MAX_PARAM_ITEMS",
     "STRIPPED_PREFIXES",
     "UNCONVERTIBLE",
     "UNNAMED_DATASET",
@@ -49,6 +50,7 @@ __all__ = [
     "canonical_prefix",
     "check_name",
     "flatten_params",
+    "flatten_params_bounded",
     "qualify",
     "to_chartable",
     "to_step",
@@ -616,6 +618,30 @@ _MAX_PARAM_LIST: Final[int] = 1000
 _MAX_PARAM_DEPTH: Final[int] = 64
 _CYCLE: Final[str] = "<cycle>"
 
+MAX_PARAM_ITEMS: Final[int] = 10_000
+"""Most items one ``report_hyperparameters`` call flattens on the caller's thread: each
+key and each element of a list value counts one (a real run has a few hundred)."""
+
+
+class _Budget:
+    """Items left to flatten, and keys left out once they ran out."""
+
+    __slots__ = ("dropped", "left")
+
+    def __init__(self, items: int | None) -> None:
+        self.left = items
+        self.dropped = 0
+
+    def take(self, value: object) -> bool:
+        if self.left is None:
+            return True
+        cost = 1 + (len(value) if isinstance(value, (list, tuple)) else 0)
+        if cost > self.left:
+            self.dropped += 1
+            return False
+        self.left -= cost
+        return True
+
 
 def _safe_str(value: object) -> str:
     try:
@@ -663,6 +689,7 @@ def _flatten_into(
     prefix: str,
     sep: str,
     path: list[int],
+    budget: _Budget,
 ) -> None:
     path.append(id(params))
     try:
@@ -675,8 +702,8 @@ def _flatten_into(
                     elif len(path) >= _MAX_PARAM_DEPTH:
                         out[name] = _safe_str(value)
                     else:
-                        _flatten_into(out, value, f"{name}{sep}", sep, path)
-                else:
+                        _flatten_into(out, value, f"{name}{sep}", sep, path, budget)
+                elif budget.take(value):
                     out[name] = _param_value(value)
             except Exception:
                 out[name] = _safe_str(value)
@@ -708,9 +735,29 @@ def flatten_params(params: Mapping[str, object], sep: str = "/") -> dict[str, ob
         A new flat ``dict``; ``{}`` when ``params`` is not a mapping.
         Never raises an ``Exception``.
     """
+    return flatten_params_bounded(params, None, sep)[0]
+
+
+def flatten_params_bounded(
+    params: Mapping[str, object], max_items: int | None, sep: str = "/"
+) -> tuple[dict[str, object], int]:
+    """:func:`flatten_params` with a bound on the work done (the caller's thread does it).
+
+    Args:
+        params: the hyperparameters, possibly nested mappings.
+        max_items: the most items flattened (each key and each element of a
+            list value counts one; :data:`MAX_PARAM_ITEMS` for report calls), or
+            ``None`` for no bound. A key that no longer fits is left out.
+        sep: the separator between the keys of nested mappings.
+
+    Returns:
+        ``(flat, dropped)``: the flat ``dict`` and how many keys were left out.
+        Never raises an ``Exception``.
+    """
     out: dict[str, object] = {}
+    budget = _Budget(max_items)
     # A mapping whose iteration fails keeps what was read before it failed.
     with contextlib.suppress(Exception):
         if isinstance(params, Mapping):
-            _flatten_into(out, params, "", sep, [])
-    return out
+            _flatten_into(out, params, "", sep, [], budget)
+    return out, budget.dropped

@@ -25,6 +25,7 @@ from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Outcome, TaskEvent, TaskMachine, TaskStatus
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._naming import (
+    MAX_PARAM_ITEMS,
     DatasetOrder,
     EpochRule,
     NotChartable,
@@ -34,7 +35,7 @@ from trainreport._naming import (
     to_chartable,
     to_step,
 )
-from trainreport._payloads import StoredState
+from trainreport._payloads import StoredState, encode_details
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._store import MetricStore, Series
 from trainreport.exceptions import TransitionError
@@ -306,9 +307,7 @@ class Recorder:
                 self._metrics(item[2], item[3], item[4])
                 return False
             if kind == K_HYPERPARAMETERS:
-                self._set_sticky(
-                    "hyperparameters", {**self.sticky.get("hyperparameters", {}), **item[2]}
-                )
+                self._hyperparameters(item[2], item[3] if len(item) > 3 else 0)
                 return False
             return self._event(kind, item)
         except TransitionError as exc:  # strict mode (tests): surfaced by Reporter.close()
@@ -367,6 +366,51 @@ class Recorder:
                 "error", {"type": str(item[2])[:200], "message": str(item[3])[:_MAX_TEXT]}
             )
         return True
+
+    def _hyperparameters(self, flat: dict[str, Any], left_out: int) -> None:
+        merged = {**self.sticky.get("hyperparameters", {}), **flat}
+        if len(merged) > MAX_PARAM_ITEMS:  # many calls: the merged record is bounded too
+            left_out += len(merged) - MAX_PARAM_ITEMS
+            merged = dict(list(merged.items())[:MAX_PARAM_ITEMS])
+        if left_out:
+            self._drop_once(
+                "hyperparameters_truncated",
+                "params",
+                "report_hyperparameters",
+                f"more than {MAX_PARAM_ITEMS} items; {left_out} keys left out",
+            )
+            self.drops["hyperparameters_truncated"] += left_out - 1
+        self._set_sticky("hyperparameters", merged)
+
+    def drop_field(self, key: str, size: int) -> None:
+        """Drop ``key`` from what is sent: it cannot fit any request to the destination.
+
+        The field goes back to its last delivered value (or to nothing), so a
+        later report merges into what the destination holds. Counted as
+        ``field_too_large`` and logged once per field.
+        """
+        self.drops["field_too_large"] += 1
+        self.once.warning(
+            ("field_too_large", key),
+            "trainreport.field_too_large",
+            field=key,
+            encoded_bytes=size,
+        )
+        if key in self.delivered_details:
+            self.sticky[key] = self.delivered_details[key]
+        else:
+            self.sticky.pop(key, None)
+        self.sticky_dirty.discard(key)
+
+    def largest_field(self, update: Update) -> tuple[str, int] | None:
+        """The largest once-sent field (``hyperparameters``, ...) in ``update``, encoded bytes."""
+        best: tuple[str, int] | None = None
+        for key in self.sticky_dirty:
+            if key in update.status_details:
+                size = len(encode_details({key: update.status_details[key]}).encode())
+                if best is None or size > best[1]:
+                    best = (key, size)
+        return best
 
     def _set_sticky(self, key: str, value: Any) -> None:
         self.sticky[key] = _json_safe(value)

@@ -28,7 +28,7 @@ from trainreport._config import ReportingConfig
 from trainreport._histogram import LatencyHistogram
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._naming import caller_value, flatten_params
+from trainreport._naming import MAX_PARAM_ITEMS, caller_value, flatten_params_bounded
 from trainreport._recorder import (
     K_CANCELLED,
     K_CHECKPOINT,
@@ -773,12 +773,21 @@ class Reporter:
 
         Args:
             params: a (nested) mapping; values that are not JSON scalars are
-                stored as strings.
+                stored as strings. At most ``MAX_PARAM_ITEMS`` (10,000) items
+                are flattened on the caller's thread (each key and each element
+                of a list counts one); keys past that are left out, counted
+                (``hyperparameters_truncated``) and logged once. A value too
+                large for any request to the destination is dropped there
+                (``field_too_large``) and never holds back the curves.
 
         Never raises, never blocks on I/O.
         """
         given: object = params  # callers may pass anything; never trust the annotation
-        flat = flatten_params(given) if isinstance(given, Mapping) else None
+        if isinstance(given, Mapping):
+            # Bounded: the caller's thread never flattens more than MAX_PARAM_ITEMS items.
+            flat, left_out = flatten_params_bounded(given, MAX_PARAM_ITEMS)
+        else:
+            flat, left_out = None, 0
         if flat is None:
             self._once.warning(
                 "hyperparameters",
@@ -787,7 +796,7 @@ class Reporter:
                 reason="params is not a mapping",
             )
         else:
-            self._put((K_HYPERPARAMETERS, self._clock(), flat), wake=False)
+            self._put((K_HYPERPARAMETERS, self._clock(), flat, left_out), wake=False)
 
     @_report_call
     def report_epoch_end(self, *, epoch: float) -> None:

@@ -31,15 +31,22 @@ from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,
+    Rejected,
     Resynchronise,
     RetryLater,
     Sink,
     Split,
+    Update,
 )
 
 __all__ = ["Worker", "utc_now_iso"]
 
 _log = get_logger()
+#: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
+#: to compare the curves with a large field when the destination refuses a size.
+_POINT_JSON_BYTES = 45
+#: A field smaller than this (bytes) is never dropped for size: leaving it out cannot help.
+_MIN_DROPPED_FIELD_BYTES = 1024
 #: The longest single wait of the reporter thread (a day): bounded so that a huge
 #: configured interval never overflows ``Event.wait``.
 _MAX_SLEEP_SECONDS = 86_400.0
@@ -360,17 +367,8 @@ class Worker:
                 _log.warning("trainreport.cancel_requested")
                 self.cancel_requested.set()
             return True
-        if isinstance(result, Split) and update.series is not None and full_state:
-            with self.recorder.lock:
-                self.recorder.metrics_too_large = True
-                self.recorder.drops["metrics_too_large"] += 1
-            _log.warning(
-                "trainreport.metrics_too_large",
-                reason=result.reason[:300],
-                points=update.point_count,
-            )
-            scheduler.note_change(now, urgent=True)
-            self.requests_failed += 1
+        if isinstance(result, Split):
+            self._too_large(now, update, result)
             return False
         if isinstance(result, Resynchronise):
             self.requests_failed += 1
@@ -390,6 +388,39 @@ class Worker:
             return False
         self._failed(now, result)
         return False
+
+    def _too_large(self, now: float, update: Update, result: Split) -> None:
+        """The destination refused the update's size (413): leave out what cannot fit.
+
+        A once-sent field (``hyperparameters``, ...) larger than the curves is
+        dropped (counted, logged once) and the rest is resent at once; it never
+        holds back the curves. Otherwise, in full-state mode, ``metrics`` is
+        what does not fit: it cannot be split under a shallow merge, so the
+        reporter goes on without it. With nothing left to leave out, the
+        refusal is a rejection.
+        """
+        with self.recorder.lock:
+            field = self.recorder.largest_field(update)
+        metrics_bytes = update.point_count * _POINT_JSON_BYTES if update.full_state else 0
+        if field is not None and field[1] >= max(metrics_bytes, _MIN_DROPPED_FIELD_BYTES):
+            self.requests_failed += 1
+            with self.recorder.lock:
+                self.recorder.drop_field(*field)
+            self.scheduler.note_change(now, urgent=True)
+            return
+        if update.series is not None and update.full_state:
+            self.requests_failed += 1
+            with self.recorder.lock:
+                self.recorder.metrics_too_large = True
+                self.recorder.drops["metrics_too_large"] += 1
+            _log.warning(
+                "trainreport.metrics_too_large",
+                reason=result.reason[:300],
+                points=update.point_count,
+            )
+            self.scheduler.note_change(now, urgent=True)
+            return
+        self._failed(now, Rejected(result.reason, 413))
 
     def _failed(self, now: float, result: object) -> float:
         self.requests_failed += 1

@@ -598,6 +598,10 @@ class HttpSink(Sink):
                 continue
             response = self._request("POST", "/updates", body, deadline)
             sent += self._last_bytes
+            carries_series = bool(update.series) if series is None else bool(series)
+            if response.status == 413 and not carries_series:
+                # Details alone are too large: splitting cannot help; the reporter drops the field.
+                return _classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
             if response.status == 413 and len(body) > MIN_SPLIT_BYTES and refusals < _MAX_413:
                 refusals += 1
                 self._cap = max(min(self._cap, len(body)) // 2, MIN_SPLIT_BYTES)
