@@ -395,13 +395,45 @@ def test_deep_queue_wakes_the_thread_to_drain_without_sending() -> None:
 
 
 def test_memory_guard_drops_with_a_counter_and_close_says_false() -> None:
-    """Beyond max_queue_items reports are dropped, counted, and close() returns False."""
-    reporter, _, _ = make(max_queue_items=10)
-    for step in range(20):
-        reporter.report_train_step(step=step, metrics={"loss": 1.0})
-    assert 10 == reporter.stats().drops["queue_full"]
+    """Beyond max_queue_bytes of queued reports, reports are dropped, counted, close() False."""
+    reporter, _, _ = make(max_queue_bytes=2**20)
+    for step in range(5000):  # ~1 KiB each with 14 metrics: about 1,100 fit in 1 MiB
+        reporter.report_train_step(step=step, metrics={f"m{i}": 1.0 for i in range(14)})
+    stats = reporter.stats()
+    assert 800 <= stats.queue_depth <= 1500
+    assert 5000 == stats.queue_depth + stats.drops["queue_full"]
     reporter.start()
     assert not reporter.close(timeout=5)
+
+
+def test_the_memory_guard_counts_bytes_not_reports() -> None:
+    """Steps of 100,000 metric names: the byte guard stops them after a few, not a million."""
+    reporter, _, _ = make(max_queue_bytes=16 * 2**20)
+    wide = {f"name_{i}": 1.0 for i in range(100_000)}
+    with capture_events() as events:
+        for step in range(300):
+            reporter.report_train_step(step=step, metrics=wide)
+            reporter.report_validation(step=step, metrics=wide)
+    stats = reporter.stats()
+    assert stats.queue_depth <= 8
+    assert 600 == stats.queue_depth + stats.drops["queue_full"]
+    full = [e for e in events if e["event"] == "trainreport.queue_full"]
+    assert 1 == len(full)
+    assert 16 * 2**20 == full[0]["max_queue_bytes"]
+    reporter.close(timeout=1)
+
+
+def test_the_byte_guard_frees_what_the_reporter_thread_drained() -> None:
+    """Reports the thread has applied no longer count: a long run under a small guard loses none."""
+    reporter, sink, _ = make(max_queue_bytes=2**20)
+    reporter.start()
+    for step in range(1, 5001):
+        reporter.report_train_step(step=step, metrics={f"m{i}": 1.0 for i in range(14)})
+        if step % 500 == 0:
+            cycle(reporter)
+    assert reporter.close(timeout=10)
+    assert "queue_full" not in reporter.stats().drops
+    assert 5000 == len(curve(sink.task, "train_m0"))
 
 
 def test_stats_histogram_counts_every_report_call() -> None:
@@ -789,3 +821,41 @@ def test_the_first_point_is_sent_at_once(series_suffix: bool, kind: str) -> None
     assert sent()
     assert len(sink.requests) == opened + 1
     reporter.close(timeout=5)
+
+
+def test_logging_a_bad_name_is_bounded_however_many_distinct_names_arrive() -> None:
+    """20,000 distinct unusable names: a bounded number of lines, one limit line, one summary."""
+    reporter, _, _ = make(min_report_interval_seconds=0.0)
+    reporter.start()
+    with capture_events() as events:
+        for step in range(1, 201):
+            bad = {f"bad\x00{step}_{i}": 1.0 for i in range(100)}
+            reporter.report_train_step(step=step, metrics={**bad, "loss": 1.0})
+        assert reporter.close(timeout=10)
+    dropped = [e for e in events if e["event"] == "trainreport.report_dropped"]
+    assert len(dropped) <= 100
+    limit = [e for e in events if e["event"] == "trainreport.log_limit_reached"]
+    assert 1 == len(limit)
+    summary = [e for e in events if e["event"] == "trainreport.log_suppressed"]
+    assert 1 == len(summary)
+    assert 20_000 == len(dropped) + summary[0]["suppressed"]
+    assert 20_000 == reporter.stats().drops["invalid_name"]
+    recorder = reporter._recorder
+    assert recorder is not None
+    assert len(recorder.once._seen) <= 200
+
+
+def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() -> None:
+    """New phases and datasets past the name cap are refused before any per-name state grows."""
+    reporter, _, _ = make(max_metric_names=10, min_report_interval_seconds=0.0)
+    reporter.start()
+    for step in range(1, 5001):
+        reporter.report_metrics(step=step, metrics={"x": 1.0}, phase=f"p{step}")
+        reporter.report_validation(step=step, metrics={"x": 1.0}, dataset=f"d{step}")
+    assert reporter.close(timeout=10)
+    recorder = reporter._recorder
+    assert recorder is not None
+    assert len(recorder._names) <= 40
+    assert len(recorder.datasets.datasets) <= 10
+    assert len(recorder.once._seen) <= 200
+    assert reporter.stats().drops["name_cap"] >= 9_980

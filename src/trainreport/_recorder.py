@@ -40,7 +40,7 @@ from trainreport._sink import SeriesUpdate, Update
 from trainreport._store import MetricStore, Series
 from trainreport.exceptions import TransitionError
 
-__all__ = ["RESERVED_KEYS", "Recorder"]
+__all__ = ["REPORT_BYTES", "RESERVED_KEYS", "VALUE_BYTES", "Recorder", "queued_bytes"]
 
 (
     K_TRAIN,
@@ -99,6 +99,30 @@ _REPORT_NAME = {
 }
 _MAX_TEXT = 4096
 _log = get_logger()
+
+#: The queue's memory guard estimates a queued report at this many bytes (the
+#: tuple, the copied dict's table and header, the numbers) ...
+REPORT_BYTES = 256
+#: ... plus this many per metric value it carries (measured: 912 B for 14 metrics).
+VALUE_BYTES = 48
+
+
+def queued_bytes(item: tuple[Any, ...]) -> int:
+    """The memory guard's estimate of one queued report, in bytes. Never raises.
+
+    ``Reporter.report_train_step`` inlines the same sum; the reporter thread
+    subtracts this for every report it drains, so the two must agree.
+    """
+    kind = item[0]
+    if kind in (K_TRAIN, K_VALIDATION):
+        values = item[4]
+    elif kind == K_METRICS:
+        values = item[3]
+    elif kind == K_HYPERPARAMETERS:
+        values = item[2]
+    else:
+        return REPORT_BYTES
+    return REPORT_BYTES + VALUE_BYTES * len(values) if type(values) is dict else REPORT_BYTES
 
 
 def _finite(v: float) -> float | None:
@@ -200,9 +224,12 @@ class Recorder:
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
         ] = {}
-        # Refused names are cached only up to this many per phase, so a loop that logs
-        # metric_{step} cannot grow memory past the name cap (DESIGN §8).
+        # The name cap applies before anything per name is kept: refused names are
+        # cached only up to this many in all, and name tables (one per phase and
+        # dataset) only up to this many, so a loop that logs metric_{step}, or a
+        # new phase or dataset per step, cannot grow memory past the cap.
         self._max_cached_names = 4 * config.max_metric_names
+        self._refused_cached = 0
         # What the destination was last sent per details key: a shallow merge keeps
         # a key it was once sent, so snapshot() does too.
         self.delivered_details: dict[str, Any] = {}
@@ -490,6 +517,10 @@ class Recorder:
             )
             cleaned = "".join(c if c.isprintable() else "_" for c in _json_safe(dataset))[:50]
             dataset = cleaned if cleaned and check_name(cleaned) is None else None
+        if not self.datasets.knows(dataset) and self.store.full:
+            # A new dataset could not have a curve past the name cap: remember nothing.
+            self._refuse_for_name_cap(metrics, f"val_{dataset}_*")
+            return
         before = len(self.datasets.datasets)
         qualifier = self.datasets.qualifier(dataset)
         if len(self.datasets.datasets) != before:
@@ -523,7 +554,9 @@ class Recorder:
             return
         names = self._names.get((phase, qualifier))
         if names is None:
-            names = self._names[(phase, qualifier)] = {}
+            names = {}
+            if len(self._names) < self._max_cached_names:
+                self._names[(phase, qualifier)] = names
         store = self.store
         # A step beyond every point recorded so far is a plain append in every series.
         fresh = step > store.max_step
@@ -536,8 +569,11 @@ class Recorder:
                 entry = names[raw_name]
             except KeyError:
                 entry = self._resolve_name(raw_name, phase, qualifier, report, names)
-                if entry is not None or len(names) < self._max_cached_names:
+                if entry is not None:
                     names[raw_name] = entry
+                elif self._refused_cached < self._max_cached_names:
+                    names[raw_name] = entry
+                    self._refused_cached += 1
             if entry is None:
                 continue
             name, series = entry
@@ -615,13 +651,7 @@ class Recorder:
         provisional = not as_series and not self.seeded
         replaces = name in self.preserved  # a stored series this client cannot parse
         if not self.store.admit(name, as_series=as_series or provisional or replaces):
-            self.drops["name_cap"] += 1
-            self.once.warning(
-                "name_cap",
-                "trainreport.metric_name_cap_reached",
-                cap=self.store.max_names,
-                first_refused=name,
-            )
+            self._refuse_for_name_cap(None, name)
             return None
         if provisional and not replaces:
             self._provisional.add(name)
@@ -629,6 +659,16 @@ class Recorder:
             del self.preserved[name]
             _log.warning("trainreport.stored_series_replaced", series=name[:200])
         return name
+
+    def _refuse_for_name_cap(self, metrics: object, name: str) -> None:
+        """Count the names refused by the distinct-name cap (all of ``metrics``, or one)."""
+        self.drops["name_cap"] += len(metrics) if isinstance(metrics, dict) else 1
+        self.once.warning(
+            "name_cap",
+            "trainreport.metric_name_cap_reached",
+            cap=self.store.max_names,
+            first_refused=name[:200],
+        )
 
     # --- building updates ----------------------------------------------------------
 

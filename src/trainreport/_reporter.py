@@ -40,7 +40,10 @@ from trainreport._recorder import (
     K_TRAIN,
     K_TRAINING_START,
     K_VALIDATION,
+    REPORT_BYTES,
+    VALUE_BYTES,
     Recorder,
+    queued_bytes,
 )
 from trainreport._sink import Sink
 from trainreport._worker import Worker
@@ -125,6 +128,7 @@ class ReporterStats:
         points_delivered: points the destination is known to hold.
         points_unsent: points not yet known to be delivered.
         queue_depth: reports queued and not yet applied.
+        queue_bytes: the memory guard's estimate of those reports, in bytes.
         drops: dropped items by reason (``queue_full``, ``name_cap``,
             ``not_chartable``, ``invalid_step``, ``after_close``, ...).
         rewinds: training-step rewinds and series tail replacements (DESIGN §3).
@@ -146,6 +150,7 @@ class ReporterStats:
     points_delivered: int
     points_unsent: int
     queue_depth: int
+    queue_bytes: int
     drops: Mapping[str, int]
     rewinds: int
     last_error: str | None
@@ -255,7 +260,11 @@ class Reporter:
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
         self._machine = ReporterMachine()
         self._accepting = True
-        self._max_queue = self._config.max_queue_items
+        self._max_queue_bytes = self._config.max_queue_bytes
+        # Estimated bytes of the reports queued: added by report calls, subtracted by
+        # the reporter thread as it drains (each update is one indivisible step
+        # under the GIL; an estimate, not an exact count).
+        self._queued_bytes = 0
         self._drain_depth = self._config.drain_queue_depth
         self._histogram = LatencyHistogram()
         self._queue_drops = 0
@@ -349,6 +358,7 @@ class Reporter:
             self._machine.apply(ReporterInput.START_INERT)
             self._accepting = False
             self._queue.clear()
+            self._queued_bytes = 0
             _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
             return self
         self._pid = os.getpid()
@@ -361,6 +371,7 @@ class Reporter:
             config=self._config,
             clock=self._clock,
             cancel_requested=self.cancel_requested,
+            on_drained=self._drained,
         )
         self._machine.apply(ReporterInput.START)
         _install_process_hooks()
@@ -413,6 +424,7 @@ class Reporter:
             self._accepting = False
             dropped = len(self._queue)
             self._queue.clear()
+            self._queued_bytes = 0
             if dropped:
                 _log.warning("trainreport.closed_before_start", dropped_reports=dropped)
             return dropped == 0
@@ -495,6 +507,7 @@ class Reporter:
     def _after_fork_in_child(self) -> None:
         self._accepting = False
         self._queue = collections.deque()
+        self._queued_bytes = 0
         self._machine.apply(ReporterInput.FORKED)
         if self._recorder is not None:
             self._recorder.lock = threading.Lock()
@@ -579,6 +592,7 @@ class Reporter:
             points_delivered=delivered,
             points_unsent=unsent,
             queue_depth=len(self._queue),
+            queue_bytes=max(self._queued_bytes, 0),
             drops=drops,
             rewinds=rewinds,
             last_error=worker.last_error if worker else None,
@@ -599,15 +613,20 @@ class Reporter:
         point (the first such report wakes the reporter thread too).
         """
         queue = self._queue
-        if not self._accepting or len(queue) >= self._max_queue:
+        if not self._accepting or self._queued_bytes >= self._max_queue_bytes:
             self._refuse_report()
             return
         queue.append(item)
+        self._queued_bytes += queued_bytes(item)
         if point and self._first_point_pending:
             self._first_point_pending = False
             wake = True
         if wake or len(queue) == self._drain_depth:
             self._wake_worker()
+
+    def _drained(self, nbytes: int) -> None:
+        """The reporter thread took reports of ``nbytes`` (estimated) off the queue."""
+        self._queued_bytes -= nbytes
 
     def _wake_worker(self) -> None:
         worker = self._worker
@@ -620,7 +639,11 @@ class Reporter:
             return
         self._queue_drops += 1
         if self._queue_drops == 1:
-            _log.error("trainreport.queue_full", max_queue_items=self._max_queue)
+            _log.error(
+                "trainreport.queue_full",
+                max_queue_bytes=self._max_queue_bytes,
+                queued_reports=len(self._queue),
+            )
 
     def _dropped_after_close(self) -> None:
         if self._machine.state is ReporterState.INERT:
@@ -656,9 +679,7 @@ class Reporter:
         """
         t0 = perf_counter_ns()
         try:  # the hot path, inlined: one copy, one append, no lock, no Event.set
-            queue = self._queue
-            depth = len(queue)
-            if self._accepting and depth < self._max_queue:
+            if self._accepting and self._queued_bytes < self._max_queue_bytes:
                 copied: object
                 if type(metrics) is dict:
                     copied = metrics.copy()
@@ -667,8 +688,16 @@ class Reporter:
                             copied = _copy_metrics(copied)
                     except Exception:
                         copied = _copy_metrics(copied)
+                    # as queued_bytes() says (a copy has as many values as metrics)
+                    cost = REPORT_BYTES + VALUE_BYTES * len(metrics)
                 else:
                     copied = _copy_metrics(metrics)
+                    cost = (
+                        REPORT_BYTES + VALUE_BYTES * len(copied)
+                        if isinstance(copied, dict)
+                        else REPORT_BYTES
+                    )
+                queue = self._queue
                 queue.append(
                     (
                         K_TRAIN,
@@ -678,7 +707,8 @@ class Reporter:
                         copied,
                     )
                 )
-                if self._first_point_pending or depth + 1 == self._drain_depth:
+                self._queued_bytes += cost
+                if self._first_point_pending or len(queue) == self._drain_depth:
                     self._first_point_pending = False
                     self._wake_worker()
             else:

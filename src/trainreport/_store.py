@@ -108,6 +108,11 @@ class MetricStore:
     def __contains__(self, name: str) -> bool:
         return name in self.series or name in self.scalar_names
 
+    @property
+    def full(self) -> bool:
+        """Whether the distinct-name cap is reached (no new name can be admitted)."""
+        return len(self.series) + len(self.scalar_names) >= self.max_names
+
     def admit(self, name: str, *, as_series: bool) -> bool:
         """Register a new name as a series or a scalar; False when the name cap is reached."""
         if len(self.series) + len(self.scalar_names) >= self.max_names:

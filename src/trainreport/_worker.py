@@ -25,7 +25,7 @@ from typing import Any
 from trainreport._config import ReportingConfig
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import StoredState, parse_stored_task
-from trainreport._recorder import Recorder
+from trainreport._recorder import Recorder, queued_bytes
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
@@ -73,6 +73,8 @@ class Worker:
         clock: monotonic clock (seconds) that drives scheduling; injectable.
         wall_clock: returns ``updated_at`` strings; injectable.
         cancel_requested: set when the destination asks the run to stop.
+        on_drained: called with the estimated bytes (``queued_bytes``) of the
+            reports each drain took off the queue (the memory guard's count).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class Worker:
         clock: Callable[[], float],
         wall_clock: Callable[[], str] = utc_now_iso,
         cancel_requested: threading.Event,
+        on_drained: Callable[[int], None] | None = None,
     ) -> None:
         self.recorder = recorder
         self.sink = sink
@@ -93,6 +96,7 @@ class Worker:
         self.clock = clock
         self.wall_clock = wall_clock
         self.cancel_requested = cancel_requested
+        self.on_drained = on_drained
         self.scheduler = SendScheduler(
             min_interval=config.min_report_interval_seconds,
             heartbeat=config.heartbeat_seconds,
@@ -269,13 +273,18 @@ class Worker:
             return
         urgent = False
         recorder = self.recorder
+        released = 0
         with recorder.lock:
             apply = recorder.apply
             popleft = queue.popleft
             for _ in range(len(queue)):
-                urgent |= apply(popleft())
+                item = popleft()
+                urgent |= apply(item)
+                released += queued_bytes(item)
             store = recorder.store
             first_point = not self._had_point and bool(store.points_recorded or store.scalars)
+        if self.on_drained is not None:
+            self.on_drained(released)
         if first_point:  # the first point goes at once, curves included
             self._had_point = True
         self.scheduler.note_change(self.clock(), urgent=urgent, first_point=first_point)
@@ -543,6 +552,8 @@ class Worker:
                     self.opened is not None and not self.queue and self.recorder.all_delivered()
                 )
             self.recorder.selector.log_unmatched(arrived)
+            self.recorder.once.summarize()
+            self.once.summarize()
             try:
                 self.sink.close()
             except Exception as exc:
