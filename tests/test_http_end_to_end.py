@@ -25,7 +25,7 @@ import urllib3
 
 from faults import FaultProxy, black_hole_server, closed_port
 from helpers import without_updated_at
-from trainreport import Reporter, ReportingConfig
+from trainreport import AttemptIdentity, Reporter, ReportingConfig
 from trainreport.server import ServerHandle
 from trainreport.sinks._http import HttpSink
 from trainreport.testing import capture_events
@@ -510,3 +510,35 @@ def test_a_cancelled_job_sets_cancel_requested_after_the_next_send(
     reporter.report_cancelled(reason="cancelled by the job system")
     assert reporter.close(timeout=10)
     assert "cancelled" == stored(server.url)["status"]
+
+
+def test_a_zombie_of_an_earlier_attempt_that_opens_late_never_takes_the_task(
+    server: ServerHandle,
+) -> None:
+    """Attempt 1, partitioned at start, opens after attempt 2: refused (409), nothing changed."""
+    live = reporter_for(server.url, attempt=AttemptIdentity(number=2, started_at=2000.0))
+    train(live, range(1, 21), loss=lambda step: 7.0, flush_every=10)
+    zombie = reporter_for(server.url, attempt=AttemptIdentity(number=1, started_at=1000.0))
+    with capture_events() as events:
+        train(zombie, range(1, 31), loss=lambda step: -1.0)
+        assert not zombie.close(timeout=2)
+    train(live, range(21, 41), loss=lambda step: 7.0, flush_every=10)
+    assert live.close(timeout=10)
+    assert_server_holds(server.url, live)
+    task = stored(server.url)
+    assert list(range(1, 41)) == steps_of(task, "train_loss")
+    assert {7.0} == {p["value"] for p in task["status_details"]["metrics"]["train_loss"]}
+    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert 409 == rejected[0]["status_code"]
+    assert "stale_attempt" in rejected[0]["reason"]
+
+
+def test_a_process_start_time_orders_attempts_without_a_number(server: ServerHandle) -> None:
+    """Without attempt numbers, the writer whose process started earlier is the zombie."""
+    live = reporter_for(server.url, attempt=AttemptIdentity(started_at=2000.0))
+    train(live, range(1, 11), flush_every=10)
+    zombie = reporter_for(server.url, attempt=AttemptIdentity(started_at=1000.0))
+    train(zombie, range(1, 11), loss=lambda step: -1.0)
+    assert not zombie.close(timeout=2)
+    assert live.close(timeout=10)
+    assert_server_holds(server.url, live)

@@ -9,6 +9,7 @@ import sys
 import trainreport
 
 EXPECTED = [
+    "AttemptIdentity",
     "ConfigError",
     "Delivered",
     "FileSink",

@@ -36,12 +36,13 @@ from trainreport.server import (
     create_app,
     start_in_thread,
 )
-from trainreport.server._db import Applied, Database, SeriesGap
+from trainreport.server._db import Applied, Database, SeriesGap, StaleAttempt, WriterOpened
 from trainreport.server._run import TOKEN_ENV_VAR
 from trainreport.server._wire import (
     ApiError,
     SeriesPoints,
     TaskUpdate,
+    WriterClaim,
     parse_json,
     validate_patch,
     validate_update,
@@ -304,6 +305,97 @@ def test_opening_a_writer_increments_the_generation_without_creating_the_task(
     )
     assert 2 == second.body["writer_generation"]
     assert 404 == api.get(task).status
+
+
+def claim(number: int | None = None, started_at: float | None = None) -> dict[str, Any]:
+    """A writers body claiming with an attempt identity."""
+    return {"attempt": {"number": number, "started_at": started_at}}
+
+
+def test_a_claim_older_than_the_holders_attempt_is_refused_with_409(api: Client, task: str) -> None:
+    """Attempt 2 holds the task: attempt 1 opening late is refused; nothing is fenced."""
+    assert 1 == api.post(task + "/writers", claim(2, 100.0)).body["writer_generation"]
+
+    refused = api.post(task + "/writers", claim(1, 200.0))
+
+    assert 409 == refused.status
+    assert "stale_attempt" == refused.body["error"]
+    assert 1 == refused.body["writer_generation"]
+    assert {"number": 2, "started_at": 100.0} == refused.body["holder"]
+    update = {"writer_generation": 1, "sequence": 1, "series": {"a": columns(0, [1], [1.0])}}
+    assert 200 == api.post(task + "/updates", update).status  # the holder still writes
+
+
+@pytest.mark.parametrize(
+    ("holder", "claimant", "accepted"),
+    [
+        ((2, 100.0), (2, 100.0), True),  # the same attempt re-opens (after a resynchronise)
+        ((2, 100.0), (3, 50.0), True),  # a newer attempt number wins whatever the clock says
+        ((None, 100.0), (None, 50.0), False),  # no numbers: the process that started later
+        ((None, 100.0), (None, 150.0), True),
+        ((2, 100.0), (None, 50.0), False),  # one number only: the start times decide
+        ((2, 100.0), (None, None), True),  # a claim without identity (an older client)
+        ((None, None), (1, 10.0), True),
+    ],
+)
+def test_claims_follow_the_attempts_order_not_the_order_writers_open(
+    api: Client,
+    task: str,
+    holder: tuple[int | None, float | None],
+    claimant: tuple[int | None, float | None],
+    accepted: bool,
+) -> None:
+    """Attempt numbers decide when both have one, else process start times; ties re-open."""
+    api.post(task + "/writers", claim(*holder))
+
+    reply = api.post(task + "/writers", claim(*claimant))
+
+    assert (200 if accepted else 409) == reply.status
+    if accepted:
+        assert 2 == reply.body["writer_generation"]
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"attempt": "x"}, "$.attempt"),
+        ({"attempt": {"number": -1}}, "$.attempt.number"),
+        ({"attempt": {"number": 1.5}}, "$.attempt.number"),
+        ({"attempt": {"started_at": "now"}}, "$.attempt.started_at"),
+        ({"attempt": {"started_at": -3.0}}, "$.attempt.started_at"),
+    ],
+)
+def test_a_malformed_claim_is_422(api: Client, task: str, body: Any, path: str) -> None:
+    """A claim the server cannot order is refused, naming where."""
+    reply = api.post(task + "/writers", body)
+
+    assert (422, path) == (reply.status, reply.body["path"])
+
+
+def test_a_version_1_database_gains_attempt_claims(tmp_path: Path) -> None:
+    """A file of the first schema is migrated in place: its writers keep their generation."""
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE writers (job_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+        "generation INTEGER NOT NULL, last_sequence INTEGER NOT NULL, "
+        "PRIMARY KEY (job_id, task_id)) WITHOUT ROWID"
+    )
+    conn.execute("INSERT INTO writers VALUES ('j', 't', 4, 9)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+    db = Database(path)
+    try:
+        opened = db.open_writer("j", "t", WriterClaim(number=1, started_at=5.0))
+        assert isinstance(opened, WriterOpened)
+        assert 5 == opened.generation
+        assert isinstance(
+            db.open_writer("j", "t", WriterClaim(number=0, started_at=9.0)), StaleAttempt
+        )
+    finally:
+        db.close()
 
 
 def test_writer_open_returns_the_stored_task_and_lengths(api: Client, task: str) -> None:

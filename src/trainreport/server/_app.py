@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
 from trainreport.server import _page
-from trainreport.server._db import Applied, Database, SeriesGap, StaleWriter
+from trainreport.server._db import Applied, Database, SeriesGap, StaleAttempt, StaleWriter
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
     ApiError,
@@ -39,6 +39,7 @@ from trainreport.server._wire import (
     validate_id,
     validate_patch,
     validate_update,
+    validate_writer_claim,
 )
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_DECOMPRESSED_BYTES", "create_app"]
@@ -205,11 +206,20 @@ class _Api:
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         body = await _read_body(request, self._limits)
-        if body.strip() and not isinstance(parse_json(body), dict):
-            raise ApiError(422, "invalid_body", "expected an object @ $", {"path": "$"})
+        claim = validate_writer_claim(parse_json(body) if body.strip() else None)
 
         def open_writer() -> Response:
-            opened = self._db.open_writer(job_id, task_id)
+            opened = self._db.open_writer(job_id, task_id, claim)
+            if isinstance(opened, StaleAttempt):
+                raise ApiError(
+                    409,
+                    "stale_attempt",
+                    "an earlier attempt cannot take the task from a later one; stop writing",
+                    {
+                        "writer_generation": opened.current_generation,
+                        "holder": opened.holder.to_json(),
+                    },
+                )
             return JSONResponse(
                 {
                     "writer_generation": opened.generation,

@@ -28,11 +28,13 @@ __all__ = [
     "SeriesPoints",
     "TaskPatch",
     "TaskUpdate",
+    "WriterClaim",
     "parse_json",
     "validate_id",
     "validate_patch",
     "validate_series_name",
     "validate_update",
+    "validate_writer_claim",
 ]
 
 #: The extension this server implements (``docs/protocol.md``).
@@ -138,6 +140,63 @@ class TaskUpdate:
     status: str | None
     details: Mapping[str, Any]
     series: tuple[SeriesPoints, ...]
+
+
+@attrs.frozen
+class WriterClaim:
+    """The attempt identity a writer claims a task with (``POST .../writers``).
+
+    Args:
+        number: the attempt number the job system gave the process
+            (``TRAINREPORT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``, ...), or ``None``.
+        started_at: the process's start time, seconds since the Unix epoch, or ``None``.
+    """
+
+    number: int | None = None
+    started_at: float | None = None
+
+    def is_older_than(self, holder: WriterClaim) -> bool:
+        """Whether this claim belongs to an earlier attempt than ``holder``'s.
+
+        Attempt numbers decide when both claims have one and they differ;
+        otherwise process start times decide when both have one. A claim equal
+        to the holder's (the same attempt re-opening) or one that cannot be
+        ordered (no identity) is not older.
+        """
+        if self.number is not None and holder.number is not None and self.number != holder.number:
+            return self.number < holder.number
+        if self.started_at is not None and holder.started_at is not None:
+            return self.started_at < holder.started_at
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        """The claim as the ``holder`` field of a 409 ``stale_attempt`` body."""
+        return {"number": self.number, "started_at": self.started_at}
+
+
+def validate_writer_claim(doc: Any) -> WriterClaim:
+    """Validate a ``POST .../writers`` body: ``{}`` or ``{"attempt": {"number"?, "started_at"?}}``.
+
+    Other keys are ignored (forward compatibility); ``None`` (no body) is no claim.
+
+    Raises:
+        ApiError: 422 ``invalid_body`` naming the path (``$.attempt.number`` must be an
+            integer >= 0 or null, ``$.attempt.started_at`` a finite number >= 0 or null).
+    """
+    if doc is None:
+        return WriterClaim()
+    obj = _object(doc, "$")
+    attempt = obj.get("attempt")
+    if attempt is None:
+        return WriterClaim()
+    fields = _object(attempt, "$.attempt")
+    number = fields.get("number")
+    if number is not None:
+        number = _int(number, "$.attempt.number", minimum=0)
+    started_at = _number(fields.get("started_at"), "$.attempt.started_at")
+    if started_at is not None and started_at < 0:
+        _invalid("expected a number >= 0 or null", "$.attempt.started_at")
+    return WriterClaim(number=number, started_at=started_at)
 
 
 def validate_id(value: str, what: str) -> str:

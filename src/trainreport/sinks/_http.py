@@ -43,6 +43,7 @@ import attrs
 import cattrs
 import urllib3
 
+from trainreport._attempt import AttemptIdentity, current_attempt
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._payloads import (
     UpdateResponse,
@@ -188,7 +189,7 @@ def _classify_failure(response: _Response, now: datetime.datetime) -> SendResult
     if status == 409:
         if code == "series_gap":
             return Resynchronise(reason, _lengths(body.get("series_lengths")))
-        if code == "stale_writer":
+        if code in ("stale_writer", "stale_attempt"):  # a later attempt owns the task
             return Rejected(reason, status)
         return Resynchronise(reason)
     return Rejected(reason, status)
@@ -268,6 +269,14 @@ class HttpSink(Sink):
             is always on (the system's CAs when ``None``).
         use_extension: ``False`` forces the baseline ``PATCH`` mode even when
             the server offers ``series-suffix-v1``.
+        attempt: the attempt identity this writer claims the task with
+            (series-suffix mode): a server refuses a claim older than the
+            current writer's (409 ``stale_attempt``), so a zombie of an earlier
+            attempt that opens late never takes the task. ``None`` reads it at
+            the first :meth:`open`: the attempt number from
+            ``TRAINREPORT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``,
+            ``SLURM_RESTART_COUNT`` or ``AWS_BATCH_JOB_ATTEMPT``, and the
+            process's start time.
 
     Raises:
         ConfigError: a non-positive timeout or request cap, or a ``task_path``
@@ -290,6 +299,7 @@ class HttpSink(Sink):
         max_request_bytes: int = 1 << 20,
         ca_certs: str | None = None,
         use_extension: bool = True,
+        attempt: AttemptIdentity | None = None,
     ) -> None:
         problems = []
         for name, value in (
@@ -318,6 +328,7 @@ class HttpSink(Sink):
         self.max_request_bytes = int(max_request_bytes)
         self.ca_certs = ca_certs
         self.use_extension = use_extension
+        self.attempt = attempt
         self._token = token
         self._token_file = os.fspath(token_file) if token_file is not None else None
         self._token_cache: tuple[tuple[int, int, int], str] | None = None
@@ -511,7 +522,10 @@ class HttpSink(Sink):
             return failure
         caps = frozenset({CAPABILITY_GZIP}) if self._gzip else frozenset()
         if extension and self.use_extension:
-            response = self._request("POST", "/writers", b"{}", deadline)
+            if self.attempt is None:  # read once: every re-open claims as the same attempt
+                self.attempt = current_attempt()
+            claim = json.dumps({"attempt": self.attempt.to_json()}).encode()
+            response = self._request("POST", "/writers", claim, deadline)
             if 200 <= response.status < 300:
                 try:
                     writer = structure_response(json.loads(response.data), WriterResponse)
