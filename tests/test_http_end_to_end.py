@@ -542,3 +542,23 @@ def test_a_process_start_time_orders_attempts_without_a_number(server: ServerHan
     assert not zombie.close(timeout=2)
     assert live.close(timeout=10)
     assert_server_holds(server.url, live)
+
+
+@MODES
+def test_nothing_is_sent_after_close_returns(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """A close that times out on a hung request sends nothing more once it has returned."""
+    reporter = reporter_for(proxy.url, use_extension, read_timeout_seconds=5.0)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.hang()
+    train(reporter, range(11, 21))
+    reporter.report_completed()
+    assert not reporter.close(timeout=1.0)
+    seen = proxy.requests_seen
+    proxy.pass_through()  # the held request is closed, never forwarded
+    worker = reporter._worker
+    assert worker is not None
+    worker.thread.join(5.0)
+    assert not worker.thread.is_alive()
+    assert seen == proxy.requests_seen

@@ -859,3 +859,23 @@ def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() 
     assert len(recorder.datasets.datasets) <= 10
     assert len(recorder.once._seen) <= 200
     assert reporter.stats().drops["name_cap"] >= 9_980
+
+
+def test_every_send_carries_a_newer_updated_at_than_the_one_before() -> None:
+    """updated_at strictly increases, to the millisecond, even for sends within one second.
+
+    A plain job API cannot fence a request delayed in the network; a strictly
+    newest ``updated_at`` on the final send is what a destination can order by.
+    """
+    reporter, sink, _ = make()
+    reporter.start()
+    for step in range(1, 31):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+        assert reporter.flush(timeout=5)
+    reporter.report_completed()
+    assert reporter.close(timeout=5)
+    stamps = [r["status_details"]["updated_at"] for r in sink.requests]
+    assert len(stamps) >= 31
+    assert all(a < b for a, b in zip(stamps, stamps[1:], strict=False))
+    assert all(len(s) == len("2026-11-29T16:03:39.120Z") and s.endswith("Z") for s in stamps)
+    assert stamps[-1] == sink.task["status_details"]["updated_at"]

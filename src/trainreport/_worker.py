@@ -57,9 +57,30 @@ _LAST_ATTEMPT_LEAD_SECONDS = 0.1
 
 
 def utc_now_iso() -> str:
-    """The wall-clock time as ISO 8601 UTC with a ``Z`` suffix, to the second."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    return now.isoformat().replace("+00:00", "Z")
+    """The wall-clock time as ISO 8601 UTC with milliseconds and a ``Z`` suffix."""
+    return _iso_from_ms(int(time.time() * 1000))
+
+
+def _iso_from_ms(ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Stamps:
+    """``updated_at`` values that strictly increase, one millisecond apart at least.
+
+    A plain job API cannot fence a request delayed in the network; every send
+    carrying a strictly newer ``updated_at`` than the one before makes the final
+    send the newest of the run, which a destination can order by.
+    """
+
+    def __init__(self) -> None:
+        self._last_ms = 0
+
+    def __call__(self) -> str:
+        ms = max(int(time.time() * 1000), self._last_ms + 1)
+        self._last_ms = ms
+        return _iso_from_ms(ms)
 
 
 class Worker:
@@ -71,7 +92,8 @@ class Worker:
         queue: the deque the training thread appends report tuples to.
         config: scheduling configuration.
         clock: monotonic clock (seconds) that drives scheduling; injectable.
-        wall_clock: returns ``updated_at`` strings; injectable.
+        wall_clock: returns ``updated_at`` strings (default: ISO 8601 UTC to the
+            millisecond, strictly increasing from one send to the next); injectable.
         cancel_requested: set when the destination asks the run to stop.
         on_drained: called with the estimated bytes (``queued_bytes``) of the
             reports each drain took off the queue (the memory guard's count).
@@ -85,7 +107,7 @@ class Worker:
         queue: collections.deque[tuple[Any, ...]],
         config: ReportingConfig,
         clock: Callable[[], float],
-        wall_clock: Callable[[], str] = utc_now_iso,
+        wall_clock: Callable[[], str] | None = None,
         cancel_requested: threading.Event,
         on_drained: Callable[[int], None] | None = None,
     ) -> None:
@@ -94,7 +116,7 @@ class Worker:
         self.queue = queue
         self.config = config
         self.clock = clock
-        self.wall_clock = wall_clock
+        self.wall_clock = wall_clock if wall_clock is not None else _Stamps()
         self.cancel_requested = cancel_requested
         self.on_drained = on_drained
         self.scheduler = SendScheduler(
