@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import pickle
@@ -876,6 +877,6 @@ def test_every_send_carries_a_newer_updated_at_than_the_one_before() -> None:
     assert reporter.close(timeout=5)
     stamps = [r["status_details"]["updated_at"] for r in sink.requests]
     assert len(stamps) >= 31
-    assert all(a < b for a, b in zip(stamps, stamps[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(stamps))
     assert all(len(s) == len("2026-11-29T16:03:39.120Z") and s.endswith("Z") for s in stamps)
     assert stamps[-1] == sink.task["status_details"]["updated_at"]
