@@ -24,7 +24,7 @@ from trainreport.testing import FakeClock
 pytestmark = pytest.mark.timeout(60)
 
 
-class Boom(Exception):
+class BoomError(Exception):
     """Raised by every hostile object."""
 
 
@@ -35,7 +35,7 @@ class IterRaises(Mapping[Any, Any]):
         return 1.0
 
     def __iter__(self) -> Iterator[Any]:
-        raise Boom
+        raise BoomError
 
     def __len__(self) -> int:
         return 1
@@ -48,7 +48,7 @@ class LenRaises(IterRaises):
         return iter(["loss"])
 
     def __len__(self) -> int:
-        raise Boom
+        raise BoomError
 
 
 class ItemsRaises(IterRaises):
@@ -58,31 +58,31 @@ class ItemsRaises(IterRaises):
         return iter(["loss"])
 
     def items(self) -> Any:
-        raise Boom
+        raise BoomError
 
 
 class ItemRaises:
     """A tensor-like value whose ``.item()`` raises."""
 
     def item(self) -> float:
-        raise Boom
+        raise BoomError
 
 
 class FloatRaises:
     """A number-like value whose ``__float__`` raises."""
 
     def __float__(self) -> float:
-        raise Boom
+        raise BoomError
 
     def __index__(self) -> int:
-        raise Boom
+        raise BoomError
 
 
 class ReprRaises(float):
     """A float whose ``repr()`` and ``str()`` raise."""
 
     def __repr__(self) -> str:
-        raise Boom
+        raise BoomError
 
     __str__ = __repr__
 
@@ -91,19 +91,19 @@ class HashRaises:
     """A key whose ``__hash__`` raises (only a custom mapping can hold it)."""
 
     def __hash__(self) -> int:
-        raise Boom
+        raise BoomError
 
 
 class KeyStrRaises(str):
     """A string key whose ``str()``, ``repr()`` and formatting raise."""
 
     def __str__(self) -> str:
-        raise Boom
+        raise BoomError
 
     __repr__ = __str__
 
     def __format__(self, spec: str) -> str:
-        raise Boom
+        raise BoomError
 
 
 class HostileKeys(Mapping[Any, Any]):
@@ -126,14 +126,14 @@ class PathRaises:
     """An ``os.PathLike`` whose ``__fspath__`` raises."""
 
     def __fspath__(self) -> str:
-        raise Boom
+        raise BoomError
 
 
 class UnprintableError(Exception):
     """An exception whose ``str()`` raises."""
 
     def __str__(self) -> str:
-        raise Boom
+        raise BoomError
 
 
 HOSTILE_MAPPINGS = [
@@ -241,7 +241,7 @@ class RaisingClock(FakeClock):
     """A user-injected clock that raises: the caller's side of every report method fails."""
 
     def __call__(self) -> float:
-        raise Boom
+        raise BoomError
 
 
 @pytest.mark.parametrize(("name", "call"), EVERY_METHOD, ids=[name for name, _ in EVERY_METHOD])
