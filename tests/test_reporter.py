@@ -880,3 +880,45 @@ def test_every_send_carries_a_newer_updated_at_than_the_one_before() -> None:
     assert all(a < b for a, b in itertools.pairwise(stamps))
     assert all(len(s) == len("2026-11-29T16:03:39.120Z") and s.endswith("Z") for s in stamps)
     assert stamps[-1] == sink.task["status_details"]["updated_at"]
+
+
+class _LosesResponses(ScriptedSink):
+    """Applies every send, but the next ``lose`` answers never arrive (a lost response)."""
+
+    def __init__(self, series_suffix: bool) -> None:
+        super().__init__(MemorySink(series_suffix=series_suffix))
+        self.lose = 0
+
+    def send(self, update: Any, *, timeout_seconds: float | None = None) -> Any:
+        result = super().send(update, timeout_seconds=timeout_seconds)
+        if self.lose:
+            self.lose -= 1
+            return RetryLater("connection lost after the write")
+        return result
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+@pytest.mark.parametrize("vanishing", ["eta_seconds", "current value"])
+def test_a_key_a_lost_response_delivered_is_still_in_the_snapshot(
+    series_suffix: bool, vanishing: str
+) -> None:
+    """Found by the stateful test: a details key sent in a request whose answer was lost,
+    and no longer computable afterwards (the ETA after a step goes back, the current value
+    of a metric that turned NaN), stays on the server: snapshot() must show it too."""
+    sink = _LosesResponses(series_suffix)
+    reporter, _, clock = make(sink)
+    reporter.start()
+    reporter.report_training_start(max_steps=100)
+    cycle(reporter)
+    for step in (1, 2):
+        clock.advance(1.0)
+        reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
+    sink.lose = 1
+    clock.advance(10.0)
+    cycle(reporter)  # applied by the destination, the answer lost
+    if vanishing == "eta_seconds":
+        reporter.report_train_step(step=1, metrics={"loss": 0.5})
+    else:
+        reporter.report_train_step(step=3, metrics={"loss": math.nan, "lr": math.nan})
+    assert reporter.close(timeout=5)
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())

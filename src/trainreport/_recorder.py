@@ -234,6 +234,8 @@ class Recorder:
         # a key it was once sent, so snapshot() does too.
         self.delivered_details: dict[str, Any] = {}
         self._pending_details: dict[str, Any] = {}
+        # Every details key an update was built with (sticky fields aside), last value.
+        self._carried: dict[str, Any] = {}
 
     # --- seeding (resume) ----------------------------------------------------------
 
@@ -689,13 +691,18 @@ class Recorder:
         return out
 
     def _details(self, wall: str, sticky_keys: set[str] | dict[str, Any]) -> dict[str, Any]:
-        details: dict[str, Any] = {"phase": self.machine.phase.value}
+        # Keys an earlier send carried and that cannot be computed now (the ETA after a
+        # step went back, the current value of a metric that turned NaN) keep their last
+        # value: the destination may hold them from a request whose answer was lost, so
+        # every send carries them and the last delivered one decides what it holds.
+        details: dict[str, Any] = dict(self._carried)
+        details["phase"] = self.machine.phase.value
         details.update(self.progress())
         details["updated_at"] = wall
         for key in sticky_keys:
             details[key] = self.sticky[key]
         for name, value in self.store.current_values():
-            if math.isfinite(value):  # DESIGN §5: never null; the curve shows the gap
+            if math.isfinite(value):  # never null; the curve shows the gap
                 details[name] = value
         return details
 
@@ -736,6 +743,7 @@ class Recorder:
         """
         sticky = set(self.sticky_dirty)
         details = self._details(wall, sticky)
+        self._carried.update((k, v) for k, v in details.items() if k not in self.sticky)
         self._pending_details = details
         self.last_updated_at = wall
         series_updates: tuple[SeriesUpdate, ...] | None = None
