@@ -225,3 +225,14 @@ def test_a_destination_that_answered_before_gets_the_whole_deadline(server: Any)
         started_at = time.monotonic()
         assert not reporter.close(timeout=1.5)
         assert 1.2 <= time.monotonic() - started_at < 3.0
+
+
+def test_repeated_closes_warn_once() -> None:
+    """close() is idempotent, and so is its warning about what was not delivered."""
+    sink = DownUntil()
+    reporter, _ = started(sink, close_retry_max_seconds=0.05)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        assert not reporter.close(timeout=0.3)
+        assert not reporter.close(timeout=0.3)
+    assert 1 == sum(e["event"] == "trainreport.close_undelivered" for e in events)

@@ -273,6 +273,7 @@ class Reporter:
         self._pending_wake = False
         # The first report that adds a point wakes the reporter thread (it goes at once).
         self._first_point_pending = True
+        self._warned_undelivered = False
         self._worker: Worker | None = None
         self._recorder: Recorder | None = None
         self._cancel: threading.Event | None = None
@@ -453,6 +454,9 @@ class Reporter:
 
     def _warn_undelivered(self, worker: Worker, *, timed_out: bool) -> None:
         """One warning naming the destination and what it did not receive. Never raises."""
+        if self._warned_undelivered:  # close() is idempotent; so is its warning
+            return
+        self._warned_undelivered = True
         try:
             stats = self.stats()
             _log.warning(
