@@ -227,12 +227,26 @@ def test_a_destination_that_answered_before_gets_the_whole_deadline(server: Any)
         assert 1.2 <= time.monotonic() - started_at < 3.0
 
 
+class Hanging(ScriptedSink):
+    """A destination whose sends hang until released (past any close deadline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        self.release.wait(10.0)
+        return super().send(update, timeout_seconds=timeout_seconds)
+
+
 def test_repeated_closes_warn_once() -> None:
     """close() is idempotent, and so is its warning about what was not delivered."""
-    sink = DownUntil()
-    reporter, _ = started(sink, close_retry_max_seconds=0.05)
+    sink = Hanging()
+    reporter, _ = started(sink)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     with capture_events() as events:
-        assert not reporter.close(timeout=0.3)
-        assert not reporter.close(timeout=0.3)
-    assert 1 == sum(e["event"] == "trainreport.close_undelivered" for e in events)
+        assert not reporter.close(timeout=0.2)
+        assert not reporter.close(timeout=0.2)
+    sink.release.set()
+    warnings = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert [True] == [e["timed_out"] for e in warnings]
