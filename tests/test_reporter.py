@@ -22,6 +22,7 @@ from trainreport import (
     TransitionError,
 )
 from trainreport._payloads import decode_column
+from trainreport._recorder import REPORT_BYTES, queued_bytes
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -922,3 +923,34 @@ def test_a_key_a_lost_response_delivered_is_still_in_the_snapshot(
         reporter.report_train_step(step=3, metrics={"loss": math.nan, "lr": math.nan})
     assert reporter.close(timeout=5)
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+def test_the_byte_estimate_of_every_report_kind_returns_to_zero_once_drained() -> None:
+    """The report calls add what queued_bytes() says; the reporter thread takes it all back."""
+    reporter, _, _ = make()
+    reporter.report_train_step(step=1, metrics={"a": 1.0, "b": 2})
+    reporter.report_train_step(step=2, metrics={"a": _Item(3.0)})  # converted on this thread
+    reporter.report_train_step(step=3, metrics=None)
+    reporter.report_train_step(step=4, metrics=[1, 2])  # type: ignore[arg-type]
+    reporter.report_validation(step=4, metrics={"loss": 1.0}, dataset="d")
+    reporter.report_metrics(step=4, metrics={"x": 1.0, "y": 2.0}, phase="test")
+    reporter.report_hyperparameters(params={"lr": 0.1, "layers": [1, 2, 3]})
+    reporter.report_checkpoint_saved(path="c", step=4)
+    reporter.report_completed()
+    expected = sum(queued_bytes(item) for item in reporter._queue)
+    assert expected == reporter.stats().queue_bytes
+    assert expected > 9 * REPORT_BYTES
+    reporter.start()
+    assert reporter.close(timeout=5)
+    assert 0 == reporter.stats().queue_bytes
+    assert 0 == reporter._queued_bytes
+
+
+class _Item:
+    """A 0-d tensor stand-in: a value with ``.item()``."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def item(self) -> float:
+        return self.value

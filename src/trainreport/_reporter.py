@@ -266,13 +266,15 @@ class Reporter:
         # under the GIL; an estimate, not an exact count).
         self._queued_bytes = 0
         self._drain_depth = self._config.drain_queue_depth
+        # A report that brings the queue to this depth wakes the reporter thread: 1
+        # until the run's first point was drained (the first point goes at once),
+        # then drain_queue_depth; past a wake, no more until the thread drained.
+        self._wake_depth = 1
         self._histogram = LatencyHistogram()
         self._queue_drops = 0
         self._after_close_drops = 0
         self._caller_drops = 0
         self._pending_wake = False
-        # The first report that adds a point wakes the reporter thread (it goes at once).
-        self._first_point_pending = True
         self._warned_undelivered = False
         self._worker: Worker | None = None
         self._recorder: Recorder | None = None
@@ -610,11 +612,10 @@ class Reporter:
 
     # --- the hot path ----------------------------------------------------------------
 
-    def _put(self, item: tuple[Any, ...], *, wake: bool, point: bool = False) -> None:
+    def _put(self, item: tuple[Any, ...], *, wake: bool) -> None:
         """Append one report (every report method but the inlined report_train_step).
 
-        ``wake``: an event report, sent at once. ``point``: the report may add a
-        point (the first such report wakes the reporter thread too).
+        ``wake``: an event report, sent at once.
         """
         queue = self._queue
         if not self._accepting or self._queued_bytes >= self._max_queue_bytes:
@@ -622,15 +623,23 @@ class Reporter:
             return
         queue.append(item)
         self._queued_bytes += queued_bytes(item)
-        if point and self._first_point_pending:
-            self._first_point_pending = False
-            wake = True
-        if wake or len(queue) == self._drain_depth:
+        if len(queue) >= self._wake_depth:
+            self._wake_for_depth()
+        elif wake:
             self._wake_worker()
 
-    def _drained(self, nbytes: int) -> None:
-        """The reporter thread took reports of ``nbytes`` (estimated) off the queue."""
+    def _drained(self, nbytes: int, deep_only: bool) -> None:
+        """The reporter thread took reports of ``nbytes`` (estimated) off the queue.
+
+        ``deep_only``: wake it again only at ``drain_queue_depth`` (else at the
+        next report: the run's first point is still to come).
+        """
         self._queued_bytes -= nbytes
+        self._wake_depth = self._drain_depth if deep_only else 1
+
+    def _wake_for_depth(self) -> None:
+        self._wake_depth = sys.maxsize  # one wake per drain, not one per report
+        self._wake_worker()
 
     def _wake_worker(self) -> None:
         worker = self._worker
@@ -712,9 +721,8 @@ class Reporter:
                     )
                 )
                 self._queued_bytes += cost
-                if self._first_point_pending or len(queue) == self._drain_depth:
-                    self._first_point_pending = False
-                    self._wake_worker()
+                if len(queue) >= self._wake_depth:  # the first point, or a deep queue
+                    self._wake_for_depth()
             else:
                 self._refuse_report()
         except Exception as exc:
@@ -757,7 +765,6 @@ class Reporter:
                 dataset,
             ),
             wake=False,
-            point=True,
         )
 
     @_report_call
@@ -776,7 +783,6 @@ class Reporter:
         self._put(
             (K_METRICS, self._clock(), _copy_scalar(step), _copy_metrics(metrics), phase),
             wake=False,
-            point=True,
         )
 
     @_report_call

@@ -95,8 +95,11 @@ class Worker:
         wall_clock: returns ``updated_at`` strings (default: ISO 8601 UTC to the
             millisecond, strictly increasing from one send to the next); injectable.
         cancel_requested: set when the destination asks the run to stop.
-        on_drained: called with the estimated bytes (``queued_bytes``) of the
-            reports each drain took off the queue (the memory guard's count).
+        on_drained: called after each drain with the estimated bytes
+            (``queued_bytes``) of the reports it took off the queue (the memory
+            guard's count) and whether a report call should wake the thread only
+            at ``drain_queue_depth`` (the first point was applied, or the
+            stored task is not read yet) rather than at once.
     """
 
     def __init__(
@@ -109,7 +112,7 @@ class Worker:
         clock: Callable[[], float],
         wall_clock: Callable[[], str] | None = None,
         cancel_requested: threading.Event,
-        on_drained: Callable[[int], None] | None = None,
+        on_drained: Callable[[int, bool], None] | None = None,
     ) -> None:
         self.recorder = recorder
         self.sink = sink
@@ -287,11 +290,12 @@ class Worker:
         # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        if not queue or (
-            self.opened is None
-            and not self.recorder.seeded
-            and len(queue) < self.config.drain_queue_depth
-        ):
+        waiting = self.opened is None and not self.recorder.seeded
+        if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
+            if self.on_drained is not None:
+                # Re-arm the report calls' wake: at the first point once the destination
+                # is open (it goes at once), otherwise at drain_queue_depth.
+                self.on_drained(0, self._had_point or waiting)
             return
         urgent = False
         recorder = self.recorder
@@ -305,10 +309,10 @@ class Worker:
                 released += queued_bytes(item)
             store = recorder.store
             first_point = not self._had_point and bool(store.points_recorded or store.scalars)
-        if self.on_drained is not None:
-            self.on_drained(released)
         if first_point:  # the first point goes at once, curves included
             self._had_point = True
+        if self.on_drained is not None:
+            self.on_drained(released, self._had_point)
         self.scheduler.note_change(self.clock(), urgent=urgent, first_point=first_point)
 
     # --- open and send -------------------------------------------------------------
