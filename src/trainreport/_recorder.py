@@ -146,13 +146,17 @@ class Recorder:
 
     Args:
         config: the reporter's configuration.
+        series_default: the ``time_series_metrics`` used when the config's is
+            ``None`` (an adapter's own default list; every metric otherwise).
     """
 
-    def __init__(self, config: ReportingConfig) -> None:
+    def __init__(
+        self, config: ReportingConfig, *, series_default: tuple[str, ...] = ("*",)
+    ) -> None:
         self.lock = threading.Lock()
         self.config = config
         self.store = MetricStore(config.max_metric_names)
-        self.selector = SeriesSelector(config.time_series_metrics)
+        self.selector = SeriesSelector(config.time_series_metrics, default=series_default)
         self.machine = TaskMachine(strict=config.strict_transitions)
         self.datasets = DatasetOrder()
         self.epoch_rule = EpochRule()

@@ -262,6 +262,7 @@ class Reporter:
         self._cancel: threading.Event | None = None
         self._pid: int | None = None
         self._once = OnceLogger()
+        self._series_default: tuple[str, ...] = ("*",)
 
     # --- construction helpers --------------------------------------------------------
 
@@ -295,6 +296,24 @@ class Reporter:
         env = os.environ if environ is None else environ
         config = ReportingConfig.from_env(env)
         return cls(default_sink_from_env(env), config, clock=clock)
+
+    def _use_series_default(self, patterns: tuple[str, ...]) -> bool:
+        """Use an adapter's own default ``time_series_metrics`` (for adapters, before start).
+
+        It applies only where the config's ``time_series_metrics`` is ``None``;
+        a list the user gave always wins.
+
+        Args:
+            patterns: the adapter's default list (``docs/integrations.md``).
+
+        Returns:
+            ``True`` when it will be used; ``False`` once the reporter has
+            started (the choice is made at ``start()``). Never raises.
+        """
+        if self._machine.state is not ReporterState.NEW:
+            return False
+        self._series_default = tuple(patterns)
+        return True
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -345,7 +364,7 @@ class Reporter:
             _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
             return self
         self._pid = os.getpid()
-        recorder = Recorder(self._config)
+        recorder = Recorder(self._config, series_default=self._series_default)
         self._recorder = recorder
         self._worker = Worker(
             recorder=recorder,
