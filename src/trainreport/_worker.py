@@ -82,8 +82,13 @@ class Worker:
         self.clock = clock
         self.wall_clock = wall_clock
         self.cancel_requested = cancel_requested
+        # A destination's own floor (Sink.min_interval_seconds, e.g. Kubeflow
+        # Trainer's 5 s) holds whatever the config says: for regular sends, and
+        # as a gap between any two attempts (events, retries, flush).
+        floor = sink.min_interval_seconds
         self.scheduler = SendScheduler(
-            min_interval=config.min_report_interval_seconds,
+            min_interval=max(config.min_report_interval_seconds, floor),
+            min_request_gap=floor,
             heartbeat=config.heartbeat_seconds,
             backoff_initial=config.backoff_initial_seconds,
             backoff_max=config.backoff_max_seconds,
@@ -217,6 +222,8 @@ class Worker:
             return False
         if self.scheduler.not_before is not None and now < self.scheduler.not_before:
             return False  # Retry-After is honoured even by flush()
+        if not self.scheduler.gap_allows(now):
+            return False  # so is the destination's own floor between requests
         if self._flush_requested:
             return True
         if self.scheduler.consecutive_failures:
