@@ -4,8 +4,8 @@ config says: regular sends, events, retries and flush (driven by an injected clo
 from __future__ import annotations
 
 import pytest
-from tests.helpers import ScriptedSink
 
+from helpers import ScriptedSink
 from trainreport import Reporter, ReportingConfig, RetryLater
 from trainreport.testing import FakeClock
 
