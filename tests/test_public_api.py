@@ -13,6 +13,7 @@ EXPECTED = [
     "Delivered",
     "FileSink",
     "HttpSink",
+    "KubeflowSink",
     "MemorySink",
     "Opened",
     "Phase",
