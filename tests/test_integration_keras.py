@@ -87,11 +87,16 @@ def test_evaluate_after_fit_is_a_test_phase_not_a_second_validation_point() -> N
     x, y = data()
     m = model()
     m.fit(x, y, batch_size=8, epochs=1, validation_data=data(16), callbacks=[callback], verbose=0)
+    after_fit = callback.reporter.snapshot()["status_details"]
     m.evaluate(*data(16), callbacks=[callback], verbose=0)
     assert callback.close(10)
     task = sink.task
     assert task is not None
-    assert ([4], [4]) == (steps(task, "val_loss"), steps(task, "test_loss"))
+    assert (False, [4], [4]) == (
+        "test_loss" in after_fit,
+        steps(task, "val_loss"),
+        steps(task, "test_loss"),
+    )
 
 
 def test_a_cancel_request_stops_fit() -> None:
@@ -115,7 +120,33 @@ def test_a_cancel_request_stops_fit() -> None:
     )
 
 
-def test_a_fit_that_raises_is_reported_failed_by_the_failure_hooks(tmp_path: Path) -> None:
+class Boom(keras.callbacks.Callback):  # type: ignore[misc]
+    """Raises at the fourth batch, like a loss that went NaN."""
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if batch == 3:
+            raise RuntimeError("loss went NaN at batch 3")
+
+
+def test_a_fit_that_raises_leaves_the_failure_hook_that_reports_it() -> None:
+    """Keras calls no callback on a crash; the hook installed at train begin reports it."""
+    callback, sink = make_callback()
+    x, y = data()
+    with pytest.raises(RuntimeError, match="went NaN"):
+        model().fit(x, y, batch_size=8, epochs=2, callbacks=[callback, Boom()], verbose=0)
+    uninstall = callback._uninstall
+    assert uninstall is not None
+    try:  # what the interpreter does with the uncaught exception
+        sys.excepthook(RuntimeError, RuntimeError("loss went NaN at batch 3"), None)
+    finally:
+        uninstall()
+    assert callback.close(10)
+    task = sink.task
+    assert task is not None
+    assert ("failed", [1, 2, 3]) == (task["status"], steps(task, "train_loss"))
+
+
+def test_a_fit_that_raises_ends_the_process_reported_failed(tmp_path: Path) -> None:
     """Keras calls no callback on a crash: the hooks report it as the exception ends the process."""
     out = tmp_path / "run.json"
     script = textwrap.dedent(
