@@ -437,3 +437,31 @@ def test_split_logs_places_every_key_exactly_once(logs: dict[str, object]) -> No
     )
     assert len(logs) == placed
     assert [] == [k for k in dropped if type(logs[k]) in (int, float)]
+
+
+# --------------------------------------------------------------------------- Kubeflow Trainer
+
+
+def test_inside_a_trainjob_transformers_adds_kubeflow_even_to_report_to_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers appends ``kubeflow`` whenever the URL is set; only its switch removes it."""
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://127.0.0.1:1/status")
+    with_url = TrainingArguments(output_dir=str(tmp_path), report_to="none").report_to
+    monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "TRUE")
+    disabled = TrainingArguments(output_dir=str(tmp_path), report_to="none").report_to
+    assert (["kubeflow"], []) == (with_url, disabled)
+
+
+def test_the_callback_says_when_transformers_kubeflow_callback_also_posts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``kubeflow`` in ``report_to`` one warning names the switch that turns it off."""
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://127.0.0.1:1/status")
+    monkeypatch.delenv("KUBEFLOW_TRAINER_SERVER_TOKEN", raising=False)  # it posts nothing then
+    reporter, _ = make_reporter()
+    with capture_events() as events:
+        make_trainer(tmp_path, [TrainReportCallback(reporter)], evaluate=False, max_steps=2).train()
+    warned = [e for e in events if e["event"] == "trainreport.kubeflow_callback_active"]
+    assert 1 == len(warned)
+    assert "DISABLE_KUBEFLOW_INTEGRATION=TRUE" in warned[0]["reason"]

@@ -246,6 +246,15 @@ class TrainReportCallback(TrainerCallback):
         with self._guard("on_train_begin"):
             reporter = self._reporter
             reporter.start()
+            if "kubeflow" in (args.report_to or ()):
+                # transformers adds its own KubeflowCallback whenever
+                # KUBEFLOW_TRAINER_SERVER_URL is set, even with report_to="none".
+                _log.warning(
+                    "trainreport.kubeflow_callback_active",
+                    reason="transformers' KubeflowCallback also posts to the TrainJob status "
+                    "(synchronously, from the training thread); set "
+                    "DISABLE_KUBEFLOW_INTEGRATION=TRUE to leave the reporting to trainreport",
+                )
             num_epochs = state.num_train_epochs or math.ceil(args.num_train_epochs)
             reporter.report_training_start(
                 max_steps=state.max_steps if state.max_steps > 0 else None,
