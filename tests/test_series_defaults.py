@@ -225,3 +225,13 @@ def test_the_default_cannot_change_a_started_reporter() -> None:
     """After start the choice is made: the default is refused (returns False)."""
     details = run_with_default(ReportingConfig(), started_before=True)
     assert ["val_loss", "val_runtime"] == sorted(details["metrics"])
+
+
+def test_an_exclusion_can_be_given_from_the_environment() -> None:
+    """``TRAINREPORT_TIME_SERIES_METRICS='*,!*_runtime'`` is the list with its exclusion."""
+    config = ReportingConfig.from_env({"TRAINREPORT_TIME_SERIES_METRICS": "*, !*_runtime"})
+    selector = SeriesSelector(config.time_series_metrics)
+    assert (("*", "!*_runtime"), False) == (
+        config.time_series_metrics,
+        selector.is_series("val_runtime"),
+    )
