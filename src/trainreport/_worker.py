@@ -45,6 +45,14 @@ _log = get_logger()
 _MAX_SLEEP_SECONDS = 86_400.0
 
 
+def _floor_of(sink: Sink) -> float:
+    """The sink's ``min_interval_seconds`` as a finite number >= 0 (0.0 when unusable)."""
+    value = getattr(sink, "min_interval_seconds", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0.0 <= value < _MAX_SLEEP_SECONDS else 0.0
+
+
 def utc_now_iso() -> str:
     """The wall-clock time as ISO 8601 UTC with a ``Z`` suffix, to the second."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
@@ -85,7 +93,7 @@ class Worker:
         # A destination's own floor (Sink.min_interval_seconds, e.g. Kubeflow
         # Trainer's 5 s) holds whatever the config says: for regular sends, and
         # as a gap between any two attempts (events, retries, flush).
-        floor = sink.min_interval_seconds
+        floor = _floor_of(sink)
         self.scheduler = SendScheduler(
             min_interval=max(config.min_report_interval_seconds, floor),
             min_request_gap=floor,
