@@ -74,6 +74,51 @@ def test_event_reports_bypass_the_debounce() -> None:
     reporter.close(timeout=5)
 
 
+@pytest.mark.parametrize("series_suffix", [True, False], ids=["suffix", "full-state"])
+@pytest.mark.parametrize(
+    ("end", "status"),
+    [
+        (lambda r: r.report_completed(), "completed"),
+        (lambda r: r.report_error(RuntimeError("boom")), "failed"),
+        (lambda r: r.report_cancelled(reason="preempted"), "cancelled"),
+    ],
+    ids=["completed", "failed", "cancelled"],
+)
+def test_a_finished_run_reads_done_with_no_eta_in_sends_record_and_snapshot(
+    end: Any, status: str, series_suffix: bool
+) -> None:
+    """A terminal status ends the phase and the ETA: not "completed, checkpointing, ETA 0 s".
+
+    The ETA is sent while the run goes on, then the last excursion (a checkpoint)
+    comes before the end; the final send, the stored record (a shallow merge would
+    keep the earlier ``eta_seconds``) and ``snapshot()`` all say the run is over.
+    """
+    reporter, sink, clock = make(MemorySink(series_suffix=series_suffix))
+    reporter.start()
+    reporter.report_training_start(max_steps=10, num_epochs=1)
+    for step in (1, 2, 3):
+        clock.advance(10.0)
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        cycle(reporter)
+    running = sink.task["status_details"]
+    reporter.report_checkpoint_saved(path="ckpt/3", step=3)
+    cycle(reporter)
+    end(reporter)
+    assert reporter.close(timeout=5)
+
+    last = sink.requests[-1]["status_details"]
+    stored = sink.task["status_details"]
+    snapshot = reporter.snapshot()["status_details"]
+    assert ("training", 70.0) == (running["phase"], running["eta_seconds"])
+    assert ("done", False) == (last["phase"], "eta_seconds" in last)
+    assert (status, "done", False) == (
+        sink.task["status"],
+        stored["phase"],
+        "eta_seconds" in stored,
+    )
+    assert ("done", False) == (snapshot["phase"], "eta_seconds" in snapshot)
+
+
 def test_full_state_event_send_leaves_curves_for_the_debounced_send() -> None:
     """In full-state mode an event send within the interval carries no ``metrics``."""
     reporter, sink, clock = make()
