@@ -350,6 +350,34 @@ def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
     assert "interrupted" == sink.task["status_details"]["cancel_reason"]
 
 
+@pytest.mark.parametrize(
+    "interrupt",
+    [KeyboardInterrupt(), type("MyInterrupt", (KeyboardInterrupt,), {})()],
+    ids=["KeyboardInterrupt", "subclass"],
+)
+def test_report_error_given_a_keyboard_interrupt_reports_cancelled_interrupted(
+    interrupt: KeyboardInterrupt,
+) -> None:
+    """``except BaseException: reporter.report_error(exc)`` turns Ctrl-C into a cancel.
+
+    The lifecycle says an interrupt is ``cancelled`` with reason ``interrupted``,
+    not a failure with a ``KeyboardInterrupt`` error.
+    """
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+
+    reporter.report_error(interrupt)
+
+    assert reporter.close(timeout=5)
+    details = sink.task["status_details"]
+    assert ("cancelled", "interrupted", False) == (
+        sink.task["status"],
+        details.get("cancel_reason"),
+        "error" in details,
+    )
+
+
 def test_first_terminal_report_wins() -> None:
     """A failure reported first stays a failure; a later completion is refused."""
     reporter, sink, _ = make()

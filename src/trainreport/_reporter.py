@@ -790,12 +790,20 @@ class Reporter:
     def report_error(self, error: BaseException | str) -> None:
         """Report that the run failed with ``error`` (status ``failed``); sent at once.
 
+        A ``KeyboardInterrupt`` (Ctrl-C) is not a failure: it is reported as
+        :meth:`report_cancelled` with reason ``"interrupted"`` (docs/lifecycle.md), so the
+        usual ``except BaseException as exc: reporter.report_error(exc)`` records
+        an interrupted run correctly.
+
         Args:
             error: the exception (its type name and message are kept, never
                 the exception itself, which would hold frames and tensors) or a message.
 
         Never raises, never blocks on I/O.
         """
+        if isinstance(error, KeyboardInterrupt):
+            self._put((K_CANCELLED, self._clock(), "interrupted"), wake=True)
+            return
         if isinstance(error, BaseException):
             kind, message = type(error).__name__, _safe_str(error)
         else:
