@@ -294,6 +294,85 @@ def test_report_before_start_is_kept() -> None:
     assert 10 == sink.task["status_details"]["max_steps"]
 
 
+def test_close_without_start_delivers_what_was_queued_and_says_start_was_forgotten() -> None:
+    """Forgetting ``start()`` never throws the run away: ``close()`` starts, delivers, closes.
+
+    One warning names the mistake and how many reports waited for ``close()``.
+    """
+    reporter, sink, _ = make()
+    reporter.report_training_start(max_steps=3)
+    for step in (1, 2, 3):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+    reporter.report_completed()
+
+    with capture_events() as events:
+        delivered = reporter.close(timeout=5)
+
+    assert (True, "closed") == (delivered, reporter.state)
+    assert ("completed", [1, 2, 3]) == (
+        sink.task["status"],
+        [p[0] for p in curve(sink.task, "train_loss")],
+    )
+    assert [{"queued_reports": 5, "log_level": "warning"}] == [
+        {k: e[k] for k in ("queued_reports", "log_level")}
+        for e in events
+        if e["event"] == "trainreport.started_at_close"
+    ]
+
+
+def test_close_without_start_on_another_rank_sends_nothing() -> None:
+    """Only global rank 0 starts anything, at close() too: other ranks stay inert."""
+    sink = MemorySink()
+    reporter = Reporter(sink, ReportingConfig(), rank=1)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+
+    assert reporter.close(timeout=5)
+    assert ("inert", []) == (reporter.state, sink.requests)
+
+
+def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> None:
+    """A pickled, unstarted reporter (Lightning's spawned worker) owns its copy's reports."""
+    reporter, _, _ = make(MemorySink())
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    copy = pickle.loads(pickle.dumps(reporter))
+
+    assert copy.close(timeout=5)
+    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")  # type: ignore[attr-defined]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
+def test_close_without_start_in_a_forked_child_leaves_the_reports_to_the_parent(
+    tmp_path: Any,
+) -> None:
+    """A data-loader worker forked from an unstarted reporter never sends its copy's reports.
+
+    The child's ``close()`` sends nothing (the file is not written); the parent's
+    ``close()`` delivers them once.
+    """
+    from trainreport import FileSink  # noqa: PLC0415
+
+    record = tmp_path / "task.json"
+    reporter = Reporter(FileSink(record), ReportingConfig(), rank=0)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    marker = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            closed = reporter.close(timeout=2)
+            marker.write_text(f"{closed} {reporter.state} {record.exists()}")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+
+    assert 0 == os.waitstatus_to_exitcode(status)
+    assert "True closed False" == marker.read_text()
+    assert reporter.close(timeout=5)
+    assert record.exists()
+
+
 def test_close_is_idempotent_and_returns_the_same_answer() -> None:
     """A second close() returns at once with the first answer."""
     reporter, _, _ = make()

@@ -261,6 +261,9 @@ class Reporter:
         self._recorder: Recorder | None = None
         self._cancel: threading.Event | None = None
         self._pid: int | None = None
+        # The process whose reports the queue holds: a forked copy of an unstarted
+        # reporter (a data-loader worker) must never deliver its parent's reports.
+        self._owner_pid = os.getpid()
         self._once = OnceLogger()
 
     # --- construction helpers --------------------------------------------------------
@@ -400,15 +403,9 @@ class Reporter:
         """
         budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
         deadline = time.monotonic() + budget
+        if self._machine.state is ReporterState.NEW and not self._close_unstarted():
+            return True
         state = self._machine.state
-        if state is ReporterState.NEW:
-            self._machine.apply(ReporterInput.CLOSE)
-            self._accepting = False
-            dropped = len(self._queue)
-            self._queue.clear()
-            if dropped:
-                _log.warning("trainreport.closed_before_start", dropped_reports=dropped)
-            return dropped == 0
         if state is ReporterState.INERT:
             return True
         worker = self._worker
@@ -427,6 +424,31 @@ class Reporter:
             _live_reporters.discard(self)
         self._raise_strict_violations()
         return self._delivered()
+
+    def _close_unstarted(self) -> bool:
+        """``close()`` on a reporter whose ``start()`` was forgotten (docs/engine.md).
+
+        With queued reports, in the process that made them, it starts the
+        reporter now (same rank and ``TRAINREPORT_DISABLED`` rules as ``start()``)
+        and logs ``trainreport.started_at_close``, so that the caller's
+        ``close()`` delivers them within its deadline. Otherwise (nothing queued,
+        or a forked copy of a parent's queue) it closes without sending.
+
+        Returns:
+            True when the reporter was started and ``close()`` must go on.
+        """
+        queued = len(self._queue)
+        if queued and os.getpid() == self._owner_pid:
+            self.start()
+            if self._machine.state is ReporterState.RUNNING:  # not another rank, not disabled
+                _log.warning("trainreport.started_at_close", queued_reports=queued)
+            return True
+        self._machine.apply(ReporterInput.CLOSE)
+        self._accepting = False
+        self._queue.clear()
+        if queued:  # a forked child's copy: its parent holds and delivers these reports
+            _log.info("trainreport.closed_in_forked_copy", reports_left_to_parent=queued)
+        return False
 
     def _delivered(self) -> bool:
         worker = self._worker
@@ -498,6 +520,7 @@ class Reporter:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._owner_pid = os.getpid()  # an unpickled copy (a spawned worker) owns its reports
 
     # --- reading ---------------------------------------------------------------------
 
