@@ -86,4 +86,4 @@ def test_show_prints_a_task_from_the_server_and_fails_cleanly_on_404(server: Any
         [*cli, "nope"], capture_output=True, text=True, timeout=60, check=False
     )
     assert 1 == missing.returncode
-    assert "404" in missing.stderr
+    assert "no job 'nope'" in missing.stderr
