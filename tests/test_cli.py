@@ -1,4 +1,4 @@
-"""The ``trainreport`` command as a newcomer runs it: ``show``.
+"""The ``trainreport`` command as a newcomer runs it: ``show``, ``--version``, ``--help``, serve.
 
 Every command runs in a subprocess (``python -m trainreport.cli``) and its output
 is read as a user reads it; ``show --url`` talks to the real reference server.
@@ -6,6 +6,7 @@ is read as a user reads it; ``show --url`` talks to the real reference server.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import socket
@@ -238,3 +239,48 @@ def test_show_of_an_unreachable_server_names_the_url() -> None:
 
     assert 1 == proc.returncode
     assert f"cannot reach {url}" in proc.stderr
+
+
+# -- the command itself -----------------------------------------------------------------
+
+
+def test_version_prints_the_installed_version() -> None:
+    """``trainreport --version`` prints the package version and exits 0."""
+    proc = run_cli("--version")
+
+    assert (0, f"trainreport {importlib.metadata.version('trainreport')}") == (
+        proc.returncode,
+        proc.stdout.strip(),
+    )
+
+
+def _option_help(help_text: str, option: str) -> str:
+    """The description of ``option`` in argparse's help, on one line."""
+    match = re.search(
+        rf"^  {option}\b[^\n]*?(?:\s{{2,}}|\n)(.*?)(?=^  -|\Z)", help_text, re.M | re.S
+    )
+    assert match is not None, help_text
+    return " ".join(match.group(1).split())
+
+
+def test_demo_help_explains_interval_in_whole_sentences() -> None:
+    """``demo --help`` says what --interval is without a cut-off sentence."""
+    proc = run_cli("demo", "--help")
+    interval = _option_help(proc.stdout, "--interval")
+
+    assert 0 == proc.returncode
+    assert "the run is (" not in interval
+    assert re.fullmatch(r"[A-Za-z].*seconds.*\(default: 0\.2\)", interval), interval
+
+
+def test_serve_on_a_busy_port_exits_1_and_leaves_no_database(tmp_path: Path) -> None:
+    """A port in use is reported before anything is created: no empty database is left."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_cli("serve", "--db", str(tmp_path / "runs.db"), "--port", str(port))
+
+    assert 1 == proc.returncode
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert [] == sorted(p.name for p in tmp_path.iterdir())

@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | demo | show``.
+"""The ``trainreport`` command line: ``trainreport serve | demo | show`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -52,10 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainreport",
         description="Report training progress and metric curves to a job-status service.",
     )
+    parser.add_argument("--version", action="version", version=f"trainreport {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(subparsers)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare source tree)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("trainreport")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _positive_int(text: str) -> int:
@@ -165,6 +176,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         token = _read_token(args)
+    except (OSError, ValueError) as exc:
+        print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    # The port first: a busy port must not leave an empty database behind.
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
+        )
+        return 1
+    try:
         app = create_app(
             args.db,
             token=token,
@@ -172,16 +195,9 @@ def _serve(args: argparse.Namespace) -> int:
             max_decompressed_bytes=args.max_decompressed_bytes,
         )
     except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
+        sock.close()
         print(f"trainreport serve: {exc}", file=sys.stderr)
         return 2
-    try:
-        sock = bind_socket(args.host, args.port)
-    except OSError as exc:
-        app.state.database.close()
-        print(
-            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
-        )
-        return 1
     url = format_url(args.host, sock.getsockname()[1])
     print(
         f"trainreport server listening on {url}/ (db: {args.db.resolve()}, "
@@ -237,7 +253,10 @@ def _add_demo(subparsers: Any) -> None:
         "--interval",
         type=float,
         default=0.2,
-        help="min_report_interval_seconds; short because the run is (default: 0.2)",
+        help=(
+            "seconds between regular sends (min_report_interval_seconds); shorter than the "
+            "library's 10 s because the demo trains for a few seconds (default: 0.2)"
+        ),
     )
     demo.add_argument(
         "--runs-dir",
@@ -248,7 +267,10 @@ def _add_demo(subparsers: Any) -> None:
     demo.add_argument(
         "--keep-serving",
         action="store_true",
-        help="leave the embedded server running after training (Ctrl-C stops it)",
+        help=(
+            "keep the embedded server and its chart page running after training, until "
+            "Ctrl-C (without it, the server stops when the demo ends)"
+        ),
     )
     demo.set_defaults(handler=_demo)
 
