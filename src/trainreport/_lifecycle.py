@@ -79,7 +79,7 @@ class TaskStatus(_StrEnum):
 
 
 class Phase(_StrEnum):
-    """What a task is doing (DESIGN §4): ``done`` once its status is terminal."""
+    """What a task is doing: ``done`` once its status is terminal (docs/lifecycle.md)."""
 
     SETUP = "setup"
     TRAINING = "training"
