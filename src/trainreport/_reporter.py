@@ -232,7 +232,9 @@ class Reporter:
     deque); ``start``, ``flush`` and ``close`` from any one thread at a time.
 
     Before :meth:`start` a reporter holds no thread, lock or connection, so it
-    pickles; reports made before ``start()`` are kept and sent after it.
+    pickles; reports made before ``start()`` are kept and sent after it. If
+    ``start()`` is never called, :meth:`close` starts the reporter and delivers
+    them (docs/engine.md).
     """
 
     def __init__(
@@ -385,7 +387,11 @@ class Reporter:
         """Drain the queue, send the tail and join the reporter thread, within ``timeout``.
 
         Call it from a ``finally`` block. Idempotent: later calls return the
-        first call's answer (or wait for it when it is still running).
+        first call's answer (or wait for it when it is still running). On a
+        reporter that was never started, with reports queued, it starts it
+        first (rank and ``TRAINREPORT_DISABLED`` rules apply) and logs
+        ``trainreport.started_at_close``; a forked copy of an unstarted
+        reporter sends nothing (its parent delivers the reports).
 
         Args:
             timeout: seconds the whole close may take (default: the config's
