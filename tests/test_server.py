@@ -549,6 +549,45 @@ def test_update_merges_status_details_shallowly(api: Client, task: str) -> None:
     } == api.get(task).body["status_details"]
 
 
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_a_write_that_ends_the_run_removes_the_stored_eta(
+    api: Client, task: str, status: str
+) -> None:
+    """A run that is over has no time left: a terminal status drops ``eta_seconds``.
+
+    The shallow merge would keep the last running ETA (often "0 s") beside
+    ``completed``; PATCH and extension updates follow the same rule.
+    """
+    api.patch(
+        task, {"status": "running", "status_details": {"phase": "training", "eta_seconds": 9.5}}
+    )
+    api.patch(task, {"status": status, "status_details": {"phase": "done", "eta_seconds": 0.0}})
+    patched = api.get(task).body
+    other = task + "-update"
+    gen = open_writer(api, other)
+    api.post(
+        other + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "status": "running",
+            "status_details": {"eta_seconds": 9.5},
+        },
+    )
+    api.post(other + "/updates", {"writer_generation": gen, "sequence": 2, "status": status})
+
+    assert {"status": status, "status_details": {"phase": "done"}} == patched
+    assert {"status": status, "status_details": {}} == api.get(other).body
+
+
+def test_the_eta_is_kept_while_the_task_runs(api: Client, task: str) -> None:
+    """Only a terminal status removes the ETA; a running write without it keeps it."""
+    api.patch(task, {"status": "running", "status_details": {"eta_seconds": 9.5}})
+    api.patch(task, {"status_details": {"step": 2}})
+
+    assert {"eta_seconds": 9.5, "step": 2} == api.get(task).body["status_details"]
+
+
 @pytest.mark.parametrize(
     ("payload", "path"),
     [

@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainreport._config import ReportingConfig
-from trainreport._lifecycle import Outcome, TaskEvent, TaskMachine, TaskStatus
+from trainreport._lifecycle import (
+    Outcome,
+    TaskEvent,
+    TaskMachine,
+    TaskStatus,
+    forget_running_only_details,
+)
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._naming import (
     DatasetOrder,
@@ -523,7 +529,10 @@ class Recorder:
     # --- building updates ----------------------------------------------------------
 
     def progress(self) -> dict[str, Any]:
-        """The progress fields: step, epoch, percentage_done, eta_seconds (None omitted)."""
+        """The progress fields: step, epoch, percentage_done, eta_seconds (None omitted).
+
+        No ``eta_seconds`` once the status is terminal: a run that is over has no time left.
+        """
         out: dict[str, Any] = {}
         step = self.step
         if step is not None:
@@ -533,7 +542,12 @@ class Recorder:
         if step is not None and self.max_steps:
             out["percentage_done"] = round(min(max(step / self.max_steps * 100.0, 0.0), 100.0), 2)
             first = self._first_step
-            if first is not None and self._last_step_time is not None and step > first[1]:
+            if (
+                first is not None
+                and self._last_step_time is not None
+                and step > first[1]
+                and not self.machine.is_terminal
+            ):
                 per_step = (self._last_step_time - first[0]) / (step - first[1])
                 out["eta_seconds"] = round(max(self.max_steps - step, 0) * per_step, 1)
         return out
@@ -648,6 +662,7 @@ class Recorder:
         details.update(self._details(self.last_updated_at or "", self.sticky))
         if not self.last_updated_at:
             del details["updated_at"]
+        forget_running_only_details(self.machine.status, details)
         # A series with no points is not part of a stored task (a server keeps points, not names).
         if any(self.store.series.values()):
             details["metrics"] = {

@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | demo | show``.
+"""The ``trainreport`` command line: ``trainreport serve | demo | show`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -16,7 +16,10 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainreport._summary import ServiceAnswerError
 
 __all__ = ["build_parser", "main"]
 
@@ -49,10 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainreport",
         description="Report training progress and metric curves to a job-status service.",
     )
+    parser.add_argument("--version", action="version", version=f"trainreport {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(subparsers)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare source tree)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("trainreport")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _positive_int(text: str) -> int:
@@ -162,6 +176,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         token = _read_token(args)
+    except (OSError, ValueError) as exc:
+        print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    # The port first: a busy port must not leave an empty database behind.
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
+        )
+        return 1
+    try:
         app = create_app(
             args.db,
             token=token,
@@ -169,16 +195,9 @@ def _serve(args: argparse.Namespace) -> int:
             max_decompressed_bytes=args.max_decompressed_bytes,
         )
     except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
+        sock.close()
         print(f"trainreport serve: {exc}", file=sys.stderr)
         return 2
-    try:
-        sock = bind_socket(args.host, args.port)
-    except OSError as exc:
-        app.state.database.close()
-        print(
-            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
-        )
-        return 1
     url = format_url(args.host, sock.getsockname()[1])
     print(
         f"trainreport server listening on {url}/ (db: {args.db.resolve()}, "
@@ -234,7 +253,10 @@ def _add_demo(subparsers: Any) -> None:
         "--interval",
         type=float,
         default=0.2,
-        help="min_report_interval_seconds; short because the run is (default: 0.2)",
+        help=(
+            "seconds between regular sends (min_report_interval_seconds); shorter than the "
+            "library's 10 s because the demo trains for a few seconds (default: 0.2)"
+        ),
     )
     demo.add_argument(
         "--runs-dir",
@@ -245,7 +267,10 @@ def _add_demo(subparsers: Any) -> None:
     demo.add_argument(
         "--keep-serving",
         action="store_true",
-        help="leave the embedded server running after training (Ctrl-C stops it)",
+        help=(
+            "keep the embedded server and its chart page running after training, until "
+            "Ctrl-C (without it, the server stops when the demo ends)"
+        ),
     )
     demo.set_defaults(handler=_demo)
 
@@ -269,20 +294,42 @@ def _demo(args: argparse.Namespace) -> int:
 def _add_show(subparsers: Any) -> None:
     show = subparsers.add_parser(
         "show",
-        help="print a stored task: status, progress, series and sparklines",
-        description="Print a task stored by a job-status service (--url) or a FileSink (--file).",
+        help="print a stored task (status, progress, series, hyperparameters) or list the jobs",
+        description=(
+            "Print a task stored by a job-status service (--url URL JOB_ID) or a FileSink "
+            "(--file). --url URL without a job id lists the jobs of the reference server. "
+            "A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
+            "$TRAINREPORT_TOKEN_FILE, in that order."
+        ),
     )
     source = show.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", help="base URL of the job-status service")
     source.add_argument("--file", type=Path, help="a task JSON file written by FileSink")
-    show.add_argument("job_id", nargs="?", help="the job (with --url)")
+    show.add_argument("job_id", nargs="?", help="the job (with --url; without it: list the jobs)")
     show.add_argument("--task", default="train", help="the task id (default: train)")
-    show.add_argument(
+    token = show.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file", type=Path, help="read the bearer token from this file (for --url)"
+    )
+    token.add_argument(
         "--token",
-        default=os.environ.get("TRAINREPORT_TOKEN"),
-        help="bearer token (default: $TRAINREPORT_TOKEN)",
+        help="bearer token (visible in the process list: prefer --token-file)",
     )
     show.set_defaults(handler=_show)
+
+
+def _show_token(args: argparse.Namespace) -> str | None:
+    """The bearer token for ``show --url``: flags first, then the environment."""
+    if args.token_file is not None:
+        return str(args.token_file.read_text(encoding="utf-8").strip()) or None
+    if args.token:
+        return str(args.token)
+    if os.environ.get("TRAINREPORT_TOKEN"):
+        return os.environ["TRAINREPORT_TOKEN"]
+    path = os.environ.get("TRAINREPORT_TOKEN_FILE")
+    if path:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    return None
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -290,7 +337,13 @@ def _show(args: argparse.Namespace) -> int:
 
     import urllib3  # noqa: PLC0415
 
-    from trainreport._summary import describe_task, fetch_task  # noqa: PLC0415
+    from trainreport._summary import (  # noqa: PLC0415
+        ServiceAnswerError,
+        describe_jobs,
+        describe_task,
+        fetch_jobs,
+        fetch_task,
+    )
 
     if args.file is not None:
         try:
@@ -298,22 +351,67 @@ def _show(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"trainreport show: cannot read {args.file}: {exc}", file=sys.stderr)
             return 1
-    else:
+        print(describe_task(task))
+        return 0
+    url = args.url.rstrip("/")
+    try:
+        token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport show: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    try:
         if not args.job_id:
-            print("trainreport show: a job id is required with --url", file=sys.stderr)
-            return 2
-        try:
-            task = fetch_task(args.url, args.job_id, args.task, args.token)
-        except urllib3.exceptions.HTTPError as exc:
-            print(
-                f"trainreport show: {type(exc).__name__}: cannot reach {args.url}", file=sys.stderr
-            )
-            return 1
-        except (RuntimeError, ValueError) as exc:
-            print(f"trainreport show: {exc}", file=sys.stderr)
-            return 1
+            print(describe_jobs(fetch_jobs(url, token)))
+            print(f"\nshow a task: trainreport show --url {url} JOB_ID [--task TASK_ID]")
+            return 0
+        task = fetch_task(url, args.job_id, args.task, token)
+    except urllib3.exceptions.HTTPError as exc:
+        print(f"trainreport show: {type(exc).__name__}: cannot reach {url}", file=sys.stderr)
+        return 1
+    except ServiceAnswerError as exc:
+        print(f"trainreport show: {_explain(exc, args, url, token)}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"trainreport show: {url} did not answer JSON: {exc}", file=sys.stderr)
+        return 1
     print(describe_task(task))
     return 0
+
+
+def _explain(exc: ServiceAnswerError, args: argparse.Namespace, url: str, token: str | None) -> str:
+    """What a refused ``show --url`` means and what to do about it (never the token)."""
+    if exc.status == 401:
+        if token is None:
+            return (
+                f"{url} requires a token: pass --token-file FILE (a file holding the token) "
+                "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
+            )
+        return (
+            f"{url} refused the token (401): check the token given by --token-file, "
+            "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
+        )
+    if exc.status == 404 and args.job_id:
+        return _explain_not_found(args.job_id, args.task, url, token)
+    return str(exc)
+
+
+def _explain_not_found(job_id: str, task_id: str, url: str, token: str | None) -> str:
+    """A 404 for a task: is the job missing, or only the task? Name both."""
+    import urllib3  # noqa: PLC0415
+
+    from trainreport._summary import ServiceAnswerError, fetch_job  # noqa: PLC0415
+
+    try:
+        job = fetch_job(url, job_id, token)
+    except ServiceAnswerError as exc:
+        if exc.status == 404:
+            return f"no job {job_id!r} at {url}; `trainreport show --url {url}` lists the jobs"
+        return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
+    except (urllib3.exceptions.HTTPError, ValueError):
+        return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
+    tasks = [str(t.get("task_id")) for t in job.get("tasks") or [] if isinstance(t, dict)]
+    listed = f"its tasks: {', '.join(tasks)} (pick one with --task)" if tasks else "it has no tasks"
+    return f"job {job_id!r} has no task {task_id!r} at {url}; {listed}"
 
 
 _COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show)

@@ -35,6 +35,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from trainreport._lifecycle import forget_running_only_details
 from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate
 
 __all__ = [
@@ -552,15 +553,19 @@ def _merge_task(
     row = _task_row(conn, job_id, task_id)
     if row is None:
         stored_status = status or "pending"
+        created = dict(details)
+        forget_running_only_details(stored_status, created)
         conn.execute(
             "INSERT INTO tasks (job_id, task_id, status, details, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (job_id, task_id, stored_status, _dumps(details), now, now),
+            (job_id, task_id, stored_status, _dumps(created), now, now),
         )
         return stored_status
     stored_status = status or row[0]
     merged = json.loads(row[1])
     merged.update(details)
+    # A run that is over has no time left (docs/protocol.md): drop its last ETA.
+    forget_running_only_details(stored_status, merged)
     conn.execute(
         "UPDATE tasks SET status = ?, details = ?, updated_at = ? WHERE job_id = ? AND task_id = ?",
         (stored_status, _dumps(merged), now, job_id, task_id),
