@@ -80,6 +80,7 @@ class Client:
         all_headers = {**self.headers, **(headers or {})}
         if payload is not _MISSING:
             body = json.dumps(payload).encode()
+        if method not in ("GET", "HEAD", "OPTIONS"):  # writes are JSON (docs/server.md)
             all_headers.setdefault("Content-Type", "application/json")
         response = self.pool.request(
             method, self.url + path, body=body, headers=all_headers, **kwargs
@@ -780,7 +781,9 @@ def test_bad_ids_are_400(module_server: ServerHandle, raw_path: str) -> None:
     # a connection pool sends the path as written (PoolManager would normalise "..")
     host, port = module_server.url.removeprefix("http://").rsplit(":", 1)
     with urllib3.HTTPConnectionPool(host, int(port), retries=False) as pool:
-        reply = pool.urlopen("PATCH", raw_path, body=b"{}")
+        reply = pool.urlopen(
+            "PATCH", raw_path, body=b"{}", headers={"Content-Type": "application/json"}
+        )
 
         assert (400, "invalid_id") == (reply.status, json.loads(reply.data)["error"])
 
@@ -794,7 +797,9 @@ def test_paths_with_extra_segments_match_no_route(
     """An encoded slash becomes a path separator and so matches no endpoint (404)."""
     host, port = module_server.url.removeprefix("http://").rsplit(":", 1)
     with urllib3.HTTPConnectionPool(host, int(port), retries=False) as pool:
-        reply = pool.urlopen("PATCH", raw_path, body=b"{}")
+        reply = pool.urlopen(
+            "PATCH", raw_path, body=b"{}", headers={"Content-Type": "application/json"}
+        )
 
         assert 404 == reply.status
 

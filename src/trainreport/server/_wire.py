@@ -193,7 +193,7 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes | bytearray) -> Any:
     """Parse a request body as strict JSON (no NaN/Infinity tokens, no overflowing numbers).
 
     Args:
