@@ -232,3 +232,209 @@ def test_the_deadlines_leave_a_normal_client_alone(
             )
             assert 200 == response.status
         assert 1 == pool.num_connections
+
+
+# -- decompression: the per-request limit and the server-wide budget ----------------------
+
+
+def _gzip_patch(inflated_bytes: int) -> bytes:
+    """A gzip PATCH body that inflates to about ``inflated_bytes`` (it compresses ~1000x)."""
+    return gzip.compress(
+        json.dumps({"status_details": {"pad": "x" * inflated_bytes}}).encode(), compresslevel=9
+    )
+
+
+def test_the_default_decompressed_limit_refuses_a_60_mib_expansion(server: ServerHandle) -> None:
+    """A 60 KiB gzip body that inflates to 60 MiB is 413 under the default limits (issue 9)."""
+    from trainreport.server import DEFAULT_MAX_DECOMPRESSED_BYTES  # noqa: PLC0415
+
+    bomb = _gzip_patch(60 * 2**20)
+    assert len(bomb) < 100 * 1024
+
+    response = urllib3.request(
+        "PATCH",
+        server.url + "/v1/jobs/bomb/tasks/t",
+        body=bomb,
+        headers={**JSON, "Content-Encoding": "gzip"},
+        timeout=30.0,
+    )
+
+    assert 413 == response.status
+    assert DEFAULT_MAX_DECOMPRESSED_BYTES == json.loads(response.data)["limit_bytes"]
+
+
+def test_the_largest_update_the_client_sends_fits_the_default_limit_four_times(
+    server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decompressed limit is the client's largest update with a 4x margin (docs/server.md).
+
+    A run whose whole backlog (20,000 steps x 14 series, 200 hyperparameters)
+    goes out at once is split by HttpSink's default request cap; every update
+    body (before compression) must fit a quarter of the default limit.
+    """
+    from trainreport import Reporter, ReportingConfig  # noqa: PLC0415
+    from trainreport.server import DEFAULT_MAX_DECOMPRESSED_BYTES  # noqa: PLC0415
+    from trainreport.sinks._http import HttpSink  # noqa: PLC0415
+
+    sizes: list[int] = []
+    request = HttpSink._request
+
+    def measured(self: HttpSink, method: str, path: str, body: Any, *args: Any, **kw: Any) -> Any:
+        if path == "/updates" and body is not None:
+            sizes.append(len(body))
+        return request(self, method, path, body, *args, **kw)
+
+    monkeypatch.setattr(HttpSink, "_request", measured)
+    reporter = Reporter(
+        HttpSink(server.url, "largest-update"),
+        ReportingConfig(min_report_interval_seconds=0.05),
+        rank=0,
+    )
+    reporter.report_training_start(max_steps=20_000, num_epochs=3)
+    reporter.report_hyperparameters(
+        params={f"group{i}/param{j}": 0.001 * j for i in range(10) for j in range(20)}
+    )
+    for step in range(1, 20_001):
+        metrics = {f"metric_{i}": 1.0 / (step + i) for i in range(14)}
+        reporter.report_train_step(step=step, epoch=1 + step // 7000, metrics=metrics)
+
+    reporter.start()
+    assert reporter.close(timeout=60)
+
+    assert len(sizes) > 3  # the backlog was split
+    assert max(sizes) <= 2**20  # HttpSink's default request cap
+    assert 4 * max(sizes) <= DEFAULT_MAX_DECOMPRESSED_BYTES
+
+
+class _Holder:
+    """A raw connection that sends most of a gzip body (inflating to ~1 MB) and then stalls."""
+
+    def __init__(self, url: str, inflated_bytes: int) -> None:
+        body = _gzip_patch(inflated_bytes)
+        self.sock = socket.create_connection(_address(url), timeout=10)
+        head = (
+            "PATCH /v1/jobs/held/tasks/t HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self.sock.sendall(head + body[:-8])  # everything but the gzip trailer
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_bodies_over_the_server_wide_budget_get_503_with_retry_after(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """Two stalled uploads hold ~2 MB of a 2.2 MB budget: a third body is 503, Retry-After 1.
+
+    Each body is within the per-request limits; only together do they
+    exceed the budget. Once the stalled uploads go away, the same body is stored.
+    """
+    server = start_server(
+        max_decompressed_bytes=2**20 + 2**19, body_budget_bytes=2_200_000, body_timeout_seconds=30
+    )
+    holders = [_Holder(server.url, 1_000_000), _Holder(server.url, 1_000_000)]
+    third = _gzip_patch(500_000)
+
+    def send() -> urllib3.BaseHTTPResponse:
+        return urllib3.request(
+            "PATCH",
+            server.url + "/v1/jobs/third/tasks/t",
+            body=third,
+            headers={**JSON, "Content-Encoding": "gzip"},
+            timeout=10.0,
+            retries=False,
+        )
+
+    deadline = time.monotonic() + 20
+    response = send()
+    while response.status != 503 and time.monotonic() < deadline:
+        response = send()  # until the server has inflated what the holders sent
+    try:
+        assert 503 == response.status
+        assert "1" == response.headers["retry-after"]
+        assert "server_busy" == json.loads(response.data)["error"]
+    finally:
+        for holder in holders:
+            holder.close()
+    deadline = time.monotonic() + 20
+    while (response := send()).status == 503 and time.monotonic() < deadline:
+        pass
+    assert 200 == response.status
+
+
+@pytest.mark.parametrize("inflated", [1, 65_536 - 31, 65_536, 3 * 65_536, 3 * 65_536 + 7, 10**6])
+@pytest.mark.parametrize("piece", [None, 7, 1000])
+def test_a_gzip_body_inflated_in_steps_arrives_whole(
+    module_server: ServerHandle, inflated: int, piece: int | None
+) -> None:
+    """Inflating in 64 KiB steps, whatever the chunking, loses and adds no byte."""
+    body = json.dumps({"status_details": {"pad": "x" * inflated}}).encode()
+    wire = gzip.compress(body, compresslevel=9)
+    chunks = [wire] if piece is None else [wire[i : i + piece] for i in range(0, len(wire), piece)]
+    path = f"/v1/jobs/steps-{inflated}-{piece}/tasks/t"
+
+    host, port = _address(module_server.url)
+    with urllib3.HTTPConnectionPool(host, port, retries=False, timeout=30.0) as pool:
+        response = pool.urlopen(
+            "PATCH",
+            path,
+            body=iter(chunks),
+            chunked=True,
+            headers={**JSON, "Content-Encoding": "gzip"},
+        )
+        stored = pool.urlopen("GET", path)
+
+    assert 200 == response.status, response.data
+    assert inflated == len(json.loads(stored.data)["status_details"]["pad"])
+
+
+def test_output_still_pending_when_a_chunk_is_used_up_is_not_lost() -> None:
+    """A chunk that ends exactly where a 64 KiB step fills up leaves output pending in zlib.
+
+    The cut is searched for (it depends on zlib's output), then the body is
+    fed to the reader in two messages, as the server receives it.
+    """
+    import asyncio  # noqa: PLC0415
+    import zlib  # noqa: PLC0415
+
+    from starlette.requests import Request  # noqa: PLC0415
+
+    from trainreport.server._body import (  # noqa: PLC0415
+        INFLATE_STEP_BYTES,
+        BodyBudget,
+        BodyLimits,
+        held_body,
+    )
+
+    body = json.dumps({"status_details": {"pad": "x" * 1_000_000}}).encode()
+    wire = gzip.compress(body, compresslevel=9)
+    cuts = []
+    for cut in range(1, len(wire)):
+        probe = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = probe.decompress(wire[:cut], INFLATE_STEP_BYTES)
+        full = len(out) == INFLATE_STEP_BYTES and not probe.unconsumed_tail
+        if full and probe.decompress(b"", INFLATE_STEP_BYTES):
+            cuts.append(cut)
+    assert cuts, "no cut leaves output pending: the edge is not exercised"
+    messages = [wire[: cuts[0]], wire[cuts[0] :]]
+
+    async def receive() -> dict[str, Any]:
+        data = messages.pop(0)
+        return {"type": "http.request", "body": data, "more_body": bool(messages)}
+
+    scope = {
+        "type": "http",
+        "method": "PATCH",
+        "headers": [(b"content-encoding", b"gzip")],
+        "path": "/",
+        "query_string": b"",
+    }
+
+    async def read() -> bytes:
+        limits = BodyLimits(max_body_bytes=2**20, max_decompressed_bytes=2**21)
+        async with held_body(Request(scope, receive), limits, BodyBudget(2**22)) as held:
+            return bytes(held)
+
+    assert body == asyncio.run(read())

@@ -25,7 +25,7 @@ Handler = Callable[[argparse.Namespace], int]
 # so that building the parser does not import Starlette.
 _TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
 DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 10.0

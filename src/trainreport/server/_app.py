@@ -52,8 +52,9 @@ __all__ = [
 
 #: Default limit on the request body bytes received (8 MiB).
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-#: Default limit on a gzip request body after decompression (64 MiB).
-DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+#: Default limit on a gzip request body after decompression (4 MiB: 4x the largest update
+#: HttpSink sends by default, see docs/server.md).
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 #: Default budget of request body bytes (after decompression) held at once, server-wide.
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
 #: ``GET /v1/jobs`` returns at most this many jobs unless ``?limit=`` says otherwise.
