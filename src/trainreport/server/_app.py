@@ -34,6 +34,7 @@ from trainreport.server import _page
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
 from trainreport.server._db import Applied, Database, SeriesGap, StaleWriter
 from trainreport.server._security import RequestGuard, allowed_host_names
+from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
     ApiError,
@@ -214,7 +215,9 @@ class _Api:
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         async with held_body(request, self._limits, self._budget) as body:
-            patch = await run_in_threadpool(lambda: validate_patch(parse_json(body)))
+            patch = await run_in_threadpool(
+                lambda: validate_patch(check_text(parse_json(body), body))
+            )
         now = _utc_now()
         stored = await run_in_threadpool(
             lambda: self._db.patch_task(job_id, task_id, patch, now=now)
@@ -224,7 +227,7 @@ class _Api:
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         async with held_body(request, self._limits, self._budget) as body:
-            if body.strip() and not isinstance(parse_json(body), dict):
+            if body.strip() and not isinstance(check_text(parse_json(body), body), dict):
                 raise ApiError(422, "invalid_body", "expected an object @ $", {"path": "$"})
 
         def open_writer() -> Response:
@@ -243,7 +246,9 @@ class _Api:
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         async with held_body(request, self._limits, self._budget) as body:
-            update = await run_in_threadpool(lambda: validate_update(parse_json(body)))
+            update = await run_in_threadpool(
+                lambda: validate_update(check_text(parse_json(body), body))
+            )
         now = _utc_now()
         outcome = await run_in_threadpool(
             lambda: self._db.apply_update(job_id, task_id, update, now=now)
