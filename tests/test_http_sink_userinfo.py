@@ -70,7 +70,7 @@ def test_repr_and_base_url_redact_the_userinfo(url: str) -> None:
     assert "user" not in repr(sink)
     assert "://***@" in repr(sink)
     assert SECRET not in sink.base_url
-    assert sink.base_url.startswith(url.split("://")[0] + "://***@")
+    assert sink.base_url.startswith(url.split("://", maxsplit=1)[0] + "://***@")
 
 
 def test_result_reasons_and_log_events_never_contain_the_userinfo() -> None:
