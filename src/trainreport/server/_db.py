@@ -16,9 +16,12 @@ so an acknowledged write survives a process crash and a power loss (DESIGN §7:
 never lose an acknowledged write).
 
 Thread-safety: a :class:`Database` is shared by every request thread. Each
-thread gets its own connection; writes are serialised by an in-process lock
-(so writers queue instead of spinning in SQLite's busy handler) and by
-``BEGIN IMMEDIATE`` (against other processes on the same file).
+thread reads on its own connection; writes are serialised on one writer
+connection by an in-process lock (so writers queue instead of spinning in
+SQLite's busy handler) and by ``BEGIN IMMEDIATE`` (against other processes on
+the same file), and the writes that queue up together are committed together
+(``_commit``: one fsync for a group of requests, each acknowledged only once
+its group is committed).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from trainreport.server._commit import GroupCommit
 from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate
 
 __all__ = [
@@ -183,7 +187,7 @@ class Database:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        self._write_lock = threading.Lock()
+        self._commits = GroupCommit(self._connect)
         self._closed = False
         self._create_schema()
 
@@ -214,16 +218,9 @@ class Database:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        with self._write_lock:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        """One atomic write, committed (with whatever writes queued beside it) on exit."""
+        with self._commits.transaction() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
