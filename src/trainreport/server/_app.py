@@ -32,12 +32,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from trainreport._logging import get_logger
 from trainreport.server import _page
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
-from trainreport.server._db import Applied, Database, SeriesGap, StaleWriter
+from trainreport.server._db import (
+    Applied,
+    Database,
+    SeriesGap,
+    StaleWriter,
+    Stored,
+    UpdateOutcome,
+)
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
     ApiError,
+    TaskUpdate,
     parse_json,
     validate_id,
     validate_patch,
@@ -214,14 +222,14 @@ class _Api:
 
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        async with held_body(request, self._limits, self._budget) as body:
-            patch = await run_in_threadpool(
-                lambda: validate_patch(check_text(parse_json(body), body))
-            )
         now = _utc_now()
-        stored = await run_in_threadpool(
-            lambda: self._db.patch_task(job_id, task_id, patch, now=now)
-        )
+
+        def store(body: bytearray) -> Stored:  # one trip to the thread pool: parse to commit
+            patch = validate_patch(check_text(parse_json(body), body))
+            return self._db.patch_task(job_id, task_id, patch, now=now)
+
+        async with held_body(request, self._limits, self._budget) as body:
+            stored = await run_in_threadpool(store, body)
         return JSONResponse({"status": stored.status, "cancel_requested": stored.cancel_requested})
 
     async def open_writer(self, request: Request) -> Response:
@@ -245,14 +253,14 @@ class _Api:
 
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        async with held_body(request, self._limits, self._budget) as body:
-            update = await run_in_threadpool(
-                lambda: validate_update(check_text(parse_json(body), body))
-            )
         now = _utc_now()
-        outcome = await run_in_threadpool(
-            lambda: self._db.apply_update(job_id, task_id, update, now=now)
-        )
+
+        def apply(body: bytearray) -> tuple[TaskUpdate, UpdateOutcome]:  # one trip, as above
+            update = validate_update(check_text(parse_json(body), body))
+            return update, self._db.apply_update(job_id, task_id, update, now=now)
+
+        async with held_body(request, self._limits, self._budget) as body:
+            update, outcome = await run_in_threadpool(apply, body)
         if isinstance(outcome, StaleWriter):
             current = outcome.current_generation
             raise ApiError(
