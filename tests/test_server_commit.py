@@ -173,3 +173,37 @@ def test_a_failed_commit_fails_every_write_of_its_group(db: _Fixture) -> None:
 
     assert ["k0 failed", "k1 failed"] == sorted(outcomes)
     assert set() == db.stored()
+
+
+def test_the_write_ahead_log_stays_bounded_without_sqlite_autocheckpoint(tmp_path: Path) -> None:
+    """The writer turns SQLite's in-commit checkpoint off; the log is checkpointed after commits.
+
+    Writes of ~20x the (lowered) threshold leave a log a few thresholds long,
+    not one that grew with everything written.
+    """
+    from trainreport.server._db import Database  # noqa: PLC0415
+    from trainreport.server._wire import SeriesPoints, TaskUpdate  # noqa: PLC0415
+
+    db = Database(tmp_path / "wal.db")
+    threshold = 128 * 1024
+    db._commits._checkpoint_wal_bytes = threshold
+    try:
+        generation = db.open_writer("j", "t").generation
+        for sequence in range(1, 121):
+            offset = (sequence - 1) * 500
+            steps = list(range(offset, offset + 500))
+            update = TaskUpdate(
+                writer_generation=generation,
+                sequence=sequence,
+                status=None,
+                details={},
+                series=(SeriesPoints("loss", offset, steps, [1] * 500, [0.5] * 500),),
+            )
+            db.apply_update("j", "t", update, now="2026-01-01T00:00:00Z")
+        written = (tmp_path / "wal.db").stat().st_size
+        wal = (tmp_path / "wal.db-wal").stat().st_size
+    finally:
+        db.close()
+
+    assert written > 10 * threshold  # the checkpoints did move pages into the database
+    assert wal < 4 * threshold

@@ -22,10 +22,12 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["MAX_BATCH_WRITES", "GroupCommit"]
+__all__ = ["CHECKPOINT_WAL_BYTES", "MAX_BATCH_WRITES", "GroupCommit"]
 
 #: Writes sharing one transaction at most (bounds the wait of the first of them).
 MAX_BATCH_WRITES = 64
+#: A write-ahead log larger than this (bytes) is checkpointed after the next commit.
+CHECKPOINT_WAL_BYTES = 4 * 2**20
 
 
 class _Batch:
@@ -52,13 +54,34 @@ class _Batch:
 class GroupCommit:
     """Serialised writes on one connection, committed in groups.
 
+    SQLite's automatic checkpoint runs inside the commit that crosses its
+    threshold, that is, while every other writer waits. The writer connection
+    turns it off (``wal_autocheckpoint=0``, done by ``connect``) and the thread
+    that committed runs a passive checkpoint once the log outgrows
+    ``checkpoint_wal_bytes``, after it let go of the connection, so writes go
+    on meanwhile (one checkpoint at a time; a thread that finds one running
+    skips it).
+
     Args:
         connect: opens the writer connection (autocommit mode,
-            ``isolation_level=None``), on first use.
+            ``isolation_level=None``, ``wal_autocheckpoint=0``), on first use.
+        checkpoint: runs a passive checkpoint on a connection of its own.
+        wal_size: the write-ahead log's size in bytes (0 when absent).
+        checkpoint_wal_bytes: the log size that triggers a checkpoint, bytes.
     """
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        checkpoint: Callable[[], None] | None = None,
+        wal_size: Callable[[], int] | None = None,
+        checkpoint_wal_bytes: int = CHECKPOINT_WAL_BYTES,
+    ) -> None:
         self._connect = connect
+        self._checkpoint = checkpoint
+        self._wal_size = wal_size
+        self._checkpoint_wal_bytes = checkpoint_wal_bytes
+        self._checkpointing = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()  # the connection and _batch
         self._queued = 0  # writers waiting for _lock (guarded by _queued_lock)
@@ -102,6 +125,22 @@ class GroupCommit:
             batch.result()
         elif batch is not None and batch.error is not None:
             raise batch.error
+        if lead:
+            self._checkpoint_if_due()
+
+    def _checkpoint_if_due(self) -> None:
+        """A passive checkpoint when the log is large and none is running. Never raises."""
+        if self._checkpoint is None or self._wal_size is None:
+            return
+        if self._wal_size() < self._checkpoint_wal_bytes:
+            return
+        if not self._checkpointing.acquire(blocking=False):
+            return
+        try:
+            with contextlib.suppress(sqlite3.Error):
+                self._checkpoint()
+        finally:
+            self._checkpointing.release()
 
     def _undo(self, conn: sqlite3.Connection, batch: _Batch) -> None:
         """Roll back the failed block only; if SQLite ended the transaction, fail the batch."""
