@@ -1136,10 +1136,28 @@ def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
 
 def test_the_cli_defaults_match_the_server_defaults() -> None:
     """cli.py repeats the limits and the token variable so its parser needs no Starlette."""
+    from trainreport.server import DEFAULT_BODY_BUDGET_BYTES  # noqa: PLC0415
+    from trainreport.server._run import (  # noqa: PLC0415
+        DEFAULT_BODY_TIMEOUT_SECONDS,
+        DEFAULT_HEAD_TIMEOUT_SECONDS,
+        DEFAULT_MAX_CONNECTIONS,
+    )
+
     assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
         cli.DEFAULT_MAX_BODY_BYTES,
         cli.DEFAULT_MAX_DECOMPRESSED_BYTES,
         cli._TOKEN_ENV_VAR,
+    )
+    assert (
+        DEFAULT_BODY_BUDGET_BYTES,
+        DEFAULT_HEAD_TIMEOUT_SECONDS,
+        DEFAULT_BODY_TIMEOUT_SECONDS,
+        DEFAULT_MAX_CONNECTIONS,
+    ) == (
+        cli.DEFAULT_BODY_BUDGET_BYTES,
+        cli.DEFAULT_HEAD_TIMEOUT_SECONDS,
+        cli.DEFAULT_BODY_TIMEOUT_SECONDS,
+        cli.DEFAULT_MAX_CONNECTIONS,
     )
 
 
@@ -1162,6 +1180,36 @@ def test_the_cli_serve_parser_reads_every_flag(tmp_path: Path) -> None:
     )
 
     assert ("127.0.0.1", 8321, False) == (defaults.host, defaults.port, defaults.access_log)
+    assert ([], 5.0, 10.0, 100) == (
+        defaults.allowed_hosts,
+        defaults.head_timeout,
+        defaults.body_timeout,
+        defaults.max_connections,
+    )
+    hardened = cli.build_parser().parse_args(
+        [
+            "serve",
+            "--allowed-hosts",
+            "a.internal,b.internal",
+            "--allowed-hosts",
+            "c.internal",
+            "--head-timeout",
+            "2.5",
+            "--body-timeout",
+            "3",
+            "--max-connections",
+            "7",
+            "--body-budget-bytes",
+            "1024",
+        ]
+    )
+    assert (["a.internal,b.internal", "c.internal"], 2.5, 3.0, 7, 1024) == (
+        hardened.allowed_hosts,
+        hardened.head_timeout,
+        hardened.body_timeout,
+        hardened.max_connections,
+        hardened.body_budget_bytes,
+    )
     assert (0, Path("tok"), 10, True) == (
         args.port,
         args.token_file,

@@ -348,3 +348,19 @@ def test_a_write_without_a_json_content_type_is_415_and_changes_nothing(
         assert "unsupported_media_type" == json.loads(data)["error"]
         task = _raw(module_server.url, "GET", "/v1/jobs/ct/tasks/t", {}, None)
         assert task[0] == 404 or json.loads(task[1])["status"] != "failed"
+
+
+def test_trainreport_serve_with_no_options_applies_every_rule(
+    server_process: ServerHandle,
+) -> None:
+    """The CLI server (the one a laptop runs) refuses rebinding, other origins and text bodies."""
+    url = server_process.url
+    port = url.rsplit(":", 1)[1]
+    body = b'{"status": "failed"}'
+    path = "/v1/jobs/cli/tasks/t"
+
+    assert 421 == _raw(url, "GET", "/v1/jobs", {"Host": f"evil.example:{port}"}, None)[0]
+    assert 403 == _raw(url, "PATCH", path, {**JSON, "Origin": "http://evil.example"}, body)[0]
+    assert 415 == _raw(url, "PATCH", path, {"Content-Type": "text/plain"}, body)[0]
+    assert 404 == _raw(url, "GET", path, {}, None)[0]
+    assert 200 == _raw(url, "PATCH", path, JSON, body)[0]
