@@ -1,4 +1,4 @@
-"""Headless Chromium for tests: the flags every run uses, a DOM dump and a screenshot.
+"""Headless Chromium for tests: the flags every run uses, and a DOM dump after scripts ran.
 
 Debian's ``chromium`` (CI installs it; tests that need it are skipped without
 it). Every run gets a fresh profile directory, no network beyond what the page
@@ -44,16 +44,3 @@ def dump_dom(url: str, profile: Path, *, budget_ms: int = 5000, extra: Sequence[
     command = _command(profile, [*extra, f"--virtual-time-budget={budget_ms}", "--dump-dom", url])
     done = subprocess.run(command, capture_output=True, timeout=120, check=False, text=True)
     return done.stdout
-
-
-def screenshot(
-    url: str, out: Path, profile: Path, *, budget_ms: int = 5000, size: str = "1200,900"
-) -> bytes:
-    """A PNG screenshot of ``url`` written to ``out`` (and returned)."""
-    command = _command(
-        profile,
-        [f"--screenshot={out}", f"--window-size={size}", f"--virtual-time-budget={budget_ms}", url],
-    )
-    subprocess.run(command, capture_output=True, timeout=120, check=False)
-    assert out.exists(), "chromium wrote no screenshot"
-    return out.read_bytes()
