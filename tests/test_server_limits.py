@@ -145,7 +145,7 @@ def test_a_body_sent_a_byte_at_a_time_is_closed_at_the_body_deadline(
     start_server: Callable[..., ServerHandle], slow_clients: Callable[[str], SlowClient]
 ) -> None:
     """A body trickling in (a total deadline, not an idle one) gets 408; nothing is stored."""
-    server = start_server(head_timeout_seconds=1.0, body_timeout_seconds=1.5)
+    server = start_server(head_timeout_seconds=3.0, body_timeout_seconds=1.5)
     body = json.dumps({"status": "running", "status_details": {"pad": "x" * 300}}).encode()
     head = (
         "PATCH /v1/jobs/slow/tasks/t HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -168,7 +168,7 @@ def test_a_kept_alive_connection_gets_a_fresh_head_deadline_per_request(
     start_server: Callable[..., ServerHandle], slow_clients: Callable[[str], SlowClient]
 ) -> None:
     """After a served request, a second head trickling in on the same connection is cut off too."""
-    server = start_server(head_timeout_seconds=1.0)
+    server = start_server(head_timeout_seconds=2.0)
     client = slow_clients(server.url)
     client.sock.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     while b"\r\n\r\n" not in client.received and not client._poll():
@@ -180,7 +180,7 @@ def test_a_kept_alive_connection_gets_a_fresh_head_deadline_per_request(
     client.trickle(b"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 500)
 
     assert client.closed_after is not None
-    assert time.monotonic() - second < 1.0 + SLACK_SECONDS
+    assert time.monotonic() - second < 2.0 + SLACK_SECONDS
     assert b"HTTP/1.1 408 " in client.received  # after the rest of the first response
 
 
@@ -191,7 +191,7 @@ def test_connections_beyond_the_cap_get_503_and_the_server_recovers(
 
     Once the head deadline has closed the idle ones, a normal client is served again.
     """
-    server = start_server(max_connections=4, head_timeout_seconds=2.0)
+    server = start_server(max_connections=4, head_timeout_seconds=4.0)
     idle = [slow_clients(server.url) for _ in range(4)]
     assert 200 != _first_status_or_reset(server.url)
 
@@ -219,7 +219,7 @@ def test_the_deadlines_leave_a_normal_client_alone(
     start_server: Callable[..., ServerHandle],
 ) -> None:
     """Ordinary requests, bodies included, on one kept-alive connection are unaffected."""
-    server = start_server(head_timeout_seconds=1.0, body_timeout_seconds=1.0)
+    server = start_server(head_timeout_seconds=3.0, body_timeout_seconds=3.0)
     host, port = _address(server.url)
     body = gzip.compress(json.dumps({"status_details": {"pad": "y" * 100_000}}).encode())
     with urllib3.HTTPConnectionPool(host, port, maxsize=1, retries=False) as pool:
