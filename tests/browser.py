@@ -19,14 +19,35 @@ import contextlib
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
+#: The flags every run uses: headless, no sandbox (root in CI), and no network beyond
+#: what the page asks for (no sync, component updates or background requests).
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+needs_chromium = pytest.mark.skipif(
+    not shutil.which(CHROMIUM),
+    reason=f"{CHROMIUM} is not installed (apt-get install chromium); CI installs it",
+)
 
 
 class BrowserError(RuntimeError):
@@ -50,14 +71,7 @@ class Browser:
         self._from_chrome, from_chrome_w = os.pipe()
         command = [
             CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+            *CHROMIUM_FLAGS,
             "--hide-scrollbars",
             "--remote-debugging-pipe",
             f"--user-data-dir={Path(self._profile.name) / 'profile'}",
@@ -220,3 +234,22 @@ class Browser:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def dump_dom(url: str, profile: Path, *, budget_ms: int = 5000, extra: Sequence[str] = ()) -> str:
+    """The page's DOM (as HTML) after its scripts ran for up to ``budget_ms`` of virtual time.
+
+    A one-shot run (``--dump-dom``) with a fresh profile directory ``profile`` and a
+    virtual time budget, so a page's script runs until it is idle or the budget is spent.
+    """
+    command = [
+        CHROMIUM,
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={profile}",
+        *extra,
+        f"--virtual-time-budget={budget_ms}",
+        "--dump-dom",
+        url,
+    ]
+    done = subprocess.run(command, capture_output=True, timeout=120, check=False, text=True)
+    return done.stdout

@@ -47,6 +47,7 @@ def _call(
     pool: urllib3.PoolManager, url: str, method: str, payload: Any, token: str | None = None
 ) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers["Content-Type"] = "application/json"
     response = pool.request(method, url, body=json.dumps(payload).encode(), headers=headers)
     assert response.status == 200, response.data
     return json.loads(response.data)

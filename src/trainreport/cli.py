@@ -28,7 +28,11 @@ Handler = Callable[[argparse.Namespace], int]
 # so that building the parser does not import Starlette.
 _TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
+DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
+DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
+DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
+DEFAULT_MAX_CONNECTIONS = 100
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +80,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text}")
     return value
 
 
@@ -138,6 +152,54 @@ def _add_serve(subparsers: Any) -> None:
         ),
     )
     serve.add_argument(
+        "--body-budget-bytes",
+        type=_positive_int,
+        default=DEFAULT_BODY_BUDGET_BYTES,
+        help=(
+            "request body bytes (after decompression) held at once across all requests; "
+            f"over it, 503 with Retry-After (default: {DEFAULT_BODY_BUDGET_BYTES})"
+        ),
+    )
+    serve.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            "answer requests whose Host header is NAME, besides loopback names and --host "
+            "(repeat, or separate with commas; '*' answers any host)"
+        ),
+    )
+    serve.add_argument(
+        "--head-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "time a client has to send a request's head; then 408 and close "
+            f"(default: {DEFAULT_HEAD_TIMEOUT_SECONDS:g})"
+        ),
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "time a client has to send a request's body once its head is in; then 408 and "
+            f"close (default: {DEFAULT_BODY_TIMEOUT_SECONDS:g})"
+        ),
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=(
+            "open connections served at once; a further one gets 503 and is closed "
+            f"(default: {DEFAULT_MAX_CONNECTIONS})"
+        ),
+    )
+    serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default)"
     )
     serve.set_defaults(handler=_serve)
@@ -173,6 +235,7 @@ def _serve(args: argparse.Namespace) -> int:
         format_url,
         make_uvicorn_server,
     )
+    from trainreport.server._security import allowed_host_names  # noqa: PLC0415
 
     try:
         token = _read_token(args)
@@ -188,11 +251,14 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 1
     try:
+        extra_hosts = [name for value in args.allowed_hosts for name in value.split(",")]
         app = create_app(
             args.db,
             token=token,
             max_body_bytes=args.max_body_bytes,
             max_decompressed_bytes=args.max_decompressed_bytes,
+            body_budget_bytes=args.body_budget_bytes,
+            allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
         )
     except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
         sock.close()
@@ -213,7 +279,21 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    server = make_uvicorn_server(app, access_log=args.access_log, configure_logging=True)
+    if args.host in ("0.0.0.0", "::") and not extra_hosts:  # noqa: S104 - a comparison
+        print(
+            f"note: only loopback names are answered for; add the names clients use to reach "
+            f"{args.host} with --allowed-hosts",
+            file=sys.stderr,
+            flush=True,
+        )
+    server = make_uvicorn_server(
+        app,
+        access_log=args.access_log,
+        configure_logging=True,
+        head_timeout_seconds=args.head_timeout,
+        body_timeout_seconds=args.body_timeout,
+        max_connections=args.max_connections,
+    )
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
