@@ -127,8 +127,11 @@ class Damage:
     detail: str
 
     def describe(self) -> str:
-        """``"<detail> at byte N; dropped M bytes"``, for a message. Never raises."""
-        return f"{self.detail} at byte {self.offset:,}; dropped {self.dropped_bytes:,} bytes"
+        """``"<kind> (<detail>) at byte N; M bytes dropped"``, for a message. Never raises."""
+        return (
+            f"{self.kind.value} ({self.detail}) at byte {self.offset:,}; "
+            f"{self.dropped_bytes:,} bytes dropped"
+        )
 
 
 # --- the state a log describes ---------------------------------------------------------
@@ -481,19 +484,18 @@ def _records(data: memoryview, start: int) -> Iterator[tuple[int, int, int, memo
     while position < size:
         if size - position < HEADER.size:
             raise _StopError(
-                Damage(DamageKind.TORN_TAIL, position, size - position, "a record header is cut")
+                Damage(DamageKind.TORN_TAIL, position, size - position, "its header is cut")
             )
         version, kind, _reserved, length, body_crc, header_crc = HEADER.unpack_from(data, position)
         if zlib.crc32(data[position : position + _HEADER_CRC_SPAN]) != header_crc:
-            raise _StopError(_corrupt(data, position, "a record header's checksum does not match"))
+            raise _StopError(_corrupt(data, position, "in a record header"))
         if version > FORMAT_VERSION:
             raise _StopError(
                 Damage(
                     DamageKind.NEWER_VERSION,
                     position,
                     size - position,
-                    f"a record of format version {version} (this trainreport reads up to "
-                    f"{FORMAT_VERSION})",
+                    f"version {version}; this trainreport reads up to {FORMAT_VERSION}",
                 )
             )
         body_start = position + HEADER.size
@@ -503,12 +505,12 @@ def _records(data: memoryview, start: int) -> Iterator[tuple[int, int, int, memo
                     DamageKind.TORN_TAIL,
                     position,
                     size - position,
-                    f"a record of {length:,} bytes is cut after {size - body_start:,}",
+                    f"{size - body_start:,} of its {length:,} bytes are there",
                 )
             )
         body = data[body_start : body_start + length]
         if zlib.crc32(body) != body_crc:
-            raise _StopError(_corrupt(data, position, "a record's checksum does not match"))
+            raise _StopError(_corrupt(data, position, "in a record body"))
         yield position, kind, version, body
         position = body_start + length
 
@@ -523,7 +525,7 @@ def _corrupt(data: memoryview, position: int, detail: str) -> Damage:
     """A checksum failure; only zero bytes from here on is a tail the disk never got."""
     rest = bytes(data[position:])
     if not rest.strip(b"\0"):
-        return Damage(DamageKind.TORN_TAIL, position, len(rest), "the log ends in zero bytes")
+        return Damage(DamageKind.TORN_TAIL, position, len(rest), "zero bytes the disk never got")
     return Damage(DamageKind.CORRUPT, position, len(rest), detail)
 
 
@@ -544,11 +546,9 @@ def replay(data: bytes | bytearray | memoryview) -> Replayed:
     if bytes(view[: len(MAGIC)]) != MAGIC:
         if MAGIC.startswith(bytes(view)):
             if size:
-                out.damage = Damage(DamageKind.TORN_TAIL, 0, size, "the log's header is cut")
+                out.damage = Damage(DamageKind.TORN_TAIL, 0, size, "the file header is cut")
             return out
-        out.damage = Damage(
-            DamageKind.NOT_A_LOG, 0, size, "the file does not start with a run log header"
-        )
+        out.damage = Damage(DamageKind.NOT_A_LOG, 0, size, "no run log header")
         return out
     out.valid_bytes = len(MAGIC)
     try:
@@ -557,7 +557,7 @@ def replay(data: bytes | bytearray | memoryview) -> Replayed:
                 _apply(out, kind, body)
             except (_InvalidRecordError, SeriesGapError, ValueError, TypeError) as exc:
                 out.damage = Damage(
-                    DamageKind.INVALID, position, size - position, f"an invalid record ({exc})"
+                    DamageKind.INVALID, position, size - position, str(exc) or type(exc).__name__
                 )
                 return out
             out.records += 1
