@@ -10,16 +10,19 @@ happen inside the handler, so ``trainreport --help`` works without the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
+import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainreport._summary import ServiceAnswerError
+    from trainreport.sinks._runfile import RunFile
 
 __all__ = ["build_parser", "main"]
 
@@ -296,15 +299,20 @@ def _add_show(subparsers: Any) -> None:
         "show",
         help="print a stored task (status, progress, series, hyperparameters) or list the jobs",
         description=(
-            "Print a task stored by a job-status service (--url URL JOB_ID) or a FileSink "
-            "(--file). --url URL without a job id lists the jobs of the reference server. "
+            "Print a task stored by a job-status service (--url URL JOB_ID) or by a FileSink "
+            "(--file: a run log, or the task record written at close). --url URL without a "
+            "job id lists the jobs of the reference server. "
             "A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
             "$TRAINREPORT_TOKEN_FILE, in that order."
         ),
     )
     source = show.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", help="base URL of the job-status service")
-    source.add_argument("--file", type=Path, help="a task JSON file written by FileSink")
+    source.add_argument(
+        "--file",
+        type=Path,
+        help="a run log (trainreport-runs/<run id>.log) or a task record (.json) of a FileSink",
+    )
     show.add_argument("job_id", nargs="?", help="the job (with --url; without it: list the jobs)")
     show.add_argument("--task", default="train", help="the task id (default: train)")
     token = show.add_mutually_exclusive_group()
@@ -333,8 +341,6 @@ def _show_token(args: argparse.Namespace) -> str | None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
-
     import urllib3  # noqa: PLC0415
 
     from trainreport._summary import (  # noqa: PLC0415
@@ -346,13 +352,7 @@ def _show(args: argparse.Namespace) -> int:
     )
 
     if args.file is not None:
-        try:
-            task = json.loads(args.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            print(f"trainreport show: cannot read {args.file}: {exc}", file=sys.stderr)
-            return 1
-        print(describe_task(task))
-        return 0
+        return _show_file(args.file)
     url = args.url.rstrip("/")
     try:
         token = _show_token(args)
@@ -375,6 +375,68 @@ def _show(args: argparse.Namespace) -> int:
         print(f"trainreport show: {url} did not answer JSON: {exc}", file=sys.stderr)
         return 1
     print(describe_task(task))
+    return 0
+
+
+@contextlib.contextmanager
+def _quiet_library_log() -> Iterator[None]:
+    """Keep trainreport's own log events (e.g. ``run_log_damaged``) off the terminal.
+
+    The command says the same in a sentence of its own; without a handler, Python
+    would print the raw event to stderr as well.
+    """
+    logger = logging.getLogger("trainreport")
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+def _load(command: str, path: Path) -> RunFile | None:
+    """Read a run log or task record for ``command``; prints why not and returns None."""
+    from trainreport.exceptions import RunLogError  # noqa: PLC0415
+    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+
+    try:
+        with _quiet_library_log():
+            run = load_run_file(path)
+    except OSError as exc:
+        print(f"trainreport {command}: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+    except RunLogError as exc:
+        print(f"trainreport {command}: {exc}", file=sys.stderr)
+        return None
+    if run.damage is not None:
+        print(
+            f"trainreport {command}: {path} is damaged: read its {run.records} intact records "
+            f"up to byte {run.damage.offset:,}; the rest is unreadable ({run.damage.describe()})",
+            file=sys.stderr,
+        )
+    return run
+
+
+def _show_file(path: Path) -> int:
+    from trainreport._summary import describe_task  # noqa: PLC0415
+    from trainreport.sinks._runfile import log_and_record_paths  # noqa: PLC0415
+
+    run = _load("show", path)
+    if run is None:
+        return 1
+    print(describe_task(run.task))
+    if run.trimmed:
+        print(
+            f"note: a trimmed journal: {len(run.trimmed)} series start past their first point "
+            "(the service holds the rest)"
+        )
+    log = log_and_record_paths(path)[0]
+    if not run.is_log and log.exists() and log.stat().st_mtime > path.stat().st_mtime:
+        print(
+            f"note: {log} is newer than this record (a run still going, or one that did not "
+            f"close): trainreport show --file {log}",
+            file=sys.stderr,
+        )
     return 0
 
 
