@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | demo | show`` and ``--version``.
+"""The ``trainreport`` command line: ``trainreport serve | demo | show | sync`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -79,6 +79,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {value}")
     return value
 
 
@@ -327,7 +337,7 @@ def _add_show(subparsers: Any) -> None:
 
 
 def _show_token(args: argparse.Namespace) -> str | None:
-    """The bearer token for ``show --url``: flags first, then the environment."""
+    """The bearer token for ``show --url`` and ``sync``: flags first, then the environment."""
     if args.token_file is not None:
         return str(args.token_file.read_text(encoding="utf-8").strip()) or None
     if args.token:
@@ -476,7 +486,99 @@ def _explain_not_found(job_id: str, task_id: str, url: str, token: str | None) -
     return f"job {job_id!r} has no task {task_id!r} at {url}; {listed}"
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show)
+# -- sync -------------------------------------------------------------------------------
+
+
+def _add_sync(subparsers: Any) -> None:
+    sync = subparsers.add_parser(
+        "sync",
+        help="upload a run log (or a task record) to a job-status service, without training",
+        description=(
+            "Upload a FileSink's run log (or task record) to a job-status service: the "
+            "offline-node workflow (record on a node without network, upload later). Sends "
+            "each series' points past what the service holds, nothing twice: running it again "
+            "sends nothing new. A series the service holds more of, or holds different points "
+            "of, is left as stored; the log's status and fields are sent unless the service's "
+            "are as new or newer (updated_at). Do not sync a run that is still reporting to the "
+            "same task: with the reference server's extension, sync takes over the task's "
+            "writer. A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
+            "$TRAINREPORT_TOKEN_FILE, in that order; $TRAINREPORT_CA_CERTS verifies TLS."
+        ),
+    )
+    sync.add_argument("path", type=Path, help="the run log (.log) or task record (.json)")
+    sync.add_argument("--url", required=True, help="base URL of the job-status service")
+    sync.add_argument(
+        "--job", help="the job id (default: the one the log recorded, else the file's name)"
+    )
+    sync.add_argument("--task", help="the task id (default: the one the log recorded, else train)")
+    token = sync.add_mutually_exclusive_group()
+    token.add_argument("--token-file", type=Path, help="read the bearer token from this file")
+    token.add_argument(
+        "--token", help="bearer token (visible in the process list: prefer --token-file)"
+    )
+    sync.add_argument(
+        "--full-state",
+        action="store_true",
+        help=(
+            "send full-state PATCH bodies (the baseline) even when the service offers the "
+            "series-suffix extension"
+        ),
+    )
+    sync.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        help="seconds each of the open and the send may take (default: 60)",
+    )
+    sync.set_defaults(handler=_sync)
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from trainreport._sync import SyncError, describe_sync, sync  # noqa: PLC0415
+    from trainreport.exceptions import ConfigError  # noqa: PLC0415
+    from trainreport.sinks import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
+
+    run = _load("sync", args.path)
+    if run is None:
+        return 1
+    name = args.path.name
+    if args.path.suffix in (LOG_SUFFIX, RECORD_SUFFIX):
+        name = args.path.stem
+    job = args.job or run.run.get("job_id") or name
+    task = args.task or run.run.get("task_id") or "train"
+    try:
+        token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport sync: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    url = args.url.rstrip("/")
+    try:
+        sink = HttpSink(
+            url,
+            job,
+            task,
+            token,
+            ca_certs=os.environ.get("TRAINREPORT_CA_CERTS") or None,
+            connect_timeout_seconds=min(args.timeout, 10.0),
+            read_timeout_seconds=args.timeout,
+            use_extension=not args.full_state,
+        )
+    except ConfigError as exc:
+        print(f"trainreport sync: {'; '.join(exc.problems)}", file=sys.stderr)
+        return 2
+    print(f"trainreport sync: {args.path} -> {url} job {job!r} task {task!r}")
+    try:
+        with _quiet_library_log():
+            report = sync(run.state, sink, timeout_seconds=args.timeout)
+    except SyncError as exc:
+        print(f"trainreport sync: {exc}", file=sys.stderr)
+        return 1
+    print(describe_sync(report))
+    return 0
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show, _add_sync)
 
 
 if __name__ == "__main__":
