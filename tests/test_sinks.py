@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import pickle
 import signal
@@ -22,6 +23,7 @@ import pytest
 
 from helpers import curve, without_updated_at
 from trainreport import (
+    ConfigError,
     Delivered,
     FileSink,
     MemorySink,
@@ -37,7 +39,7 @@ from trainreport import (
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks import default_sink_from_env
 from trainreport.sinks._runlog import replay
-from trainreport.testing import FakeClock
+from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -395,3 +397,38 @@ def test_a_full_disk_is_retried_and_then_nothing_is_lost(
     task = read_task(sink.log_path)
     assert [1, 2, 3] == [p[0] for p in curve(task, "a")]
     assert "a" == task["status_details"]["owner"]
+
+
+def test_a_failed_compaction_does_not_fail_the_send_and_is_not_retried_every_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.replace refused (as on Windows, with the log open): the append stands, logged once."""
+    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=math.inf)
+    sink.open()
+    replaced: list[str] = []
+
+    def refuse(src: Any, dst: Any) -> None:
+        replaced.append(str(dst))
+        raise PermissionError(13, "Access is denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    results = []
+    with capture_events() as events:
+        for i in range(3000):  # the same tail again and again: compaction comes due
+            update = Update("running", {"step": i}, (SeriesUpdate("a", 0, *_cols([1, 2])),), False)
+            results.append(sink.send(update))
+    monkeypatch.undo()
+    sink.close()
+
+    assert all(isinstance(r, Delivered) for r in results)
+    assert 1 <= len(replaced) < 5
+    failed = [e for e in events if e["event"] == "trainreport.run_log_write_failed"]
+    assert 1 == len(failed)
+    assert [1, 2] == [p[0] for p in curve(read_task(sink.log_path), "a")]
+
+
+@pytest.mark.parametrize("interval", [-1.0, math.nan, "10"])
+def test_a_bad_fsync_interval_is_a_config_error(tmp_path: Path, interval: Any) -> None:
+    """The interval is checked when the sink is built, where the caller can fix it."""
+    with pytest.raises(ConfigError, match="fsync_interval_seconds"):
+        FileSink(tmp_path / "job.log", fsync_interval_seconds=interval)

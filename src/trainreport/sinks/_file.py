@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainreport._logging import describe_exception, get_logger
+from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -23,6 +23,7 @@ from trainreport._sink import (
     Sink,
     Update,
 )
+from trainreport.exceptions import ConfigError
 from trainreport.sinks._record import SeriesGapError
 from trainreport.sinks._runfile import log_and_record_paths
 from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, replace_file
@@ -75,6 +76,9 @@ class FileSink(Sink):
             lose the last records.
         clock: monotonic clock for the fsync interval (seconds); injectable.
 
+    Raises:
+        ConfigError: ``fsync_interval_seconds`` is not a number >= 0.
+
     Attributes:
         path: the path given.
         log_path: the run log (a :class:`pathlib.Path`).
@@ -97,8 +101,12 @@ class FileSink(Sink):
     ) -> None:
         self.path = Path(path)
         self.log_path, self.record_path = log_and_record_paths(path)
+        interval = fsync_interval_seconds
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval >= 0:
+            raise ConfigError(["expected a number of seconds >= 0 @ $.fsync_interval_seconds"])
         self._run = {k: v for k, v in (("job_id", job_id), ("task_id", task_id)) if v}
-        self.fsync_interval_seconds = float(fsync_interval_seconds)
+        self.fsync_interval_seconds = float(interval)
+        self._once = OnceLogger()
         self.clock = clock
         self.bytes_written = 0
         self._writer: RunLogWriter | None = None
@@ -174,9 +182,12 @@ class FileSink(Sink):
         Returns:
             :class:`Delivered` with the lengths the log now holds and the bytes
             written; :class:`Resynchronise` for a suffix beyond a series' end;
-            :class:`RetryLater` on an I/O error (disk full: the record stays
-            pending and the file stays a valid log); :class:`Rejected` for an
-            update that cannot be encoded. Never raises.
+            :class:`RetryLater` when the write or ``fsync`` fails (disk full:
+            the record stays pending and the file stays a valid log);
+            :class:`Rejected` for an update that cannot be encoded. A failed
+            compaction does not fail the send: it is logged once
+            (``trainreport.run_log_write_failed``) and tried again when the
+            log has doubled. Never raises.
         """
         writer = self._writer
         if writer is None:
@@ -190,8 +201,6 @@ class FileSink(Sink):
         before = writer.bytes_written
         try:
             writer.flush()
-            if writer.compaction_due():
-                writer.compact()
             now = self.clock()
             if now - self._last_fsync >= self.fsync_interval_seconds:
                 writer.fsync()
@@ -199,6 +208,17 @@ class FileSink(Sink):
         except OSError as exc:
             self.bytes_written += writer.bytes_written - before
             return RetryLater(f"cannot write {self.log_path}: {exc.strerror or exc}")
+        if writer.compaction_due():
+            try:
+                writer.compact()
+            except OSError as exc:  # the records are written; the log is only longer
+                self._once.warning(
+                    "compact",
+                    "trainreport.run_log_write_failed",
+                    path=str(self.log_path),
+                    error=describe_exception(exc),
+                    during="compaction",
+                )
         written = writer.bytes_written - before
         self.bytes_written += written
         return Delivered(series_lengths=writer.state.lengths(), bytes_sent=written)

@@ -366,7 +366,8 @@ class RunLogWriter:
             bytes written.
 
         Raises:
-            OSError: the old log is left as it was.
+            OSError: the old log is left as it was, and :meth:`compaction_due`
+                says no until the log has doubled again.
         """
         fd = self._require_open()
         if keep_from:
@@ -376,7 +377,13 @@ class RunLogWriter:
             pieces += encode_run(self.run)
         if self.state.exists:
             pieces += encode_snapshot(self.state)
-        new_fd, written = replace_file(self.path, pieces, keep_open=True, lock=True)
+        try:
+            new_fd, written = replace_file(self.path, pieces, keep_open=True, lock=True)
+        except OSError:
+            # Not due again before the log has doubled (a platform that cannot
+            # replace an open file must not pay for a rewrite at every send).
+            self._compact_at = max(2 * (self.size + self._pending_bytes), MIN_COMPACT_BYTES)
+            raise
         assert new_fd is not None
         self._fd = new_fd
         os.close(fd)  # releases the old file's lock; the new one is held already
