@@ -376,3 +376,17 @@ def test_the_file_always_replays_to_the_writers_state(
     assert expected == (replayed.state.to_task(), replayed.state.lengths())
     assert replayed.damage is None
     assert {"job_id": "j"} == replayed.run
+
+
+def test_an_update_whose_details_carry_metrics_is_refused_not_written_unreadable(
+    tmp_path: Path,
+) -> None:
+    """Curves travel as series; a 'metrics' detail would make a record replay refuses."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    with pytest.raises(ValueError, match="metrics"):
+        writer.append(Update("running", {"metrics": {"a": []}}, None, False))
+    writer.append(step_update(1))
+    writer.close()
+    replayed = replay((tmp_path / "r.log").read_bytes())
+    assert replayed.damage is None
+    assert {"loss": 1} == replayed.state.lengths()

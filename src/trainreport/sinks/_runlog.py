@@ -285,8 +285,11 @@ def normalised(update: Update) -> Update:
     """``update`` with every column in the log's types (int64, int32, float64).
 
     Raises:
-        ValueError: the columns differ in length, or a value does not fit its type.
+        ValueError: the columns differ in length, a value does not fit its type,
+            or ``status_details`` holds ``metrics`` (curves travel as series).
     """
+    if "metrics" in update.status_details:
+        raise ValueError("status_details may not hold metrics: curves travel as series")
     if not update.series:
         return update
     out = []
