@@ -107,41 +107,48 @@ def test_file_sink_writes_the_get_shape_and_resumes_from_it(tmp_path: Path) -> N
 
 
 def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Path) -> None:
-    """While a reporter appends, every read_task of the log gives a prefix of the run."""
+    """While a reporter appends and compacts, every read_task gives a growing prefix of the run.
+
+    A send per report makes records small, so the log outgrows its snapshot and is
+    compacted several times; a reader must never see it vanish or shrink.
+    """
     path = tmp_path / "job.log"
-    reporter = Reporter(
-        FileSink(path), ReportingConfig(min_report_interval_seconds=0.0), rank=0
-    ).start()
+    sink = FileSink(path)
+    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.0), rank=0).start()
     stop = threading.Event()
     bad: list[str] = []
     reads = [0]
 
     def read_loop() -> None:
+        seen = -1  # points in the last task read; -1: no task read yet
         while not stop.is_set():
             try:
                 task = read_task(path)
-            except (RunLogError, FileNotFoundError):
+            except (RunLogError, FileNotFoundError) as exc:
+                if seen >= 0:
+                    bad.append(f"unreadable after {seen} points: {exc}")
                 continue
-            steps = (
-                [p[0] for p in curve(task, "train_loss")]
-                if "metrics" in task["status_details"]
-                else []
-            )
+            metrics = task["status_details"].get("metrics", {})
+            steps = [p["step"] for p in metrics.get("train_loss", [])]
             reads[0] += 1
-            if steps != list(range(1, len(steps) + 1)):
-                bad.append(repr(steps[:5]))
+            if steps != list(range(1, len(steps) + 1)) or len(steps) < seen:
+                bad.append(f"{len(steps)} points after {seen}: {steps[:5]}")
+            seen = max(seen, len(steps))
 
     reader = threading.Thread(target=read_loop)
     reader.start()
+    compactions = 0
     for step in range(1, 3001):
         reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
-        if step % 300 == 0:
-            reporter.flush(timeout=5)
+        assert reporter.flush(timeout=5)
+        writer = sink._writer
+        compactions = max(compactions, writer.compactions if writer is not None else 0)
     assert reporter.close(timeout=10)
     stop.set()
     reader.join()
     assert [] == bad
     assert reads[0] > 0
+    assert compactions >= 2
     assert 3000 == len(curve(json.loads(path.with_suffix(".json").read_text()), "train_loss"))
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
 
