@@ -25,15 +25,14 @@ from trainreport.sinks._runlog import (
     HEADER,
     MAGIC,
     POINT_BYTES,
-    DamageKind,
-    LogState,
     RecordKind,
     append_record,
     encode_record,
     encode_run,
     encode_snapshot,
-    replay,
 )
+from trainreport.sinks._runlog_replay import DamageKind, replay
+from trainreport.sinks._runlog_state import LogState
 
 pytestmark = pytest.mark.timeout(120)
 

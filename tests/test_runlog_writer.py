@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import SeriesGapError
-from trainreport.sinks._runlog import MAGIC, encode_record, replay
+from trainreport.sinks._runlog import MAGIC, encode_record
+from trainreport.sinks._runlog_replay import replay
 from trainreport.sinks._runlog_writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
 from trainreport.testing import capture_events
 

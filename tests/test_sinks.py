@@ -38,7 +38,7 @@ from trainreport import (
 )
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks import default_sink_from_env
-from trainreport.sinks._runlog import replay
+from trainreport.sinks._runlog_replay import replay
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -32,7 +32,7 @@ from trainreport import (
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._sync import SyncError, plan_sync
 from trainreport._sync import sync as sync_log
-from trainreport.sinks._runlog import LogState
+from trainreport.sinks._runlog_state import LogState
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -38,7 +38,7 @@ from trainreport._sink import (
     Sink,
     Update,
 )
-from trainreport.sinks._runlog import LogState
+from trainreport.sinks._runlog_state import LogState
 
 __all__ = ["SeriesOutcome", "SyncError", "SyncPlan", "SyncReport", "plan_sync", "sync"]
 

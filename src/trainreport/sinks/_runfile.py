@@ -17,7 +17,9 @@ import attrs
 from trainreport._logging import get_logger
 from trainreport._payloads import parse_stored_task
 from trainreport.exceptions import RunLogError
-from trainreport.sinks._runlog import MAGIC, Damage, LogState, replay
+from trainreport.sinks._runlog import MAGIC
+from trainreport.sinks._runlog_replay import Damage, replay
+from trainreport.sinks._runlog_state import LogState
 
 __all__ = [
     "LOG_SUFFIX",

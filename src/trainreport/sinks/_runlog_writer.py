@@ -2,7 +2,7 @@
 
 The writer owns the file, an exclusive advisory lock on it (``flock``, where
 the platform has it, so two processes never append to one log) and the state
-the file describes (:class:`~trainreport.sinks._runlog.LogState`). The invariant a
+the file describes (:class:`~trainreport.sinks._runlog_state.LogState`). The invariant a
 test checks after any sequence of calls: replaying the file gives the state
 the writer holds, once everything appended has been flushed.
 
@@ -34,15 +34,13 @@ from trainreport._logging import get_logger
 from trainreport._sink import Update
 from trainreport.sinks._runlog import (
     MAGIC,
-    DamageKind,
-    LogState,
-    Replayed,
     append_record,
     encode_run,
     encode_snapshot,
-    replay,
     snapshot_bytes,
 )
+from trainreport.sinks._runlog_replay import DamageKind, Replayed, replay
+from trainreport.sinks._runlog_state import LogState
 
 _flock: Callable[[int, int], None] | None
 try:
