@@ -24,6 +24,7 @@ EXPECTED = [
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
+    "RunLogError",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -33,6 +34,7 @@ EXPECTED = [
     "TransitionError",
     "TransportError",
     "Update",
+    "read_task",
 ]
 
 

@@ -12,6 +12,7 @@ from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
     ConfigError,
     ProtocolError,
+    RunLogError,
     SinkError,
     TrainReportError,
     TransitionError,
@@ -32,6 +33,7 @@ from trainreport.sinks import (
     Split,
     Update,
 )
+from trainreport.sinks._runfile import read_task
 
 __all__ = [
     "ConfigError",
@@ -49,6 +51,7 @@ __all__ = [
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
+    "RunLogError",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -58,6 +61,7 @@ __all__ = [
     "TransitionError",
     "TransportError",
     "Update",
+    "read_task",
 ]
 
 __version__ = "0.1.0"
