@@ -23,6 +23,7 @@ from trainreport._lifecycle import (
     PHASE_TRANSITIONS,
     REPORTER_TRANSITIONS,
     TASK_TRANSITIONS,
+    TERMINAL_STATUSES,
     Phase,
     ReporterInput,
     ReporterState,
@@ -85,9 +86,13 @@ Each report method maps to one lifecycle report:
   recorded. The machine logs `trainreport.transition_refused` at WARNING with the
   fields `status`, `phase` and `report`, once per `(status, report)` pair, so a
   loop that keeps stepping after completion logs one line, not one per step.
-- **A phase never goes backwards.** The phase table is consulted only when the
-  status after the report is `running`; when the status becomes terminal the phase
-  freezes where it was. `setup` moves to `training` on `training_start` or the
+- **A terminal status ends the phase.** `complete`, `fail` and `cancel` move the
+  phase to `done` from wherever it was, so a finished run reads `completed` /
+  `done`, never `completed` / `checkpointing`. A final evaluation after the end
+  leaves it `done`. While the phase is `done` no ETA is sent, shown or stored
+  (`eta_seconds` is the time left of a running task; see docs/engine.md).
+- **A phase never goes backwards.** The phase table is consulted for every report
+  the status table accepts. `setup` moves to `training` on `training_start` or the
   first `train_step`; `validation` and `checkpointing` are excursions that return
   to `training` on the next `train_step`. Validation straight from `setup` (a
   sanity check before training) is allowed. `other_metrics` and `epoch_end` never
@@ -117,8 +122,10 @@ attempt); the self-loops on the terminal statuses are the final evaluation.
 _PHASE_INTRO = """\
 ## Phase
 
-Consulted only when the status after the report is `running`. `complete`, `fail`
-and `cancel` are never looked up here: the phase freezes when the attempt ends.
+Consulted for every report the status table accepts. `complete`, `fail` and
+`cancel` lead to `done` from every phase of a running task; in `done` the status
+is terminal, so the status table refuses every report but a final evaluation and
+a new attempt before the phase is looked up.
 """
 
 _REPORTER_INTRO = """\
@@ -179,7 +186,7 @@ def _section(
     table: Mapping[tuple[_StateT, _InputT], _StateT],
     initial: _StateT,
     refused_header: str,
-    never_looked_up: Collection[_InputT] = (),
+    never_looked_up: Collection[tuple[_StateT, _InputT]] = (),
 ) -> list[str]:
     """One machine's section: intro, diagram, transition table, refused pairs."""
     lines = [intro.rstrip("\n"), ""]
@@ -196,7 +203,9 @@ def _section(
     refused_rows = []
     for state in states:
         refused = [
-            f"`{_name(i)}`" for i in inputs if (state, i) not in table and i not in never_looked_up
+            f"`{_name(i)}`"
+            for i in inputs
+            if (state, i) not in table and (state, i) not in never_looked_up
         ]
         if refused:
             refused_rows.append([f"`{_name(state)}`", ", ".join(refused)])
@@ -233,7 +242,11 @@ def render() -> str:
         table=PHASE_TRANSITIONS,
         initial=Phase.SETUP,
         refused_header="Phase kept (the report is still recorded; logged once per pair)",
-        never_looked_up=(TaskEvent.COMPLETE, TaskEvent.FAIL, TaskEvent.CANCEL),
+        never_looked_up=[
+            (Phase.DONE, event)
+            for event in TaskEvent
+            if all((status, event) not in TASK_TRANSITIONS for status in TERMINAL_STATUSES)
+        ],
     )
     lines += _section(
         _REPORTER_INTRO,

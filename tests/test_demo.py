@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 
 from trainreport import HttpSink, Reporter
 from trainreport._summary import sparkline
@@ -36,8 +38,47 @@ def test_demo_trains_reports_and_prints_a_complete_summary(tmp_path: Path) -> No
     assert {"60"} == set(counts.values())
     assert re.search(r"^\s+val_loss\s+\d+\s", out, flags=re.M)
     assert "p50" in out
+    # the embedded server has stopped: no URL is offered as if it still answered
     assert "trainreport serve --db trainreport-runs/trainreport.db" in out
+    assert "--keep-serving" in out.strip().splitlines()[-2]
+    assert not re.search(r"chart page: http://127\.0\.0\.1:\d+/jobs", out)
+    assert "phase done" in out  # the run is over: not "phase checkpointing"
+    assert "ETA" not in out
     assert (tmp_path / "trainreport-runs" / "t1" / "checkpoints" / "epoch-3.npz").exists()
+
+
+def test_demo_keep_serving_keeps_the_chart_page_up_until_ctrl_c(tmp_path: Path) -> None:
+    """With --keep-serving the printed chart page answers, and Ctrl-C ends the demo cleanly."""
+    command = [sys.executable, "-u", "-m", "trainreport.cli", "demo", "--steps", "30"]
+    with subprocess.Popen(
+        [*command, "--job-id", "t2", "--keep-serving"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:  # bounded by the module's pytest timeout
+                lines.append(line)
+                if "until Ctrl-C" in line:
+                    break
+            match = re.search(r"chart page: (http://\S+/jobs/t2/tasks/train)", lines[-1])
+            assert match is not None, "".join(lines)
+            page = urllib3.request("GET", match.group(1), timeout=10.0, retries=False)
+            base = match.group(1).split("/jobs/")[0]
+            task = urllib3.request("GET", base + "/v1/jobs/t2/tasks/train", timeout=10.0)
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+
+    assert (200, "text/html") == (page.status, page.headers["content-type"].split(";")[0])
+    assert "completed" == json.loads(task.data)["status"]
+    assert 0 == code
 
 
 def test_show_prints_a_file_sink_task(tmp_path: Path) -> None:
@@ -86,4 +127,4 @@ def test_show_prints_a_task_from_the_server_and_fails_cleanly_on_404(server: Any
         [*cli, "nope"], capture_output=True, text=True, timeout=60, check=False
     )
     assert 1 == missing.returncode
-    assert "404" in missing.stderr
+    assert "no job 'nope'" in missing.stderr

@@ -67,7 +67,12 @@ def test_drop_responses_next_applies_the_write_but_the_client_never_hears(
     with FaultProxy.for_url(server.url) as proxy, _pool() as pool:
         proxy.drop_responses_next(1)
         with pytest.raises(urllib3.exceptions.ProtocolError):
-            pool.request("PATCH", proxy.url + "/v1/jobs/j/tasks/t", body=body)
+            pool.request(
+                "PATCH",
+                proxy.url + "/v1/jobs/j/tasks/t",
+                body=body,
+                headers={"Content-Type": "application/json"},
+            )
         task = pool.request("GET", server.url + "/v1/jobs/j/tasks/t")
         assert 3 == json.loads(task.data)["status_details"]["step"]
 

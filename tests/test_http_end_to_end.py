@@ -504,7 +504,14 @@ def test_a_cancelled_job_sets_cancel_requested_after_the_next_send(
     reporter = reporter_for(server.url, use_extension)
     train(reporter, range(1, 11), flush_every=10)
     assert not reporter.cancel_requested.is_set()
-    assert 200 == urllib3.request("POST", f"{server.url}/v1/jobs/{JOB}/cancel").status
+    assert (
+        200
+        == urllib3.request(
+            "POST",
+            f"{server.url}/v1/jobs/{JOB}/cancel",
+            headers={"Content-Type": "application/json"},
+        ).status
+    )
     train(reporter, range(11, 21), flush_every=10)
     assert reporter.cancel_requested.is_set()
     reporter.report_cancelled(reason="cancelled by the job system")

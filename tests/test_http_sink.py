@@ -543,7 +543,11 @@ def test_cancel_requested_is_reported_in_both_modes(server: ServerHandle) -> Non
         first = sink.send(Update("running", {"step": 1}, None, not use_extension))
         assert isinstance(first, Delivered)
         assert not first.cancel_requested
-        urllib3.request("POST", f"{server.url}/v1/jobs/{job}/cancel")
+        urllib3.request(
+            "POST",
+            f"{server.url}/v1/jobs/{job}/cancel",
+            headers={"Content-Type": "application/json"},
+        )
         second = sink.send(Update("running", {"step": 2}, None, not use_extension))
         assert isinstance(second, Delivered)
         assert second.cancel_requested

@@ -161,17 +161,32 @@ def test_each_eval_dataset_gets_its_own_curve_once_per_evaluation(
     assert [2, 3, 4, 5] == epochs(task, "val_loss")
 
 
+def test_eval_speed_counters_are_current_values_not_curves(
+    full_run: tuple[dict[str, Any], Trainer, Path],
+) -> None:
+    """The adapter's default keeps ``val_runtime`` and ``*_per_second`` out of the curves."""
+    task, _, _ = full_run
+    details = task["status_details"]
+    counters = {"val_runtime", "val_samples_per_second", "val_steps_per_second"}
+    assert (set(), True) == (
+        {n for n in details["metrics"] if n.endswith(("_runtime", "_per_second"))},
+        counters <= set(details),
+    )
+
+
 def test_epoch_and_summary_never_appear_in_training_curves(
     full_run: tuple[dict[str, Any], Trainer, Path],
 ) -> None:
-    """``epoch`` is no metric and the end-of-training summary goes to ``summary_*`` only."""
+    """``epoch`` is no metric; the summary goes to ``summary_*`` current values, never a curve."""
     task, _, _ = full_run
-    names = set(task["status_details"]["metrics"])
+    details = task["status_details"]
+    names = set(details["metrics"])
     assert set() == {n for n in names if "epoch" in n}
-    assert [20] == steps(task, "summary_train_loss")
-    assert [20] == steps(task, "summary_train_runtime")
+    assert set() == {n for n in names if n.startswith("summary_")}
+    assert {"summary_train_loss", "summary_train_runtime", "summary_total_flos"} <= set(details)
     assert 18 == steps(task, "train_loss")[-1]
     assert "train_runtime" not in names
+    assert "train_runtime" not in details
 
 
 def test_run_end_state_has_checkpoint_progress_and_completed_status(
@@ -422,3 +437,31 @@ def test_split_logs_places_every_key_exactly_once(logs: dict[str, object]) -> No
     )
     assert len(logs) == placed
     assert [] == [k for k in dropped if type(logs[k]) in (int, float)]
+
+
+# --------------------------------------------------------------------------- Kubeflow Trainer
+
+
+def test_inside_a_trainjob_transformers_adds_kubeflow_even_to_report_to_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers appends ``kubeflow`` whenever the URL is set; only its switch removes it."""
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://127.0.0.1:1/status")
+    with_url = TrainingArguments(output_dir=str(tmp_path), report_to="none").report_to
+    monkeypatch.setenv("DISABLE_KUBEFLOW_INTEGRATION", "TRUE")
+    disabled = TrainingArguments(output_dir=str(tmp_path), report_to="none").report_to
+    assert (["kubeflow"], []) == (with_url, disabled)
+
+
+def test_the_callback_says_when_transformers_kubeflow_callback_also_posts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``kubeflow`` in ``report_to`` one warning names the switch that turns it off."""
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://127.0.0.1:1/status")
+    monkeypatch.delenv("KUBEFLOW_TRAINER_SERVER_TOKEN", raising=False)  # it posts nothing then
+    reporter, _ = make_reporter()
+    with capture_events() as events:
+        make_trainer(tmp_path, [TrainReportCallback(reporter)], evaluate=False, max_steps=2).train()
+    warned = [e for e in events if e["event"] == "trainreport.kubeflow_callback_active"]
+    assert 1 == len(warned)
+    assert "DISABLE_KUBEFLOW_INTEGRATION=TRUE" in warned[0]["reason"]

@@ -51,7 +51,8 @@ def test_sft_run_maps_train_validation_and_timing_streams() -> None:
     task = finished(logger, sink)
     details = task["status_details"]
     assert [1, 2, 3, 4] == steps(task, "train_loss")
-    assert [1, 2, 3, 4] == steps(task, "train_global_valid_toks")
+    assert "train_global_valid_toks" not in details["metrics"]  # a counter: current value only
+    assert 4096 == details["train_global_valid_toks"]
     assert [2, 4] == steps(task, "val_loss")
     assert [1, 2, 3, 4] == steps(task, "timing_train_total_step_time")
     assert [2, 4] == steps(task, "timing_validation_total_validation_time")
@@ -109,7 +110,8 @@ def test_grpo_system_metrics_with_step_metric_never_move_progress() -> None:
     task = finished(logger, sink)
     details = task["status_details"]
     assert [97] == steps(task, "ray_node.0.gpu.0.util")
-    assert [3] == steps(task, "performance_tokens_per_sec_per_gpu")
+    assert 1200.0 == details["performance_tokens_per_sec_per_gpu"]  # a counter: current value
+    assert "performance_tokens_per_sec_per_gpu" not in details["metrics"]
     assert (3, 30.0) == (details["step"], details["percentage_done"])
     assert "ray_ray/ray_step" not in details["metrics"]
     assert "ray_ray_step" not in details["metrics"]
@@ -250,3 +252,77 @@ def test_phase_of_prefix_always_gives_a_phase_the_reporter_accepts(prefix: str) 
     assert phase.isidentifier()
     assert len(phase) <= 52
     assert dataset is None or prefix.startswith("validation")
+
+
+# --------------------------------------------------------------------------- epochs
+
+
+def epochs(task: dict[str, Any], name: str) -> list[int]:
+    """The epochs of a stored curve's points."""
+    return [p["epoch"] for p in task["status_details"]["metrics"][name]]
+
+
+def test_steps_per_epoch_gives_each_point_its_one_based_epoch() -> None:
+    """With 3 steps an epoch, steps 1-3 are epoch 1, 4-6 epoch 2, 7 epoch 3; epoch is stored."""
+    logger, sink = make_logger(steps_per_epoch=3, num_epochs=3)
+    logger.log_metrics({"val_loss": 1.0}, 0, prefix="validation")  # val_at_start: step 0
+    for step in range(1, 8):
+        logger.log_metrics({"loss": 1.0 / step}, step, prefix="train")
+        if step % 3 == 0:
+            logger.log_metrics({"val_loss": 0.5}, step, prefix="validation")
+    task = finished(logger, sink)
+    assert ([1, 1, 1, 2, 2, 2, 3], [1, 1, 2], 3) == (
+        epochs(task, "train_loss"),
+        epochs(task, "val_loss"),
+        task["status_details"]["epoch"],
+    )
+
+
+def test_without_steps_per_epoch_every_point_stays_in_epoch_one() -> None:
+    """The logger is never told the epoch: without the schedule there is only epoch 1."""
+    logger, sink = make_logger()
+    for step in range(1, 5):
+        logger.log_metrics({"loss": 1.0}, step, prefix="train")
+    assert [1, 1, 1, 1] == epochs(finished(logger, sink), "train_loss")
+
+
+def test_from_schedule_derives_steps_epochs_and_max_steps_like_nemo_rl() -> None:
+    """``len(dataloader)`` steps an epoch; the run ends at min(max_num_steps, epochs x len)."""
+    sink = MemorySink()
+    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.01))
+    logger = TrainReportNemoLogger.from_schedule(
+        {"max_num_steps": 100, "max_num_epochs": 2}, list(range(4)), reporter
+    )
+    for step in range(1, 9):
+        logger.log_metrics({"loss": 1.0}, step, prefix="train")
+    task = finished(logger, sink)
+    details = task["status_details"]
+    assert ([1, 1, 1, 1, 2, 2, 2, 2], 8, 2, 100.0) == (
+        epochs(task, "train_loss"),
+        details["max_steps"],
+        details["num_epochs"],
+        details["percentage_done"],
+    )
+
+
+def test_from_schedule_takes_max_num_steps_when_it_ends_the_run_first() -> None:
+    """``max_num_steps`` below epochs x len bounds the run; a missing key bounds nothing."""
+    sink = MemorySink()
+    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.01))
+    logger = TrainReportNemoLogger.from_schedule({"max_num_steps": 5}, range(10), reporter)
+    logger.log_metrics({"loss": 1.0}, 1, prefix="train")
+    details = finished(logger, sink)["status_details"]
+    assert (5, None) == (details["max_steps"], details.get("num_epochs"))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4"])
+def test_steps_per_epoch_must_be_a_positive_int(bad: object) -> None:
+    """A wrong ``steps_per_epoch`` is a programming error raised at construction."""
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        TrainReportNemoLogger(steps_per_epoch=bad)  # type: ignore[arg-type]
+
+
+def test_from_schedule_refuses_an_empty_dataloader() -> None:
+    """An empty dataloader has no epoch length."""
+    with pytest.raises(ValueError, match="empty"):
+        TrainReportNemoLogger.from_schedule({"max_num_epochs": 1}, [])

@@ -21,6 +21,7 @@ from trainreport._lifecycle import (
     PHASE_TRANSITIONS,
     REPORTER_TRANSITIONS,
     TASK_TRANSITIONS,
+    TERMINAL_STATUSES,
     Outcome,
     Phase,
     ReporterInput,
@@ -62,18 +63,25 @@ EXPECTED_TASK: dict[tuple[TaskStatus, TaskEvent], TaskStatus] = {
     **{(t, E.OTHER_METRICS): t for t in (S.COMPLETED, S.FAILED, S.CANCELLED)},
 }
 
+RUNNING_PHASES = (P.SETUP, P.TRAINING, P.VALIDATION, P.CHECKPOINTING)
+
 EXPECTED_PHASE: dict[tuple[Phase, TaskEvent], Phase] = {
     **{(p, E.ATTEMPT_START): P.SETUP for p in Phase},
-    **{(p, E.TRAIN_STEP): P.TRAINING for p in Phase},
-    **{(p, E.VALIDATION): P.VALIDATION for p in Phase},
-    **{(p, E.OTHER_METRICS): p for p in Phase},
-    **{(p, E.EPOCH_END): p for p in Phase},
+    **{(p, E.TRAIN_STEP): P.TRAINING for p in RUNNING_PHASES},
+    **{(p, E.VALIDATION): P.VALIDATION for p in RUNNING_PHASES},
+    **{(p, E.OTHER_METRICS): p for p in RUNNING_PHASES},
+    **{(p, E.EPOCH_END): p for p in RUNNING_PHASES},
     (P.SETUP, E.TRAINING_START): P.TRAINING,
     (P.VALIDATION, E.TRAINING_START): P.TRAINING,
     (P.SETUP, E.CHECKPOINT): P.SETUP,
     (P.TRAINING, E.CHECKPOINT): P.CHECKPOINTING,
     (P.VALIDATION, E.CHECKPOINT): P.CHECKPOINTING,
     (P.CHECKPOINTING, E.CHECKPOINT): P.CHECKPOINTING,
+    # A terminal status ends the phase: the run is over, whatever it was doing last.
+    **{(p, e): P.DONE for p in RUNNING_PHASES for e in TERMINAL_EVENTS},
+    # A final evaluation after the end is recorded and leaves the run done.
+    (P.DONE, E.VALIDATION): P.DONE,
+    (P.DONE, E.OTHER_METRICS): P.DONE,
 }
 
 EXPECTED_REPORTER: dict[tuple[ReporterState, ReporterInput], ReporterState] = {
@@ -166,7 +174,7 @@ def test_is_terminal_is_true_only_for_completed_failed_cancelled(
 def test_status_and_phase_values_are_the_wire_strings() -> None:
     """The enums are str subclasses whose str() and format() are the stored strings."""
     assert ["pending", "running", "completed", "failed", "cancelled"] == [str(s) for s in S]
-    assert ["setup", "training", "validation", "checkpointing"] == [f"{p}" for p in P]
+    assert ["setup", "training", "validation", "checkpointing", "done"] == [f"{p}" for p in P]
     assert '["completed", "training"]' == json.dumps([S.COMPLETED, P.TRAINING])
     assert TaskStatus.FAILED is TaskStatus("failed")
 
@@ -180,14 +188,17 @@ def test_phase_table_pins_every_phase_event_pair(pair: tuple[Phase, TaskEvent]) 
     assert EXPECTED_PHASE.get(pair) == PHASE_TRANSITIONS.get(pair)
 
 
-def test_phase_table_never_holds_the_terminal_events() -> None:
-    """complete/fail/cancel are never looked up in the phase table: the phase freezes."""
-    assert set() == {e for (_, e) in PHASE_TRANSITIONS if e in TERMINAL_EVENTS}
+def test_terminal_events_lead_only_to_done() -> None:
+    """complete/fail/cancel end the phase from every running phase, and lead nowhere else."""
+    terminal_targets = {t for (_, e), t in PHASE_TRANSITIONS.items() if e in TERMINAL_EVENTS}
+    sources = {p for (p, e) in PHASE_TRANSITIONS if e in TERMINAL_EVENTS}
+
+    assert ({P.DONE}, set(RUNNING_PHASES)) == (terminal_targets, sources)
 
 
 @pytest.mark.parametrize(
     "pair",
-    [(p, e) for p, e in ALL_PHASE_PAIRS if e not in TERMINAL_EVENTS],
+    [(p, e) for p, e in ALL_PHASE_PAIRS if p in RUNNING_PHASES and e not in TERMINAL_EVENTS],
     ids=_ids,
 )
 def test_apply_follows_the_phase_table_while_running(pair: tuple[Phase, TaskEvent]) -> None:
@@ -205,14 +216,14 @@ def test_apply_follows_the_phase_table_while_running(pair: tuple[Phase, TaskEven
 
 
 @pytest.mark.parametrize("event", TERMINAL_EVENTS, ids=lambda e: e.value)
-@pytest.mark.parametrize("phase", list(Phase), ids=lambda p: p.value)
-def test_terminal_report_freezes_the_phase(phase: Phase, event: TaskEvent) -> None:
-    """Ending the attempt leaves the phase where it was."""
+@pytest.mark.parametrize("phase", RUNNING_PHASES, ids=lambda p: p.value)
+def test_terminal_report_ends_the_phase(phase: Phase, event: TaskEvent) -> None:
+    """Ending the attempt moves the phase to done, not the last excursion (checkpointing)."""
     machine = _running(phase)
 
     machine.apply(event)
 
-    assert phase == machine.phase
+    assert Phase.DONE == machine.phase
 
 
 # --- DESIGN §4 scenarios --------------------------------------------------------------
@@ -249,14 +260,14 @@ def test_failure_reported_first_stays_a_failure(later: TaskEvent) -> None:
 def test_validation_after_completion_is_recorded_without_reopening(
     terminal: TaskEvent, event: TaskEvent
 ) -> None:
-    """A final evaluation after a terminal status is applied; the status does not change."""
+    """A final evaluation after a terminal status is applied; status and phase stay over."""
     machine = _running(Phase.TRAINING)
     machine.apply(terminal)
     status = machine.status
 
     outcome = machine.apply(event)
 
-    assert (Outcome.APPLIED, status, Phase.TRAINING) == (outcome, machine.status, machine.phase)
+    assert (Outcome.APPLIED, status, Phase.DONE) == (outcome, machine.status, machine.phase)
 
 
 @pytest.mark.parametrize(
@@ -271,7 +282,7 @@ def test_train_step_after_completion_is_refused(event: TaskEvent) -> None:
 
     outcome = machine.apply(event)
 
-    assert (Outcome.REFUSED, S.COMPLETED, Phase.TRAINING) == (
+    assert (Outcome.REFUSED, S.COMPLETED, Phase.DONE) == (
         outcome,
         machine.status,
         machine.phase,
@@ -375,7 +386,7 @@ def test_refused_transition_is_logged_once_per_pair_not_per_step() -> None:
             "event": "trainreport.transition_refused",
             "log_level": "warning",
             "status": "completed",
-            "phase": "training",
+            "phase": "done",
             "report": "train_step",
         }
     ] == events
@@ -434,7 +445,7 @@ def test_strict_mode_raises_transition_error_and_leaves_the_machine_unchanged() 
     with capture_events() as events, pytest.raises(TransitionError, match="train_step"):
         machine.apply(E.TRAIN_STEP)
 
-    assert (S.COMPLETED, Phase.TRAINING, []) == (machine.status, machine.phase, events)
+    assert (S.COMPLETED, Phase.DONE, []) == (machine.status, machine.phase, events)
 
 
 def test_strict_mode_raises_for_a_refused_phase() -> None:
@@ -489,6 +500,8 @@ def test_any_report_sequence_keeps_the_lifecycle_invariants(events: list[TaskEve
             assert before[0] == after[0]
         if before[1] is not Phase.SETUP:
             assert Phase.SETUP != after[1]
+        # a terminal status and the phase done go together (the run is over)
+        assert (after[0] in TERMINAL_STATUSES) == (after[1] is Phase.DONE)
 
 
 # --- the reporter machine -------------------------------------------------------------

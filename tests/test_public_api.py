@@ -14,6 +14,7 @@ EXPECTED = [
     "Delivered",
     "FileSink",
     "HttpSink",
+    "KubeflowSink",
     "MemorySink",
     "Opened",
     "Phase",
@@ -24,6 +25,7 @@ EXPECTED = [
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
+    "RunLogError",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -33,6 +35,7 @@ EXPECTED = [
     "TransitionError",
     "TransportError",
     "Update",
+    "read_task",
 ]
 
 

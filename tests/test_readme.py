@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainreport import read_task
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -15,14 +17,19 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
 
 
-def test_plain_loop_example_runs_and_writes_the_curves(tmp_path: Path) -> None:
-    """Run the README's first Python block in a fresh interpreter and read its JSON file."""
+def plain_loop_example() -> str:
     examples = [b for b in python_blocks() if "FileSink(" in b]
     assert 1 == len(examples)
-    example = examples[0]
+    return examples[0]
+
+
+def test_plain_loop_example_runs_and_writes_the_curves(tmp_path: Path) -> None:
+    """Run the README's first Python block in a fresh interpreter and read its JSON file."""
+    example = plain_loop_example()
     subprocess.run([sys.executable, "-c", example], cwd=tmp_path, check=True, timeout=120)
     task = json.loads((tmp_path / "trainreport-runs" / "example.json").read_text())
     details = task["status_details"]
+    assert task == read_task(tmp_path / "trainreport-runs" / "example.log")
     assert "completed" == task["status"]
     assert 200 == details["step"]
     assert 100.0 == details["percentage_done"]
@@ -31,3 +38,45 @@ def test_plain_loop_example_runs_and_writes_the_curves(tmp_path: Path) -> None:
     assert [50, 100, 150, 200] == [p["step"] for p in details["metrics"]["val_loss"]]
     assert "ckpt/step-200" == details["checkpoint_path"]
     assert {"optimizer/lr": 0.1, "batch_size": 32} == details["hyperparameters"]
+    assert ("done", False) == (details["phase"], "eta_seconds" in details)  # the run is over
+
+
+# Ctrl-C at the 120th step: the loop's `math.exp` raises KeyboardInterrupt, as the
+# interpreter's SIGINT handler would between two bytecodes of the loop.
+_INTERRUPT_AT_STEP_120 = """
+import itertools, math
+_exp, _calls = math.exp, itertools.count(1)
+def _exp_interrupted(x):
+    if next(_calls) == 120:
+        raise KeyboardInterrupt
+    return _exp(x)
+math.exp = _exp_interrupted
+"""
+
+
+def test_plain_loop_example_reports_ctrl_c_as_cancelled_interrupted(tmp_path: Path) -> None:
+    """The README's pattern (``except BaseException: report_error``) records Ctrl-C as a cancel.
+
+    The example runs as written; Ctrl-C arrives during step 120. The process
+    still dies of the KeyboardInterrupt (the example re-raises it).
+    """
+    example = plain_loop_example()
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_AT_STEP_120 + example],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    task = json.loads((tmp_path / "trainreport-runs" / "example.json").read_text())
+    details = task["status_details"]
+
+    assert 0 != proc.returncode
+    assert "KeyboardInterrupt" in proc.stderr
+    assert ("cancelled", "interrupted", "done") == (
+        task["status"],
+        details.get("cancel_reason"),
+        details["phase"],
+    )
+    assert ("error" not in details, 119) == (True, details["step"])

@@ -76,6 +76,51 @@ def test_event_reports_bypass_the_debounce() -> None:
     reporter.close(timeout=5)
 
 
+@pytest.mark.parametrize("series_suffix", [True, False], ids=["suffix", "full-state"])
+@pytest.mark.parametrize(
+    ("end", "status"),
+    [
+        (lambda r: r.report_completed(), "completed"),
+        (lambda r: r.report_error(RuntimeError("boom")), "failed"),
+        (lambda r: r.report_cancelled(reason="preempted"), "cancelled"),
+    ],
+    ids=["completed", "failed", "cancelled"],
+)
+def test_a_finished_run_reads_done_with_no_eta_in_sends_record_and_snapshot(
+    end: Any, status: str, series_suffix: bool
+) -> None:
+    """A terminal status ends the phase and the ETA: not "completed, checkpointing, ETA 0 s".
+
+    The ETA is sent while the run goes on, then the last excursion (a checkpoint)
+    comes before the end; the final send, the stored record (a shallow merge would
+    keep the earlier ``eta_seconds``) and ``snapshot()`` all say the run is over.
+    """
+    reporter, sink, clock = make(MemorySink(series_suffix=series_suffix))
+    reporter.start()
+    reporter.report_training_start(max_steps=10, num_epochs=1)
+    for step in (1, 2, 3):
+        clock.advance(10.0)
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        cycle(reporter)
+    running = sink.task["status_details"]
+    reporter.report_checkpoint_saved(path="ckpt/3", step=3)
+    cycle(reporter)
+    end(reporter)
+    assert reporter.close(timeout=5)
+
+    last = sink.requests[-1]["status_details"]
+    stored = sink.task["status_details"]
+    snapshot = reporter.snapshot()["status_details"]
+    assert ("training", 70.0) == (running["phase"], running["eta_seconds"])
+    assert ("done", False) == (last["phase"], "eta_seconds" in last)
+    assert (status, "done", False) == (
+        sink.task["status"],
+        stored["phase"],
+        "eta_seconds" in stored,
+    )
+    assert ("done", False) == (snapshot["phase"], "eta_seconds" in snapshot)
+
+
 def test_full_state_event_send_leaves_curves_for_the_debounced_send() -> None:
     """In full-state mode an event send within the interval carries no ``metrics``."""
     reporter, sink, clock = make()
@@ -251,6 +296,85 @@ def test_report_before_start_is_kept() -> None:
     assert 10 == sink.task["status_details"]["max_steps"]
 
 
+def test_close_without_start_delivers_what_was_queued_and_says_start_was_forgotten() -> None:
+    """Forgetting ``start()`` never throws the run away: ``close()`` starts, delivers, closes.
+
+    One warning names the mistake and how many reports waited for ``close()``.
+    """
+    reporter, sink, _ = make()
+    reporter.report_training_start(max_steps=3)
+    for step in (1, 2, 3):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+    reporter.report_completed()
+
+    with capture_events() as events:
+        delivered = reporter.close(timeout=5)
+
+    assert (True, "closed") == (delivered, reporter.state)
+    assert ("completed", [1, 2, 3]) == (
+        sink.task["status"],
+        [p[0] for p in curve(sink.task, "train_loss")],
+    )
+    assert [{"queued_reports": 5, "log_level": "warning"}] == [
+        {k: e[k] for k in ("queued_reports", "log_level")}
+        for e in events
+        if e["event"] == "trainreport.started_at_close"
+    ]
+
+
+def test_close_without_start_on_another_rank_sends_nothing() -> None:
+    """Only global rank 0 starts anything, at close() too: other ranks stay inert."""
+    sink = MemorySink()
+    reporter = Reporter(sink, ReportingConfig(), rank=1)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+
+    assert reporter.close(timeout=5)
+    assert ("inert", []) == (reporter.state, sink.requests)
+
+
+def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> None:
+    """A pickled, unstarted reporter (Lightning's spawned worker) owns its copy's reports."""
+    reporter, _, _ = make(MemorySink())
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    copy = pickle.loads(pickle.dumps(reporter))
+
+    assert copy.close(timeout=5)
+    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")  # type: ignore[attr-defined]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
+def test_close_without_start_in_a_forked_child_leaves_the_reports_to_the_parent(
+    tmp_path: Any,
+) -> None:
+    """A data-loader worker forked from an unstarted reporter never sends its copy's reports.
+
+    The child's ``close()`` sends nothing (the file is not written); the parent's
+    ``close()`` delivers them once.
+    """
+    from trainreport import FileSink  # noqa: PLC0415
+
+    record = tmp_path / "task.json"
+    reporter = Reporter(FileSink(record), ReportingConfig(), rank=0)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    marker = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            closed = reporter.close(timeout=2)
+            marker.write_text(f"{closed} {reporter.state} {record.exists()}")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+
+    assert 0 == os.waitstatus_to_exitcode(status)
+    assert "True closed False" == marker.read_text()
+    assert reporter.close(timeout=5)
+    assert record.exists()
+
+
 def test_close_is_idempotent_and_returns_the_same_answer() -> None:
     """A second close() returns at once with the first answer."""
     reporter, _, _ = make()
@@ -305,6 +429,34 @@ def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
         raise KeyboardInterrupt
     assert "cancelled" == sink.task["status"]
     assert "interrupted" == sink.task["status_details"]["cancel_reason"]
+
+
+@pytest.mark.parametrize(
+    "interrupt",
+    [KeyboardInterrupt(), type("MyInterrupt", (KeyboardInterrupt,), {})()],
+    ids=["KeyboardInterrupt", "subclass"],
+)
+def test_report_error_given_a_keyboard_interrupt_reports_cancelled_interrupted(
+    interrupt: KeyboardInterrupt,
+) -> None:
+    """``except BaseException: reporter.report_error(exc)`` turns Ctrl-C into a cancel.
+
+    The lifecycle says an interrupt is ``cancelled`` with reason ``interrupted``,
+    not a failure with a ``KeyboardInterrupt`` error.
+    """
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+
+    reporter.report_error(interrupt)
+
+    assert reporter.close(timeout=5)
+    details = sink.task["status_details"]
+    assert ("cancelled", "interrupted", False) == (
+        sink.task["status"],
+        details.get("cancel_reason"),
+        "error" in details,
+    )
 
 
 def test_first_terminal_report_wins() -> None:

@@ -141,3 +141,49 @@ def test_backoff_delay_never_overflows(failures: int) -> None:
     """Even after very many failures the delay is the cap, not an OverflowError."""
     s = scheduler(backoff_initial=1.0, backoff_max=60.0)
     assert 60.0 >= s.backoff_delay(failures)
+
+
+# --------------------------------------------------------------------------- request floor
+
+
+def test_request_gap_delays_an_event_after_a_delivered_send() -> None:
+    """With a 5 s floor, an urgent event 1 s after a send waits until 5 s after it."""
+    s = scheduler(min_interval=0.1, min_request_gap=5.0)
+    s.note_change(100.0)
+    s.on_delivered(100.0)
+    s.note_change(101.0, urgent=True)
+    assert (105.0, False, True) == (s.due_at(), s.is_due(104.9), s.is_due(105.0))
+
+
+def test_request_gap_delays_a_retry_shorter_than_it() -> None:
+    """A 1 s backoff after a failure still waits for the 5 s floor from the failed attempt."""
+    s = scheduler(min_request_gap=5.0, backoff_initial=1.0)
+    s.note_change(100.0)
+    s.on_retry_later(100.0)
+    assert 105.0 == s.due_at()
+
+
+def test_request_gap_never_shortens_a_longer_wait() -> None:
+    """A rejection's long backoff is longer than the floor and is kept."""
+    s = scheduler(min_request_gap=5.0, rejected_backoff=300.0)
+    s.note_change(100.0)
+    s.on_rejected(100.0)
+    s.note_change(101.0)
+    assert 400.0 == s.due_at()
+
+
+def test_gap_allows_says_when_a_forced_send_may_go() -> None:
+    """``gap_allows`` is False within the floor after any attempt, True before the first."""
+    s = scheduler(min_request_gap=5.0)
+    before = s.gap_allows(0.0)
+    s.on_delivered(100.0)
+    assert (True, False, True) == (before, s.gap_allows(104.0), s.gap_allows(105.0))
+
+
+def test_no_request_gap_changes_nothing() -> None:
+    """Without a floor an event goes at once after a send."""
+    s = scheduler()
+    s.note_change(100.0)
+    s.on_delivered(100.0)
+    s.note_change(100.5, urgent=True)
+    assert (100.5, True) == (s.due_at(), s.gap_allows(100.5))

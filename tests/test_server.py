@@ -81,6 +81,7 @@ class Client:
         all_headers = {**self.headers, **(headers or {})}
         if payload is not _MISSING:
             body = json.dumps(payload).encode()
+        if method not in ("GET", "HEAD", "OPTIONS"):  # writes are JSON (docs/server.md)
             all_headers.setdefault("Content-Type", "application/json")
         response = self.pool.request(
             method, self.url + path, body=body, headers=all_headers, **kwargs
@@ -693,6 +694,45 @@ def test_update_merges_status_details_shallowly(api: Client, task: str) -> None:
     } == api.get(task).body["status_details"]
 
 
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_a_write_that_ends_the_run_removes_the_stored_eta(
+    api: Client, task: str, status: str
+) -> None:
+    """A run that is over has no time left: a terminal status drops ``eta_seconds``.
+
+    The shallow merge would keep the last running ETA (often "0 s") beside
+    ``completed``; PATCH and extension updates follow the same rule.
+    """
+    api.patch(
+        task, {"status": "running", "status_details": {"phase": "training", "eta_seconds": 9.5}}
+    )
+    api.patch(task, {"status": status, "status_details": {"phase": "done", "eta_seconds": 0.0}})
+    patched = api.get(task).body
+    other = task + "-update"
+    gen = open_writer(api, other)
+    api.post(
+        other + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "status": "running",
+            "status_details": {"eta_seconds": 9.5},
+        },
+    )
+    api.post(other + "/updates", {"writer_generation": gen, "sequence": 2, "status": status})
+
+    assert {"status": status, "status_details": {"phase": "done"}} == patched
+    assert {"status": status, "status_details": {}} == api.get(other).body
+
+
+def test_the_eta_is_kept_while_the_task_runs(api: Client, task: str) -> None:
+    """Only a terminal status removes the ETA; a running write without it keeps it."""
+    api.patch(task, {"status": "running", "status_details": {"eta_seconds": 9.5}})
+    api.patch(task, {"status_details": {"step": 2}})
+
+    assert {"eta_seconds": 9.5, "step": 2} == api.get(task).body["status_details"]
+
+
 @pytest.mark.parametrize(
     ("payload", "path"),
     [
@@ -924,7 +964,9 @@ def test_bad_ids_are_400(module_server: ServerHandle, raw_path: str) -> None:
     # a connection pool sends the path as written (PoolManager would normalise "..")
     host, port = module_server.url.removeprefix("http://").rsplit(":", 1)
     with urllib3.HTTPConnectionPool(host, int(port), retries=False) as pool:
-        reply = pool.urlopen("PATCH", raw_path, body=b"{}")
+        reply = pool.urlopen(
+            "PATCH", raw_path, body=b"{}", headers={"Content-Type": "application/json"}
+        )
 
         assert (400, "invalid_id") == (reply.status, json.loads(reply.data)["error"])
 
@@ -938,7 +980,9 @@ def test_paths_with_extra_segments_match_no_route(
     """An encoded slash becomes a path separator and so matches no endpoint (404)."""
     host, port = module_server.url.removeprefix("http://").rsplit(":", 1)
     with urllib3.HTTPConnectionPool(host, int(port), retries=False) as pool:
-        reply = pool.urlopen("PATCH", raw_path, body=b"{}")
+        reply = pool.urlopen(
+            "PATCH", raw_path, body=b"{}", headers={"Content-Type": "application/json"}
+        )
 
         assert 404 == reply.status
 
@@ -1275,10 +1319,28 @@ def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
 
 def test_the_cli_defaults_match_the_server_defaults() -> None:
     """cli.py repeats the limits and the token variable so its parser needs no Starlette."""
+    from trainreport.server import DEFAULT_BODY_BUDGET_BYTES  # noqa: PLC0415
+    from trainreport.server._run import (  # noqa: PLC0415
+        DEFAULT_BODY_TIMEOUT_SECONDS,
+        DEFAULT_HEAD_TIMEOUT_SECONDS,
+        DEFAULT_MAX_CONNECTIONS,
+    )
+
     assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
         cli.DEFAULT_MAX_BODY_BYTES,
         cli.DEFAULT_MAX_DECOMPRESSED_BYTES,
         cli._TOKEN_ENV_VAR,
+    )
+    assert (
+        DEFAULT_BODY_BUDGET_BYTES,
+        DEFAULT_HEAD_TIMEOUT_SECONDS,
+        DEFAULT_BODY_TIMEOUT_SECONDS,
+        DEFAULT_MAX_CONNECTIONS,
+    ) == (
+        cli.DEFAULT_BODY_BUDGET_BYTES,
+        cli.DEFAULT_HEAD_TIMEOUT_SECONDS,
+        cli.DEFAULT_BODY_TIMEOUT_SECONDS,
+        cli.DEFAULT_MAX_CONNECTIONS,
     )
 
 
@@ -1301,6 +1363,36 @@ def test_the_cli_serve_parser_reads_every_flag(tmp_path: Path) -> None:
     )
 
     assert ("127.0.0.1", 8321, False) == (defaults.host, defaults.port, defaults.access_log)
+    assert ([], 5.0, 10.0, 100) == (
+        defaults.allowed_hosts,
+        defaults.head_timeout,
+        defaults.body_timeout,
+        defaults.max_connections,
+    )
+    hardened = cli.build_parser().parse_args(
+        [
+            "serve",
+            "--allowed-hosts",
+            "a.internal,b.internal",
+            "--allowed-hosts",
+            "c.internal",
+            "--head-timeout",
+            "2.5",
+            "--body-timeout",
+            "3",
+            "--max-connections",
+            "7",
+            "--body-budget-bytes",
+            "1024",
+        ]
+    )
+    assert (["a.internal,b.internal", "c.internal"], 2.5, 3.0, 7, 1024) == (
+        hardened.allowed_hosts,
+        hardened.head_timeout,
+        hardened.body_timeout,
+        hardened.max_connections,
+        hardened.body_budget_bytes,
+    )
     assert (0, Path("tok"), 10, True) == (
         args.port,
         args.token_file,

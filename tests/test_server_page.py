@@ -3,6 +3,8 @@
 The browser part needs ``/usr/bin/chromium`` (CI installs it); without it those
 tests are skipped with a reason. Set ``TRAINREPORT_SAVE_SCREENSHOT=<path>`` to
 keep the task page's screenshot (``docs/images/task-page.png`` comes from there).
+Tests that read the rendered page (text, layout, where lines wrap) drive the
+browser over the DevTools protocol (``tests/browser.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from browser import Browser
 from trainreport.server import ServerHandle
 from trainreport.server._page import downsample_indices
 
@@ -44,6 +47,7 @@ def _call(
     pool: urllib3.PoolManager, url: str, method: str, payload: Any, token: str | None = None
 ) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers["Content-Type"] = "application/json"
     response = pool.request(method, url, body=json.dumps(payload).encode(), headers=headers)
     assert response.status == 200, response.data
     return json.loads(response.data)
@@ -330,3 +334,170 @@ def test_the_index_page_lists_jobs_in_a_real_browser(
     assert len(colours) > 50
     assert _near(colours, (0x15, 0x80, 0x3D)) > 200  # the "completed" badge
     assert _near(colours, (0xB9, 0x1C, 0x1C)) > 200  # the "failed" badge
+
+
+# -- the rendered page, read over the DevTools protocol ----------------------------------
+
+HF_HYPERPARAMETERS = json.loads(
+    (Path(__file__).parent / "data" / "hf_hyperparameters.json").read_text(encoding="utf-8")
+)  # a Hugging Face run's: TrainingArguments and a GPT-2 config, flattened (157 keys)
+CHECKPOINT = "/home/researcher/experiments/llama_finetune_v2/trainer_output/checkpoint-600"
+
+# Where each text of the selected elements wraps: the characters on both sides of
+# every line break, found from the on-screen position of each character.
+_LINE_BREAKS = """
+((selector) => Array.from(document.querySelectorAll(selector)).map((node) => {
+  const chars = [];
+  const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    for (let i = 0; i < t.data.length; i++) {
+      const range = document.createRange();
+      range.setStart(t, i);
+      range.setEnd(t, i + 1);
+      const rect = range.getBoundingClientRect();
+      if (rect.width || rect.height) chars.push([t.data[i], rect.top]);
+    }
+  }
+  const breaks = [];
+  for (let i = 1; i < chars.length; i++) {
+    if (chars[i][1] > chars[i - 1][1] + 2) breaks.push(chars[i - 1][0] + chars[i][0]);
+  }
+  return {text: node.textContent, breaks: breaks,
+          overflows: node.scrollWidth > node.clientWidth + 1};
+}))
+"""
+
+
+def _mid_word(pair: str) -> bool:
+    """A break between two letters or digits, unless it is a camelCase boundary."""
+    before, after = pair
+    camel = before.islower() and after.isupper()
+    return before.isalnum() and after.isalnum() and not camel
+
+
+def _line_breaks(browser: Browser, selector: str) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = browser.evaluate(f"{_LINE_BREAKS}({json.dumps(selector)})")
+    return result
+
+
+@needs_chromium
+@pytest.mark.parametrize("width", [1200, 760])
+def test_hyperparameter_keys_and_the_checkpoint_path_wrap_only_between_words(
+    server: ServerHandle, pool: urllib3.PoolManager, tmp_path: Path, width: int
+) -> None:
+    """A Hugging Face run's 157 hyperparameters and a long checkpoint path never break mid-word.
+
+    They wrap after ``/``, ``_``, ``.`` or ``-`` (or at a camelCase boundary);
+    nothing overflows its box; the checkpoint's full path is its text and its
+    tooltip.
+    """
+    write_demo_task(pool, server.url)
+    _call(
+        pool,
+        f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}",
+        "PATCH",
+        {"status_details": {"hyperparameters": HF_HYPERPARAMETERS, "checkpoint_path": CHECKPOINT}},
+    )
+
+    with Browser(width=width) as browser:
+        browser.open(f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        browser.wait_for("document.body.innerText.includes('training_args/output_dir')")
+        keys = _line_breaks(browser, ".hyperparameters .k")
+        checkpoint = _line_breaks(browser, ".stat.checkpoint .v")
+        tooltip = browser.evaluate("document.querySelector('.stat.checkpoint .v').title")
+        page_overflows = browser.evaluate(
+            "document.documentElement.scrollWidth > window.innerWidth"
+        )
+        browser.screenshot(tmp_path / f"hyperparameters-{width}.png")
+
+    assert 157 == len(keys)
+    assert set(HF_HYPERPARAMETERS) == {k["text"] for k in keys}
+    assert [] == [(k["text"], b) for k in keys for b in k["breaks"] if _mid_word(b)]
+    assert [] == [k["text"] for k in keys if k["overflows"]]
+    assert [CHECKPOINT] == [c["text"] for c in checkpoint]
+    assert [] == [b for b in checkpoint[0]["breaks"] if _mid_word(b)]
+    assert (CHECKPOINT, False, False) == (tooltip, checkpoint[0]["overflows"], page_overflows)
+
+
+@needs_chromium
+@pytest.mark.parametrize("page", ["task", "index"])
+def test_a_token_protected_page_opened_without_the_token_asks_for_it(
+    token_server: ServerHandle, server_token: str, pool: urllib3.PoolManager, page: str
+) -> None:
+    """No "no metric series yet": the page asks for the token, and entering it shows the data."""
+    write_demo_task(pool, token_server.url, server_token)
+    path = f"/jobs/{JOB}/tasks/{TASK}" if page == "task" else "/"
+    loaded = (
+        "document.querySelector('.legend') !== null"
+        if page == "task"
+        else "document.querySelector('table.tasks') !== null"
+    )
+
+    with Browser() as browser:
+        browser.open(token_server.url + path)
+        browser.wait_for("document.querySelector('input[type=password]') !== null")
+        asked = browser.evaluate("document.querySelector('main').innerText")
+        browser.evaluate(
+            f"document.querySelector('input[type=password]').value = {json.dumps(server_token)};"
+            "document.querySelector('.token button').click()"
+        )
+        browser.wait_for(loaded)
+        shown = browser.evaluate("[window.location.hash, document.querySelector('main').innerText]")
+
+    assert "requires a token" in asked
+    assert "no metric series yet" not in asked
+    assert f"#token={server_token}" == shown[0]
+    assert JOB in shown[1]
+
+
+@needs_chromium
+def test_a_page_with_a_wrong_token_says_the_token_was_refused(
+    token_server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """A token in the fragment that the server refuses is named as refused, and asked again."""
+    with Browser() as browser:
+        browser.open(f"{token_server.url}/jobs/{JOB}/tasks/{TASK}#token=wrong")
+        browser.wait_for("document.querySelector('input[type=password]') !== null")
+        text = browser.evaluate("document.querySelector('main').innerText")
+
+    assert "refused" in text
+    assert "no metric series yet" not in text
+
+
+@needs_chromium
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_a_finished_task_reads_done_with_no_eta_on_the_page_and_in_the_job_list(
+    server: ServerHandle, pool: urllib3.PoolManager, status: str
+) -> None:
+    """A record written by an older client (phase checkpointing, ETA 0) reads as over."""
+    _call(
+        pool,
+        f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}",
+        "PATCH",
+        {
+            "status": status,
+            "status_details": {
+                "phase": "checkpointing",
+                "step": 10,
+                "max_steps": 10,
+                "eta_seconds": 0.0,
+                "percentage_done": 100.0,
+            },
+        },
+    )
+    stat = (
+        "(k) => Array.from(document.querySelectorAll('.stat')).find((s) => "
+        "s.querySelector('.k').textContent === k).querySelector('.v').textContent"
+    )
+
+    with Browser() as browser:
+        browser.open(f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        browser.wait_for("document.querySelector('.stat') !== null")
+        phase, eta = browser.evaluate(f"[({stat})('phase'), ({stat})('eta')]")
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelector('table.tasks') !== null")
+        row = browser.evaluate("document.querySelector('table.tasks tbody tr').innerText")
+
+    assert ("done", "\N{EN DASH}") == (phase, eta)  # the page's "no value"
+    assert "done" in row.split("\t")
+    assert "checkpointing" not in row

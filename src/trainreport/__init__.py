@@ -13,6 +13,7 @@ from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
     ConfigError,
     ProtocolError,
+    RunLogError,
     SinkError,
     TrainReportError,
     TransitionError,
@@ -22,6 +23,7 @@ from trainreport.sinks import (
     Delivered,
     FileSink,
     HttpSink,
+    KubeflowSink,
     MemorySink,
     Opened,
     Rejected,
@@ -32,6 +34,7 @@ from trainreport.sinks import (
     Split,
     Update,
 )
+from trainreport.sinks._runfile import read_task
 
 __all__ = [
     "AttemptIdentity",
@@ -39,6 +42,7 @@ __all__ = [
     "Delivered",
     "FileSink",
     "HttpSink",
+    "KubeflowSink",
     "MemorySink",
     "Opened",
     "Phase",
@@ -49,6 +53,7 @@ __all__ = [
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
+    "RunLogError",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -58,6 +63,7 @@ __all__ = [
     "TransitionError",
     "TransportError",
     "Update",
+    "read_task",
 ]
 
 __version__ = "0.1.0"

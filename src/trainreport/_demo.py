@@ -198,26 +198,35 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
         closed = reporter.close(timeout=30.0)
     elapsed = time.monotonic() - started
     task = fetch_task(url, job_id, "train", args.token)
-    _print_summary(reporter, task, url, job_id, db_path if server else None, elapsed, final, closed)
+    _print_summary(reporter, task, job_id, elapsed, final, closed)
+    page = f"{url}/jobs/{job_id}/tasks/train"
     result = DemoResult(url, job_id, task, closed)
-    if server is not None:
-        if args.keep_serving:
-            print(f"\nserving {url} until Ctrl-C")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                pass
+    if server is None:  # a server of the user's (--url): it is still up
+        print(f"\nchart page: {page}")
+    elif args.keep_serving:
+        print(f"\nchart page: {page} (serving until Ctrl-C)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+    else:
         server.stop()
+        print(
+            "\nthe embedded server stopped with the demo; keep its chart page up with "
+            "`trainreport demo --keep-serving`,\nor look again: "
+            f"trainreport serve --db {db_path}  (then open "
+            f"http://127.0.0.1:8321/jobs/{job_id}/tasks/train)"
+        )
     return result
 
 
 def _print_summary(
     reporter: Reporter,
     task: dict[str, Any],
-    url: str,
     job_id: str,
-    db_path: Path | None,
     elapsed: float,
     final: dict[str, float],
     closed: bool,
@@ -239,9 +248,3 @@ def _print_summary(
         f"requests: {stats.requests_sent} sent, {stats.requests_failed} failed, "
         f"{stats.bytes_sent} bytes"
     )
-    print(f"\nchart page: {url}/jobs/{job_id}/tasks/train")
-    if db_path is not None:
-        print(
-            f"look again: trainreport serve --db {db_path}  (then open "
-            f"http://127.0.0.1:8321/jobs/{job_id}/tasks/train)"
-        )

@@ -14,11 +14,12 @@ Three machines:
    the stored status). Within an attempt a terminal status is final and the
    first terminal report wins; validation and other metrics after it are still
    recorded (a final evaluation) without changing the status.
-2. The phase (``PHASE_TRANSITIONS``), consulted only when the status after the
-   report is ``running``: ``setup -> training``, with ``validation`` and
-   ``checkpointing`` as excursions that return to ``training``. A phase never
-   goes backwards within an attempt; a missing phase pair keeps the phase and
-   is logged, but the report itself is still recorded.
+2. The phase (``PHASE_TRANSITIONS``), consulted for every report the status
+   table accepts: ``setup -> training``, with ``validation`` and
+   ``checkpointing`` as excursions that return to ``training``, and ``done``
+   once the status is terminal (the run is over, whatever it did last). A
+   phase never goes backwards within an attempt; a missing phase pair keeps
+   the phase and is logged, but the report itself is still recorded.
 3. The reporter object (``REPORTER_TRANSITIONS``): ``new -> running -> closing
    -> closed``, or ``inert`` (disabled, another rank, a forked child).
 
@@ -30,8 +31,9 @@ with ``strict=True`` (for tests), in which case they raise
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -41,6 +43,7 @@ from trainreport.exceptions import TransitionError
 __all__ = [
     "PHASE_TRANSITIONS",
     "REPORTER_TRANSITIONS",
+    "RUNNING_ONLY_DETAILS",
     "TASK_TRANSITIONS",
     "TERMINAL_STATUSES",
     "Outcome",
@@ -51,6 +54,7 @@ __all__ = [
     "TaskEvent",
     "TaskMachine",
     "TaskStatus",
+    "forget_running_only_details",
 ]
 
 
@@ -75,12 +79,14 @@ class TaskStatus(_StrEnum):
 
 
 class Phase(_StrEnum):
-    """What a running task is doing (DESIGN §4); meaningful while the status is ``running``."""
+    """What a task is doing: ``done`` once its status is terminal (docs/lifecycle.md)."""
 
     SETUP = "setup"
     TRAINING = "training"
     VALIDATION = "validation"
     CHECKPOINTING = "checkpointing"
+    DONE = "done"
+    """The attempt has ended (completed, failed or cancelled): no phase, no ETA."""
 
 
 class TaskEvent(enum.Enum):
@@ -125,6 +131,33 @@ TERMINAL_STATUSES: frozenset[TaskStatus] = frozenset(
     {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
 )
 """Statuses that end an attempt (DESIGN §4)."""
+
+RUNNING_ONLY_DETAILS: frozenset[str] = frozenset({"eta_seconds"})
+"""``status_details`` keys that mean something only while the task runs.
+
+``eta_seconds`` is the time left of a running task. A write that leaves the task
+in a terminal status removes them from the stored record (the reference server,
+``FileSink`` and ``MemorySink`` records, ``Reporter.snapshot()``), because a
+shallow merge would otherwise keep the last running value beside ``completed``.
+"""
+
+_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL_STATUSES)
+
+
+def forget_running_only_details(status: object, details: MutableMapping[str, Any]) -> None:
+    """Remove :data:`RUNNING_ONLY_DETAILS` from ``details`` when ``status`` is terminal.
+
+    Args:
+        status: the task's status after a write (a :class:`TaskStatus` or its
+            string value); anything else leaves ``details`` alone.
+        details: a stored ``status_details`` mapping, changed in place.
+
+    Never raises.
+    """
+    if status in _TERMINAL_VALUES:
+        for key in RUNNING_ONLY_DETAILS:
+            details.pop(key, None)
+
 
 _S = TaskStatus
 _E = TaskEvent
@@ -196,14 +229,32 @@ PHASE_TRANSITIONS: Mapping[tuple[Phase, TaskEvent], Phase] = MappingProxyType(
         (_P.CHECKPOINTING, _E.CHECKPOINT): _P.CHECKPOINTING,
         (_P.CHECKPOINTING, _E.OTHER_METRICS): _P.CHECKPOINTING,
         (_P.CHECKPOINTING, _E.EPOCH_END): _P.CHECKPOINTING,
+        # A terminal status ends the phase: a finished run is not "checkpointing".
+        (_P.SETUP, _E.COMPLETE): _P.DONE,
+        (_P.SETUP, _E.FAIL): _P.DONE,
+        (_P.SETUP, _E.CANCEL): _P.DONE,
+        (_P.TRAINING, _E.COMPLETE): _P.DONE,
+        (_P.TRAINING, _E.FAIL): _P.DONE,
+        (_P.TRAINING, _E.CANCEL): _P.DONE,
+        (_P.VALIDATION, _E.COMPLETE): _P.DONE,
+        (_P.VALIDATION, _E.FAIL): _P.DONE,
+        (_P.VALIDATION, _E.CANCEL): _P.DONE,
+        (_P.CHECKPOINTING, _E.COMPLETE): _P.DONE,
+        (_P.CHECKPOINTING, _E.FAIL): _P.DONE,
+        (_P.CHECKPOINTING, _E.CANCEL): _P.DONE,
+        # Done: a final evaluation is recorded and the run stays over; a new attempt
+        # (a new process on the stored task) starts over in setup. Every other report
+        # is refused by the status table before the phase is looked up.
+        (_P.DONE, _E.ATTEMPT_START): _P.SETUP,
+        (_P.DONE, _E.VALIDATION): _P.DONE,
+        (_P.DONE, _E.OTHER_METRICS): _P.DONE,
     }
 )
-"""``(phase, report) -> next phase``, consulted only when the next status is ``running``.
+"""``(phase, report) -> next phase``, consulted for every report the status table accepts.
 
 A missing pair (``TRAINING_START`` once training or checkpointing has been
 reached) keeps the phase: a phase never goes backwards (DESIGN §4). The
-terminal reports are never looked up: the phase freezes when the status
-leaves ``running``.
+terminal reports lead to ``done`` from every phase of a running task.
 """
 
 
@@ -295,13 +346,12 @@ class TaskMachine:
            ``"completed"``, ``"training"``, ``"train_step"``), once per
            ``(status, event)`` pair for the life of the machine, so a loop that
            keeps stepping after completion logs one line, not one per step.
-        2. Otherwise the status moves. If the new status is ``RUNNING``,
-           ``PHASE_TRANSITIONS[(phase, event)]`` gives the new phase; when that
-           pair is missing the phase is kept (a phase never goes backwards),
-           ``trainreport.phase_transition_refused`` is logged at INFO once per
-           ``(phase, event)`` pair, and the report is still applied (its data,
-           e.g. ``max_steps``, is recorded). If the new status is not
-           ``RUNNING`` the phase is left as it was.
+        2. Otherwise the status moves, and ``PHASE_TRANSITIONS[(phase, event)]``
+           gives the new phase (``done`` when the status became terminal); when
+           that pair is missing the phase is kept (a phase never goes
+           backwards), ``trainreport.phase_transition_refused`` is logged at
+           INFO once per ``(phase, event)`` pair, and the report is still
+           applied (its data, e.g. ``max_steps``, is recorded).
 
         Args:
             event: the report.
@@ -324,18 +374,17 @@ class TaskMachine:
                 event,
             )
             return Outcome.REFUSED
-        if new_status is TaskStatus.RUNNING:
-            new_phase = PHASE_TRANSITIONS.get((self.phase, event))
-            if new_phase is None:
-                self._refuse(
-                    ("phase", self.phase, event),
-                    "trainreport.phase_transition_refused",
-                    f"report {event.value!r} cannot move phase {self.phase.value!r}"
-                    " (a phase never goes backwards)",
-                    event,
-                )
-                new_phase = self.phase
-            self.phase = new_phase
+        new_phase = PHASE_TRANSITIONS.get((self.phase, event))
+        if new_phase is None:
+            self._refuse(
+                ("phase", self.phase, event),
+                "trainreport.phase_transition_refused",
+                f"report {event.value!r} cannot move phase {self.phase.value!r}"
+                " (a phase never goes backwards)",
+                event,
+            )
+            new_phase = self.phase
+        self.phase = new_phase
         self.status = new_status
         return Outcome.APPLIED
 

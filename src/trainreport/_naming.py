@@ -37,8 +37,11 @@ import attrs
 from trainreport._logging import get_logger
 
 __all__ = [
+    "EXCLUDE_PREFIX",
+    "MAX_CHARTED_LISTED",
     "MAX_NAME_LENGTH",
     "MAX_PARAM_ITEMS",
+    "MAX_SCALAR_NOTES",
     "STRIPPED_PREFIXES",
     "UNCONVERTIBLE",
     "UNNAMED_DATASET",
@@ -487,12 +490,29 @@ class EpochRule:
 # --------------------------------------------------------------------------- history
 
 
+#: Prefix that makes a ``time_series_metrics`` entry an exclusion (``"!*_runtime"``).
+EXCLUDE_PREFIX: Final[str] = "!"
+#: Names kept as current values only that are logged (one event each) per reporter.
+MAX_SCALAR_NOTES: Final[int] = 50
+#: Charted names listed beside each of those events.
+MAX_CHARTED_LISTED: Final[int] = 20
+
+
 class SeriesSelector:
     """Decides, once per qualified name, whether a metric keeps a history (DESIGN §3).
 
-    A metric whose qualified name matches one of the ``time_series_metrics``
-    glob patterns (:func:`fnmatch.fnmatchcase`, case-sensitive) is a series
-    (every point kept); any other is a scalar (latest value only).
+    Rules, over qualified names (``train_loss``, ``val_runtime``), matched
+    with :func:`fnmatch.fnmatchcase` (case-sensitive globs):
+
+    - an entry ``"pattern"`` selects the names it matches (a series: every
+      point kept); an entry ``"!pattern"`` excludes them (a scalar: the latest
+      value only);
+    - the *last* entry that matches a name decides (gitignore's rule), so
+      ``["*", "!*_runtime", "val_runtime"]`` charts everything but runtimes,
+      and ``val_runtime`` after all;
+    - a name no entry matches is a scalar, except when the first entry is an
+      exclusion: then the list starts from "every metric" (an implicit ``*``
+      in front), so ``["!*_runtime"]`` alone charts everything but runtimes.
 
     Args:
         patterns: the ``time_series_metrics`` setting. ``None`` means
@@ -502,6 +522,12 @@ class SeriesSelector:
             given but none is usable, or ``patterns`` is not iterable, every
             metric gets a history (warning ``trainreport.config_patterns_unusable``).
         default: the patterns used for ``None`` (an adapter's own default list).
+
+    Each name decided to be a scalar is logged once at INFO
+    (``trainreport.metric_kept_as_current_value`` with the ``name``, the
+    ``rule`` that decided it and, as ``charted``, up to 20 names charted so
+    far), for at most :data:`MAX_SCALAR_NOTES` names; then one
+    ``trainreport.metric_kept_as_current_value_limit`` event.
 
     Only patterns the user gave are reported as never matched; ``default`` and
     the all-unusable fallback are not. Not thread-safe (reporter thread only).
@@ -515,7 +541,14 @@ class SeriesSelector:
         else:
             chosen = self._parse(patterns)
         self._patterns = tuple(dict.fromkeys(chosen))
+        self._rules = tuple(
+            (p, p.startswith(EXCLUDE_PREFIX), p[1:] if p.startswith(EXCLUDE_PREFIX) else p)
+            for p in self._patterns
+        )
+        self._start_as_series = bool(self._rules) and self._rules[0][1]
         self._matched: set[str] = set()
+        self._charted: list[str] = []
+        self._scalar_notes = 0
 
     def _parse(self, patterns: object) -> list[str]:
         logger = get_logger()
@@ -562,8 +595,9 @@ class SeriesSelector:
     def is_series(self, name: str) -> bool:
         """Return whether the metric ``name`` keeps a history; remember which patterns matched.
 
-        Every pattern not yet known to match is tried, so a pattern shadowed by
-        an earlier one is not later reported as never matched.
+        Every pattern is tried (the last match decides), so a pattern shadowed
+        by another is not later reported as never matched. A scalar decision
+        is logged (see the class docs).
 
         Args:
             name: a qualified metric name (``train_loss``).
@@ -571,14 +605,35 @@ class SeriesSelector:
         Returns:
             ``True`` for a series, ``False`` for a scalar. Never raises for a ``str``.
         """
-        series = False
-        for pattern in self._patterns:
-            if series and pattern in self._matched:
-                continue  # the answer is known and this pattern is known to match something
-            if fnmatch.fnmatchcase(name, pattern):
+        series = self._start_as_series
+        rule: str | None = None
+        for pattern, excludes, glob in self._rules:
+            if fnmatch.fnmatchcase(name, glob):
                 self._matched.add(pattern)
-                series = True
+                series = not excludes
+                rule = pattern
+        if series:
+            if len(self._charted) < MAX_CHARTED_LISTED:
+                self._charted.append(name)
+        else:
+            self._note_scalar(name, rule)
         return series
+
+    def _note_scalar(self, name: str, rule: str | None) -> None:
+        self._scalar_notes += 1
+        if self._scalar_notes > MAX_SCALAR_NOTES + 1:
+            return
+        if self._scalar_notes == MAX_SCALAR_NOTES + 1:
+            get_logger().info(
+                "trainreport.metric_kept_as_current_value_limit", logged=MAX_SCALAR_NOTES
+            )
+            return
+        get_logger().info(
+            "trainreport.metric_kept_as_current_value",
+            name=name,
+            rule=rule if rule is not None else "no pattern matched",
+            charted=sorted(self._charted),
+        )
 
     def unmatched_patterns(self) -> tuple[str, ...]:
         """User-given patterns that matched no name passed to :meth:`is_series` so far."""

@@ -22,7 +22,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainreport._config import ReportingConfig
-from trainreport._lifecycle import Outcome, TaskEvent, TaskMachine, TaskStatus
+from trainreport._lifecycle import (
+    Outcome,
+    TaskEvent,
+    TaskMachine,
+    TaskStatus,
+    forget_running_only_details,
+)
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._naming import (
     MAX_PARAM_ITEMS,
@@ -185,13 +191,17 @@ class Recorder:
 
     Args:
         config: the reporter's configuration.
+        series_default: the ``time_series_metrics`` used when the config's is
+            ``None`` (an adapter's own default list; every metric otherwise).
     """
 
-    def __init__(self, config: ReportingConfig) -> None:
+    def __init__(
+        self, config: ReportingConfig, *, series_default: tuple[str, ...] = ("*",)
+    ) -> None:
         self.lock = threading.Lock()
         self.config = config
         self.store = MetricStore(config.max_metric_names)
-        self.selector = SeriesSelector(config.time_series_metrics)
+        self.selector = SeriesSelector(config.time_series_metrics, default=series_default)
         self.machine = TaskMachine(strict=config.strict_transitions)
         self.datasets = DatasetOrder()
         self.epoch_rule = EpochRule()
@@ -675,7 +685,10 @@ class Recorder:
     # --- building updates ----------------------------------------------------------
 
     def progress(self) -> dict[str, Any]:
-        """The progress fields: step, epoch, percentage_done, eta_seconds (None omitted)."""
+        """The progress fields: step, epoch, percentage_done, eta_seconds (None omitted).
+
+        No ``eta_seconds`` once the status is terminal: a run that is over has no time left.
+        """
         out: dict[str, Any] = {}
         step = self.step
         if step is not None:
@@ -685,7 +698,12 @@ class Recorder:
         if step is not None and self.max_steps:
             out["percentage_done"] = round(min(max(step / self.max_steps * 100.0, 0.0), 100.0), 2)
             first = self._first_step
-            if first is not None and self._last_step_time is not None and step > first[1]:
+            if (
+                first is not None
+                and self._last_step_time is not None
+                and step > first[1]
+                and not self.machine.is_terminal
+            ):
                 per_step = (self._last_step_time - first[0]) / (step - first[1])
                 out["eta_seconds"] = round(max(self.max_steps - step, 0) * per_step, 1)
         return out
@@ -704,6 +722,9 @@ class Recorder:
         for name, value in self.store.current_values():
             if math.isfinite(value):  # never null; the curve shows the gap
                 details[name] = value
+        # A terminal write makes the destination drop what only a running task has
+        # (the ETA), so a finished run neither carries nor sends it.
+        forget_running_only_details(self.machine.status, details)
         return details
 
     def has_changes(self) -> bool:
@@ -807,6 +828,7 @@ class Recorder:
         details.update(self._details(self.last_updated_at or "", self.sticky))
         if not self.last_updated_at:
             del details["updated_at"]
+        forget_running_only_details(self.machine.status, details)
         # A series with no points is not part of a stored task (a server keeps points, not names).
         if any(self.store.series.values()) or self.preserved:
             metrics: dict[str, Any] = {

@@ -242,7 +242,9 @@ class Reporter:
     deque); ``start``, ``flush`` and ``close`` from any one thread at a time.
 
     Before :meth:`start` a reporter holds no thread, lock or connection, so it
-    pickles; reports made before ``start()`` are kept and sent after it.
+    pickles; reports made before ``start()`` are kept and sent after it. If
+    ``start()`` is never called, :meth:`close` starts the reporter and delivers
+    them (docs/engine.md).
     """
 
     def __init__(
@@ -280,7 +282,11 @@ class Reporter:
         self._recorder: Recorder | None = None
         self._cancel: threading.Event | None = None
         self._pid: int | None = None
+        # The process whose reports the queue holds: a forked copy of an unstarted
+        # reporter (a data-loader worker) must never deliver its parent's reports.
+        self._owner_pid = os.getpid()
         self._once = OnceLogger()
+        self._series_default: tuple[str, ...] = ("*",)
 
     # --- construction helpers --------------------------------------------------------
 
@@ -314,6 +320,24 @@ class Reporter:
         env = os.environ if environ is None else environ
         config = ReportingConfig.from_env(env)
         return cls(default_sink_from_env(env), config, clock=clock)
+
+    def _use_series_default(self, patterns: tuple[str, ...]) -> bool:
+        """Use an adapter's own default ``time_series_metrics`` (for adapters, before start).
+
+        It applies only where the config's ``time_series_metrics`` is ``None``;
+        a list the user gave always wins.
+
+        Args:
+            patterns: the adapter's default list (``docs/integrations.md``).
+
+        Returns:
+            ``True`` when it will be used; ``False`` once the reporter has
+            started (the choice is made at ``start()``). Never raises.
+        """
+        if self._machine.state is not ReporterState.NEW:
+            return False
+        self._series_default = tuple(patterns)
+        return True
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -365,7 +389,7 @@ class Reporter:
             _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
             return self
         self._pid = os.getpid()
-        recorder = Recorder(self._config)
+        recorder = Recorder(self._config, series_default=self._series_default)
         self._recorder = recorder
         self._worker = Worker(
             recorder=recorder,
@@ -403,7 +427,11 @@ class Reporter:
         """Drain the queue, send the tail and join the reporter thread, within ``timeout``.
 
         Call it from a ``finally`` block. Idempotent: later calls return the
-        first call's answer (or wait for it when it is still running).
+        first call's answer (or wait for it when it is still running). On a
+        reporter that was never started, with reports queued, it starts it
+        first (rank and ``TRAINREPORT_DISABLED`` rules apply) and logs
+        ``trainreport.started_at_close``; a forked copy of an unstarted
+        reporter sends nothing (its parent delivers the reports).
 
         Args:
             timeout: seconds the whole close may take (default: the config's
@@ -421,16 +449,9 @@ class Reporter:
         """
         budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
         deadline = time.monotonic() + budget
+        if self._machine.state is ReporterState.NEW and not self._close_unstarted():
+            return True
         state = self._machine.state
-        if state is ReporterState.NEW:
-            self._machine.apply(ReporterInput.CLOSE)
-            self._accepting = False
-            dropped = len(self._queue)
-            self._queue.clear()
-            self._queued_bytes = 0
-            if dropped:
-                _log.warning("trainreport.closed_before_start", dropped_reports=dropped)
-            return dropped == 0
         if state is ReporterState.INERT:
             return True
         worker = self._worker
@@ -473,6 +494,32 @@ class Reporter:
             )
         except Exception:  # noqa: S110 - a warning must never break close()
             pass
+
+    def _close_unstarted(self) -> bool:
+        """``close()`` on a reporter whose ``start()`` was forgotten (docs/engine.md).
+
+        With queued reports, in the process that made them, it starts the
+        reporter now (same rank and ``TRAINREPORT_DISABLED`` rules as ``start()``)
+        and logs ``trainreport.started_at_close``, so that the caller's
+        ``close()`` delivers them within its deadline. Otherwise (nothing queued,
+        or a forked copy of a parent's queue) it closes without sending.
+
+        Returns:
+            True when the reporter was started and ``close()`` must go on.
+        """
+        queued = len(self._queue)
+        if queued and os.getpid() == self._owner_pid:
+            self.start()
+            if self._machine.state is ReporterState.RUNNING:  # not another rank, not disabled
+                _log.warning("trainreport.started_at_close", queued_reports=queued)
+            return True
+        self._machine.apply(ReporterInput.CLOSE)
+        self._accepting = False
+        self._queue.clear()
+        self._queued_bytes = 0
+        if queued:  # a forked child's copy: its parent holds and delivers these reports
+            _log.info("trainreport.closed_in_forked_copy", reports_left_to_parent=queued)
+        return False
 
     def _delivered(self) -> bool:
         worker = self._worker
@@ -549,6 +596,7 @@ class Reporter:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._owner_pid = os.getpid()  # an unpickled copy (a spawned worker) owns its reports
 
     # --- reading ---------------------------------------------------------------------
 
@@ -890,12 +938,20 @@ class Reporter:
     def report_error(self, error: BaseException | str) -> None:
         """Report that the run failed with ``error`` (status ``failed``); sent at once.
 
+        A ``KeyboardInterrupt`` (Ctrl-C) is not a failure: it is reported as
+        :meth:`report_cancelled` with reason ``"interrupted"`` (docs/lifecycle.md), so the
+        usual ``except BaseException as exc: reporter.report_error(exc)`` records
+        an interrupted run correctly.
+
         Args:
             error: the exception (its type name and message are kept, never
                 the exception itself, which would hold frames and tensors) or a message.
 
         Never raises, never blocks on I/O.
         """
+        if isinstance(error, KeyboardInterrupt):
+            self._put((K_CANCELLED, self._clock(), "interrupted"), wake=True)
+            return
         if isinstance(error, BaseException):
             kind, message = type(error).__name__, _safe_str(error)
         else:

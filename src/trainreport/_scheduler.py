@@ -17,6 +17,10 @@ Rules (DESIGN §1, §3, §8):
   due again only when new data arrived, and not before ``rejected_backoff``.
 * Heartbeat: with nothing to send, a send is due ``heartbeat`` seconds after the
   last delivered one, so the destination can tell a hung run from a slow one.
+* Request floor: with ``min_request_gap`` > 0 (a destination's own limit, such
+  as Kubeflow Trainer's 5 s), no send of any kind (regular, event, retry,
+  heartbeat) is due sooner than that after the previous attempt, whatever
+  its outcome.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ class SendScheduler:
         backoff_multiplier: growth factor per consecutive failure.
         backoff_jitter: fraction of random spread of each delay, in [0, 1].
         rejected_backoff: delay after a rejection before new data is tried (seconds).
+        min_request_gap: the destination's floor between two attempts (seconds;
+            0 for none). It holds for every kind of send.
         rng: random source for jitter (inject a seeded one in tests).
 
     Not thread-safe: owned by the reporter thread.
@@ -55,6 +61,7 @@ class SendScheduler:
     backoff_multiplier: float = 2.0
     backoff_jitter: float = 0.2
     rejected_backoff: float = 300.0
+    min_request_gap: float = 0.0
     rng: random.Random = attrs.field(factory=random.Random)
 
     last_success: float | None = attrs.field(default=None, init=False)
@@ -70,6 +77,8 @@ class SendScheduler:
     not_before: float | None = attrs.field(default=None, init=False)
     _rejected: bool = attrs.field(default=False, init=False)
     _new_since_rejection: bool = attrs.field(default=False, init=False)
+    #: When the last attempt (delivered or not) was made, for ``min_request_gap``.
+    last_attempt: float | None = attrs.field(default=None, init=False)
 
     def note_change(self, now: float, *, urgent: bool = False, first_point: bool = False) -> None:
         """New data was recorded at ``now``.
@@ -97,8 +106,20 @@ class SendScheduler:
     def due_at(self) -> float | None:
         """The monotonic time at which a send is due, or ``None`` when none will be.
 
-        A time in the past means "now".
+        A time in the past means "now". Never sooner than ``min_request_gap``
+        after the last attempt.
         """
+        due = self._due_at()
+        if due is None or self.last_attempt is None or self.min_request_gap <= 0:
+            return due
+        return max(due, self.last_attempt + self.min_request_gap)
+
+    def gap_allows(self, now: float) -> bool:
+        """True when ``min_request_gap`` allows an attempt at ``now`` (for forced sends)."""
+        last = self.last_attempt
+        return last is None or self.min_request_gap <= 0 or now >= last + self.min_request_gap
+
+    def _due_at(self) -> float | None:
         if self._rejected:
             if not self._new_since_rejection:
                 return None
@@ -131,6 +152,7 @@ class SendScheduler:
                 left them out, which leaves the window where it was.
         """
         self.last_success = now
+        self.last_attempt = now
         if carried_curves:
             self.curves_at = now
             self.force_curves = False
@@ -146,6 +168,7 @@ class SendScheduler:
 
     def on_retry_later(self, now: float, delay_seconds: float | None = None) -> float:
         """A transient failure at ``now``; returns the delay (seconds) before the next attempt."""
+        self.last_attempt = now
         self.consecutive_failures += 1
         delay = self.backoff_delay(self.consecutive_failures)
         if delay_seconds is not None and delay_seconds >= 0:
@@ -161,6 +184,7 @@ class SendScheduler:
 
     def on_rejected(self, now: float) -> float:
         """The destination refused the data at ``now``; returns the long delay (seconds)."""
+        self.last_attempt = now
         self.consecutive_failures += 1
         self._rejected = True
         self._new_since_rejection = False

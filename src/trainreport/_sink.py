@@ -218,7 +218,17 @@ class Sink(abc.ABC):
     frameworks), must never raise out of :meth:`open` or :meth:`send` for a
     destination failure (it returns a result instead), and is only ever called
     from the reporter thread.
+
+    Attributes:
+        min_interval_seconds: the destination's own floor between two
+            requests, in seconds (0.0: none). The reporter never sends to
+            this sink more often, whatever ``ReportingConfig`` says: it is the
+            debounce interval when the config's is shorter, and the least gap
+            between any two attempts (events, retries, ``flush()``) while
+            the run lives; only the first send of ``close()`` goes at once.
     """
+
+    min_interval_seconds: float = 0.0
 
     @abc.abstractmethod
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:

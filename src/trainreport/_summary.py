@@ -1,4 +1,9 @@
-"""Plain-text summaries of a stored task, for ``trainreport demo`` and ``trainreport show``."""
+"""Plain-text summaries of stored tasks and jobs, for ``trainreport demo`` and ``trainreport show``.
+
+Readers follow the lifecycle's rule that a terminal status ends the phase
+(docs/lifecycle.md): a finished task is shown as phase ``done`` with no ETA,
+whatever an older writer stored, and the ETA is shown only while it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,25 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 
-__all__ = ["describe_task", "fetch_task", "sparkline"]
+__all__ = [
+    "ServiceAnswerError",
+    "describe_jobs",
+    "describe_task",
+    "fetch_job",
+    "fetch_jobs",
+    "fetch_task",
+    "format_duration",
+    "shown_phase",
+    "sparkline",
+]
 
 _SPARKS = "▁▂▃▄▅▆▇█"
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_TIMEOUT_SECONDS = 10.0
 
 
 def sparkline(values: Sequence[float | None], width: int = 48) -> str:
@@ -33,8 +51,79 @@ def sparkline(values: Sequence[float | None], width: int = 48) -> str:
     )
 
 
+def shown_phase(status: object, phase: object) -> str:
+    """The phase to show: ``done`` for a terminal status, else the stored one (``-`` if none)."""
+    if status in _TERMINAL:
+        return "done"
+    return "-" if phase is None else str(phase)
+
+
+def format_duration(seconds: object) -> str | None:
+    """``"1 h 02 min"``, ``"1 min 05 s"``, ``"42 s"``; ``None`` for a non-number. Never raises."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    if not math.isfinite(seconds):
+        return None
+    s = max(0, round(seconds))
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {s:02d} s"
+    return f"{s} s"
+
+
+def _text(value: object) -> str:
+    """A detail value as a person reads it: strings bare, everything else as JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _of(value: object, maximum: object) -> str:
+    if value is None:
+        return "-"
+    return f"{_text(value)} of {_text(maximum)}" if maximum is not None else _text(value)
+
+
+def _aligned(
+    rows: Sequence[Sequence[str]], right: Sequence[int] = (), indent: str = ""
+) -> list[str]:
+    """Rows of cells padded to each column's widest cell (columns in ``right`` right-aligned)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _status_line(task: Mapping[str, Any], details: Mapping[str, Any]) -> str:
+    status = task.get("status", "-")
+    parts = [
+        f"status {status}",
+        f"phase {shown_phase(status, details.get('phase'))}",
+        f"step {_of(details.get('step'), details.get('max_steps'))}",
+        f"epoch {_of(details.get('epoch'), details.get('num_epochs'))}",
+        f"{_text(details.get('percentage_done', '-'))} % done",
+    ]
+    eta = format_duration(details.get("eta_seconds")) if status == "running" else None
+    if eta is not None:
+        parts.append(f"ETA {eta}")
+    parts.append(f"updated {_text(details.get('updated_at', '-'))}")
+    return ", ".join(parts)
+
+
 def describe_task(task: Mapping[str, Any]) -> str:
-    """Status, progress, each series' point count and final value, loss sparklines.
+    """Status line, checkpoint, error, each series' points and final value, loss sparklines,
+    and the hyperparameters, in aligned columns.
 
     Args:
         task: a task in the ``GET`` shape (``{"status": ..., "status_details": {...}}``).
@@ -43,26 +132,98 @@ def describe_task(task: Mapping[str, Any]) -> str:
     """
     details: Mapping[str, Any] = task.get("status_details") or {}
     metrics: Mapping[str, list[Mapping[str, Any]]] = details.get("metrics") or {}
-    lines = [
-        f"status {task.get('status', '-')}, phase {details.get('phase', '-')}, "
-        f"step {details.get('step', '-')} of {details.get('max_steps', '-')}, "
-        f"epoch {details.get('epoch', '-')}, {details.get('percentage_done', '-')} % done, "
-        f"updated {details.get('updated_at', '-')}"
-    ]
+    lines = [_status_line(task, details)]
     if "checkpoint_path" in details:
-        lines.append(f"checkpoint {details['checkpoint_path']}")
+        lines.append(f"checkpoint {_text(details['checkpoint_path'])}")
+    if "cancel_reason" in details and task.get("status") == "cancelled":
+        lines.append(f"cancel reason {_text(details['cancel_reason'])}")
     if "error" in details:
-        lines.append(f"error {details['error']}")
-    lines.append("")
-    lines.append(f"  {'series':24s} {'points':>7s}   final value")
-    for name in sorted(metrics):
+        error = details["error"]
+        if isinstance(error, Mapping) and {"type", "message"} <= error.keys():
+            lines.append(f"error {error['type']}: {error['message']}")
+        else:
+            lines.append(f"error {_text(error)}")
+    names = sorted(metrics)
+    rows = [["series", "points", "final value"]]
+    for name in names:
         points = metrics[name]
         last = points[-1].get("value") if points else None
-        shown = "null" if last is None else f"{last:.6g}"
-        lines.append(f"  {name:24s} {len(points):7d}   {shown}")
-    for name in sorted(n for n in metrics if n.endswith("_loss")):
-        lines.append(f"\n  {name:24s} {sparkline([p.get('value') for p in metrics[name]])}")
+        rows.append([name, str(len(points)), "null" if last is None else f"{last:.6g}"])
+    lines.append("")
+    lines += _aligned(rows, right=(1,), indent="  ")
+    width = len(max(names, key=len, default=""))
+    charts = [(n, sparkline([p.get("value") for p in metrics[n]])) for n in names]
+    charts = [(n, chart) for n, chart in charts if chart and n.endswith("_loss")]
+    if charts:
+        lines.append("")
+        lines += [f"  {name.ljust(width)}  {chart}" for name, chart in charts]
+    params = details.get("hyperparameters")
+    if isinstance(params, Mapping) and params:
+        lines.append(f"\nhyperparameters ({len(params)})")
+        lines += _aligned([[str(k), _text(v)] for k, v in sorted(params.items())], indent="  ")
     return "\n".join(lines)
+
+
+def describe_jobs(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """One line per task of each job (newest job first): status, phase, step, progress.
+
+    Args:
+        jobs: the ``jobs`` of ``GET /v1/jobs`` (docs/protocol.md).
+
+    Never raises for well-formed jobs.
+    """
+    if not jobs:
+        return "no jobs yet"
+    rows = [["job", "task", "status", "phase", "step", "progress", "updated"]]
+    for job in jobs:
+        tasks = job.get("tasks") or []
+        if not tasks:
+            rows.append([str(job.get("job_id")), "-", "(no tasks)", "", "", "", ""])
+        for t in tasks:
+            status = t.get("status")
+            pct = t.get("percentage_done")
+            rows.append(
+                [
+                    str(job.get("job_id")),
+                    str(t.get("task_id")),
+                    _text(status),
+                    shown_phase(status, t.get("phase")),
+                    _of(t.get("step"), t.get("max_steps")),
+                    "-" if pct is None else f"{float(pct):.1f} %",
+                    _text(t.get("updated_at", "-")),
+                ]
+            )
+    return "\n".join(_aligned(rows))
+
+
+class ServiceAnswerError(RuntimeError):
+    """The job-status service answered something other than 200.
+
+    Attributes:
+        status: the HTTP status, e.g. 401 or 404.
+        message: the ``message`` of its JSON error body, or ``""``.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"the server answered {status}" + (f": {message}" if message else ""))
+        self.status = status
+        self.message = message
+
+
+def _get(base_url: str, path: str, token: str | None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = base_url.rstrip("/") + path
+    response = urllib3.request("GET", url, headers=headers, timeout=_TIMEOUT_SECONDS, retries=False)
+    if response.status != 200:
+        message = ""
+        try:
+            body = json.loads(response.data)
+            if isinstance(body, dict) and isinstance(body.get("message"), str):
+                message = body["message"][:300]
+        except ValueError:
+            pass
+        raise ServiceAnswerError(response.status, message)
+    return json.loads(response.data)
 
 
 def fetch_task(
@@ -78,13 +239,31 @@ def fetch_task(
 
     Raises:
         urllib3.exceptions.HTTPError: the service could not be reached.
-        RuntimeError: it answered anything but 200.
+        ServiceAnswerError: it answered anything but 200.
         ValueError: the body is not JSON.
     """
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"{base_url.rstrip('/')}/v1/jobs/{job_id}/tasks/{task_id}"
-    response = urllib3.request("GET", url, headers=headers, timeout=10.0, retries=False)
-    if response.status != 200:
-        raise RuntimeError(f"the server answered {response.status}")
-    task: dict[str, Any] = json.loads(response.data)
+    task: dict[str, Any] = _get(
+        base_url, f"/v1/jobs/{quote(job_id, safe='')}/tasks/{quote(task_id, safe='')}", token
+    )
     return task
+
+
+def fetch_job(base_url: str, job_id: str, token: str | None = None) -> dict[str, Any]:
+    """``GET /v1/jobs/{job_id}`` (reference server): the job and its task summaries.
+
+    Raises:
+        urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
+    """
+    job: dict[str, Any] = _get(base_url, f"/v1/jobs/{quote(job_id, safe='')}", token)
+    return job
+
+
+def fetch_jobs(base_url: str, token: str | None = None) -> list[dict[str, Any]]:
+    """``GET /v1/jobs`` (reference server): the newest jobs, each with its task summaries.
+
+    Raises:
+        urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
+    """
+    body = _get(base_url, "/v1/jobs", token)
+    jobs: list[dict[str, Any]] = body["jobs"] if isinstance(body, dict) else []
+    return jobs

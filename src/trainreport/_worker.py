@@ -56,6 +56,14 @@ _MAX_SLEEP_SECONDS = 86_400.0
 _LAST_ATTEMPT_LEAD_SECONDS = 0.1
 
 
+def _floor_of(sink: Sink) -> float:
+    """The sink's ``min_interval_seconds`` as a finite number >= 0 (0.0 when unusable)."""
+    value = getattr(sink, "min_interval_seconds", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0.0 <= value < _MAX_SLEEP_SECONDS else 0.0
+
+
 def utc_now_iso() -> str:
     """The wall-clock time as ISO 8601 UTC with milliseconds and a ``Z`` suffix."""
     return _iso_from_ms(int(time.time() * 1000))
@@ -122,8 +130,13 @@ class Worker:
         self.wall_clock = wall_clock if wall_clock is not None else _Stamps()
         self.cancel_requested = cancel_requested
         self.on_drained = on_drained
+        # A destination's own floor (Sink.min_interval_seconds, e.g. Kubeflow
+        # Trainer's 5 s) holds whatever the config says: for regular sends, and
+        # as a gap between any two attempts (events, retries, flush).
+        floor = _floor_of(sink)
         self.scheduler = SendScheduler(
-            min_interval=config.min_report_interval_seconds,
+            min_interval=max(config.min_report_interval_seconds, floor),
+            min_request_gap=floor,
             heartbeat=config.heartbeat_seconds,
             backoff_initial=config.backoff_initial_seconds,
             backoff_max=config.backoff_max_seconds,
@@ -265,6 +278,8 @@ class Worker:
             return False
         if self.scheduler.not_before is not None and now < self.scheduler.not_before:
             return False  # Retry-After is honoured even by flush()
+        if not self.scheduler.gap_allows(now):
+            return False  # so is the destination's own floor between requests
         if self._flush_requested:
             return True
         if self.scheduler.consecutive_failures:
@@ -527,7 +542,9 @@ class Worker:
         The backoff is capped at ``close_retry_max_seconds``; a delay the
         destination asked for (``Retry-After``) is honoured, but never past one
         last attempt made shortly before ``deadline``, so a destination that
-        comes back within the deadline still receives everything.
+        comes back within the deadline still receives everything. The
+        destination's own floor between requests (``Sink.min_interval_seconds``)
+        always holds.
         """
         scheduler = self.scheduler
         cap = self.config.close_retry_max_seconds
@@ -538,14 +555,22 @@ class Worker:
         remaining = deadline - time.monotonic()
         # The last attempt starts this long before the deadline, to have time to finish.
         lead = min(max(cap / 4, _LAST_ATTEMPT_LEAD_SECONDS), remaining / 2)
-        if wait >= remaining - lead:
-            return max(remaining - lead, 0.0), True
-        return wait, False
+        last = wait >= remaining - lead
+        if last:
+            wait = max(remaining - lead, 0.0)
+        # The destination's own floor between requests holds even for the last
+        # attempt: when it ends past the deadline, no attempt is left.
+        gap = scheduler.min_request_gap
+        if gap > 0 and scheduler.last_attempt is not None:
+            wait = max(wait, scheduler.last_attempt + gap - now)
+            last = last or wait >= remaining
+        return min(wait, max(remaining, 0.0)), last
 
     def _finish(self) -> None:
         try:
             self._drain()
             last = False
+            attempted = False
             while True:
                 deadline = self._close_deadline()
                 self._send_deadline = deadline
@@ -554,6 +579,14 @@ class Worker:
                 if self.opened is not None and not self.recorder.has_changes() and not self.queue:
                     break
                 now = self.clock()
+                if attempted and not self.scheduler.gap_allows(now):
+                    # Only close()'s first send skips the destination's floor.
+                    floor_at = (self.scheduler.last_attempt or now) + self.scheduler.min_request_gap
+                    self.wake.wait(min(floor_at - now, max(deadline - time.monotonic(), 0.0)))
+                    self.wake.clear()
+                    self._drain()
+                    continue
+                attempted = True
                 try:
                     delivered = self._attempt(now, closing=True)
                 except Exception as exc:  # a raising sink gets the backoff, as while running

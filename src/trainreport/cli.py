@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | demo | show``.
+"""The ``trainreport`` command line: ``trainreport serve | demo | show | sync`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -10,13 +10,19 @@ happen inside the handler, so ``trainreport --help`` works without the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
+import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainreport._summary import ServiceAnswerError
+    from trainreport.sinks._runfile import RunFile
 
 __all__ = ["build_parser", "main"]
 
@@ -25,7 +31,11 @@ Handler = Callable[[argparse.Namespace], int]
 # so that building the parser does not import Starlette.
 _TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
+DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
+DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
+DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
+DEFAULT_MAX_CONNECTIONS = 100
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,10 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="trainreport",
         description="Report training progress and metric curves to a job-status service.",
     )
+    parser.add_argument("--version", action="version", version=f"trainreport {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(subparsers)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare source tree)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("trainreport")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _positive_int(text: str) -> int:
@@ -62,6 +83,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text}")
     return value
 
 
@@ -124,6 +155,54 @@ def _add_serve(subparsers: Any) -> None:
         ),
     )
     serve.add_argument(
+        "--body-budget-bytes",
+        type=_positive_int,
+        default=DEFAULT_BODY_BUDGET_BYTES,
+        help=(
+            "request body bytes (after decompression) held at once across all requests; "
+            f"over it, 503 with Retry-After (default: {DEFAULT_BODY_BUDGET_BYTES})"
+        ),
+    )
+    serve.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            "answer requests whose Host header is NAME, besides loopback names and --host "
+            "(repeat, or separate with commas; '*' answers any host)"
+        ),
+    )
+    serve.add_argument(
+        "--head-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "time a client has to send a request's head; then 408 and close "
+            f"(default: {DEFAULT_HEAD_TIMEOUT_SECONDS:g})"
+        ),
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "time a client has to send a request's body once its head is in; then 408 and "
+            f"close (default: {DEFAULT_BODY_TIMEOUT_SECONDS:g})"
+        ),
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=(
+            "open connections served at once; a further one gets 503 and is closed "
+            f"(default: {DEFAULT_MAX_CONNECTIONS})"
+        ),
+    )
+    serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default)"
     )
     serve.set_defaults(handler=_serve)
@@ -159,26 +238,35 @@ def _serve(args: argparse.Namespace) -> int:
         format_url,
         make_uvicorn_server,
     )
+    from trainreport.server._security import allowed_host_names  # noqa: PLC0415
 
     try:
         token = _read_token(args)
+    except (OSError, ValueError) as exc:
+        print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    # The port first: a busy port must not leave an empty database behind.
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
+        )
+        return 1
+    try:
+        extra_hosts = [name for value in args.allowed_hosts for name in value.split(",")]
         app = create_app(
             args.db,
             token=token,
             max_body_bytes=args.max_body_bytes,
             max_decompressed_bytes=args.max_decompressed_bytes,
+            body_budget_bytes=args.body_budget_bytes,
+            allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
         )
     except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
+        sock.close()
         print(f"trainreport serve: {exc}", file=sys.stderr)
         return 2
-    try:
-        sock = bind_socket(args.host, args.port)
-    except OSError as exc:
-        app.state.database.close()
-        print(
-            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
-        )
-        return 1
     url = format_url(args.host, sock.getsockname()[1])
     print(
         f"trainreport server listening on {url}/ (db: {args.db.resolve()}, "
@@ -194,7 +282,21 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    server = make_uvicorn_server(app, access_log=args.access_log, configure_logging=True)
+    if args.host in ("0.0.0.0", "::") and not extra_hosts:  # noqa: S104 - a comparison
+        print(
+            f"note: only loopback names are answered for; add the names clients use to reach "
+            f"{args.host} with --allowed-hosts",
+            file=sys.stderr,
+            flush=True,
+        )
+    server = make_uvicorn_server(
+        app,
+        access_log=args.access_log,
+        configure_logging=True,
+        head_timeout_seconds=args.head_timeout,
+        body_timeout_seconds=args.body_timeout,
+        max_connections=args.max_connections,
+    )
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -234,7 +336,10 @@ def _add_demo(subparsers: Any) -> None:
         "--interval",
         type=float,
         default=0.2,
-        help="min_report_interval_seconds; short because the run is (default: 0.2)",
+        help=(
+            "seconds between regular sends (min_report_interval_seconds); shorter than the "
+            "library's 10 s because the demo trains for a few seconds (default: 0.2)"
+        ),
     )
     demo.add_argument(
         "--runs-dir",
@@ -245,7 +350,10 @@ def _add_demo(subparsers: Any) -> None:
     demo.add_argument(
         "--keep-serving",
         action="store_true",
-        help="leave the embedded server running after training (Ctrl-C stops it)",
+        help=(
+            "keep the embedded server and its chart page running after training, until "
+            "Ctrl-C (without it, the server stops when the demo ends)"
+        ),
     )
     demo.set_defaults(handler=_demo)
 
@@ -269,54 +377,278 @@ def _demo(args: argparse.Namespace) -> int:
 def _add_show(subparsers: Any) -> None:
     show = subparsers.add_parser(
         "show",
-        help="print a stored task: status, progress, series and sparklines",
-        description="Print a task stored by a job-status service (--url) or a FileSink (--file).",
+        help="print a stored task (status, progress, series, hyperparameters) or list the jobs",
+        description=(
+            "Print a task stored by a job-status service (--url URL JOB_ID) or by a FileSink "
+            "(--file: a run log, or the task record written at close). --url URL without a "
+            "job id lists the jobs of the reference server. "
+            "A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
+            "$TRAINREPORT_TOKEN_FILE, in that order."
+        ),
     )
     source = show.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", help="base URL of the job-status service")
-    source.add_argument("--file", type=Path, help="a task JSON file written by FileSink")
-    show.add_argument("job_id", nargs="?", help="the job (with --url)")
+    source.add_argument(
+        "--file",
+        type=Path,
+        help="a run log (trainreport-runs/<run id>.log) or a task record (.json) of a FileSink",
+    )
+    show.add_argument("job_id", nargs="?", help="the job (with --url; without it: list the jobs)")
     show.add_argument("--task", default="train", help="the task id (default: train)")
-    show.add_argument(
+    token = show.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file", type=Path, help="read the bearer token from this file (for --url)"
+    )
+    token.add_argument(
         "--token",
-        default=os.environ.get("TRAINREPORT_TOKEN"),
-        help="bearer token (default: $TRAINREPORT_TOKEN)",
+        help="bearer token (visible in the process list: prefer --token-file)",
     )
     show.set_defaults(handler=_show)
 
 
-def _show(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
+def _show_token(args: argparse.Namespace) -> str | None:
+    """The bearer token for ``show --url`` and ``sync``: flags first, then the environment."""
+    if args.token_file is not None:
+        return str(args.token_file.read_text(encoding="utf-8").strip()) or None
+    if args.token:
+        return str(args.token)
+    if os.environ.get("TRAINREPORT_TOKEN"):
+        return os.environ["TRAINREPORT_TOKEN"]
+    path = os.environ.get("TRAINREPORT_TOKEN_FILE")
+    if path:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    return None
 
+
+def _show(args: argparse.Namespace) -> int:
     import urllib3  # noqa: PLC0415
 
-    from trainreport._summary import describe_task, fetch_task  # noqa: PLC0415
+    from trainreport._summary import (  # noqa: PLC0415
+        ServiceAnswerError,
+        describe_jobs,
+        describe_task,
+        fetch_jobs,
+        fetch_task,
+    )
 
     if args.file is not None:
-        try:
-            task = json.loads(args.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            print(f"trainreport show: cannot read {args.file}: {exc}", file=sys.stderr)
-            return 1
-    else:
+        return _show_file(args.file)
+    url = args.url.rstrip("/")
+    try:
+        token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport show: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    try:
         if not args.job_id:
-            print("trainreport show: a job id is required with --url", file=sys.stderr)
-            return 2
-        try:
-            task = fetch_task(args.url, args.job_id, args.task, args.token)
-        except urllib3.exceptions.HTTPError as exc:
-            print(
-                f"trainreport show: {type(exc).__name__}: cannot reach {args.url}", file=sys.stderr
-            )
-            return 1
-        except (RuntimeError, ValueError) as exc:
-            print(f"trainreport show: {exc}", file=sys.stderr)
-            return 1
+            print(describe_jobs(fetch_jobs(url, token)))
+            print(f"\nshow a task: trainreport show --url {url} JOB_ID [--task TASK_ID]")
+            return 0
+        task = fetch_task(url, args.job_id, args.task, token)
+    except urllib3.exceptions.HTTPError as exc:
+        print(f"trainreport show: {type(exc).__name__}: cannot reach {url}", file=sys.stderr)
+        return 1
+    except ServiceAnswerError as exc:
+        print(f"trainreport show: {_explain(exc, args, url, token)}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"trainreport show: {url} did not answer JSON: {exc}", file=sys.stderr)
+        return 1
     print(describe_task(task))
     return 0
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show)
+@contextlib.contextmanager
+def _quiet_library_log() -> Iterator[None]:
+    """Keep trainreport's own log events (e.g. ``run_log_damaged``) off the terminal.
+
+    The command says the same in a sentence of its own; without a handler, Python
+    would print the raw event to stderr as well.
+    """
+    logger = logging.getLogger("trainreport")
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+def _load(command: str, path: Path) -> RunFile | None:
+    """Read a run log or task record for ``command``; prints why not and returns None."""
+    from trainreport.exceptions import RunLogError  # noqa: PLC0415
+    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+
+    try:
+        with _quiet_library_log():
+            run = load_run_file(path)
+    except OSError as exc:
+        print(f"trainreport {command}: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+    except RunLogError as exc:
+        print(f"trainreport {command}: {exc}", file=sys.stderr)
+        return None
+    if run.damage is not None:
+        print(
+            f"trainreport {command}: {path} is damaged: read its {run.records} intact records "
+            f"up to byte {run.damage.offset:,}; the rest is unreadable ({run.damage.describe()})",
+            file=sys.stderr,
+        )
+    return run
+
+
+def _show_file(path: Path) -> int:
+    from trainreport._summary import describe_task  # noqa: PLC0415
+    from trainreport.sinks._runfile import log_and_record_paths  # noqa: PLC0415
+
+    run = _load("show", path)
+    if run is None:
+        return 1
+    print(describe_task(run.task))
+    if run.trimmed:
+        print(
+            f"note: a trimmed journal: {len(run.trimmed)} series start past their first point "
+            "(the service holds the rest)"
+        )
+    log = log_and_record_paths(path)[0]
+    if not run.is_log and log.exists() and log.stat().st_mtime > path.stat().st_mtime:
+        print(
+            f"note: {log} is newer than this record (a run still going, or one that did not "
+            f"close): trainreport show --file {log}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _explain(exc: ServiceAnswerError, args: argparse.Namespace, url: str, token: str | None) -> str:
+    """What a refused ``show --url`` means and what to do about it (never the token)."""
+    if exc.status == 401:
+        if token is None:
+            return (
+                f"{url} requires a token: pass --token-file FILE (a file holding the token) "
+                "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
+            )
+        return (
+            f"{url} refused the token (401): check the token given by --token-file, "
+            "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
+        )
+    if exc.status == 404 and args.job_id:
+        return _explain_not_found(args.job_id, args.task, url, token)
+    return str(exc)
+
+
+def _explain_not_found(job_id: str, task_id: str, url: str, token: str | None) -> str:
+    """A 404 for a task: is the job missing, or only the task? Name both."""
+    import urllib3  # noqa: PLC0415
+
+    from trainreport._summary import ServiceAnswerError, fetch_job  # noqa: PLC0415
+
+    try:
+        job = fetch_job(url, job_id, token)
+    except ServiceAnswerError as exc:
+        if exc.status == 404:
+            return f"no job {job_id!r} at {url}; `trainreport show --url {url}` lists the jobs"
+        return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
+    except (urllib3.exceptions.HTTPError, ValueError):
+        return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
+    tasks = [str(t.get("task_id")) for t in job.get("tasks") or [] if isinstance(t, dict)]
+    listed = f"its tasks: {', '.join(tasks)} (pick one with --task)" if tasks else "it has no tasks"
+    return f"job {job_id!r} has no task {task_id!r} at {url}; {listed}"
+
+
+# -- sync -------------------------------------------------------------------------------
+
+
+def _add_sync(subparsers: Any) -> None:
+    sync = subparsers.add_parser(
+        "sync",
+        help="upload a run log (or a task record) to a job-status service, without training",
+        description=(
+            "Upload a FileSink's run log (or task record) to a job-status service: the "
+            "offline-node workflow (record on a node without network, upload later). Sends "
+            "each series' points past what the service holds, nothing twice: running it again "
+            "sends nothing new. A series the service holds more of, or holds different points "
+            "of, is left as stored; the log's status and fields are sent unless the service's "
+            "are as new or newer (updated_at). Do not sync a run that is still reporting to the "
+            "same task: with the reference server's extension, sync takes over the task's "
+            "writer. A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
+            "$TRAINREPORT_TOKEN_FILE, in that order; $TRAINREPORT_CA_CERTS verifies TLS."
+        ),
+    )
+    sync.add_argument("path", type=Path, help="the run log (.log) or task record (.json)")
+    sync.add_argument("--url", required=True, help="base URL of the job-status service")
+    sync.add_argument(
+        "--job", help="the job id (default: the one the log recorded, else the file's name)"
+    )
+    sync.add_argument("--task", help="the task id (default: the one the log recorded, else train)")
+    token = sync.add_mutually_exclusive_group()
+    token.add_argument("--token-file", type=Path, help="read the bearer token from this file")
+    token.add_argument(
+        "--token", help="bearer token (visible in the process list: prefer --token-file)"
+    )
+    sync.add_argument(
+        "--full-state",
+        action="store_true",
+        help=(
+            "send full-state PATCH bodies (the baseline) even when the service offers the "
+            "series-suffix extension"
+        ),
+    )
+    sync.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=60.0,
+        help="seconds each of the open and the send may take (default: 60)",
+    )
+    sync.set_defaults(handler=_sync)
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from trainreport._sync import SyncError, describe_sync, sync  # noqa: PLC0415
+    from trainreport.exceptions import ConfigError  # noqa: PLC0415
+    from trainreport.sinks import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
+
+    run = _load("sync", args.path)
+    if run is None:
+        return 1
+    name = args.path.name
+    if args.path.suffix in (LOG_SUFFIX, RECORD_SUFFIX):
+        name = args.path.stem
+    job = args.job or run.run.get("job_id") or name
+    task = args.task or run.run.get("task_id") or "train"
+    try:
+        token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport sync: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    url = args.url.rstrip("/")
+    try:
+        sink = HttpSink(
+            url,
+            job,
+            task,
+            token,
+            ca_certs=os.environ.get("TRAINREPORT_CA_CERTS") or None,
+            connect_timeout_seconds=min(args.timeout, 10.0),
+            read_timeout_seconds=args.timeout,
+            use_extension=not args.full_state,
+        )
+    except ConfigError as exc:
+        print(f"trainreport sync: {'; '.join(exc.problems)}", file=sys.stderr)
+        return 2
+    print(f"trainreport sync: {args.path} -> {url} job {job!r} task {task!r}")
+    try:
+        with _quiet_library_log():
+            report = sync(run.state, sink, timeout_seconds=args.timeout)
+    except SyncError as exc:
+        print(f"trainreport sync: {exc}", file=sys.stderr)
+        return 1
+    print(describe_sync(report))
+    return 0
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show, _add_sync)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._reporter import Reporter
+from trainreport.integrations._defaults import HUGGINGFACE
 from trainreport.integrations._guard import adapter_guard
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANCEL_REASON",
+    "DEFAULT_TIME_SERIES_METRICS",
     "SUMMARY_KEYS",
     "SplitLogs",
     "TrainReportCallback",
@@ -63,6 +65,11 @@ SUMMARY_KEYS = frozenset(
         "train_loss",
     }
 )
+#: This adapter's default ``time_series_metrics`` (used when the config's is
+#: ``None``): every metric but throughput/accounting counters and the
+#: end-of-training summary, which are kept as current values only
+#: (``docs/integrations.md``).
+DEFAULT_TIME_SERIES_METRICS = HUGGINGFACE
 _RUNTIME = "_runtime"
 _EVAL = "eval"
 #: Reason given to ``report_cancelled`` when the run stopped because the job-status
@@ -196,6 +203,10 @@ class TrainReportCallback(TrainerCallback):
       "cancel_requested")`` when the run stopped for a cancel), then
       ``close()``, unless :func:`reporting` owns the close.
 
+    Metrics keep a history by :data:`DEFAULT_TIME_SERIES_METRICS` unless the
+    reporter's config sets ``time_series_metrics`` (the reporter must not be
+    started yet for the default to apply).
+
     Args:
         reporter: the reporter to use; ``None`` builds one with
             :meth:`Reporter.from_env` (the job system's environment).
@@ -207,6 +218,7 @@ class TrainReportCallback(TrainerCallback):
 
     def __init__(self, reporter: Reporter | None = None, *, stop_on_cancel: bool = True) -> None:
         self._reporter = reporter if reporter is not None else Reporter.from_env()
+        self._reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._stop_on_cancel = stop_on_cancel
         self._stopped_for_cancel = False
         self._close_on_train_end = True
@@ -234,6 +246,15 @@ class TrainReportCallback(TrainerCallback):
         with self._guard("on_train_begin"):
             reporter = self._reporter
             reporter.start()
+            if "kubeflow" in (args.report_to or ()):
+                # transformers adds its own KubeflowCallback whenever
+                # KUBEFLOW_TRAINER_SERVER_URL is set, even with report_to="none".
+                _log.warning(
+                    "trainreport.kubeflow_callback_active",
+                    reason="transformers' KubeflowCallback also posts to the TrainJob status "
+                    "(synchronously, from the training thread); set "
+                    "DISABLE_KUBEFLOW_INTEGRATION=TRUE to leave the reporting to trainreport",
+                )
             num_epochs = state.num_train_epochs or math.ceil(args.num_train_epochs)
             reporter.report_training_start(
                 max_steps=state.max_steps if state.max_steps > 0 else None,

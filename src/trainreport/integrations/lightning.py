@@ -46,16 +46,26 @@ from trainreport._lifecycle import ReporterState
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._naming import STRIPPED_PREFIXES
 from trainreport._reporter import Reporter
+from trainreport.integrations._defaults import LIGHTNING
 from trainreport.integrations._guard import adapter_guard
 from trainreport.sinks import new_run_id
 
-__all__ = ["CANCEL_REASON", "TrainReportCallback", "TrainReportLogger", "route_metrics"]
+__all__ = [
+    "CANCEL_REASON",
+    "DEFAULT_TIME_SERIES_METRICS",
+    "TrainReportCallback",
+    "TrainReportLogger",
+    "route_metrics",
+]
 
 _log = get_logger()
 
 #: Reason given to ``report_cancelled`` when the run stopped because the job-status
 #: service asked it to (``Reporter.cancel_requested``).
 CANCEL_REASON = "cancel_requested"
+#: This adapter's default ``time_series_metrics`` (used when the config's is
+#: ``None``): every metric but throughput/accounting counters (``docs/integrations.md``).
+DEFAULT_TIME_SERIES_METRICS = LIGHTNING
 _TRAIN, _VALIDATION = "train", "validation"
 #: Explicit metric-name prefixes that decide a metric's phase whatever the context.
 _PREFIX_PHASES: tuple[tuple[str, str], ...] = tuple(
@@ -147,6 +157,9 @@ class TrainReportLogger(Logger):
     reporter started is inert, a copy made before starts lazily in its own
     process.
 
+    Metrics keep a history by :data:`DEFAULT_TIME_SERIES_METRICS` unless the
+    reporter's config sets ``time_series_metrics``.
+
     Args:
         reporter: the reporter to use; ``None`` builds one with
             :meth:`Reporter.from_env` on first use.
@@ -168,6 +181,8 @@ class TrainReportLogger(Logger):
     ) -> None:
         super().__init__()
         self._reporter = reporter
+        if reporter is not None:
+            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._name = name
         job_id = os.environ.get("TRAINREPORT_JOB_ID", "").strip()
         self._version = version if version is not None else (job_id or new_run_id())
@@ -341,6 +356,7 @@ class TrainReportLogger(Logger):
     def _get_reporter(self) -> Reporter:
         if self._reporter is None:
             self._reporter = Reporter.from_env()
+            self._reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
         return self._reporter
 
     def _started(self) -> Reporter:

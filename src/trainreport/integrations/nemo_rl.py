@@ -18,6 +18,12 @@ How NeMo-RL calls it (read off ``nemo_rl/algorithms/{sft,dpo,grpo}.py`` and
   ``prefix="ray"`` and ``step_metric="ray/ray_step"`` (a wall-clock counter
   carried inside ``metrics``, not a training step).
 - ``step_finished`` is a W&B commit hint and means nothing here.
+- Epochs: the loops run ``for batch in train_dataloader`` inside ``while
+  current_epoch < max_num_epochs and total_steps < max_num_steps``, so an
+  epoch is ``len(train_dataloader)`` steps and the run is
+  ``min(max_num_steps, max_num_epochs * len(train_dataloader))`` steps; the
+  logger is never told the epoch, so it needs ``steps_per_epoch``
+  (:meth:`TrainReportNemoLogger.from_schedule` reads it off the same config).
 """
 
 from __future__ import annotations
@@ -25,15 +31,21 @@ from __future__ import annotations
 import contextlib
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Any
 
 from trainreport._lifecycle import ReporterState
 from trainreport._logging import OnceLogger
 from trainreport._reporter import Reporter
+from trainreport.integrations._defaults import NEMO_RL
 from trainreport.integrations._guard import adapter_guard
 
-__all__ = ["OTHER_PHASE", "TrainReportNemoLogger", "phase_of_prefix"]
+__all__ = ["DEFAULT_TIME_SERIES_METRICS", "OTHER_PHASE", "TrainReportNemoLogger", "phase_of_prefix"]
+
+#: This adapter's default ``time_series_metrics`` (used when the config's is
+#: ``None``): every metric but throughput/accounting counters
+#: (``num_*``, ``global_valid_*``, ``*tokens*``...; ``docs/integrations.md``).
+DEFAULT_TIME_SERIES_METRICS = NEMO_RL
 
 #: Phase of metrics logged with an empty prefix and no ``/`` in their name.
 OTHER_PHASE = "other"
@@ -112,12 +124,24 @@ class TrainReportNemoLogger:
     seen by a logger: use :func:`trainreport.integrations.install_failure_hooks`
     or ``with reporter:`` around the run.
 
+    Epochs: with ``steps_per_epoch`` (NeMo-RL's ``len(train_dataloader)``),
+    the points of step ``s`` carry the 1-based epoch ``ceil(s /
+    steps_per_epoch)`` (step 0, a validation before training, is epoch 1);
+    without it, the reporter's own rule applies (every point in epoch 1).
+    Metrics keep a history by :data:`DEFAULT_TIME_SERIES_METRICS` unless the
+    reporter's config sets ``time_series_metrics``.
+
     Args:
         reporter: the reporter to use; ``None`` builds one with
             :meth:`Reporter.from_env` on first use.
         max_steps: steps planned, reported with ``report_training_start`` on
             first use (for ``percentage_done`` and the ETA).
         num_epochs: epochs planned, likewise.
+        steps_per_epoch: optimizer steps in one epoch (> 0), or ``None``.
+
+    Raises:
+        ValueError: ``steps_per_epoch`` is not a positive int (a programming
+            error at construction, not during training).
 
     The reporter starts on the first report (only global rank 0 ever reports:
     the reporter checks ``RANK`` and the like). Methods never raise: a problem
@@ -130,11 +154,65 @@ class TrainReportNemoLogger:
         *,
         max_steps: int | None = None,
         num_epochs: int | None = None,
+        steps_per_epoch: int | None = None,
     ) -> None:
+        if steps_per_epoch is not None and (
+            isinstance(steps_per_epoch, bool)
+            or not isinstance(steps_per_epoch, int)
+            or steps_per_epoch <= 0
+        ):
+            raise ValueError(f"steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
         self._reporter = reporter
+        if reporter is not None:
+            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._max_steps = max_steps
         self._num_epochs = num_epochs
+        self._steps_per_epoch = steps_per_epoch
         self._once = OnceLogger()
+
+    @classmethod
+    def from_schedule(
+        cls,
+        algorithm_config: Mapping[str, Any],
+        train_dataloader: Sized,
+        reporter: Reporter | None = None,
+    ) -> TrainReportNemoLogger:
+        """A logger that knows the run's schedule the way NeMo-RL derives it.
+
+        ``steps_per_epoch = len(train_dataloader)``; ``max_steps =
+        min(max_num_steps, max_num_epochs * steps_per_epoch)`` and
+        ``num_epochs = max_num_epochs`` (each only when the config has it),
+        as NeMo-RL's SFT, DPO and GRPO loops bound their ``while`` loop.
+
+        Args:
+            algorithm_config: the algorithm's section of NeMo-RL's master
+                config (``master_config["sft"]``, ``["dpo"]`` or ``["grpo"]``),
+                read for ``max_num_steps`` and ``max_num_epochs``.
+            train_dataloader: the training dataloader (only ``len()`` is used).
+            reporter: see :class:`TrainReportNemoLogger`.
+
+        Raises:
+            ValueError: the dataloader is empty.
+        """
+        steps_per_epoch = len(train_dataloader)
+        if steps_per_epoch <= 0:
+            raise ValueError("train_dataloader is empty: an epoch would have no steps")
+        max_num_steps = _positive(algorithm_config.get("max_num_steps"))
+        max_num_epochs = _positive(algorithm_config.get("max_num_epochs"))
+        bounds = [
+            b
+            for b in (
+                max_num_steps,
+                max_num_epochs * steps_per_epoch if max_num_epochs is not None else None,
+            )
+            if b is not None
+        ]
+        return cls(
+            reporter,
+            max_steps=min(bounds) if bounds else None,
+            num_epochs=max_num_epochs,
+            steps_per_epoch=steps_per_epoch,
+        )
 
     @property
     def reporter(self) -> Reporter | None:
@@ -171,15 +249,16 @@ class TrainReportNemoLogger:
                 phase, _ = phase_of_prefix(prefix or "")
                 reporter.report_metrics(step=int(at), metrics=flat, phase=phase)
                 return
+            epoch = self._epoch_of(step)
             if prefix:
-                self._report(reporter, prefix, step, flat)
+                self._report(reporter, prefix, step, epoch, flat)
                 return
             groups: dict[str, dict[str, Any]] = {}
             for name, value in flat.items():
                 head, _, tail = name.rpartition("/")
                 groups.setdefault(head, {})[tail] = value
             for head, values in groups.items():
-                self._report(reporter, head, step, values)
+                self._report(reporter, head, step, epoch, values)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Report hyperparameters (nested mappings are flattened with ``/``). Never raises."""
@@ -217,10 +296,18 @@ class TrainReportNemoLogger:
     def _guard(self, method: str) -> contextlib.AbstractContextManager[None]:
         return adapter_guard(self._once, "nemo_rl", method)
 
+    def _epoch_of(self, step: object) -> float | None:
+        """Epochs completed at ``step`` as a float (the reporter makes it 1-based), or None."""
+        per_epoch = self._steps_per_epoch
+        if per_epoch is None or isinstance(step, bool) or not isinstance(step, numbers.Real):
+            return None
+        return max(float(step), 0.0) / per_epoch
+
     def _started(self) -> Reporter:
         reporter = self._reporter
         if reporter is None:
             reporter = self._reporter = Reporter.from_env()
+            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
         if reporter.state is ReporterState.NEW:
             reporter.start()
             if self._max_steps is not None or self._num_epochs is not None:
@@ -230,11 +317,24 @@ class TrainReportNemoLogger:
         return reporter
 
     @staticmethod
-    def _report(reporter: Reporter, prefix: str, step: int, metrics: dict[str, Any]) -> None:
+    def _report(
+        reporter: Reporter, prefix: str, step: int, epoch: float | None, metrics: dict[str, Any]
+    ) -> None:
         phase, dataset = phase_of_prefix(prefix)
         if phase == _TRAIN:
-            reporter.report_train_step(step=step, metrics=metrics)
+            reporter.report_train_step(step=step, epoch=epoch, metrics=metrics)
         elif phase == _VALIDATION:
-            reporter.report_validation(step=step, metrics=metrics, dataset=dataset)
+            reporter.report_validation(step=step, epoch=epoch, metrics=metrics, dataset=dataset)
         else:
             reporter.report_metrics(step=step, metrics=metrics, phase=phase)
+
+
+def _positive(value: object) -> int | None:
+    """``value`` as a positive int, or None (missing, ``None``, not a number, <= 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = int(value)
+    except (OverflowError, ValueError):  # inf, nan
+        return None
+    return number if number > 0 else None

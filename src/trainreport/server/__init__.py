@@ -15,6 +15,7 @@ From a shell: ``trainreport serve --db runs.db`` (loopback, port 8321).
 from __future__ import annotations
 
 from trainreport.server._app import (
+    DEFAULT_BODY_BUDGET_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     create_app,
@@ -22,6 +23,7 @@ from trainreport.server._app import (
 from trainreport.server._run import ServerHandle, start_in_thread, start_subprocess
 
 __all__ = [
+    "DEFAULT_BODY_BUDGET_BYTES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "ServerHandle",

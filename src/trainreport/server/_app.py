@@ -4,8 +4,10 @@ Request handling is the thin I/O shell around two pure layers: ``_wire``
 (strict JSON and validation) and ``_db`` (SQLite transactions). Parsing,
 validation, storage and the encoding of large responses run in the thread
 pool, so a big request never stalls the event loop. The shell enforces the
-limits (body bytes received, bytes after gzip decompression) and the bearer
-token, and renders every error as ``{"error": code, "message": text}``.
+browser rules (``_security``: Host, Origin, JSON-only writes), the body limits
+and budget (``_body``) and the bearer token, and renders every error as
+``{"error": code, "message": text}``. Slow clients are bounded below the app,
+in the protocol (``_connections``).
 """
 
 from __future__ import annotations
@@ -13,28 +15,38 @@ from __future__ import annotations
 import contextlib
 import hmac
 import os
-import zlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-import attrs
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
 from trainreport.server import _page
-from trainreport.server._db import Applied, Database, SeriesGap, StaleAttempt, StaleWriter
+from trainreport.server._body import BodyBudget, BodyLimits, held_body
+from trainreport.server._db import (
+    Applied,
+    Database,
+    SeriesGap,
+    StaleAttempt,
+    StaleWriter,
+    Stored,
+    UpdateOutcome,
+)
+from trainreport.server._security import RequestGuard, allowed_host_names
+from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
     ApiError,
+    TaskUpdate,
     parse_json,
     validate_id,
     validate_patch,
@@ -42,23 +54,25 @@ from trainreport.server._wire import (
     validate_writer_claim,
 )
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_DECOMPRESSED_BYTES", "create_app"]
+__all__ = [
+    "DEFAULT_BODY_BUDGET_BYTES",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "create_app",
+]
 
 #: Default limit on the request body bytes received (8 MiB).
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-#: Default limit on a gzip request body after decompression (64 MiB).
-DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 2**20
+#: Default limit on a gzip request body after decompression (4 MiB: 4x the largest update
+#: HttpSink sends by default, see docs/server.md).
+DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
+#: Default budget of request body bytes (after decompression) held at once, server-wide.
+DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
 #: ``GET /v1/jobs`` returns at most this many jobs unless ``?limit=`` says otherwise.
 _DEFAULT_JOB_LIMIT = 100
 _MAX_JOB_LIMIT = 1000
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
-
-
-@attrs.frozen
-class _Limits:
-    max_body_bytes: int
-    max_decompressed_bytes: int
 
 
 def create_app(
@@ -67,6 +81,8 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """Build the reference server's ASGI app on a SQLite file.
 
@@ -78,7 +94,15 @@ def create_app(
         max_body_bytes: limit on the request body bytes received (after
             transfer decoding, before gzip decompression), in bytes; larger -> 413.
         max_decompressed_bytes: limit on a gzip body after decompression, in
-            bytes; larger -> 413 (DESIGN §8).
+            bytes; larger -> 413. Inflated in steps checked against it.
+        body_budget_bytes: request body bytes (after decompression) the whole
+            server holds at once; a request that would exceed it gets 503 with
+            ``Retry-After`` (``docs/server.md``).
+        allowed_hosts: host names the server answers for besides loopback
+            (``localhost``, ``127.0.0.0/8``, ``::1``); a request with any other
+            ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
+            Requests from another ``Origin`` are always 403, and writes need
+            ``Content-Type: application/json`` (415), see ``_security``.
 
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
@@ -86,16 +110,20 @@ def create_app(
         :class:`~trainreport.server._db.Database`.
 
     Raises:
-        ValueError: an empty token or a limit below 1 byte.
+        ValueError: an empty token, a limit below 1 byte, or an allowed host
+            that is not a plain name.
         sqlite3.Error: the database file cannot be opened.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty string or None")
-    if max_body_bytes < 1 or max_decompressed_bytes < 1:
+    if max_body_bytes < 1 or max_decompressed_bytes < 1 or body_budget_bytes < 1:
         raise ValueError("body limits must be at least 1 byte")
-    limits = _Limits(max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes)
+    hosts = allowed_host_names(None, allowed_hosts)
+    limits = BodyLimits(
+        max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
+    )
     db = Database(db_path)
-    api = _Api(db, limits)
+    api = _Api(db, limits, BodyBudget(body_budget_bytes))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -104,7 +132,7 @@ def create_app(
         finally:
             db.close()
 
-    middleware = [Middleware(_SecurityHeaders)]
+    middleware = [Middleware(_SecurityHeaders), Middleware(RequestGuard, allowed_hosts=hosts)]
     if token is not None:
         middleware.append(Middleware(_BearerAuth, token=token))
     middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
@@ -125,9 +153,10 @@ def create_app(
 class _Api:
     """The ``/v1`` endpoints; each validates, then runs one storage call in the thread pool."""
 
-    def __init__(self, db: Database, limits: _Limits) -> None:
+    def __init__(self, db: Database, limits: BodyLimits, budget: BodyBudget) -> None:
         self._db = db
         self._limits = limits
+        self._budget = budget
 
     def routes(self) -> list[Route]:
         task = "/v1/jobs/{job_id}/tasks/{task_id}"
@@ -195,18 +224,22 @@ class _Api:
 
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        body = await _read_body(request, self._limits)
-        patch = await run_in_threadpool(lambda: validate_patch(parse_json(body)))
         now = _utc_now()
-        stored = await run_in_threadpool(
-            lambda: self._db.patch_task(job_id, task_id, patch, now=now)
-        )
+
+        def store(body: bytearray) -> Stored:  # one trip to the thread pool: parse to commit
+            patch = validate_patch(check_text(parse_json(body), body))
+            return self._db.patch_task(job_id, task_id, patch, now=now)
+
+        async with held_body(request, self._limits, self._budget) as body:
+            stored = await run_in_threadpool(store, body)
         return JSONResponse({"status": stored.status, "cancel_requested": stored.cancel_requested})
 
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        body = await _read_body(request, self._limits)
-        claim = validate_writer_claim(parse_json(body) if body.strip() else None)
+        async with held_body(request, self._limits, self._budget) as body:
+            claim = validate_writer_claim(
+                check_text(parse_json(body), body) if body.strip() else None
+            )
 
         def open_writer() -> Response:
             opened = self._db.open_writer(job_id, task_id, claim)
@@ -233,12 +266,14 @@ class _Api:
 
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        body = await _read_body(request, self._limits)
-        update = await run_in_threadpool(lambda: validate_update(parse_json(body)))
         now = _utc_now()
-        outcome = await run_in_threadpool(
-            lambda: self._db.apply_update(job_id, task_id, update, now=now)
-        )
+
+        def apply(body: bytearray) -> tuple[TaskUpdate, UpdateOutcome]:  # one trip, as above
+            update = validate_update(check_text(parse_json(body), body))
+            return update, self._db.apply_update(job_id, task_id, update, now=now)
+
+        async with held_body(request, self._limits, self._budget) as body:
+            update, outcome = await run_in_threadpool(apply, body)
         if isinstance(outcome, StaleWriter):
             current = outcome.current_generation
             raise ApiError(
@@ -325,77 +360,15 @@ def _bool_query(request: Request, name: str, *, default: bool) -> bool:
     raise ApiError(400, "invalid_query", f"{name} must be true or false")
 
 
-def _too_large(limit: int, what: str) -> ApiError:
-    return ApiError(
-        413,
-        "body_too_large",
-        f"the request body exceeds {limit} bytes {what}; split it",
-        {"limit_bytes": limit},
-    )
-
-
-async def _read_body(request: Request, limits: _Limits) -> bytes:
-    """Read the body within the limits, decompressing gzip incrementally.
-
-    The Content-Length (when sent) is checked before reading; the bytes
-    received are counted while streaming (a chunked body has no length); a
-    gzip body is inflated with a bounded ``max_length`` per step, so a bomb
-    never expands beyond ``max_decompressed_bytes + 1`` bytes in memory.
-
-    Raises:
-        ApiError: 400 (bad Content-Length, corrupt gzip, client gone), 413, 415.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            declared_bytes = int(declared)
-        except ValueError:
-            raise ApiError(400, "bad_request", "Content-Length is not an integer") from None
-        if declared_bytes > limits.max_body_bytes:
-            raise _too_large(limits.max_body_bytes, "received")
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("identity", "gzip", ""):
-        raise ApiError(
-            415, "unsupported_encoding", f"Content-Encoding {encoding!r}: only gzip is accepted"
-        )
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
-    received = 0
-    inflated = 0
-    parts: list[bytes] = []
-    try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > limits.max_body_bytes:
-                raise _too_large(limits.max_body_bytes, "received")
-            if inflater is None:
-                parts.append(chunk)
-                continue
-            data = chunk
-            while data:
-                budget = limits.max_decompressed_bytes - inflated + 1
-                out = inflater.decompress(data, budget)
-                inflated += len(out)
-                if inflated > limits.max_decompressed_bytes:
-                    raise _too_large(limits.max_decompressed_bytes, "after decompression")
-                parts.append(out)
-                data = inflater.unconsumed_tail
-                if inflater.eof and inflater.unused_data:
-                    raise ApiError(400, "bad_request", "data after the end of the gzip stream")
-    except zlib.error as exc:
-        raise ApiError(400, "bad_request", f"corrupt gzip body: {exc}") from None
-    except ClientDisconnect:
-        raise ApiError(400, "bad_request", "the client disconnected mid-body") from None
-    if inflater is not None and not inflater.eof:
-        raise ApiError(400, "bad_request", "truncated gzip body")
-    return b"".join(parts)
-
-
 # -- errors -----------------------------------------------------------------------------
 
 
 async def _api_error_response(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     headers = {"WWW-Authenticate": 'Bearer realm="trainreport"'} if exc.status_code == 401 else None
+    retry_after = exc.extra.get("retry_after_seconds")
+    if exc.status_code == 503 and isinstance(retry_after, int):
+        headers = {"Retry-After": str(retry_after)}
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -25,12 +25,17 @@ from typing import IO, Any
 import urllib3
 
 from trainreport.server._app import (
+    DEFAULT_BODY_BUDGET_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     create_app,
 )
+from trainreport.server._security import allowed_host_names
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_SECONDS",
+    "DEFAULT_HEAD_TIMEOUT_SECONDS",
+    "DEFAULT_MAX_CONNECTIONS",
     "TOKEN_ENV_VAR",
     "ServerHandle",
     "bind_socket",
@@ -42,6 +47,12 @@ __all__ = [
 
 #: The environment variable ``trainreport serve`` reads its token from (keeps it off ``ps``).
 TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
+#: Seconds a client has to send a request's head (request line and headers).
+DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
+#: Seconds a client has to send a request's body, once its head is in.
+DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
+#: Open connections served at once; beyond it a new connection gets 503 and is closed.
+DEFAULT_MAX_CONNECTIONS = 100
 #: Seconds uvicorn waits for open requests at shutdown before closing them.
 _GRACEFUL_SHUTDOWN_SECONDS = 3
 _POLL_SECONDS = 0.01
@@ -124,7 +135,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_uvicorn_server(app: Any, *, access_log: bool, configure_logging: bool) -> Any:
+def make_uvicorn_server(
+    app: Any,
+    *,
+    access_log: bool,
+    configure_logging: bool,
+    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> Any:
     """A ``uvicorn.Server`` for ``app`` with trainreport's settings.
 
     Args:
@@ -133,14 +152,31 @@ def make_uvicorn_server(app: Any, *, access_log: bool, configure_logging: bool) 
             in every entry point.
         configure_logging: let uvicorn install its logging configuration
             (the CLI); ``False`` leaves the host process's logging alone.
+        head_timeout_seconds: time a client has to send a request's head, in
+            seconds; then 408 and the connection is closed (slow clients).
+        body_timeout_seconds: time a client has to send a request's body once
+            its head is in, in seconds; then 408 and the connection is closed.
+        max_connections: open connections served at once; a further one is
+            answered 503 with ``Retry-After: 1`` and closed.
+
+    Raises:
+        ValueError: a timeout that is not positive or ``max_connections`` below 1.
     """
     import uvicorn  # noqa: PLC0415 - an optional dependency, imported when serving
 
+    from trainreport.server._connections import guarded_protocol  # noqa: PLC0415 - uvicorn
+
+    protocol = guarded_protocol(
+        head_timeout_seconds=head_timeout_seconds,
+        body_timeout_seconds=body_timeout_seconds,
+        max_connections=max_connections,
+    )
     kwargs: dict[str, Any] = {}
     if not configure_logging:
         kwargs["log_config"] = None
     config = uvicorn.Config(
         app,
+        http=protocol,
         lifespan="on",
         ws="none",
         access_log=access_log,
@@ -160,6 +196,11 @@ def start_in_thread(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
+    allowed_hosts: Sequence[str] = (),
+    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     access_log: bool = False,
     startup_timeout_seconds: float = 10.0,
 ) -> ServerHandle:
@@ -172,6 +213,12 @@ def start_in_thread(
         token: the bearer token required on ``/v1`` (see ``create_app``).
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
+        body_budget_bytes: request body bytes (after decompression) held at
+            once across all requests; over it, 503 with ``Retry-After``.
+        allowed_hosts: ``Host`` names answered for besides loopback and ``host``.
+        head_timeout_seconds: time to receive a request's head, in seconds.
+        body_timeout_seconds: time to receive a request's body, in seconds.
+        max_connections: open connections served at once.
         access_log: log every request through the ``uvicorn.access`` logger.
         startup_timeout_seconds: how long to wait for the server to accept
             connections, in seconds.
@@ -188,10 +235,19 @@ def start_in_thread(
         token=token,
         max_body_bytes=max_body_bytes,
         max_decompressed_bytes=max_decompressed_bytes,
+        body_budget_bytes=body_budget_bytes,
+        allowed_hosts=sorted(allowed_host_names(host, allowed_hosts)),
     )
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
-    server = make_uvicorn_server(app, access_log=access_log, configure_logging=False)
+    server = make_uvicorn_server(
+        app,
+        access_log=access_log,
+        configure_logging=False,
+        head_timeout_seconds=head_timeout_seconds,
+        body_timeout_seconds=body_timeout_seconds,
+        max_connections=max_connections,
+    )
     thread = threading.Thread(
         target=server.run,
         kwargs={"sockets": [sock]},
@@ -235,6 +291,11 @@ def start_subprocess(
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
+    allowed_hosts: Sequence[str] = (),
+    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
     access_log: bool = False,
     startup_timeout_seconds: float = 30.0,
 ) -> ServerHandle:
@@ -250,6 +311,11 @@ def start_subprocess(
         token: the bearer token required on ``/v1``.
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
+        body_budget_bytes: request body bytes held at once across all requests.
+        allowed_hosts: ``Host`` names answered for besides loopback and ``host``.
+        head_timeout_seconds: time to receive a request's head, in seconds.
+        body_timeout_seconds: time to receive a request's body, in seconds.
+        max_connections: open connections served at once.
         access_log: pass ``--access-log``.
         startup_timeout_seconds: how long to wait for ``GET /v1/capabilities``
             to answer, in seconds.
@@ -277,7 +343,17 @@ def start_subprocess(
         str(max_body_bytes),
         "--max-decompressed-bytes",
         str(max_decompressed_bytes),
+        "--body-budget-bytes",
+        str(body_budget_bytes),
+        "--head-timeout",
+        repr(float(head_timeout_seconds)),
+        "--body-timeout",
+        repr(float(body_timeout_seconds)),
+        "--max-connections",
+        str(max_connections),
     ]
+    for name in allowed_hosts:
+        argv += ["--allowed-hosts", name]
     if access_log:
         argv.append("--access-log")
     env = dict(os.environ)

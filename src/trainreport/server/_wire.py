@@ -252,7 +252,7 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def parse_json(body: bytes) -> Any:
+def parse_json(body: bytes | bytearray) -> Any:
     """Parse a request body as strict JSON (no NaN/Infinity tokens, no overflowing numbers).
 
     Args:
@@ -417,6 +417,9 @@ def _binary_column(text: str, typecode: str, path: str) -> list[Any]:
     The client sends columns this way because formatting floats as decimal text
     costs the reporter thread far more GIL time than copying their bytes
     (``docs/protocol.md``). Non-finite float64 values become ``None`` (null).
+    The result is fully validated (integers >= 0, floats finite or ``None``),
+    with checks that run over the whole array in C (``min``, ``sum``): no
+    Python code runs per point unless a value is out of range.
     """
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
@@ -429,7 +432,12 @@ def _binary_column(text: str, typecode: str, path: str) -> list[Any]:
     if sys.byteorder == "big":
         column.byteswap()
     if typecode == "d":
+        if math.isfinite(sum(column)):  # a NaN or an infinity makes the sum non-finite
+            return column.tolist()
         return [v if math.isfinite(v) else None for v in column]
+    if column and min(column) < 0:
+        first = next(i for i, v in enumerate(column) if v < 0)
+        _invalid("expected an integer >= 0", f"{path}[{first}]")
     return column.tolist()
 
 
@@ -439,17 +447,23 @@ def _columns(name: str, columns: Any) -> SeriesPoints:
     _known_keys(obj, _SERIES_KEYS, base)
     offset = _int(obj.get("offset"), f"{base}.offset", minimum=0)
     lists = []
+    decoded = []  # binary columns come back validated: they are not checked twice
     for key, typecode in (("steps", "q"), ("epochs", "i"), ("values", "d")):
         column = obj.get(key, [])
         if isinstance(column, str):
             column = _binary_column(column, typecode, f"{base}.{key}")
         elif not isinstance(column, list):
             _invalid("expected an array or a base64 string", f"{base}.{key}")
+        decoded.append(isinstance(obj.get(key), str))
         lists.append(column)
     raw_steps, raw_epochs, raw_values = lists
     if not len(raw_steps) == len(raw_epochs) == len(raw_values):
         _invalid("steps, epochs and values must have the same length", base)
-    steps = [_int(v, f"{base}.steps[{i}]", minimum=0) for i, v in enumerate(raw_steps)]
-    epochs = [_epoch(v, f"{base}.epochs[{i}]") for i, v in enumerate(raw_epochs)]
-    values = [_number(v, f"{base}.values[{i}]") for i, v in enumerate(raw_values)]
+    steps, epochs, values = raw_steps, raw_epochs, raw_values
+    if not decoded[0]:
+        steps = [_int(v, f"{base}.steps[{i}]", minimum=0) for i, v in enumerate(raw_steps)]
+    if not decoded[1]:
+        epochs = [_epoch(v, f"{base}.epochs[{i}]") for i, v in enumerate(raw_epochs)]
+    if not decoded[2]:
+        values = [_number(v, f"{base}.values[{i}]") for i, v in enumerate(raw_values)]
     return SeriesPoints(name=name, offset=offset, steps=steps, epochs=epochs, values=values)

@@ -1,8 +1,8 @@
 """Sinks: where a Reporter's updates go (DESIGN §2).
 
-``MemorySink`` (tests, notebooks), ``FileSink`` (a JSON file, the embedded
-default), ``HttpSink`` (a job-status service), and the :class:`Sink` interface
-to write your own.
+``MemorySink`` (tests, notebooks), ``FileSink`` (a run log on local disk, the
+embedded default), ``HttpSink`` (a job-status service), ``KubeflowSink`` (Kubeflow
+Trainer's TrainJob status), and the :class:`Sink` interface to write your own.
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ from trainreport._sink import (
     Split,
     Update,
 )
+from trainreport.exceptions import ConfigError
 from trainreport.sinks._file import FileSink
 from trainreport.sinks._http import HttpSink
+from trainreport.sinks._kubeflow import KubeflowSink
+from trainreport.sinks._kubeflow_status import ENV_URL as KUBEFLOW_URL_VARIABLE
 from trainreport.sinks._memory import MemorySink
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "Delivered",
     "FileSink",
     "HttpSink",
+    "KubeflowSink",
     "MemorySink",
     "OpenResult",
     "Opened",
@@ -71,13 +75,21 @@ def new_run_id() -> str:
 def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     """The sink a job system's environment asks for (DESIGN §2).
 
-    ``TRAINREPORT_URL`` set: an :class:`HttpSink` for ``TRAINREPORT_JOB_ID`` /
-    ``TRAINREPORT_TASK_ID`` (default ``train``) with the token from
-    ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``. Otherwise a
-    :class:`FileSink` at ``./trainreport-runs/<run id>.json``, where the run id
-    is ``TRAINREPORT_JOB_ID`` when it is a safe file name (so a job resumes its
-    own file) and a fresh unique id otherwise (so a second run never rewinds
-    the first).
+    - ``TRAINREPORT_URL`` set: an :class:`HttpSink` for ``TRAINREPORT_JOB_ID`` /
+      ``TRAINREPORT_TASK_ID`` (default ``train``) with the token from
+      ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``. When
+      ``KUBEFLOW_TRAINER_SERVER_URL`` is set too, it is not used yet (one
+      reporter sends to one sink): ``trainreport.kubeflow_not_used`` is logged.
+    - else ``KUBEFLOW_TRAINER_SERVER_URL`` set (inside a Kubeflow TrainJob): a
+      :class:`KubeflowSink` (an unusable URL is logged and falls through to the
+      file).
+    - otherwise a :class:`FileSink` writing the run log
+      ``./trainreport-runs/<run id>.log`` (and ``<run id>.json``, the task
+      record, at close), where the run id is ``TRAINREPORT_JOB_ID`` (with
+      ``.<TRAINREPORT_TASK_ID>`` when the task is not ``train``) when it is a
+      safe file name (so a job resumes its own log) and a fresh unique id
+      otherwise (so a second run never rewinds the first). The log records
+      the job and task ids for ``trainreport sync``.
 
     Args:
         environ: the environment (default ``os.environ``).
@@ -86,15 +98,36 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     """
     env = os.environ if environ is None else environ
     url = env.get("TRAINREPORT_URL", "").strip()
+    kubeflow_url = env.get(KUBEFLOW_URL_VARIABLE, "").strip()
     job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
     if url:
+        if kubeflow_url:
+            _log.warning(
+                "trainreport.kubeflow_not_used",
+                reason="TRAINREPORT_URL is set too and a reporter sends to one destination; "
+                "the Kubeflow TrainJob status gets no progress from this reporter",
+                variable=KUBEFLOW_URL_VARIABLE,
+            )
         return HttpSink.from_env(env)
+    if kubeflow_url:
+        try:
+            return KubeflowSink.from_env(env)
+        except ConfigError as exc:
+            _log.warning(
+                "trainreport.invalid_environment",
+                variable=KUBEFLOW_URL_VARIABLE,
+                reason="; ".join(exc.problems)[:300],
+            )
     run_id = new_run_id()
+    task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
     if job_id:
-        task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
         candidate = job_id if task_id == "train" else f"{job_id}.{task_id}"
         if _SAFE_ID.match(candidate):
             run_id = candidate
         else:
             _log.warning("trainreport.unsafe_run_id", replaced_by=run_id)
-    return FileSink(Path(DEFAULT_RUNS_DIRECTORY) / f"{run_id}.json")
+    return FileSink(
+        Path(DEFAULT_RUNS_DIRECTORY) / f"{run_id}.log",
+        job_id=job_id or run_id,
+        task_id=task_id,
+    )

@@ -21,8 +21,9 @@ results at the boundary: :meth:`HttpSink.open` and :meth:`HttpSink.send`
 never raise.
 
 The token (``token=`` or a token file re-read when it changes) is sent as
-``Authorization: Bearer ...`` and appears in no log event, no result reason,
-no exception message and not in ``repr()``.
+``Authorization: Bearer ...``; credentials in the base URL's userinfo are sent
+as ``Authorization: Basic ...`` when there is no token. Neither appears in any
+log event, result reason, exception message or ``repr()``.
 """
 
 from __future__ import annotations
@@ -241,12 +242,16 @@ class HttpSink(Sink):
     """Sends a run's updates to a job-status service over HTTP (DESIGN §2, §5).
 
     Holds no connection pool, lock or thread until :meth:`open`, so an
-    unstarted sink pickles (the token is part of the pickled state). Driven by
+    unstarted sink pickles (the token and any credentials in the base URL are
+    part of the pickled state: treat a pickle like the token itself). Driven by
     one thread (the reporter thread); not thread-safe otherwise.
 
     Args:
         base_url: the service's root, ``http://host:port`` or
-            ``https://host/prefix``; API paths are appended to it.
+            ``https://host/prefix``; API paths are appended to it. Credentials
+            in it (``https://user:password@host``) are sent as
+            ``Authorization: Basic`` unless a token is given, and shown as
+            ``***`` everywhere (``base_url``, ``repr()``, logs, reasons).
         job_id: the job's id (URL-quoted into ``task_path``).
         task_id: the task's id within the job (default ``"train"``).
         token: bearer token sent as ``Authorization: Bearer <token>``, or
@@ -319,7 +324,11 @@ class HttpSink(Sink):
             path = ""
         if problems:
             raise ConfigError(problems)
-        self.base_url = base_url.rstrip("/")
+        url, userinfo = _split_userinfo(base_url.rstrip("/"))
+        #: The base URL as shown (repr, logs): any userinfo replaced by ``***``.
+        self.base_url = url if userinfo is None else url.replace("://", "://***@", 1)
+        self._url = url  # what requests go to: the base URL without its userinfo
+        self._userinfo = userinfo  # sent as Basic auth unless there is a token
         self.job_id = str(job_id)
         self.task_id = str(task_id)
         self.task_path = task_path
@@ -335,7 +344,7 @@ class HttpSink(Sink):
         self._headers = dict(headers or {})
         self._auth = auth
         self._path = "/" + path.lstrip("/")
-        parts = urllib.parse.urlsplit(self.base_url)
+        parts = urllib.parse.urlsplit(self._url)
         self._prefix, self._netloc = parts.path, parts.netloc
         self._url_problem = (
             None
@@ -727,7 +736,7 @@ class HttpSink(Sink):
                 headers["Content-Encoding"] = "gzip"
             headers["Content-Length"] = str(len(body))
         resource = (self._path if task else "") + path
-        url = self.base_url + resource
+        url = self._url + resource
         self._last_bytes = (
             (len(body) if body is not None else 0)
             + len(method)
@@ -792,7 +801,7 @@ class HttpSink(Sink):
         kwargs: dict[str, Any] = {"num_pools": 2, "maxsize": 1, "cert_reqs": "CERT_REQUIRED"}
         if self.ca_certs is not None:
             kwargs["ca_certs"] = self.ca_certs
-        proxy = _proxy_for(self.base_url)
+        proxy = _proxy_for(self._url)
         if proxy is None:
             return urllib3.PoolManager(**kwargs)
         if "://" not in proxy:
@@ -815,6 +824,8 @@ class HttpSink(Sink):
         token = self._current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        elif self._userinfo is not None:
+            headers.update(urllib3.util.make_headers(basic_auth=self._userinfo))
         if self._auth is not None:
             try:
                 extra = dict(self._auth())
@@ -856,7 +867,10 @@ class HttpSink(Sink):
 
     def _scrub(self, text: str) -> str:
         """``text`` without the token (defence in depth: reasons are logged)."""
-        for secret in (self._token, self._token_cache[1] if self._token_cache else None):
+        secrets = [self._token, self._token_cache[1] if self._token_cache else None]
+        if self._userinfo is not None:
+            secrets += self._userinfo.split(":", 1)
+        for secret in secrets:
             if secret:
                 text = text.replace(secret, "***")
         return text[:500]
@@ -864,6 +878,16 @@ class HttpSink(Sink):
 
 class _UnreachableError(TransportError):
     """Nothing answered: the connection was refused or the host name did not resolve."""
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """``(url without userinfo, "user:password" percent-decoded or None)``. Never raises."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not sep or not at:
+        return url, None
+    return f"{scheme}://{host}{slash}{path}", urllib.parse.unquote(userinfo)
 
 
 def _open_result(result: SendResult) -> OpenResult:

@@ -15,6 +15,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from trainreport._lifecycle import forget_running_only_details
 from trainreport._payloads import encode_details, encode_points, finite_or_none, parse_stored_task
 from trainreport._sink import SeriesUpdate, Update
 
@@ -75,6 +76,7 @@ class TaskRecord:
         if update.status is not None:
             self.status = update.status
         self.details.update(update.status_details)
+        forget_running_only_details(self.status, self.details)
         if update.series is not None:
             if update.full_state:
                 self.series = {}

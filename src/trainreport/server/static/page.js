@@ -8,6 +8,7 @@
   const KNOWN_DETAILS = new Set(["phase", "step", "max_steps", "epoch", "num_epochs",
     "percentage_done", "eta_seconds", "updated_at", "checkpoint_path", "hyperparameters",
     "metrics"]);
+  const TERMINAL = new Set(["completed", "failed", "cancelled"]);
   const hashParams = new URLSearchParams(window.location.hash.slice(1));
   const token = hashParams.get("token");
   const headers = token ? { "Authorization": "Bearer " + token } : {};
@@ -46,9 +47,36 @@
   }
   function describeError(error) {
     if (error.status === 401) {
-      return "unauthorized: open this page with #token=<the server token> at the end of the URL";
+      return token ? "the token was refused" : "this server requires a token";
     }
     return "error: " + error.message;
+  }
+  // A 401: ask for the token instead of showing an empty page. The token goes into the
+  // URL fragment (#token=...), which browsers never send to a server, and the page reloads.
+  function askForToken(container) {
+    const card = el("section", "card token");
+    const input = el("input");
+    input.type = "password";
+    input.autocomplete = "off";
+    input.placeholder = "the server's token";
+    const button = el("button", null, "Open");
+    const open = () => {
+      if (!input.value) return;
+      window.location.hash = "token=" + encodeURIComponent(input.value.trim());
+      window.location.reload();
+    };
+    button.addEventListener("click", open);
+    input.addEventListener("keydown", (ev) => { if (ev.key === "Enter") open(); });
+    append(card,
+      el("h2", null, token ? "The token was refused" : "This server requires a token"),
+      el("p", "muted", (token ? "The server refused the token in this page's address. " :
+        "Its API answers only requests that carry its token. ") +
+        "Enter the token trainreport serve was given (--token-file or " +
+        "TRAINREPORT_SERVER_TOKEN). It is kept in this page's address after #, which the " +
+        "browser never sends to the server."),
+      append(el("div", "row"), input, button));
+    container.replaceChildren(card);
+    input.focus();
   }
 
   // ---- formatting --------------------------------------------------------------------
@@ -107,6 +135,22 @@
     append(wrap, bar, el("span", "muted", isNum(percentage) ? pct.toFixed(1) + " %" : "–"));
     return wrap;
   }
+  // A terminal status ends the phase (docs/lifecycle.md), whatever an older writer stored;
+  // an ETA means something only while the task runs.
+  function phaseText(status, phase) {
+    return TERMINAL.has(status) ? "done" : fmtValue(phase);
+  }
+  // Text that may wrap only between words: after "/", "_", ".", "-", "=", ":", ","
+  // and at a camelCase boundary (a <wbr> each), never inside a word unless one word
+  // alone is wider than its box (overflow-wrap in page.css).
+  function breakable(node, text) {
+    const parts = String(text).split(/(?<=[\/_.\-=:,])|(?<=[a-z])(?=[A-Z])/);
+    parts.forEach((part, i) => {
+      if (i > 0) node.appendChild(document.createElement("wbr"));
+      node.appendChild(document.createTextNode(part));
+    });
+    return node;
+  }
   function stepText(step, max) {
     if (step === null || step === undefined) return "–";
     return isNum(max) ? fmtValue(step) + " / " + fmtValue(max) : fmtValue(step);
@@ -148,7 +192,7 @@
             const link = el("a", null, task.task_id);
             link.href = taskHref(job.job_id, task.task_id);
             append(tr, append(el("td"), link), append(el("td"), badge(task.status)),
-              el("td", null, fmtValue(task.phase)),
+              el("td", null, phaseText(task.status, task.phase)),
               el("td", "num", stepText(task.step, task.max_steps)),
               append(el("td"), progressBar(task.percentage_done, false)),
               el("td", "muted", fmtAgo(task.updated_at)));
@@ -163,6 +207,10 @@
       setLive(true, "live · " + new Date().toLocaleTimeString());
     } catch (error) {
       setLive(false, describeError(error));
+      if (error.status === 401) {
+        askForToken(main);
+        return;
+      }
     }
     window.setTimeout(refreshIndex, 3000);
   }
@@ -391,20 +439,28 @@
   }
 
   // ---- task page ---------------------------------------------------------------------
-  function stat(key, value, sub) {
-    const box = el("div", "stat");
+  function stat(key, value, sub, cls) {
+    const box = el("div", cls ? "stat " + cls : "stat");
     append(box, el("div", "k", key));
     if (value instanceof Node) append(box, value); else append(box, el("div", "v", value));
     if (sub) append(box, el("div", "s", sub));
     return box;
   }
-  function kvTable(entries) {
-    const table = el("table", "kv");
-    const body = el("tbody");
-    for (const [k, v] of entries) append(body, append(el("tr"), el("td", null, k),
-      el("td", null, fmtValue(v))));
-    append(table, body);
-    return table;
+  // Key/value rows that flow into as many columns as fit (a Hugging Face run has ~160).
+  function kvList(entries) {
+    const list = el("div", "kv");
+    for (const [k, v] of entries) {
+      append(list, append(el("div", "row"), breakable(el("span", "k"), k),
+        breakable(el("span", "v"), fmtValue(v))));
+    }
+    return list;
+  }
+
+  function checkpointStat(path) {
+    if (path === null || path === undefined) return stat("checkpoint", "–", null, "checkpoint");
+    const value = breakable(el("div", "v"), fmtValue(path));
+    value.title = fmtValue(path);  // the whole path on hover, whatever the wrapping
+    return stat("checkpoint", value, null, "checkpoint");
   }
 
   function renderDetails(container, tables, task) {
@@ -414,13 +470,13 @@
     const stats = el("div", "stats");
     append(stats,
       stat("status", append(el("div", "v"), badge(task.status))),
-      stat("phase", fmtValue(d.phase)),
+      stat("phase", phaseText(task.status, d.phase)),
       stat("step", stepText(d.step, d.max_steps)),
       stat("epoch", stepText(d.epoch, d.num_epochs)),
       stat("progress", isNum(d.percentage_done) ? d.percentage_done.toFixed(1) + " %" : "–",
         null),
-      stat("eta", fmtDuration(d.eta_seconds)),
-      stat("checkpoint", fmtValue(d.checkpoint_path)),
+      stat("eta", task.status === "running" ? fmtDuration(d.eta_seconds) : "–"),
+      checkpointStat(d.checkpoint_path),
       stat("updated", fmtAgo(d.updated_at) || "–", typeof d.updated_at === "string" ?
         d.updated_at : null));
     append(summary, stats);
@@ -433,14 +489,16 @@
     const cols = el("div", "cols");
     const hp = d.hyperparameters;
     if (hp && typeof hp === "object" && !Array.isArray(hp) && Object.keys(hp).length) {
-      const card = el("section", "card");
-      append(card, el("h2", null, "hyperparameters"), kvTable(Object.entries(hp).sort()));
+      const entries = Object.entries(hp).sort();
+      const card = el("section", entries.length > 16 ? "card hyperparameters wide" :
+        "card hyperparameters");
+      append(card, el("h2", null, "hyperparameters (" + entries.length + ")"), kvList(entries));
       append(cols, card);
     }
     const others = Object.entries(d).filter(([k]) => !KNOWN_DETAILS.has(k)).sort();
     if (others.length) {
-      const card = el("section", "card");
-      append(card, el("h2", null, "latest values and details"), kvTable(others));
+      const card = el("section", "card details");
+      append(card, el("h2", null, "latest values and details"), kvList(others));
       append(cols, card);
     }
     tables.replaceChildren(cols);
@@ -475,6 +533,11 @@
       parts.noCharts.style.display = groups.length ? "none" : "block";
       setLive(true, "live · " + new Date().toLocaleTimeString());
     } catch (error) {
+      if (error.status === 401) {
+        setLive(false, describeError(error));
+        askForToken(parts.details);
+        return;  // nothing to poll for until a token is given (the page reloads then)
+      }
       if (error.status === 404) {
         setLive(false, "task not found (yet): waiting for its first update");
       } else {
@@ -499,6 +562,7 @@
     const main = document.getElementById("main");
     const details = el("div");
     const noCharts = el("div", "card empty", "no metric series yet");
+    noCharts.style.display = "none";  // shown once the task has been read
     const chartsBox = el("div", "charts");
     const tables = el("div", "tables");
     append(main, el("h1", null, jobId + " / " + taskId), details, noCharts, chartsBox, tables);

@@ -1,0 +1,218 @@
+"""Kubeflow Trainer's TrainJob status endpoint: the contract and the request body (pure).
+
+The contract, read off Kubeflow Trainer (``pkg/status`` server and the
+``TrainerStatus`` / ``Metric`` / ``UpdateTrainJobStatusRequest`` API types) and
+stated in ``docs/integrations.md``:
+
+- ``POST <KUBEFLOW_TRAINER_SERVER_URL>`` (the full URL,
+  ``https://.../apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``),
+  ``Authorization: Bearer <projected service-account token>``, JSON body
+  ``{"trainerStatus": {"progressPercentage": 0..100, "estimatedRemainingSeconds": 0..2**31-1,
+  "metrics": [{"name": 1..64 chars, "value": 1..64 chars}] (at most 256),
+  "lastUpdatedTime": RFC 3339}}``; the body is capped at 64 KiB.
+- Each post replaces the stored trainer status (server-side apply of the whole
+  field): there is no history and nothing to read back.
+- 403: the token was refused; 404: unknown path or job; 413: body over 64 KiB;
+  422: undecodable payload or a field limit broken; 500: anything else.
+
+Nothing here does I/O; :func:`build_body` is used by
+:class:`trainreport.sinks.KubeflowSink` and its tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+
+__all__ = [
+    "ENV_CA_CERT",
+    "ENV_TOKEN",
+    "ENV_URL",
+    "MAX_BODY_BYTES",
+    "MAX_METRICS",
+    "MAX_NAME_CHARS",
+    "MAX_REMAINING_SECONDS",
+    "MAX_VALUE_CHARS",
+    "MIN_INTERVAL_SECONDS",
+    "Body",
+    "build_body",
+    "format_value",
+]
+
+#: The status endpoint's full URL, injected into every container of the TrainJob.
+ENV_URL: Final[str] = "KUBEFLOW_TRAINER_SERVER_URL"
+#: Path of the CA certificate that signs the endpoint's TLS certificate.
+ENV_CA_CERT: Final[str] = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+#: Path of the projected service-account token (rotated in place; about an hour long).
+ENV_TOKEN: Final[str] = "KUBEFLOW_TRAINER_SERVER_TOKEN"  # noqa: S105 - a variable name
+#: The endpoint's guidance (and its own Hugging Face callback's throttle): one post per 5 s.
+MIN_INTERVAL_SECONDS: Final[float] = 5.0
+#: ``metrics`` items per post (``+kubebuilder:validation:MaxItems=256``).
+MAX_METRICS: Final[int] = 256
+#: Request body cap of the status server (``maxBodySize = 1 << 16``), bytes.
+MAX_BODY_BYTES: Final[int] = 64 * 1024
+#: ``Metric.name`` length limit (``MaxLength=64``), characters.
+MAX_NAME_CHARS: Final[int] = 64
+#: ``Metric.value`` length limit (``MaxLength=64``), characters.
+MAX_VALUE_CHARS: Final[int] = 64
+#: ``estimatedRemainingSeconds`` is an ``int32``.
+MAX_REMAINING_SECONDS: Final[int] = 2**31 - 1
+
+#: Floats that are whole numbers below this magnitude are written as integers (exact).
+_EXACT_INTEGER: Final[float] = 2.0**53
+#: Significant digits of every other float.
+_DIGITS: Final[int] = 8
+#: Bookkeeping fields sent as metrics first, in this order.
+_BOOKKEEPING: Final[tuple[str, ...]] = (
+    "phase",
+    "step",
+    "max_steps",
+    "epoch",
+    "num_epochs",
+    "checkpoint_step",
+    "cancel_reason",
+)
+_TERMINAL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
+
+
+def format_value(value: object) -> str:
+    """A metric value as the endpoint's string: compact, and exact where a person needs it.
+
+    - ``int`` (and whole floats below 2**53): every digit (``4096``, ``123456789``);
+    - other floats: 8 significant digits, shortest form (``0.1``, ``2.3025851``,
+      ``1e-05``, ``1.2345679e+20``): a relative error of at most 5e-8, at
+      most 15 characters;
+    - NaN and infinities: ``NaN``, ``+Inf``, ``-Inf``;
+    - text: as given, cut at 64 characters.
+
+    Args:
+        value: a number or a string.
+
+    Returns:
+        The text, 0 to 64 characters (empty only for an empty string). Never raises.
+    """
+    if isinstance(value, str):
+        return value[:MAX_VALUE_CHARS]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)[:MAX_VALUE_CHARS]
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return str(value)[:MAX_VALUE_CHARS]
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    if number.is_integer() and abs(number) < _EXACT_INTEGER:
+        return str(int(number))
+    return format(number, f".{_DIGITS}g")
+
+
+@attrs.frozen
+class Body:
+    """One request body and what it had to leave out.
+
+    Attributes:
+        data: the JSON body, UTF-8, at most :data:`MAX_BODY_BYTES`.
+        metric_count: metrics in the body.
+        left_out: ``(name, reason)`` for each metric that is not in it.
+    """
+
+    data: bytes
+    metric_count: int
+    left_out: tuple[tuple[str, str], ...]
+
+
+def _encode(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _progress(status: str | None, details: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    done = details.get("percentage_done")
+    if status == "completed":
+        out["progressPercentage"] = 100
+    elif isinstance(done, int | float) and math.isfinite(done):
+        out["progressPercentage"] = min(max(math.floor(done), 0), 100)
+    eta = details.get("eta_seconds")
+    if status == "completed":
+        out["estimatedRemainingSeconds"] = 0
+    elif status not in _TERMINAL and isinstance(eta, int | float) and math.isfinite(eta):
+        out["estimatedRemainingSeconds"] = min(max(round(eta), 0), MAX_REMAINING_SECONDS)
+    return out
+
+
+def _bookkeeping(status: str | None, details: Mapping[str, Any]) -> list[tuple[str, object]]:
+    entries: list[tuple[str, object]] = []
+    if status is not None:
+        entries.append(("status", status))
+    for key in _BOOKKEEPING:
+        value = details.get(key)
+        if value is not None and not isinstance(value, dict | list):
+            entries.append((key, value))
+    error = details.get("error")
+    if isinstance(error, Mapping):
+        entries.append(("error", f"{error.get('type', '')}: {error.get('message', '')}"))
+    return entries
+
+
+def build_body(
+    *,
+    status: str | None,
+    details: Mapping[str, Any],
+    metrics: Iterable[tuple[str, object]],
+    updated_at: str,
+) -> Body:
+    """The request body for the current state, within every limit of the contract.
+
+    ``metrics`` keeps its order (the sink gives series first, then scalars);
+    bookkeeping (``status``, ``phase``, ``step``, ``max_steps``, ``epoch``,
+    ``num_epochs``, ``checkpoint_step``, ``cancel_reason``, ``error``) comes
+    before them. A metric whose name is empty or longer than 64 characters,
+    whose value formats to nothing, beyond the 256th, or that would take the
+    body over 64 KiB is left out and named in :attr:`Body.left_out`; a later,
+    smaller one may still fit.
+
+    Args:
+        status: the task status (``running``, ``completed``, ...), or ``None``.
+        details: the merged ``status_details`` (``percentage_done``,
+            ``eta_seconds``, the bookkeeping keys).
+        metrics: ``(qualified name, current value)`` pairs.
+        updated_at: the observation time, RFC 3339 (``2026-11-29T16:03:39Z``).
+
+    Returns:
+        The :class:`Body`. Never raises for numbers and strings.
+    """
+    trainer_status: dict[str, Any] = _progress(status, details)
+    trainer_status["lastUpdatedTime"] = updated_at
+    trainer_status["metrics"] = []
+    used = len(_encode({"trainerStatus": trainer_status}))
+    chosen: list[dict[str, str]] = []
+    left_out: list[tuple[str, str]] = []
+    for name, value in [*_bookkeeping(status, details), *metrics]:
+        text = format_value(value)
+        if not name or len(name) > MAX_NAME_CHARS:
+            left_out.append((name, f"name longer than {MAX_NAME_CHARS} characters"))
+            continue
+        if not text:
+            left_out.append((name, "empty value"))
+            continue
+        if len(chosen) >= MAX_METRICS:
+            left_out.append((name, f"more than {MAX_METRICS} metrics"))
+            continue
+        entry = {"name": name, "value": text}
+        size = len(_encode(entry)) + (1 if chosen else 0)
+        if used + size > MAX_BODY_BYTES:
+            left_out.append((name, f"body over {MAX_BODY_BYTES} bytes"))
+            continue
+        chosen.append(entry)
+        used += size
+    trainer_status["metrics"] = chosen
+    data = _encode({"trainerStatus": trainer_status})
+    return Body(data=data, metric_count=len(chosen), left_out=tuple(left_out))

@@ -1,0 +1,131 @@
+"""Credentials in the base URL (``http://user:TOKEN@host``) never show, and they are used.
+
+Issue 9: the token in a base URL's userinfo showed in ``repr(sink)``. It is
+now redacted (``http://***@host``) in the repr, in ``base_url``, in every log
+event and in every result reason, and sent the way a user expects it to be:
+as ``Authorization: Basic`` (unless a bearer token is configured).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import pickle
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from faults import closed_port
+from trainreport import Reporter, ReportingConfig
+from trainreport.sinks._http import HttpSink
+from trainreport.testing import capture_events
+
+SECRET = "s3cret-TOKEN-in-url"
+
+
+@pytest.fixture
+def recorder() -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A server that answers 404 to everything and records each request's headers and target."""
+    seen: list[dict[str, str]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append({"target": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            self._answer()
+
+        def do_POST(self) -> None:
+            self._answer()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{httpd.server_address[1]}", seen
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(10)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://user:{SECRET}@127.0.0.1:1",
+        f"http://{SECRET}@127.0.0.1:1/prefix/",
+        f"http://{SECRET}:@[::1]:1",
+        f"https://user:{SECRET}@jobs.example",
+    ],
+)
+def test_repr_and_base_url_redact_the_userinfo(url: str) -> None:
+    """The whole userinfo becomes ``***``; host, port and path stay readable."""
+    sink = HttpSink(url, "job-1")
+
+    assert SECRET not in repr(sink)
+    assert "user" not in repr(sink)
+    assert "://***@" in repr(sink)
+    assert SECRET not in sink.base_url
+    assert sink.base_url.startswith(url.split("://", maxsplit=1)[0] + "://***@")
+
+
+def test_result_reasons_and_log_events_never_contain_the_userinfo() -> None:
+    """A run against a closed port with credentials in its URL: nothing logged shows them."""
+    with closed_port() as port:
+        url = f"http://user:{SECRET}@127.0.0.1:{port}"
+        sink = HttpSink(url, "job-1", connect_timeout_seconds=0.5)
+        reasons = [repr(sink.open()), repr(HttpSink(f"http://user:{SECRET}@", "j").open())]
+        config = ReportingConfig(min_report_interval_seconds=0.01, backoff_max_seconds=0.05)
+        with capture_events() as events:
+            reporter = Reporter(HttpSink(url, "job-1"), config, rank=0).start()
+            reporter.report_train_step(step=1, metrics={"loss": 1.0})
+            reporter.close(timeout=1.0)
+            reasons.append(repr(reporter.stats()))
+            reasons.append(repr(reporter))
+
+    assert [] == [text for text in reasons if SECRET in text]
+    assert SECRET not in repr(events)
+    assert events  # the failures were logged
+
+
+def test_the_userinfo_is_sent_as_basic_auth_and_not_in_the_request_target(
+    recorder: tuple[str, list[dict[str, str]]],
+) -> None:
+    """``user:password`` from the URL becomes ``Authorization: Basic``, as curl and requests do."""
+    address, seen = recorder
+
+    HttpSink(f"http://user:{SECRET}@{address}", "job-1").open()
+
+    expected = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
+    assert seen
+    assert {expected} == {request.get("authorization") for request in seen}
+    assert not any(SECRET in request["target"] for request in seen)
+
+
+def test_a_bearer_token_wins_over_the_userinfo(recorder: tuple[str, list[dict[str, str]]]) -> None:
+    """With ``token=`` too, only the bearer token is sent (one Authorization header)."""
+    address, seen = recorder
+
+    HttpSink(f"http://user:{SECRET}@{address}", "job-1", token="bearer-token").open()
+
+    assert {"Bearer bearer-token"} == {request.get("authorization") for request in seen}
+
+
+def test_a_pickled_sink_carries_its_credentials(recorder: tuple[str, list[dict[str, str]]]) -> None:
+    """As documented: a pickle holds the token, so the copy authenticates like the original."""
+    address, seen = recorder
+    sink = HttpSink(f"http://user:{SECRET}@{address}", "job-1")
+
+    pickle.loads(pickle.dumps(sink)).open()
+
+    assert {"Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()} == {
+        request.get("authorization") for request in seen
+    }
