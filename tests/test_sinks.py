@@ -117,6 +117,28 @@ def test_file_sink_writes_the_get_shape_and_resumes_from_it(tmp_path: Path) -> N
     assert [1, 2, 3] == [p[0] for p in curve(json.loads(path.read_text()), "train_loss")]
 
 
+def test_a_series_a_rewind_empties_is_dropped_by_the_run_log_its_record_and_a_replay(
+    tmp_path: Path,
+) -> None:
+    """Resuming from step 1 empties ``val_loss``: snapshot(), the record and the log agree."""
+    path = tmp_path / "run.log"
+    first = Reporter(FileSink(path), rank=0).start()
+    for step in range(1, 11):
+        first.report_train_step(step=step, metrics={"loss": float(step)})
+    first.report_validation(step=10, metrics={"loss": 0.5})
+    assert first.close(timeout=5)
+    second = Reporter(FileSink(path), rank=0).start()
+    second.report_train_step(step=1, metrics={"loss": 7.0})
+    assert second.close(timeout=5)
+
+    record = json.loads(path.with_suffix(".json").read_text())
+    replayed = replay(path.read_bytes()).state
+    assert ["train_loss"] == list(record["status_details"]["metrics"])
+    assert {"train_loss": 1} == replayed.lengths()
+    assert without_updated_at(second.snapshot()) == without_updated_at(record)
+    assert without_updated_at(record) == without_updated_at(read_task(path))
+
+
 def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Path) -> None:
     """While a reporter appends and compacts, every read_task gives a growing prefix of the run.
 
