@@ -193,7 +193,10 @@ def test_a_series_another_tool_wrote_backwards_is_never_overwritten(
     foreign = [{"step": s, "epoch": None, "value": float(s)} for s in (30, 20, 10)]
     body = {"status_details": {"metrics": {"train_loss": train_points, "foreign": foreign}}}
     response = urllib3.request(
-        "PATCH", f"{server.url}/v1/jobs/{JOB}/tasks/train", body=json.dumps(body).encode()
+        "PATCH",
+        f"{server.url}/v1/jobs/{JOB}/tasks/train",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
     )
     assert 200 == response.status
     reporter = reporter_for(server.url, use_extension)
