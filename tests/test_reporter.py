@@ -432,6 +432,60 @@ def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
 
 
 @pytest.mark.parametrize(
+    ("ended_by", "preempted", "expected"),
+    [
+        (None, False, ("completed", None, None)),
+        (SystemExit(0), False, ("completed", None, None)),
+        (SystemExit(None), False, ("completed", None, None)),
+        (SystemExit(2), False, ("failed", None, "SystemExit")),
+        (KeyboardInterrupt(), False, ("cancelled", "interrupted", None)),
+        (ValueError("boom"), False, ("failed", None, "ValueError")),
+        (None, True, ("cancelled", "preempted", None)),
+        (ValueError("boom"), True, ("cancelled", "preempted", None)),
+    ],
+    ids=[
+        "none",
+        "exit-0",
+        "exit-none",
+        "exit-2",
+        "interrupt",
+        "error",
+        "preempted",
+        "preempted-while-failing",
+    ],
+)
+def test_report_outcome_maps_what_ended_the_run_to_one_terminal_report(
+    ended_by: BaseException | None, preempted: bool, expected: tuple[str, Any, Any]
+) -> None:
+    """The one outcome rule every adapter and hook uses (docs/lifecycle.md)."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+
+    reporter.report_outcome(ended_by, preempted=preempted)
+
+    assert reporter.close(timeout=5)
+    task = sink.task
+    assert task is not None
+    details = task["status_details"]
+    assert expected == (
+        task["status"],
+        details.get("cancel_reason"),
+        details.get("error", {}).get("type"),
+    )
+
+
+def test_context_manager_treats_a_clean_sys_exit_as_completed() -> None:
+    """``sys.exit(0)`` inside ``with Reporter(...)`` is a finished run, not a failure."""
+    sink = MemorySink()
+    with pytest.raises(SystemExit), Reporter(sink, rank=0):
+        raise SystemExit(0)
+    task = sink.task
+    assert task is not None
+    assert ("completed", False) == (task["status"], "error" in task["status_details"])
+
+
+@pytest.mark.parametrize(
     "interrupt",
     [KeyboardInterrupt(), type("MyInterrupt", (KeyboardInterrupt,), {})()],
     ids=["KeyboardInterrupt", "subclass"],

@@ -198,7 +198,7 @@ def run_with_default(config: ReportingConfig, *, started_before: bool) -> dict[s
     reporter = Reporter(sink, config)
     if started_before:
         reporter.start()
-    applied = reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS["huggingface"])
+    applied = reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS["huggingface"])
     reporter.start()
     reporter.report_validation(step=1, metrics={"loss": 0.5, "runtime": 3.0})
     assert reporter.close(10)

@@ -6,9 +6,12 @@ See ``README.md`` and ``docs/``.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from trainreport._attempt import AttemptIdentity
 from trainreport._config import ReportingConfig
-from trainreport._lifecycle import Phase, TaskStatus
+from trainreport._lifecycle import Phase, ReporterState, TaskStatus
+from trainreport._naming import STRIPPED_PREFIXES
 from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
     ConfigError,
@@ -49,11 +52,13 @@ __all__ = [
     "ProtocolError",
     "Rejected",
     "Reporter",
+    "ReporterState",
     "ReporterStats",
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
     "RunLogError",
+    "STRIPPED_PREFIXES",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -66,4 +71,9 @@ __all__ = [
     "read_task",
 ]
 
-__version__ = "0.1.0"
+#: The installed distribution's version (``pyproject.toml`` is its one source);
+#: ``"0+unknown"`` for a source tree that was never installed.
+try:
+    __version__: str = importlib.metadata.version("trainreport")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a bare checkout
+    __version__ = "0+unknown"

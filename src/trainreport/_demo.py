@@ -190,9 +190,9 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     closed = False
     try:
         final = train(reporter, steps=args.steps, checkpoint_dir=runs / job_id / "checkpoints")
-        reporter.report_completed()
+        reporter.report_outcome()
     except BaseException as exc:
-        reporter.report_error(exc)
+        reporter.report_outcome(exc)
         raise
     finally:
         closed = reporter.close(timeout=30.0)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec
+from typing import Any, ClassVar, Concatenate, ParamSpec
 
 import attrs
 
@@ -49,11 +49,16 @@ from trainreport._sink import Sink
 from trainreport._worker import Worker
 from trainreport.exceptions import TransitionError
 
-__all__ = ["RANK_VARIABLES", "Reporter", "ReporterStats"]
+__all__ = ["INTERRUPTED", "PREEMPTED", "RANK_VARIABLES", "Reporter", "ReporterStats"]
 
 _log = get_logger()
 _PLAIN = frozenset({int, float})
 _STEP_TYPES = frozenset({int, float, type(None)})
+
+#: The cancel reason of a run stopped by an interrupt (``KeyboardInterrupt``, Ctrl-C).
+INTERRUPTED = "interrupted"
+#: The cancel reason of a run the job system stops to requeue it (SIGTERM, Lightning's requeue).
+PREEMPTED = "preempted"
 
 #: Environment variables read, in order, for the global rank (DESIGN §7).
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
@@ -247,6 +252,11 @@ class Reporter:
     them (docs/engine.md).
     """
 
+    #: The cancel reason :meth:`report_outcome` gives a run stopped by an interrupt.
+    INTERRUPTED: ClassVar[str] = INTERRUPTED
+    #: The cancel reason :meth:`report_outcome` gives a run the job system preempts.
+    PREEMPTED: ClassVar[str] = PREEMPTED
+
     def __init__(
         self,
         sink: Sink,
@@ -321,7 +331,7 @@ class Reporter:
         config = ReportingConfig.from_env(env)
         return cls(default_sink_from_env(env), config, clock=clock)
 
-    def _use_series_default(self, patterns: tuple[str, ...]) -> bool:
+    def use_series_default(self, patterns: tuple[str, ...]) -> bool:
         """Use an adapter's own default ``time_series_metrics`` (for adapters, before start).
 
         It applies only where the config's ``time_series_metrics`` is ``None``;
@@ -546,13 +556,8 @@ class Reporter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Report completed, cancelled (``KeyboardInterrupt``) or the error, then close."""
-        if exc is None:
-            self.report_completed()
-        elif isinstance(exc, KeyboardInterrupt):
-            self.report_cancelled(reason="interrupted")
-        else:
-            self.report_error(exc)
+        """Report the block's outcome (:meth:`report_outcome`), then close."""
+        self.report_outcome(exc)
         self.close()
 
     # --- process hooks ---------------------------------------------------------------
@@ -577,10 +582,8 @@ class Reporter:
             item[0] in _TERMINAL_KINDS for item in list(self._queue)
         )
         if not terminal:
-            if isinstance(uncaught, KeyboardInterrupt):  # DESIGN §4: an interrupt is a cancel
-                self.report_cancelled(reason="interrupted")
-            elif uncaught is not None:
-                self.report_error(uncaught)
+            if uncaught is not None:
+                self.report_outcome(uncaught)
             else:
                 _log.warning("trainreport.run_ended_without_status")
         self.close(self._config.atexit_timeout_seconds)
@@ -950,13 +953,48 @@ class Reporter:
         Never raises, never blocks on I/O.
         """
         if isinstance(error, KeyboardInterrupt):
-            self._put((K_CANCELLED, self._clock(), "interrupted"), wake=True)
+            self._put((K_CANCELLED, self._clock(), INTERRUPTED), wake=True)
             return
         if isinstance(error, BaseException):
             kind, message = type(error).__name__, _safe_str(error)
         else:
             kind, message = "Error", _safe_str(error)
         self._put((K_FAILED, self._clock(), kind, message[:4096]), wake=True)
+
+    @_report_call
+    def report_outcome(
+        self, error: BaseException | None = None, *, preempted: bool = False
+    ) -> None:
+        """Report how the run ended, from the exception that ended it (the one rule).
+
+        Every adapter, hook and ``with Reporter(...)`` block ends a run through
+        this method, so the mapping is written once (docs/lifecycle.md):
+
+        ============================================  =================================
+        what ended the run                            terminal report
+        ============================================  =================================
+        ``preempted=True`` (SIGTERM, a requeue)       ``cancelled``, reason ``"preempted"``
+        ``KeyboardInterrupt`` (Ctrl-C)                ``cancelled``, reason ``"interrupted"``
+        ``None``, or ``SystemExit`` with code 0/None  ``completed``
+        any other exception (``SystemExit(1)`` too)   ``failed`` (type name and message)
+        ============================================  =================================
+
+        The first terminal report of an attempt wins, so calling this after an
+        adapter already reported an outcome changes nothing.
+
+        Args:
+            error: the exception that ended the run, or ``None`` for a run that
+                ran to its end.
+            preempted: the job system is stopping the run to requeue it.
+
+        Never raises, never blocks on I/O.
+        """
+        if preempted:
+            self.report_cancelled(reason=PREEMPTED)
+        elif error is None or (isinstance(error, SystemExit) and error.code in (0, None)):
+            self.report_completed()
+        else:  # report_error maps KeyboardInterrupt to cancelled (interrupted)
+            self.report_error(error)
 
 
 def _safe_str(value: object) -> str:

@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from trainreport import STRIPPED_PREFIXES
+
 __all__ = [
+    "PREFIX_PHASES",
     "ACCELERATE",
     "COUNTER_EXCLUSIONS",
     "DEFAULT_TIME_SERIES_METRICS",
@@ -62,4 +65,18 @@ DEFAULT_TIME_SERIES_METRICS: Final[Mapping[str, tuple[str, ...]]] = MappingProxy
         "lightning": LIGHTNING,
         "nemo_rl": NEMO_RL,
     }
+)
+
+
+#: A metric name's own prefix decides its phase whatever the framework's context
+#: (``eval_loss`` logged in a training hook is validation); longest prefix first.
+#: The phases' prefixes are the core's table (``trainreport.STRIPPED_PREFIXES``)
+#: plus ``test_``/``test/``.
+PREFIX_PHASES: Final[tuple[tuple[str, str], ...]] = tuple(
+    sorted(
+        [(p, phase) for phase, ps in STRIPPED_PREFIXES.items() for p in ps]
+        + [("test_", "test"), ("test/", "test")],
+        key=lambda item: len(item[0]),
+        reverse=True,
+    )
 )

@@ -1,13 +1,19 @@
-"""The one guard every adapter hook runs under: a hook's error never reaches training."""
+"""The one guard every adapter hook runs under: a hook's error never reaches training.
+
+This is also the one place the integrations reach the core's private modules:
+trainreport's logger (``get_logger``, ``OnceLogger``) is re-exported from here, so
+the adapters and hooks import only the public API plus their own package
+(pinned by ``tests/test_public_api.py``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 
-from trainreport._logging import OnceLogger
+from trainreport._logging import OnceLogger, get_logger
 
-__all__ = ["adapter_guard"]
+__all__ = ["OnceLogger", "adapter_guard", "get_logger"]
 
 
 @contextlib.contextmanager

@@ -18,28 +18,28 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, TypeAlias
 
-from trainreport._logging import get_logger
-from trainreport._reporter import Reporter
+from trainreport import Reporter
+from trainreport.integrations._guard import get_logger
 
 __all__ = ["PREEMPTED", "install_failure_hooks"]
 
 _log = get_logger()
 
-#: The cancel reason reported on SIGTERM (DESIGN §4: preemption is ``cancelled``
-#: with ``reason: "preempted"``).
-PREEMPTED = "preempted"
+#: The cancel reason reported on SIGTERM (preemption is ``cancelled`` with
+#: ``reason: "preempted"``, :meth:`Reporter.report_outcome`).
+PREEMPTED = Reporter.PREEMPTED
 
 _SignalHandler: TypeAlias = "Callable[[int, FrameType | None], Any] | int | signal.Handlers | None"
 
 
 def _report(reporter: Reporter, exc: BaseException | None) -> None:
-    """Report an uncaught exception: interrupt -> cancelled, anything else -> failed."""
+    """Report an uncaught exception with :meth:`Reporter.report_outcome`.
+
+    ``SystemExit`` ending a thread is no outcome of the run (Python ignores it too).
+    """
     if exc is None or isinstance(exc, SystemExit):
         return
-    if isinstance(exc, KeyboardInterrupt):
-        reporter.report_cancelled(reason="interrupted")
-    else:
-        reporter.report_error(exc)
+    reporter.report_outcome(exc)
 
 
 def install_failure_hooks(reporter: Reporter, *, sigterm: bool = False) -> Callable[[], None]:
@@ -101,7 +101,7 @@ def install_failure_hooks(reporter: Reporter, *, sigterm: bool = False) -> Calla
 
     def on_sigterm(signum: int, frame: FrameType | None) -> Any:
         if active:
-            reporter.report_cancelled(reason=PREEMPTED)
+            reporter.report_outcome(preempted=True)
             with contextlib.suppress(Exception):  # strict mode's TransitionError (tests only)
                 reporter.close(reporter.config.atexit_timeout_seconds)
         if callable(previous_signal):

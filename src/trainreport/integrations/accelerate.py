@@ -32,12 +32,9 @@ from typing import Any
 
 from accelerate.tracking import GeneralTracker, on_main_process
 
-from trainreport._lifecycle import ReporterState
-from trainreport._logging import OnceLogger
-from trainreport._naming import STRIPPED_PREFIXES
-from trainreport._reporter import Reporter
-from trainreport.integrations._defaults import ACCELERATE
-from trainreport.integrations._guard import adapter_guard
+from trainreport import Reporter, ReporterState
+from trainreport.integrations._defaults import ACCELERATE, PREFIX_PHASES
+from trainreport.integrations._guard import OnceLogger, adapter_guard
 from trainreport.integrations._hooks import install_failure_hooks
 
 __all__ = ["DEFAULT_TIME_SERIES_METRICS", "TrainReportTracker", "route_by_prefix"]
@@ -46,15 +43,6 @@ __all__ = ["DEFAULT_TIME_SERIES_METRICS", "TrainReportTracker", "route_by_prefix
 #: ``None``): every metric but throughput/accounting counters (``docs/integrations.md``).
 DEFAULT_TIME_SERIES_METRICS = ACCELERATE
 _TRAIN, _VALIDATION, _TEST = "train", "validation", "test"
-#: A metric name's own prefix decides its phase; the longest prefix wins.
-_PREFIX_PHASES: tuple[tuple[str, str], ...] = tuple(
-    sorted(
-        [(p, phase) for phase, ps in STRIPPED_PREFIXES.items() for p in ps]
-        + [("test_", _TEST), ("test/", _TEST)],
-        key=lambda item: len(item[0]),
-        reverse=True,
-    )
-)
 #: Bookkeeping keys loops log beside their metrics; they are not metrics.
 _BOOKKEEPING = ("epoch", "step")
 
@@ -78,7 +66,7 @@ def route_by_prefix(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     for name, value in values.items():
         if name in _BOOKKEEPING:
             continue
-        phase = next((ph for p, ph in _PREFIX_PHASES if str(name).startswith(p)), _TRAIN)
+        phase = next((ph for p, ph in PREFIX_PHASES if str(name).startswith(p)), _TRAIN)
         routed.setdefault(phase, {})[name] = value
     return routed
 
@@ -138,7 +126,7 @@ class TrainReportTracker(GeneralTracker):  # type: ignore[misc]  # accelerate is
         self.run_name = run_name
         self._reporter = reporter
         if reporter is not None:
-            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._max_steps = max_steps
         self._num_epochs = num_epochs
         self._failure_hooks = failure_hooks
@@ -216,7 +204,7 @@ class TrainReportTracker(GeneralTracker):  # type: ignore[misc]  # accelerate is
     def _get_reporter(self) -> Reporter:
         if self._reporter is None:
             self._reporter = Reporter.from_env()
-            self._reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            self._reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         return self._reporter
 
     def _started(self) -> Reporter:

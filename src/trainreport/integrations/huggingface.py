@@ -33,10 +33,9 @@ import attrs
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from trainreport._logging import OnceLogger, get_logger
-from trainreport._reporter import Reporter
+from trainreport import Reporter
 from trainreport.integrations._defaults import HUGGINGFACE
-from trainreport.integrations._guard import adapter_guard
+from trainreport.integrations._guard import OnceLogger, adapter_guard, get_logger
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -218,7 +217,7 @@ class TrainReportCallback(TrainerCallback):
 
     def __init__(self, reporter: Reporter | None = None, *, stop_on_cancel: bool = True) -> None:
         self._reporter = reporter if reporter is not None else Reporter.from_env()
-        self._reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+        self._reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._stop_on_cancel = stop_on_cancel
         self._stopped_for_cancel = False
         self._close_on_train_end = True
@@ -381,10 +380,10 @@ def reporting(trainer: Trainer) -> Iterator[Reporter]:
     :meth:`Reporter.from_env` is added when there is none). The reporter is
     started on entry and closed on exit (so an evaluation after ``train()`` is
     still recorded: validation after completion is kept, DESIGN §4). An
-    exception leaving the block is reported with ``report_error`` (a
-    ``KeyboardInterrupt`` as ``report_cancelled(reason="interrupted")``) and
-    re-raised; ``SystemExit(0)`` is not a failure. Only the world process zero
-    reports.
+    exception leaving the block is reported with :meth:`Reporter.report_outcome`
+    (``failed``; a ``KeyboardInterrupt`` is ``cancelled`` with reason
+    ``"interrupted"``; ``SystemExit(0)`` is no failure but ``completed``) and
+    re-raised. Only the world process zero reports.
 
     Args:
         trainer: a ``transformers.Trainer``.
@@ -406,17 +405,9 @@ def reporting(trainer: Trainer) -> Iterator[Reporter]:
         reporter.start()
     try:
         yield reporter
-    except KeyboardInterrupt:
-        if main:
-            reporter.report_cancelled(reason="interrupted")
-        raise
-    except SystemExit as exc:
-        if main and exc.code not in (0, None):
-            reporter.report_error(exc)
-        raise
     except BaseException as exc:
         if main:
-            reporter.report_error(exc)
+            reporter.report_outcome(exc)
         raise
     finally:
         callback._close_on_train_end = True

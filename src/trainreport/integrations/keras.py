@@ -34,11 +34,9 @@ from typing import Any
 
 import keras
 
-from trainreport._lifecycle import ReporterState
-from trainreport._logging import OnceLogger, get_logger
-from trainreport._reporter import Reporter
+from trainreport import Reporter, ReporterState
 from trainreport.integrations._defaults import KERAS
-from trainreport.integrations._guard import adapter_guard
+from trainreport.integrations._guard import OnceLogger, adapter_guard, get_logger
 from trainreport.integrations._hooks import install_failure_hooks
 
 __all__ = ["CANCEL_REASON", "DEFAULT_TIME_SERIES_METRICS", "TrainReportCallback"]
@@ -100,7 +98,7 @@ class TrainReportCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         super().__init__()
         self._reporter = reporter
         if reporter is not None:
-            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._stop_on_cancel = stop_on_cancel
         self._failure_hooks = failure_hooks
         self._uninstall: Callable[[], None] | None = None
@@ -116,7 +114,7 @@ class TrainReportCallback(keras.callbacks.Callback):  # type: ignore[misc]  # ke
         """The :class:`Reporter` (built from the environment on first use)."""
         if self._reporter is None:
             self._reporter = Reporter.from_env()
-            self._reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            self._reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         return self._reporter
 
     def close(self, timeout: float | None = None) -> bool:

@@ -42,12 +42,9 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from trainreport._lifecycle import ReporterState
-from trainreport._logging import OnceLogger, get_logger
-from trainreport._naming import STRIPPED_PREFIXES
-from trainreport._reporter import Reporter
-from trainreport.integrations._defaults import LIGHTNING
-from trainreport.integrations._guard import adapter_guard
+from trainreport import Reporter, ReporterState
+from trainreport.integrations._defaults import LIGHTNING, PREFIX_PHASES
+from trainreport.integrations._guard import OnceLogger, adapter_guard, get_logger
 from trainreport.sinks import new_run_id
 
 __all__ = [
@@ -67,15 +64,6 @@ CANCEL_REASON = "cancel_requested"
 #: ``None``): every metric but throughput/accounting counters (``docs/integrations.md``).
 DEFAULT_TIME_SERIES_METRICS = LIGHTNING
 _TRAIN, _VALIDATION = "train", "validation"
-#: Explicit metric-name prefixes that decide a metric's phase whatever the context.
-_PREFIX_PHASES: tuple[tuple[str, str], ...] = tuple(
-    sorted(
-        [(p, phase) for phase, ps in STRIPPED_PREFIXES.items() for p in ps]
-        + [("test_", "test"), ("test/", "test")],
-        key=lambda item: len(item[0]),
-        reverse=True,
-    )
-)
 #: Lightning's ``trainer.state.stage`` values -> trainreport phase of unprefixed metrics.
 _STAGE_PHASES = {"train": _TRAIN, "validate": _VALIDATION, "test": "test", "predict": "predict"}
 #: Lightning appends this to names logged with several eval dataloaders (``DATALOADER_SUFFIX``).
@@ -112,7 +100,7 @@ def route_metrics(
     for raw_name, value in metrics.items():
         if raw_name in ("epoch", "step"):
             continue
-        phase = next((ph for p, ph in _PREFIX_PHASES if raw_name.startswith(p)), context)
+        phase = next((ph for p, ph in PREFIX_PHASES if raw_name.startswith(p)), context)
         name, dataset = raw_name, None
         if phase == _VALIDATION:
             match = _DATALOADER_SUFFIX.match(raw_name)
@@ -182,7 +170,7 @@ class TrainReportLogger(Logger):
         super().__init__()
         self._reporter = reporter
         if reporter is not None:
-            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._name = name
         job_id = os.environ.get("TRAINREPORT_JOB_ID", "").strip()
         self._version = version if version is not None else (job_id or new_run_id())
@@ -290,7 +278,7 @@ class TrainReportLogger(Logger):
                     "failed", lambda r: r.report_error("Lightning ended the run with status failed")
                 )
             elif status == "finished":
-                self._terminate("cancelled", lambda r: r.report_cancelled(reason="preempted"))
+                self._terminate("preempted", lambda r: r.report_outcome(preempted=True))
             else:
                 self._once.warning(
                     ("status", status), "trainreport.lightning_unknown_status", status=status[:50]
@@ -322,16 +310,14 @@ class TrainReportLogger(Logger):
     def report_exception(self, exception: BaseException) -> None:
         """Report the exception that ends the run (called by :class:`TrainReportCallback`).
 
-        ``KeyboardInterrupt`` is ``cancelled`` with reason ``interrupted``;
-        anything else ``failed``. Only the first terminal status counts. Never raises.
+        Mapped by :meth:`Reporter.report_outcome`: ``KeyboardInterrupt`` is
+        ``cancelled`` with reason ``interrupted``; anything else ``failed``. Only
+        the first terminal status counts. Never raises.
         """
         if not _is_rank_zero() or self._inert:
             return
         with self._guard("on_exception"):
-            if isinstance(exception, KeyboardInterrupt):
-                self._terminate("cancelled", lambda r: r.report_cancelled(reason="interrupted"))
-            else:
-                self._terminate("failed", lambda r: r.report_error(exception))
+            self._terminate("exception", lambda r: r.report_outcome(exception))
 
     # --- pickling (Lightning sends loggers to spawned workers) ----------------------
 
@@ -356,7 +342,7 @@ class TrainReportLogger(Logger):
     def _get_reporter(self) -> Reporter:
         if self._reporter is None:
             self._reporter = Reporter.from_env()
-            self._reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            self._reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         return self._reporter
 
     def _started(self) -> Reporter:

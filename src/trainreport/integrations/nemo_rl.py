@@ -34,11 +34,9 @@ import re
 from collections.abc import Mapping, Sized
 from typing import Any
 
-from trainreport._lifecycle import ReporterState
-from trainreport._logging import OnceLogger
-from trainreport._reporter import Reporter
+from trainreport import Reporter, ReporterState
 from trainreport.integrations._defaults import NEMO_RL
-from trainreport.integrations._guard import adapter_guard
+from trainreport.integrations._guard import OnceLogger, adapter_guard
 
 __all__ = ["DEFAULT_TIME_SERIES_METRICS", "OTHER_PHASE", "TrainReportNemoLogger", "phase_of_prefix"]
 
@@ -164,7 +162,7 @@ class TrainReportNemoLogger:
             raise ValueError(f"steps_per_epoch must be a positive int, got {steps_per_epoch!r}")
         self._reporter = reporter
         if reporter is not None:
-            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._max_steps = max_steps
         self._num_epochs = num_epochs
         self._steps_per_epoch = steps_per_epoch
@@ -307,7 +305,7 @@ class TrainReportNemoLogger:
         reporter = self._reporter
         if reporter is None:
             reporter = self._reporter = Reporter.from_env()
-            reporter._use_series_default(DEFAULT_TIME_SERIES_METRICS)
+            reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         if reporter.state is ReporterState.NEW:
             reporter.start()
             if self._max_steps is not None or self._num_epochs is not None:

@@ -14,7 +14,8 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainreport._logging import get_logger
+from trainreport import _logging
+from trainreport import exceptions as _exceptions
 from trainreport._sink import (
     CAPABILITY_GZIP,
     CAPABILITY_SERIES_SUFFIX,
@@ -30,11 +31,10 @@ from trainreport._sink import (
     Split,
     Update,
 )
-from trainreport.exceptions import ConfigError
 from trainreport.sinks._file import FileSink
 from trainreport.sinks._http import HttpSink
 from trainreport.sinks._kubeflow import KubeflowSink
-from trainreport.sinks._kubeflow_status import ENV_URL as KUBEFLOW_URL_VARIABLE
+from trainreport.sinks._kubeflow_status import ENV_URL as _KUBEFLOW_URL_VARIABLE
 from trainreport.sinks._memory import MemorySink
 
 __all__ = [
@@ -63,7 +63,7 @@ __all__ = [
 #: Where the embedded default FileSink writes when no URL is configured.
 DEFAULT_RUNS_DIRECTORY = "trainreport-runs"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_log = get_logger()
+_log = _logging.get_logger()
 
 
 def new_run_id() -> str:
@@ -98,7 +98,7 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     """
     env = os.environ if environ is None else environ
     url = env.get("TRAINREPORT_URL", "").strip()
-    kubeflow_url = env.get(KUBEFLOW_URL_VARIABLE, "").strip()
+    kubeflow_url = env.get(_KUBEFLOW_URL_VARIABLE, "").strip()
     job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
     if url:
         if kubeflow_url:
@@ -106,16 +106,16 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
                 "trainreport.kubeflow_not_used",
                 reason="TRAINREPORT_URL is set too and a reporter sends to one destination; "
                 "the Kubeflow TrainJob status gets no progress from this reporter",
-                variable=KUBEFLOW_URL_VARIABLE,
+                variable=_KUBEFLOW_URL_VARIABLE,
             )
         return HttpSink.from_env(env)
     if kubeflow_url:
         try:
             return KubeflowSink.from_env(env)
-        except ConfigError as exc:
+        except _exceptions.ConfigError as exc:
             _log.warning(
                 "trainreport.invalid_environment",
-                variable=KUBEFLOW_URL_VARIABLE,
+                variable=_KUBEFLOW_URL_VARIABLE,
                 reason="; ".join(exc.problems)[:300],
             )
     run_id = new_run_id()
