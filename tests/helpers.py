@@ -58,7 +58,14 @@ def without_updated_at(task: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**task, "status_details": details}
 
 
-def curve(task: dict[str, Any] | None, name: str) -> list[tuple[int, int, float | None]]:
+def held(sink: Any) -> dict[str, Any]:
+    """The task record a sink holds (``MemorySink.task``), asserting there is one."""
+    task = sink.task
+    assert task is not None, "the sink holds no task"
+    return dict(task)
+
+
+def curve(task: dict[str, Any] | None, name: str) -> list[tuple[int, int | None, float | None]]:
     """A stored series as (step, epoch, value) tuples."""
     assert task is not None
     return [(p["step"], p["epoch"], p["value"]) for p in task["status_details"]["metrics"][name]]

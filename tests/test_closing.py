@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from faults import black_hole_server, closed_port
-from helpers import ScriptedSink, curve
+from helpers import ScriptedSink, curve, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
 from trainreport._sink import SendResult, Update
 from trainreport.testing import FakeClock, capture_events
@@ -75,7 +75,7 @@ def test_close_retries_a_service_that_comes_back_after_six_failures() -> None:
     started_at = time.monotonic()
     assert reporter.close(timeout=10)
     assert time.monotonic() - started_at < 5.0
-    assert "completed" == sink.task["status"]
+    assert "completed" == held(sink)["status"]
     assert list(range(1, last + 1)) == [p[0] for p in curve(sink.task, "train_loss")]
     gaps = [b - a for a, b in zip(sink.attempts[-4:], sink.attempts[-3:], strict=False)]
     assert all(gap < 0.2 + 0.15 for gap in gaps)

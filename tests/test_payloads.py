@@ -192,6 +192,6 @@ def test_an_unreadable_series_is_kept_as_strict_json() -> None:
     assert isinstance(state, StoredState)
     assert [{"step": 2, "value": None}, {"step": 1, "value": 1.0}] == state.damaged["a"]
     update = Update(None, {}, (), True, foreign_series=state.damaged)
-    assert {"a": state.damaged["a"]} == strict_loads(encode_patch_body(update))["status_details"][
-        "metrics"
-    ]
+    body = strict_loads(encode_patch_body(update))
+    assert isinstance(body, dict)
+    assert {"a": state.damaged["a"]} == body["status_details"]["metrics"]

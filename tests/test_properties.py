@@ -114,7 +114,8 @@ def test_any_report_sequence_never_raises_and_keeps_every_point_once(
             if valid_step(step):
                 model.record("val", step, metrics)
         else:
-            reporter.report_train_step(step=step, epoch="e", metrics=metrics)
+            not_an_epoch: Any = "e"  # a wrong type on purpose: dropped, never raised
+            reporter.report_train_step(step=step, epoch=not_an_epoch, metrics=metrics)
             model.train(step, metrics)
     assert reporter.close(timeout=10)
     snapshot = reporter.snapshot()

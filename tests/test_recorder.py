@@ -168,7 +168,7 @@ def test_bad_input_is_logged_and_dropped_and_the_rest_is_kept(
         r.report_train_step(step=1, metrics={"ok": 1.0})
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            for _ in range(3):  # repeated: still one log event per name
+            for _repeat in range(3):  # repeated: still one log event per name
                 r.report_train_step(**kwargs)
 
     with capture_events() as events:

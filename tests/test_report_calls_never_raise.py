@@ -152,41 +152,45 @@ HOSTILE_SCALARS = [ItemRaises(), FloatRaises(), ReprRaises(3.0), KeyStrRaises("x
 Call = Callable[[Reporter], None]
 
 
+def _mapping_calls(i: int, m: Any) -> list[tuple[str, Call]]:
+    """Each call that takes a mapping, given the hostile mapping ``m``."""
+    return [
+        (f"train_step-metrics{i}", lambda r: r.report_train_step(step=1, metrics=m)),
+        (f"validation-metrics{i}", lambda r: r.report_validation(step=1, metrics=m)),
+        (f"metrics-metrics{i}", lambda r: r.report_metrics(step=1, metrics=m, phase="test")),
+        (f"hyperparameters{i}", lambda r: r.report_hyperparameters(params=m)),
+    ]
+
+
+def _scalar_calls(i: int, v: Any) -> list[tuple[str, Call]]:
+    """Each call that takes a scalar, given the hostile value ``v``."""
+    return [
+        (f"train_step-step{i}", lambda r: r.report_train_step(step=v, metrics={"x": 1.0})),
+        (f"train_step-epoch{i}", lambda r: r.report_train_step(step=1, epoch=v)),
+        (f"validation-step{i}", lambda r: r.report_validation(step=v, metrics={})),
+        (f"validation-dataset{i}", lambda r: r.report_validation(step=1, dataset=v)),
+        (f"metrics-phase{i}", lambda r: r.report_metrics(step=1, metrics={}, phase=v)),
+        (f"training_start{i}", lambda r: r.report_training_start(max_steps=v, num_epochs=v)),
+        (f"epoch_end{i}", lambda r: r.report_epoch_end(epoch=v)),
+        (f"checkpoint{i}", lambda r: r.report_checkpoint_saved(path=v, step=v)),
+        (f"cancelled{i}", lambda r: r.report_cancelled(reason=v)),
+        (f"error{i}", lambda r: r.report_error(v)),
+        (f"outcome{i}", lambda r: r.report_outcome(v)),
+        (f"outcome-preempted{i}", lambda r: r.report_outcome(preempted=v)),
+    ]
+
+
 def _calls() -> list[tuple[str, Call]]:
     calls: list[tuple[str, Call]] = []
     for i, m in enumerate(HOSTILE_MAPPINGS):
-        calls.append(
-            (f"train_step-metrics{i}", lambda r, m=m: r.report_train_step(step=1, metrics=m))
-        )
-        calls.append(
-            (f"validation-metrics{i}", lambda r, m=m: r.report_validation(step=1, metrics=m))
-        )
-        calls.append(
-            (
-                f"metrics-metrics{i}",
-                lambda r, m=m: r.report_metrics(step=1, metrics=m, phase="test"),
-            )
-        )
-        calls.append((f"hyperparameters{i}", lambda r, m=m: r.report_hyperparameters(params=m)))
+        calls += _mapping_calls(i, m)
     for i, v in enumerate(HOSTILE_SCALARS):
-        calls += [
-            (f"train_step-step{i}", lambda r, v=v: r.report_train_step(step=v, metrics={"x": 1.0})),
-            (f"train_step-epoch{i}", lambda r, v=v: r.report_train_step(step=1, epoch=v)),
-            (f"validation-step{i}", lambda r, v=v: r.report_validation(step=v, metrics={})),
-            (f"validation-dataset{i}", lambda r, v=v: r.report_validation(step=1, dataset=v)),
-            (f"metrics-phase{i}", lambda r, v=v: r.report_metrics(step=1, metrics={}, phase=v)),
-            (
-                f"training_start{i}",
-                lambda r, v=v: r.report_training_start(max_steps=v, num_epochs=v),
-            ),
-            (f"epoch_end{i}", lambda r, v=v: r.report_epoch_end(epoch=v)),
-            (f"checkpoint{i}", lambda r, v=v: r.report_checkpoint_saved(path=v, step=v)),
-            (f"cancelled{i}", lambda r, v=v: r.report_cancelled(reason=v)),
-            (f"error{i}", lambda r, v=v: r.report_error(v)),
-        ]
+        calls += _scalar_calls(i, v)
     calls += [
         ("checkpoint-fspath", lambda r: r.report_checkpoint_saved(path=PathRaises(), step=1)),
         ("error-unprintable", lambda r: r.report_error(UnprintableError())),
+        ("outcome-unprintable", lambda r: r.report_outcome(UnprintableError())),
+        ("outcome-exit-unprintable", lambda r: r.report_outcome(SystemExit(ReprRaises(1.0)))),
         ("completed", lambda r: r.report_completed()),
     ]
     return calls
@@ -206,6 +210,7 @@ EVERY_METHOD: list[tuple[str, Call]] = [
     ("report_completed", lambda r: r.report_completed()),
     ("report_cancelled", lambda r: r.report_cancelled(reason="preempted")),
     ("report_error", lambda r: r.report_error(RuntimeError("x"))),
+    ("report_outcome", lambda r: r.report_outcome(RuntimeError("x"))),
 ]
 
 

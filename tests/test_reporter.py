@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve, without_updated_at
+from helpers import ScriptedSink, curve, held, without_updated_at
 from trainreport import (
     MemorySink,
     Rejected,
@@ -56,8 +56,8 @@ def test_run_of_23_steps_with_10s_interval_stores_every_step_and_debounces() -> 
     assert list(range(1, 24)) == [p[0] for p in curve(sink.task, "train_loss")]
     # first at once, the first point at once, then one per 10 s of clock, plus the final flush
     assert 3 <= len(sink.requests) <= 6
-    assert 23 == sink.task["status_details"]["step"]
-    assert 100.0 == sink.task["status_details"]["percentage_done"]
+    assert 23 == held(sink)["status_details"]["step"]
+    assert 100.0 == held(sink)["status_details"]["percentage_done"]
 
 
 def test_event_reports_bypass_the_debounce() -> None:
@@ -102,19 +102,19 @@ def test_a_finished_run_reads_done_with_no_eta_in_sends_record_and_snapshot(
         clock.advance(10.0)
         reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
         cycle(reporter)
-    running = sink.task["status_details"]
+    running = held(sink)["status_details"]
     reporter.report_checkpoint_saved(path="ckpt/3", step=3)
     cycle(reporter)
     end(reporter)
     assert reporter.close(timeout=5)
 
     last = sink.requests[-1]["status_details"]
-    stored = sink.task["status_details"]
+    stored = held(sink)["status_details"]
     snapshot = reporter.snapshot()["status_details"]
     assert ("training", 70.0) == (running["phase"], running["eta_seconds"])
     assert ("done", False) == (last["phase"], "eta_seconds" in last)
     assert (status, "done", False) == (
-        sink.task["status"],
+        held(sink)["status"],
         stored["phase"],
         "eta_seconds" in stored,
     )
@@ -209,7 +209,7 @@ def test_resume_seeds_curves_and_datasets_but_not_the_status() -> None:
     reporter.report_train_step(step=4, metrics={"loss": 0.25})
     reporter.report_validation(step=4, metrics={"loss": 0.3}, dataset="b")
     assert reporter.close(timeout=5)
-    task = sink.task
+    task = held(sink)
     assert [1, 2, 3, 4] == [p[0] for p in curve(task, "train_loss")]
     assert [(4, 1, 0.3)] == curve(task, "val_b_loss")  # "b" was second in the stored order
     assert "running" == task["status"]
@@ -261,7 +261,7 @@ def test_unstarted_reporter_pickles_with_its_queued_reports() -> None:
     copy = pickle.loads(pickle.dumps(reporter))
     copy.start()
     assert copy.close(timeout=5)
-    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")  # type: ignore[attr-defined]
+    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")
 
 
 def test_started_reporter_refuses_to_pickle() -> None:
@@ -293,7 +293,7 @@ def test_report_before_start_is_kept() -> None:
     reporter.start()
     assert reporter.close(timeout=5)
     assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
-    assert 10 == sink.task["status_details"]["max_steps"]
+    assert 10 == held(sink)["status_details"]["max_steps"]
 
 
 def test_close_without_start_delivers_what_was_queued_and_says_start_was_forgotten() -> None:
@@ -312,7 +312,7 @@ def test_close_without_start_delivers_what_was_queued_and_says_start_was_forgott
 
     assert (True, "closed") == (delivered, reporter.state)
     assert ("completed", [1, 2, 3]) == (
-        sink.task["status"],
+        held(sink)["status"],
         [p[0] for p in curve(sink.task, "train_loss")],
     )
     assert [{"queued_reports": 5, "log_level": "warning"}] == [
@@ -339,7 +339,7 @@ def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> No
     copy = pickle.loads(pickle.dumps(reporter))
 
     assert copy.close(timeout=5)
-    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")  # type: ignore[attr-defined]
+    assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
@@ -415,11 +415,13 @@ def test_context_manager_reports_completed_or_the_error() -> None:
     ok_sink, failing_sink = MemorySink(), MemorySink()
     with Reporter(ok_sink, rank=0) as reporter:
         reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    assert "completed" == ok_sink.task["status"]
+    assert "completed" == held(ok_sink)["status"]
     with pytest.raises(ValueError, match="boom"), Reporter(failing_sink, rank=0):
         raise ValueError("boom")
-    assert "failed" == failing_sink.task["status"]
-    assert {"type": "ValueError", "message": "boom"} == failing_sink.task["status_details"]["error"]
+    assert "failed" == held(failing_sink)["status"]
+    assert {"type": "ValueError", "message": "boom"} == held(failing_sink)["status_details"][
+        "error"
+    ]
 
 
 def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
@@ -427,8 +429,8 @@ def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
     sink = MemorySink()
     with pytest.raises(KeyboardInterrupt), Reporter(sink, rank=0):
         raise KeyboardInterrupt
-    assert "cancelled" == sink.task["status"]
-    assert "interrupted" == sink.task["status_details"]["cancel_reason"]
+    assert "cancelled" == held(sink)["status"]
+    assert "interrupted" == held(sink)["status_details"]["cancel_reason"]
 
 
 @pytest.mark.parametrize(
@@ -505,9 +507,9 @@ def test_report_error_given_a_keyboard_interrupt_reports_cancelled_interrupted(
     reporter.report_error(interrupt)
 
     assert reporter.close(timeout=5)
-    details = sink.task["status_details"]
+    details = held(sink)["status_details"]
     assert ("cancelled", "interrupted", False) == (
-        sink.task["status"],
+        held(sink)["status"],
         details.get("cancel_reason"),
         "error" in details,
     )
@@ -522,8 +524,8 @@ def test_first_terminal_report_wins() -> None:
     reporter.report_train_step(step=5, metrics={"loss": 1.0})
     reporter.report_validation(step=5, metrics={"loss": 2.0})
     assert reporter.close(timeout=5)
-    assert "failed" == sink.task["status"]
-    assert "train_loss" not in sink.task["status_details"].get("metrics", {})
+    assert "failed" == held(sink)["status"]
+    assert "train_loss" not in held(sink)["status_details"].get("metrics", {})
     assert [(5, 1, 2.0)] == curve(sink.task, "val_loss")  # final evaluation still recorded
 
 
@@ -673,8 +675,8 @@ def test_scalars_keep_only_the_latest_value() -> None:
     for step in (1, 2):
         reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1 * step})
     assert reporter.close(timeout=5)
-    assert ["train_loss"] == list(sink.task["status_details"]["metrics"])
-    assert 0.2 == sink.task["status_details"]["train_lr"]
+    assert ["train_loss"] == list(held(sink)["status_details"]["metrics"])
+    assert 0.2 == held(sink)["status_details"]["train_lr"]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
@@ -779,7 +781,7 @@ def test_a_missing_checkpoint_path_is_never_sent_and_the_last_good_one_stays(
         reporter.report_checkpoint_saved(path=missing, step=20)
         reporter.report_checkpoint_saved(path=missing, step=30)
         assert reporter.close(timeout=5)
-    details = sink.task["status_details"]
+    details = held(sink)["status_details"]
     assert ("ckpt/step-10", 10) == (details["checkpoint_path"], details["checkpoint_step"])
     sent = {r["status_details"].get("checkpoint_path", "ckpt/step-10") for r in sink.requests}
     assert {"ckpt/step-10"} == sent
@@ -889,7 +891,7 @@ def test_an_unnamed_and_a_named_validation_dataset_never_share_a_curve(
     assert reporter.close(timeout=5)
     assert [(20, 1, 1.5)] == curve(sink.task, "val_loss")
     assert [(20, 1, 1.2)] == curve(sink.task, "val_heldout_loss")
-    assert ["unnamed", "heldout"] == sink.task["status_details"]["val_datasets"]
+    assert ["unnamed", "heldout"] == held(sink)["status_details"]["val_datasets"]
     resumed, _, _ = make(sink)
     resumed.start()
     resumed.report_validation(step=30, metrics={"loss": 1.1}, dataset="heldout")
@@ -909,7 +911,7 @@ def test_a_named_dataset_first_leaves_the_unnamed_one_its_own_curve() -> None:
     assert reporter.close(timeout=5)
     assert [(20, 1, 1.2)] == curve(sink.task, "val_loss")
     assert [(20, 1, 1.5)] == curve(sink.task, "val_unnamed_loss")
-    assert ["heldout", "unnamed"] == sink.task["status_details"]["val_datasets"]
+    assert ["heldout", "unnamed"] == held(sink)["status_details"]["val_datasets"]
 
 
 def _with_foreign_series(series_suffix: bool) -> MemorySink:
@@ -928,7 +930,7 @@ def test_a_series_the_client_cannot_parse_is_kept_and_the_rest_resumes(
 ) -> None:
     """Damage is judged per series: the unreadable one stays as stored, train_loss continues."""
     sink = _with_foreign_series(series_suffix)
-    foreign = sink.task["status_details"]["metrics"]["other_tool"]
+    foreign = held(sink)["status_details"]["metrics"]["other_tool"]
     reporter, _, _ = make(sink)
     with capture_events() as events:
         reporter.start()
@@ -936,7 +938,7 @@ def test_a_series_the_client_cannot_parse_is_kept_and_the_rest_resumes(
             reporter.report_train_step(step=step, metrics={"loss": float(step)})
         assert reporter.close(timeout=5)
     assert list(range(1, 111)) == [p[0] for p in curve(sink.task, "train_loss")]
-    assert foreign == sink.task["status_details"]["metrics"]["other_tool"]
+    assert foreign == held(sink)["status_details"]["metrics"]["other_tool"]
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
     unreadable = [e for e in events if e["event"] == "trainreport.stored_series_unreadable"]
     assert ["other_tool"] == [e["series"] for e in unreadable]
@@ -980,8 +982,8 @@ def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
         cycle(reporter)
     assert reporter.close(timeout=5)
     assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
-    assert "train_lr" not in sink.task["status_details"]["metrics"]
-    assert 0.1 == sink.task["status_details"]["train_lr"]
+    assert "train_lr" not in held(sink)["status_details"]["metrics"]
+    assert 0.1 == held(sink)["status_details"]["train_lr"]
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
 
 
@@ -1086,7 +1088,7 @@ def test_every_send_carries_a_newer_updated_at_than_the_one_before() -> None:
     assert len(stamps) >= 31
     assert all(a < b for a, b in itertools.pairwise(stamps))
     assert all(len(s) == len("2026-11-29T16:03:39.120Z") and s.endswith("Z") for s in stamps)
-    assert stamps[-1] == sink.task["status_details"]["updated_at"]
+    assert stamps[-1] == held(sink)["status_details"]["updated_at"]
 
 
 class _LosesResponses(ScriptedSink):

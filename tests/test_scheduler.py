@@ -11,7 +11,7 @@ from trainreport._scheduler import MAX_RETRY_AFTER_SECONDS, SendScheduler
 
 def scheduler(**kw: float) -> SendScheduler:
     settings = {"min_interval": 10.0, "heartbeat": 60.0, "backoff_jitter": 0.0, **kw}
-    return SendScheduler(rng=random.Random(0), **settings)  # type: ignore[arg-type]
+    return SendScheduler(rng=random.Random(0), **settings)
 
 
 def test_first_change_is_due_at_once() -> None:

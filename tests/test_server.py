@@ -1434,7 +1434,9 @@ def test_suffix_updates_equal_a_list_model(
 ) -> None:
     """Any sequence of suffixes leaves the series equal to ``model[offset:] = points``."""
     task_id = uuid.uuid4().hex
-    gen = database.open_writer("prop", task_id).generation
+    opened = database.open_writer("prop", task_id)
+    assert isinstance(opened, WriterOpened)
+    gen = opened.generation
     model: list[tuple[int, float | None]] = []
     for sequence, (seed, values) in enumerate(ops, start=1):
         offset = seed % (len(model) + 2)  # sometimes one past the end: a gap

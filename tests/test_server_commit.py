@@ -181,14 +181,16 @@ def test_the_write_ahead_log_stays_bounded_without_sqlite_autocheckpoint(tmp_pat
     Writes of ~20x the (lowered) threshold leave a log a few thresholds long,
     not one that grew with everything written.
     """
-    from trainreport.server._db import Database  # noqa: PLC0415
+    from trainreport.server._db import Database, WriterOpened  # noqa: PLC0415
     from trainreport.server._wire import SeriesPoints, TaskUpdate  # noqa: PLC0415
 
     db = Database(tmp_path / "wal.db")
     threshold = 128 * 1024
     db._commits._checkpoint_wal_bytes = threshold
     try:
-        generation = db.open_writer("j", "t").generation
+        opened = db.open_writer("j", "t")
+        assert isinstance(opened, WriterOpened)
+        generation = opened.generation
         for sequence in range(1, 121):
             offset = (sequence - 1) * 500
             steps = list(range(offset, offset + 500))

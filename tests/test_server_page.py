@@ -370,7 +370,7 @@ _LINE_BREAKS = """
 
 def _mid_word(pair: str) -> bool:
     """A break between two letters or digits, unless it is a camelCase boundary."""
-    before, after = pair
+    before, after = pair[0], pair[1]
     camel = before.islower() and after.isupper()
     return before.isalnum() and after.isalnum() and not camel
 

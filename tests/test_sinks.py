@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from helpers import curve, without_updated_at
+from helpers import curve, held, without_updated_at
 from trainreport import (
     ConfigError,
     Delivered,
@@ -68,7 +68,7 @@ def test_full_state_metrics_replace_every_series() -> None:
     sink.open()
     sink.send(Update(None, {}, (suffix("a", 0, [1, 2]), suffix("b", 0, [1])), True))
     sink.send(Update(None, {}, (suffix("a", 0, [1]),), True))
-    assert ["a"] == list(sink.task["status_details"]["metrics"])
+    assert ["a"] == list(held(sink)["status_details"]["metrics"])
 
 
 def test_suffix_mode_gap_asks_to_resynchronise() -> None:
@@ -88,7 +88,7 @@ def test_a_series_emptied_by_a_suffix_is_dropped_like_the_server_does() -> None:
     result = sink.send(Update(None, {}, (suffix("b", 0, []),), False))
     assert isinstance(result, Delivered)
     assert {"a": 2} == result.series_lengths
-    assert ["a"] == list(sink.task["status_details"]["metrics"])
+    assert ["a"] == list(held(sink)["status_details"]["metrics"])
 
 
 def test_suffix_resend_is_idempotent() -> None:
@@ -393,7 +393,12 @@ def test_fsync_happens_at_the_interval_and_at_close_never_per_send(
     real = os.fsync
     sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=10.0, clock=clock)
     sink.open()
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real(fd))[1])
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
 
     def send(step: int) -> None:
         update = Update(

@@ -41,7 +41,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -601,7 +601,9 @@ def _run(server: ServerHandle, suffix_mode: bool, examples: int) -> None:
         (StatefulFaults,),
         {"server": server, "suffix_mode": suffix_mode},
     )
-    run_state_machine_as_test(
+    # hypothesis leaves run_state_machine_as_test unannotated; this is the type used here
+    run_as_test: Callable[..., None] = run_state_machine_as_test
+    run_as_test(
         machine,
         settings=settings(
             max_examples=examples,

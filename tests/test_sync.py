@@ -322,8 +322,9 @@ def test_sync_of_a_live_runs_partial_upload_completes_it(server: Any, tmp_path: 
     log = tmp_path / "run.log"
     task = record_run(log, 40, job="hybrid")
     live = Reporter(HttpSink(server.url, "hybrid", "train"), rank=0).start()
-    for point in curve(task, "train_loss")[:15]:
-        live.report_train_step(step=point[0], metrics={"loss": point[2]})
+    for step, _epoch, value in curve(task, "train_loss")[:15]:
+        assert value is not None
+        live.report_train_step(step=step, metrics={"loss": value})
     assert live.close(timeout=10)
 
     result = sync(server, log, "extension")

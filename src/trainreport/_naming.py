@@ -30,13 +30,15 @@ import numbers
 import re
 from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, cast
+from typing import Any, Final, Protocol, TypeAlias, cast
 
 import attrs
 
 from trainreport._logging import get_logger
 
 __all__ = [
+    "MetricValue",
+    "SupportsItem",
     "EXCLUDE_PREFIX",
     "MAX_CHARTED_LISTED",
     "MAX_NAME_LENGTH",
@@ -246,6 +248,19 @@ class _Sentinel(enum.Enum):
 
 UNCONVERTIBLE: Final[object] = _Sentinel.UNCONVERTIBLE
 """Returned by :func:`caller_value` when a value's ``.item()`` (or attribute lookup) raised."""
+
+
+class SupportsItem(Protocol):
+    """A value with an ``.item()`` (a 0-d torch tensor, a numpy scalar or 0-d array)."""
+
+    def item(self) -> Any:
+        """The plain Python number this value holds."""
+
+
+#: What a report call's ``metrics`` mapping holds, as typed for callers: real numbers
+#: and tensor-like scalars. Anything else is accepted at run time too, and dropped
+#: with one log event per name (report calls never raise).
+MetricValue: TypeAlias = "float | SupportsItem"
 
 
 def caller_value(value: object) -> object:

@@ -28,7 +28,12 @@ from trainreport._config import ReportingConfig
 from trainreport._histogram import LatencyHistogram
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._naming import MAX_PARAM_ITEMS, caller_value, flatten_params_bounded
+from trainreport._naming import (
+    MAX_PARAM_ITEMS,
+    MetricValue,
+    caller_value,
+    flatten_params_bounded,
+)
 from trainreport._recorder import (
     K_CANCELLED,
     K_CHECKPOINT,
@@ -727,7 +732,11 @@ class Reporter:
             )
 
     def report_train_step(
-        self, *, step: int, epoch: float | None = None, metrics: Mapping[str, float] | None = None
+        self,
+        *,
+        step: int,
+        epoch: float | None = None,
+        metrics: Mapping[str, MetricValue] | None = None,
     ) -> None:
         """Report one completed optimizer step and its metrics (stored as ``train_<name>``).
 
@@ -792,7 +801,7 @@ class Reporter:
         *,
         step: int,
         epoch: float | None = None,
-        metrics: Mapping[str, float] | None = None,
+        metrics: Mapping[str, MetricValue] | None = None,
         dataset: str | None = None,
     ) -> None:
         """Report validation metrics at ``step`` (stored as ``val_<name>``, DESIGN §3).
@@ -819,7 +828,9 @@ class Reporter:
         )
 
     @_report_call
-    def report_metrics(self, *, step: int, metrics: Mapping[str, float] | None, phase: str) -> None:
+    def report_metrics(
+        self, *, step: int, metrics: Mapping[str, MetricValue] | None, phase: str
+    ) -> None:
         """Report metrics of another phase (``test``, or a stream such as ``system``).
 
         Stored as ``<phase>_<name>``; never moves training progress or the phase.
@@ -961,7 +972,6 @@ class Reporter:
             kind, message = "Error", _safe_str(error)
         self._put((K_FAILED, self._clock(), kind, message[:4096]), wake=True)
 
-    @_report_call
     def report_outcome(
         self, error: BaseException | None = None, *, preempted: bool = False
     ) -> None:
@@ -987,14 +997,22 @@ class Reporter:
                 ran to its end.
             preempted: the job system is stopping the run to requeue it.
 
-        Never raises, never blocks on I/O.
+        Never raises, never blocks on I/O. (Not timed itself: the one report
+        method it calls is, once.)
         """
-        if preempted:
+        try:
+            preempt = bool(preempted)
+            clean_exit = isinstance(error, SystemExit) and error.code in (0, None)
+            completed = not preempt and (error is None or clean_exit)
+        except Exception as exc:  # a hostile exit code or flag: the caller never sees it
+            self._failed("report_outcome", exc)
+            preempt = completed = False
+        if preempt:
             self.report_cancelled(reason=PREEMPTED)
-        elif error is None or (isinstance(error, SystemExit) and error.code in (0, None)):
+        elif completed:
             self.report_completed()
         else:  # report_error maps KeyboardInterrupt to cancelled (interrupted)
-            self.report_error(error)
+            self.report_error(error if error is not None else "report_outcome failed")
 
 
 def _safe_str(value: object) -> str:
