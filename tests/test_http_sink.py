@@ -230,7 +230,7 @@ def test_from_env_is_lenient_about_bad_numbers_and_a_missing_job_id() -> None:
     assert (5.0, 10.0) == (sink.connect_timeout_seconds, sink.read_timeout_seconds)
     assert sink.job_id.startswith("run-")
     names = [e["event"] for e in events]
-    assert 2 == names.count("trainreport.invalid_environment")
+    assert 2 == names.count("trainreport.config_field_invalid")
     assert 1 == names.count("trainreport.job_id_missing")
     assert TOKEN not in repr(events)
 
@@ -246,7 +246,7 @@ def test_default_sink_from_env_with_a_url_is_an_http_sink() -> None:
     with capture_events() as events:
         HttpSink.from_env({"TRAINREPORT_URL": "jobs:8321", "TRAINREPORT_JOB_ID": "j"})
     assert ["TRAINREPORT_URL"] == [
-        e["variable"] for e in events if e["event"] == "trainreport.invalid_environment"
+        e["variable"] for e in events if e["event"] == "trainreport.config_field_invalid"
     ]
 
 

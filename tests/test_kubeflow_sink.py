@@ -609,7 +609,7 @@ def test_an_unusable_kubeflow_url_falls_back_to_the_file(
         sink = Reporter.from_env(env).sink
     assert isinstance(sink, FileSink)
     assert ["KUBEFLOW_TRAINER_SERVER_URL"] == [
-        e["variable"] for e in events if e["event"] == "trainreport.invalid_environment"
+        e["variable"] for e in events if e["event"] == "trainreport.config_field_invalid"
     ]
 
 

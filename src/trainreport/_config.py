@@ -43,7 +43,7 @@ from cattrs.v import transform_error
 from trainreport._logging import get_logger
 from trainreport.exceptions import ConfigError
 
-__all__ = ["ENV_PREFIX", "ReportingConfig"]
+__all__ = ["CONVERTER", "ENV_PREFIX", "REPLACED_VARIABLES", "ReportingConfig", "env_variable"]
 
 ENV_PREFIX: Final = "TRAINREPORT_"
 """Prefix of every configuration environment variable: ``TRAINREPORT_<FIELD NAME UPPERCASED>``."""
@@ -305,7 +305,7 @@ class ReportingConfig:
         if not isinstance(data, Mapping):
             raise ConfigError(["expected a mapping @ $"])
         try:
-            return _converter.structure(dict(data), cls)
+            return CONVERTER.structure(dict(data), cls)
         except (ClassValidationError, IterableValidationError) as exc:
             raise ConfigError(transform_error(exc, "$", _format_problem)) from None
 
@@ -343,7 +343,7 @@ class ReportingConfig:
         values: dict[str, Any] = {}
         problems: list[str] = []
         for field in attrs.fields(cls):
-            variable = _env_variable(field.name)
+            variable = env_variable(field.name)
             if variable not in env:
                 continue
             try:
@@ -452,7 +452,7 @@ _LIMITS: Final[Mapping[_Kind, tuple[float, float]]] = {
 #: back to the default (with a warning) instead of clamping.
 _DEFAULT_WHEN_OUT_OF_RANGE: Final = frozenset({_Kind.GUARD_BYTES})
 #: Variables that configured a field since replaced: set, they are ignored with a warning.
-_REPLACED_VARIABLES: Final[Mapping[str, str]] = {
+REPLACED_VARIABLES: Final[Mapping[str, str]] = {
     "TRAINREPORT_MAX_QUEUE_ITEMS": "TRAINREPORT_MAX_QUEUE_BYTES",
 }
 
@@ -496,7 +496,8 @@ def _format_problem(exc: BaseException, type_: type | None) -> str:
     return _cattrs_format_exception(exc, type_)
 
 
-def _env_variable(name: str) -> str:
+def env_variable(name: str) -> str:
+    """The environment variable of config field ``name``: ``TRAINREPORT_<NAME UPPERCASED>``."""
     return ENV_PREFIX + name.upper()
 
 
@@ -516,17 +517,17 @@ def _lenient(data: object, *, env: bool) -> ReportingConfig:
         fields = {field.name: field for field in attrs.fields(ReportingConfig)}
         if env:
             items = [
-                (name, data[_env_variable(name)]) for name in fields if _env_variable(name) in data
+                (name, data[env_variable(name)]) for name in fields if env_variable(name) in data
             ]
         else:
             items = list(data.items())
         if env:
-            for variable, use in _REPLACED_VARIABLES.items():
+            for variable, use in REPLACED_VARIABLES.items():
                 if variable in data:
                     log.warning("trainreport.config_variable_replaced", variable=variable, use=use)
         values: dict[str, Any] = {}
         for key, raw in items:
-            context = {"variable": _env_variable(key)} if env else {}
+            context = {"variable": env_variable(key)} if env else {}
             field = fields.get(key) if isinstance(key, str) else None
             if field is None:
                 log.warning("trainreport.config_field_unknown", field=_key_label(key))
@@ -570,11 +571,13 @@ def _key_label(key: object) -> str:
         return f"<{type(key).__name__}>"
 
 
-_converter: Final = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+#: The one converter that parses configuration: ``ReportingConfig`` here, the
+#: destination settings read from the environment in ``_environment``.
+CONVERTER: Final = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
 _overrides: dict[str, Any] = {
     field.name: override(struct_hook=_strict_hook(_kind(field)))
     for field in attrs.fields(ReportingConfig)
 }
-_converter.register_structure_hook(
-    ReportingConfig, make_dict_structure_fn(ReportingConfig, _converter, **_overrides)
+CONVERTER.register_structure_hook(
+    ReportingConfig, make_dict_structure_fn(ReportingConfig, CONVERTER, **_overrides)
 )

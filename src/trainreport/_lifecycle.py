@@ -38,6 +38,8 @@ from typing import Any
 import attrs
 
 from trainreport._logging import OnceLogger
+from trainreport._protocol import StrEnum as _StrEnum
+from trainreport._protocol import TaskStatus
 from trainreport.exceptions import TransitionError
 
 __all__ = [
@@ -56,26 +58,6 @@ __all__ = [
     "TaskStatus",
     "forget_running_only_details",
 ]
-
-
-class _StrEnum(str, enum.Enum):
-    """A ``str`` enum whose ``str()`` and ``format()`` are its value on every Python >= 3.10."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, format_spec: str) -> str:
-        return str(self.value).__format__(format_spec)
-
-
-class TaskStatus(_StrEnum):
-    """A task's status, as stored by the job-status service (DESIGN §4, §5)."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 class Phase(_StrEnum):

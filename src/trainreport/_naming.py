@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol, TypeAlias, cast
 import attrs
 
 from trainreport._logging import get_logger
+from trainreport._protocol import MAX_SERIES_NAME_CHARS
 
 __all__ = [
     "MetricValue",
@@ -84,7 +85,7 @@ _CANONICAL_PREFIXES: Final[Mapping[str, str]] = MappingProxyType(
     {"train": "train_", "validation": "val_"}
 )
 
-MAX_NAME_LENGTH: Final[int] = 200
+MAX_NAME_LENGTH: Final[int] = MAX_SERIES_NAME_CHARS
 """Longest accepted metric name, in characters (as reported, before the phase prefix)."""
 
 # C0 and C1 control characters, and lone surrogates (they cannot be encoded as UTF-8).

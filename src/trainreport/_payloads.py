@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from array import array
-from base64 import b64decode, b64encode
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,6 +33,9 @@ import attrs
 import cattrs
 
 from trainreport._naming import check_name
+from trainreport._protocol import decode_column as _decode_column
+from trainreport._protocol import encode_column as _b64
+from trainreport._protocol import new_columns
 from trainreport._sink import SeriesUpdate, Update
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
     "structure_response",
 ]
 
-_BIG_ENDIAN = sys.byteorder == "big"
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
 _isfinite = math.isfinite
 
@@ -76,13 +76,6 @@ def encode_points(series: SeriesUpdate) -> str:
         )
         + "]"
     )
-
-
-def _b64(column: array[Any]) -> str:
-    if _BIG_ENDIAN:
-        column = array(column.typecode, column)
-        column.byteswap()
-    return b64encode(column.tobytes()).decode("ascii")
 
 
 def encode_suffix_series(series: SeriesUpdate) -> str:
@@ -172,11 +165,7 @@ def decode_column(text: str, typecode: str) -> list[Any]:
     Raises:
         ValueError: when ``text`` is not base64 of whole items.
     """
-    column: array[Any] = array(typecode)
-    column.frombytes(b64decode(text, validate=True))
-    if _BIG_ENDIAN:
-        column.byteswap()
-    return column.tolist()
+    return _decode_column(text, typecode).tolist()
 
 
 # --- parsing what a destination holds ------------------------------------------------
@@ -228,9 +217,7 @@ def _parse_series(name: str, points: object) -> tuple[array[int], array[int], ar
         raise _MalformedError(f"metrics[{name!r}]: the name is unusable ({reason})")
     if not isinstance(points, list):
         raise _MalformedError(f"metrics[{name!r}] is not a list")
-    steps: array[int] = array("q")
-    epochs: array[int] = array("i")
-    values: array[float] = array("d")
+    steps, epochs, values = new_columns()
     last = -1
     for i, point in enumerate(points):
         if not isinstance(point, dict):

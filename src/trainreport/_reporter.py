@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Concatenate, ParamSpec
 import attrs
 
 from trainreport._config import ReportingConfig
+from trainreport._environment import DISABLED
 from trainreport._histogram import LatencyHistogram
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
@@ -230,7 +231,7 @@ def _global_rank(environ: Mapping[str, str]) -> int:
 
 
 def _disabled(environ: Mapping[str, str]) -> bool:
-    return environ.get("TRAINREPORT_DISABLED", "").strip().lower() in ("1", "true", "yes", "on")
+    return environ.get(DISABLED, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class Reporter:

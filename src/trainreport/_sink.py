@@ -26,6 +26,8 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from trainreport._protocol import ENCODING_GZIP, EXTENSION_SERIES_SUFFIX
+
 __all__ = [
     "CAPABILITY_GZIP",
     "CAPABILITY_SERIES_SUFFIX",
@@ -44,9 +46,9 @@ __all__ = [
 
 #: The sink accepts per-series suffixes (``offset`` + points) and reports the
 #: lengths it holds after each send. See ``docs/protocol.md``.
-CAPABILITY_SERIES_SUFFIX = "series-suffix-v1"
+CAPABILITY_SERIES_SUFFIX = EXTENSION_SERIES_SUFFIX
 #: The destination accepts gzip-compressed request bodies.
-CAPABILITY_GZIP = "gzip"
+CAPABILITY_GZIP = ENCODING_GZIP
 
 
 @attrs.frozen

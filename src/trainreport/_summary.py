@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 import urllib3
 
+from trainreport._protocol import JOB_PATH_TEMPLATE, JOBS_PATH, task_path
+
 __all__ = [
     "ServiceAnswerError",
     "describe_jobs",
@@ -243,7 +245,7 @@ def fetch_task(
         ValueError: the body is not JSON.
     """
     task: dict[str, Any] = _get(
-        base_url, f"/v1/jobs/{quote(job_id, safe='')}/tasks/{quote(task_id, safe='')}", token
+        base_url, task_path(quote(job_id, safe=""), quote(task_id, safe="")), token
     )
     return task
 
@@ -254,7 +256,9 @@ def fetch_job(base_url: str, job_id: str, token: str | None = None) -> dict[str,
     Raises:
         urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
     """
-    job: dict[str, Any] = _get(base_url, f"/v1/jobs/{quote(job_id, safe='')}", token)
+    job: dict[str, Any] = _get(
+        base_url, JOB_PATH_TEMPLATE.format(job_id=quote(job_id, safe="")), token
+    )
     return job
 
 
@@ -264,6 +268,6 @@ def fetch_jobs(base_url: str, token: str | None = None) -> list[dict[str, Any]]:
     Raises:
         urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
     """
-    body = _get(base_url, "/v1/jobs", token)
+    body = _get(base_url, JOBS_PATH, token)
     jobs: list[dict[str, Any]] = body["jobs"] if isinstance(body, dict) else []
     return jobs

@@ -29,6 +29,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from trainreport._payloads import StoredState, finite_or_none, parse_stored_task
+from trainreport._protocol import new_columns
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -186,7 +187,7 @@ def plan_sync(
         suffixes.append(
             SeriesUpdate(name, start, cols[0][local:], cols[1][local:], cols[2][local:])
         )
-        prefix = held.get(name, (array("q"), array("i"), array("d")))
+        prefix = held.get(name) or new_columns()
         merged[name] = (
             prefix[0][:start] + cols[0][local:],
             prefix[1][:start] + cols[1][local:],

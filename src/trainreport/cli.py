@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainreport import _environment
+
 if TYPE_CHECKING:
     from trainreport._summary import ServiceAnswerError
     from trainreport.sinks._runfile import RunFile
@@ -27,9 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
+_TOKEN_ENV_VAR = _environment.SERVER_TOKEN
 # The same values as in trainreport.server (pinned by tests/test_server.py); repeated here
 # so that building the parser does not import Starlette.
-_TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
@@ -329,7 +331,7 @@ def _add_demo(subparsers: Any) -> None:
     demo.add_argument("--url", help="report to this job-status service instead of starting one")
     demo.add_argument(
         "--token",
-        default=os.environ.get("TRAINREPORT_TOKEN"),
+        default=_environment.read_http_settings().token,
         help="bearer token for --url (default: $TRAINREPORT_TOKEN)",
     )
     demo.add_argument(
@@ -412,11 +414,11 @@ def _show_token(args: argparse.Namespace) -> str | None:
         return str(args.token_file.read_text(encoding="utf-8").strip()) or None
     if args.token:
         return str(args.token)
-    if os.environ.get("TRAINREPORT_TOKEN"):
-        return os.environ["TRAINREPORT_TOKEN"]
-    path = os.environ.get("TRAINREPORT_TOKEN_FILE")
-    if path:
-        return Path(path).read_text(encoding="utf-8").strip() or None
+    settings = _environment.read_http_settings()
+    if settings.token:
+        return settings.token
+    if settings.token_file:
+        return Path(settings.token_file).read_text(encoding="utf-8").strip() or None
     return None
 
 
@@ -629,7 +631,7 @@ def _sync(args: argparse.Namespace) -> int:
             job,
             task,
             token,
-            ca_certs=os.environ.get("TRAINREPORT_CA_CERTS") or None,
+            ca_certs=_environment.read_http_settings().ca_certs,
             connect_timeout_seconds=min(args.timeout, 10.0),
             read_timeout_seconds=args.timeout,
             use_extension=not args.full_state,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import weakref
 from argparse import Namespace
@@ -45,7 +44,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from trainreport import Reporter, ReporterState
 from trainreport.integrations._defaults import LIGHTNING, PREFIX_PHASES
 from trainreport.integrations._guard import OnceLogger, adapter_guard, get_logger
-from trainreport.sinks import new_run_id
+from trainreport.sinks import run_name_from_env
 
 __all__ = [
     "CANCEL_REASON",
@@ -172,8 +171,7 @@ class TrainReportLogger(Logger):
         if reporter is not None:
             reporter.use_series_default(DEFAULT_TIME_SERIES_METRICS)
         self._name = name
-        job_id = os.environ.get("TRAINREPORT_JOB_ID", "").strip()
-        self._version = version if version is not None else (job_id or new_run_id())
+        self._version = version if version is not None else run_name_from_env()
         self._inert = False
         self._terminal: str | None = None
         self._stopped_for_cancel = False

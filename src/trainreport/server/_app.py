@@ -30,6 +30,16 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
+from trainreport._protocol import (
+    CAPABILITIES_PATH,
+    ENCODING_GZIP,
+    EXTENSION_SERIES_SUFFIX,
+    JOB_PATH_TEMPLATE,
+    JOBS_PATH,
+    TASK_PATH_TEMPLATE,
+    UPDATES_PATH,
+    WRITERS_PATH,
+)
 from trainreport.server import _page
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
 from trainreport.server._db import (
@@ -44,7 +54,6 @@ from trainreport.server._db import (
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
-    EXTENSION_SERIES_SUFFIX,
     ApiError,
     TaskUpdate,
     parse_json,
@@ -159,17 +168,17 @@ class _Api:
         self._budget = budget
 
     def routes(self) -> list[Route]:
-        task = "/v1/jobs/{job_id}/tasks/{task_id}"
+        task = TASK_PATH_TEMPLATE
         return [
-            Route("/v1/capabilities", self.capabilities, methods=["GET"]),
-            Route("/v1/jobs", self.list_jobs, methods=["GET"]),
-            Route("/v1/jobs/{job_id}", self.get_job, methods=["GET"]),
-            Route("/v1/jobs/{job_id}", self.put_job, methods=["PUT"]),
-            Route("/v1/jobs/{job_id}/cancel", self.cancel_job, methods=["POST"]),
+            Route(CAPABILITIES_PATH, self.capabilities, methods=["GET"]),
+            Route(JOBS_PATH, self.list_jobs, methods=["GET"]),
+            Route(JOB_PATH_TEMPLATE, self.get_job, methods=["GET"]),
+            Route(JOB_PATH_TEMPLATE, self.put_job, methods=["PUT"]),
+            Route(JOB_PATH_TEMPLATE + "/cancel", self.cancel_job, methods=["POST"]),
             Route(task, self.get_task, methods=["GET"]),
             Route(task, self.patch_task, methods=["PATCH"]),
-            Route(task + "/writers", self.open_writer, methods=["POST"]),
-            Route(task + "/updates", self.post_update, methods=["POST"]),
+            Route(task + WRITERS_PATH, self.open_writer, methods=["POST"]),
+            Route(task + UPDATES_PATH, self.post_update, methods=["POST"]),
             Route(task + "/series", self.get_series, methods=["GET"]),
         ]
 
@@ -177,7 +186,7 @@ class _Api:
         return JSONResponse(
             {
                 "extensions": [EXTENSION_SERIES_SUFFIX],
-                "encodings": ["gzip"],
+                "encodings": [ENCODING_GZIP],
                 "max_body_bytes": self._limits.max_body_bytes,
                 "max_decompressed_bytes": self._limits.max_decompressed_bytes,
             }
@@ -412,7 +421,7 @@ class _BearerAuth:
         if (
             scope["type"] == "http"
             and (path == "/v1" or path.startswith("/v1/"))
-            and path != "/v1/capabilities"
+            and path != CAPABILITIES_PATH
             and not self._authorized(scope)
         ):
             error = ApiError(401, "unauthorized", "a valid 'Authorization: Bearer' token is needed")

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 import attrs
 from starlette.requests import ClientDisconnect, Request
 
+from trainreport._protocol import ENCODING_GZIP
 from trainreport.server._wire import ApiError
 
 __all__ = ["INFLATE_STEP_BYTES", "RETRY_AFTER_SECONDS", "BodyBudget", "BodyLimits", "held_body"]
@@ -137,11 +138,11 @@ async def _read(request: Request, limits: BodyLimits, hold: _Hold) -> bytearray:
         if declared_bytes > limits.max_body_bytes:
             raise _too_large(limits.max_body_bytes, "received")
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("identity", "gzip", ""):
+    if encoding not in ("identity", ENCODING_GZIP, ""):
         raise ApiError(
             415, "unsupported_encoding", f"Content-Encoding {encoding!r}: only gzip is accepted"
         )
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == ENCODING_GZIP else None
     received = 0
     body = bytearray()
     try:

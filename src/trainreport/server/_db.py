@@ -40,6 +40,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from trainreport._lifecycle import forget_running_only_details
+from trainreport._protocol import TaskStatus
 from trainreport.server._commit import GroupCommit
 from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate, WriterClaim
 
@@ -54,6 +55,9 @@ __all__ = [
     "UpdateOutcome",
     "WriterOpened",
 ]
+
+#: A task created without a status holds this one (docs/protocol.md).
+_PENDING = TaskStatus.PENDING.value
 
 #: Stored in ``PRAGMA user_version``; a file written by a newer server is refused.
 #: Version 2 added the writers' attempt identity (a version-1 file is migrated in place).
@@ -421,7 +425,7 @@ class Database:
                 return Applied(
                     series_lengths=lengths,
                     sequence=update.sequence,
-                    status="pending" if row is None else row[0],
+                    status=_PENDING if row is None else row[0],
                     cancel_requested=_cancel_requested(conn, job_id),
                     duplicate=True,
                 )
@@ -613,7 +617,7 @@ def _merge_task(
 ) -> str:
     row = _task_row(conn, job_id, task_id)
     if row is None:
-        stored_status = status or "pending"
+        stored_status = status or _PENDING
         created = dict(details)
         forget_running_only_details(stored_status, created)
         conn.execute(

@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import urllib3
 
+from trainreport._environment import SERVER_TOKEN
+from trainreport._protocol import CAPABILITIES_PATH
 from trainreport.server._app import (
     DEFAULT_BODY_BUDGET_BYTES,
     DEFAULT_MAX_BODY_BYTES,
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 #: The environment variable ``trainreport serve`` reads its token from (keeps it off ``ps``).
-TOKEN_ENV_VAR = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name, not a secret
+TOKEN_ENV_VAR = SERVER_TOKEN
 #: Seconds a client has to send a request's head (request line and headers).
 DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 #: Seconds a client has to send a request's body, once its head is in.
@@ -393,7 +395,7 @@ def _wait_until_answering(url: str, process: subprocess.Popen[bytes], timeout: f
     with urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=1.0)) as pool:
         while time.monotonic() < deadline and process.poll() is None:
             try:
-                if pool.request("GET", url + "/v1/capabilities").status == 200:
+                if pool.request("GET", url + CAPABILITIES_PATH).status == 200:
                     return True
             except urllib3.exceptions.HTTPError:
                 pass

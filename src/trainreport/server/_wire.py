@@ -9,21 +9,24 @@ refusal is an :class:`ApiError` carrying the HTTP status and the error code of
 
 from __future__ import annotations
 
-import array
-import base64
 import json
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import attrs
 
+from trainreport._protocol import (
+    COLUMN_TYPECODES,
+    ID_PATTERN,
+    MAX_SERIES_NAME_CHARS,
+    TASK_STATUSES,
+    VALUES_TYPECODE,
+    decode_column,
+)
+
 __all__ = [
-    "EXTENSION_SERIES_SUFFIX",
-    "MAX_SERIES_NAME_CHARS",
-    "TASK_STATUSES",
     "ApiError",
     "SeriesPoints",
     "TaskPatch",
@@ -37,16 +40,9 @@ __all__ = [
     "validate_writer_claim",
 ]
 
-#: The extension this server implements (``docs/protocol.md``).
-EXTENSION_SERIES_SUFFIX = "series-suffix-v1"
-#: Task statuses a client may store (DESIGN §4).
-TASK_STATUSES = frozenset({"pending", "running", "completed", "failed", "cancelled"})
-#: Longest series (metric) name accepted, in characters.
-MAX_SERIES_NAME_CHARS = 200
 #: Largest step, epoch, offset, generation or sequence accepted (SQLite's INTEGER).
 MAX_INT = 2**63 - 1
 
-_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _POINT_KEYS = frozenset({"step", "epoch", "value"})
 _SERIES_KEYS = frozenset({"offset", "steps", "epochs", "values"})
@@ -212,12 +208,8 @@ def validate_id(value: str, what: str) -> str:
     Raises:
         ApiError: 400 ``invalid_id`` when the id does not match (docs/protocol.md).
     """
-    if _ID_RE.fullmatch(value) is None:
-        raise ApiError(
-            400,
-            "invalid_id",
-            f"{what} must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}$",
-        )
+    if ID_PATTERN.fullmatch(value) is None:
+        raise ApiError(400, "invalid_id", f"{what} must match ^{ID_PATTERN.pattern}$")
     return value
 
 
@@ -422,16 +414,11 @@ def _binary_column(text: str, typecode: str, path: str) -> list[Any]:
     Python code runs per point unless a value is out of range.
     """
     try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        _invalid("expected base64 text", path)
-    column: array.array[Any] = array.array(typecode)
-    if len(raw) % column.itemsize:
-        _invalid(f"expected a multiple of {column.itemsize} bytes", path)
-    column.frombytes(raw)
-    if sys.byteorder == "big":
-        column.byteswap()
-    if typecode == "d":
+        column = decode_column(text, typecode)
+    except ValueError as exc:  # binascii.Error and UnicodeEncodeError are ValueErrors
+        multiple = "multiple of" in str(exc)
+        _invalid(str(exc) if multiple else "expected base64 text", path)
+    if typecode == VALUES_TYPECODE:
         if math.isfinite(sum(column)):  # a NaN or an infinity makes the sum non-finite
             return column.tolist()
         return [v if math.isfinite(v) else None for v in column]
@@ -448,7 +435,7 @@ def _columns(name: str, columns: Any) -> SeriesPoints:
     offset = _int(obj.get("offset"), f"{base}.offset", minimum=0)
     lists = []
     decoded = []  # binary columns come back validated: they are not checked twice
-    for key, typecode in (("steps", "q"), ("epochs", "i"), ("values", "d")):
+    for key, typecode in COLUMN_TYPECODES:
         column = obj.get(key, [])
         if isinstance(column, str):
             column = _binary_column(column, typecode, f"{base}.{key}")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainreport import _logging
+from trainreport import _environment, _logging
 from trainreport import exceptions as _exceptions
+from trainreport._protocol import ID_PATTERN as _ID_PATTERN
 from trainreport._sink import (
     CAPABILITY_GZIP,
     CAPABILITY_SERIES_SUFFIX,
@@ -34,7 +34,6 @@ from trainreport._sink import (
 from trainreport.sinks._file import FileSink
 from trainreport.sinks._http import HttpSink
 from trainreport.sinks._kubeflow import KubeflowSink
-from trainreport.sinks._kubeflow_status import ENV_URL as _KUBEFLOW_URL_VARIABLE
 from trainreport.sinks._memory import MemorySink
 
 __all__ = [
@@ -56,13 +55,14 @@ __all__ = [
     "Sink",
     "Split",
     "Update",
+    "default_file_sink",
     "default_sink_from_env",
     "new_run_id",
+    "run_name_from_env",
 ]
 
 #: Where the embedded default FileSink writes when no URL is configured.
 DEFAULT_RUNS_DIRECTORY = "trainreport-runs"
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _log = _logging.get_logger()
 
 
@@ -72,8 +72,23 @@ def new_run_id() -> str:
     return f"run-{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def run_name_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """The run's name: ``TRAINREPORT_JOB_ID`` when set, else a fresh :func:`new_run_id`.
+
+    Args:
+        environ: the environment (default ``os.environ``).
+
+    Never raises.
+    """
+    env = os.environ if environ is None else environ
+    return str(env.get(_environment.JOB_ID, "")).strip() or new_run_id()
+
+
 def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
-    """The sink a job system's environment asks for (DESIGN §2).
+    """The sink a job system's environment asks for (docs/configuration.md#environment).
+
+    The environment is read once (``trainreport._environment.read_destinations``,
+    which also names each misspelled ``TRAINREPORT_*`` variable):
 
     - ``TRAINREPORT_URL`` set: an :class:`HttpSink` for ``TRAINREPORT_JOB_ID`` /
       ``TRAINREPORT_TASK_ID`` (default ``train``) with the token from
@@ -96,33 +111,42 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
 
     Never raises for bad values: an unsafe job id is logged and replaced.
     """
-    env = os.environ if environ is None else environ
-    url = env.get("TRAINREPORT_URL", "").strip()
-    kubeflow_url = env.get(_KUBEFLOW_URL_VARIABLE, "").strip()
-    job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
-    if url:
-        if kubeflow_url:
+    settings = _environment.read_destinations(environ)
+    if settings.http is not None:
+        if settings.kubeflow is not None:
             _log.warning(
                 "trainreport.kubeflow_not_used",
                 reason="TRAINREPORT_URL is set too and a reporter sends to one destination; "
                 "the Kubeflow TrainJob status gets no progress from this reporter",
-                variable=_KUBEFLOW_URL_VARIABLE,
+                variable=_environment.KUBEFLOW_URL,
             )
-        return HttpSink.from_env(env)
-    if kubeflow_url:
+        return HttpSink.from_destination(settings.http)
+    if settings.kubeflow is not None:
         try:
-            return KubeflowSink.from_env(env)
+            return KubeflowSink.from_destination(settings.kubeflow)
         except _exceptions.ConfigError as exc:
             _log.warning(
-                "trainreport.invalid_environment",
-                variable=_KUBEFLOW_URL_VARIABLE,
-                reason="; ".join(exc.problems)[:300],
+                "trainreport.config_field_invalid",
+                field="url",
+                variable=_environment.KUBEFLOW_URL,
+                problem="; ".join(exc.problems)[:300],
             )
+    return default_file_sink(settings.job_id, settings.task_id)
+
+
+def default_file_sink(job_id: str | None, task_id: str = "train") -> FileSink:
+    """The embedded default: a :class:`FileSink` under ``./trainreport-runs/``.
+
+    Args:
+        job_id: the job's id (``None``: a fresh unique run id names the file).
+        task_id: the task's id; a task other than ``train`` is part of the name.
+
+    Never raises for bad values: an unsafe job id is logged and replaced.
+    """
     run_id = new_run_id()
-    task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
     if job_id:
         candidate = job_id if task_id == "train" else f"{job_id}.{task_id}"
-        if _SAFE_ID.match(candidate):
+        if _ID_PATTERN.fullmatch(candidate):
             run_id = candidate
         else:
             _log.warning("trainreport.unsafe_run_id", replaced_by=run_id)

@@ -45,6 +45,8 @@ import cattrs
 import urllib3
 
 from trainreport._attempt import AttemptIdentity, current_attempt
+from trainreport._environment import URL as ENV_URL
+from trainreport._environment import HttpDestination, read_http_destination
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._payloads import (
     UpdateResponse,
@@ -53,6 +55,13 @@ from trainreport._payloads import (
     encode_suffix_body,
     encode_suffix_series,
     structure_response,
+)
+from trainreport._protocol import (
+    CAPABILITIES_PATH,
+    ENCODING_GZIP,
+    TASK_PATH_TEMPLATE,
+    UPDATES_PATH,
+    WRITERS_PATH,
 )
 from trainreport._sink import (
     CAPABILITY_GZIP,
@@ -74,7 +83,7 @@ from trainreport.exceptions import ConfigError, ProtocolError, SinkError, Transp
 __all__ = ["DEFAULT_TASK_PATH", "HttpSink", "parse_retry_after"]
 
 #: The task resource of the reference server and of the baseline job-status API.
-DEFAULT_TASK_PATH = "/v1/jobs/{job_id}/tasks/{task_id}"
+DEFAULT_TASK_PATH = TASK_PATH_TEMPLATE
 #: Bodies above this size (bytes, before compression) are gzip-compressed when allowed.
 GZIP_MIN_BYTES = 1024
 #: The smallest request cap (bytes) a 413 halves down to before giving up with ``Split``.
@@ -376,67 +385,52 @@ class HttpSink(Sink):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HttpSink:
-        """The sink a job system's environment describes (DESIGN §2, §7).
+        """The sink a job system's environment describes (docs/configuration.md#environment).
 
         Reads ``TRAINREPORT_URL``, ``TRAINREPORT_JOB_ID`` (when missing, a fresh
-        unique run id is used and a warning logged), ``TRAINREPORT_TASK_ID``
-        (default ``"train"``), ``TRAINREPORT_TOKEN`` or else
-        ``TRAINREPORT_TOKEN_FILE``, ``TRAINREPORT_CONNECT_TIMEOUT_SECONDS``,
-        ``TRAINREPORT_READ_TIMEOUT_SECONDS`` and ``TRAINREPORT_CA_CERTS``.
+        unique run id is used and ``trainreport.job_id_missing`` logged),
+        ``TRAINREPORT_TASK_ID`` (default ``"train"``), ``TRAINREPORT_TOKEN`` or
+        else ``TRAINREPORT_TOKEN_FILE``, ``TRAINREPORT_CONNECT_TIMEOUT_SECONDS``,
+        ``TRAINREPORT_READ_TIMEOUT_SECONDS`` and ``TRAINREPORT_CA_CERTS``, through
+        the one reader of the environment (``trainreport._environment``).
 
         Args:
             environ: the environment (default ``os.environ``).
 
         Lenient: a bad number falls back to its default with one
-        ``trainreport.invalid_environment`` event. Never raises.
+        ``trainreport.config_field_invalid`` event (``variable=``). Never raises.
         """
-        env = os.environ if environ is None else environ
-        url = env.get("TRAINREPORT_URL", "").strip()
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        settings = read_http_destination(environ) or HttpDestination(url="")
+        if settings.url == "":
             _log.warning(
-                "trainreport.invalid_environment",
-                variable="TRAINREPORT_URL",
-                reason="not an http:// or https:// URL; sends will be rejected",
+                "trainreport.config_field_invalid",
+                field="url",
+                variable=ENV_URL,
+                problem="not set; sends will be rejected",
             )
-        job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
-        if not job_id:
+        return cls.from_destination(settings)
+
+    @classmethod
+    def from_destination(cls, settings: HttpDestination) -> HttpSink:
+        """The sink for destination settings read from the environment (see :meth:`from_env`).
+
+        Never raises: a missing job id becomes a fresh run id (logged).
+        """
+        job_id = settings.job_id
+        if job_id is None:
             from trainreport.sinks import new_run_id  # noqa: PLC0415 - avoids an import cycle
 
             job_id = new_run_id()
             _log.warning("trainreport.job_id_missing", job_id=job_id)
-        task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
-        token = env.get("TRAINREPORT_TOKEN", "").strip() or None
-        token_file = None if token else env.get("TRAINREPORT_TOKEN_FILE", "").strip() or None
-        timeouts = {}
-        for name, default in (("connect_timeout_seconds", 5.0), ("read_timeout_seconds", 10.0)):
-            variable = f"TRAINREPORT_{name.upper()}"
-            raw = env.get(variable, "").strip()
-            timeouts[name] = default
-            if not raw:
-                continue
-            try:
-                value = float(raw)
-            except ValueError:
-                value = math.nan
-            if math.isfinite(value) and value > 0:
-                timeouts[name] = value
-            else:
-                _log.warning(
-                    "trainreport.invalid_environment",
-                    variable=variable,
-                    value=raw[:50],
-                    reason="expected a positive number of seconds",
-                    default=default,
-                )
         return cls(
-            url,
+            settings.url,
             job_id,
-            task_id,
-            token,
-            token_file=token_file,
-            connect_timeout_seconds=timeouts["connect_timeout_seconds"],
-            read_timeout_seconds=timeouts["read_timeout_seconds"],
-            ca_certs=env.get("TRAINREPORT_CA_CERTS", "").strip() or None,
+            settings.task_id,
+            settings.token,
+            token_file=None if settings.token else settings.token_file,
+            connect_timeout_seconds=settings.connect_timeout_seconds,
+            read_timeout_seconds=settings.read_timeout_seconds,
+            ca_certs=settings.ca_certs,
         )
 
     # --- the Sink interface -----------------------------------------------------------
@@ -521,7 +515,7 @@ class HttpSink(Sink):
         self._gzip = False
         self._cap = self.max_request_bytes
         extension = False
-        response = self._request("GET", "/v1/capabilities", None, deadline, task=False)
+        response = self._request("GET", CAPABILITIES_PATH, None, deadline, task=False)
         now = datetime.datetime.now(datetime.timezone.utc)
         if 200 <= response.status < 300:
             extension = self._read_capabilities(response.data)
@@ -534,7 +528,7 @@ class HttpSink(Sink):
             if self.attempt is None:  # read once: every re-open claims as the same attempt
                 self.attempt = current_attempt()
             claim = json.dumps({"attempt": self.attempt.to_json()}).encode()
-            response = self._request("POST", "/writers", claim, deadline)
+            response = self._request("POST", WRITERS_PATH, claim, deadline)
             if 200 <= response.status < 300:
                 try:
                     writer = structure_response(json.loads(response.data), WriterResponse)
@@ -576,7 +570,7 @@ class HttpSink(Sink):
         if not isinstance(doc, dict):
             return False
         extensions, encodings = doc.get("extensions"), doc.get("encodings")
-        self._gzip = isinstance(encodings, list) and "gzip" in encodings
+        self._gzip = isinstance(encodings, list) and ENCODING_GZIP in encodings
         for key in ("max_body_bytes", "max_decompressed_bytes"):
             limit = doc.get(key)
             if type(limit) is int and limit > 0:
@@ -619,7 +613,7 @@ class HttpSink(Sink):
             if len(body) > self._cap and not planned:
                 parts[:0] = self._plan(update, series, details, generation)
                 continue
-            response = self._request("POST", "/updates", body, deadline)
+            response = self._request("POST", UPDATES_PATH, body, deadline)
             sent += self._last_bytes
             carries_series = bool(update.series) if series is None else bool(series)
             if response.status == 413 and not carries_series:
@@ -733,7 +727,7 @@ class HttpSink(Sink):
             headers["Content-Type"] = "application/json"
             if self._gzip and len(body) > GZIP_MIN_BYTES:
                 body = gzip.compress(body, compresslevel=6)
-                headers["Content-Encoding"] = "gzip"
+                headers["Content-Encoding"] = ENCODING_GZIP
             headers["Content-Length"] = str(len(body))
         resource = (self._path if task else "") + path
         url = self._url + resource
@@ -818,7 +812,7 @@ class HttpSink(Sink):
         headers = {
             "User-Agent": "trainreport",
             "Accept": "application/json",
-            "Accept-Encoding": "gzip",
+            "Accept-Encoding": ENCODING_GZIP,
         }
         headers.update(self._headers)
         token = self._current_token()

@@ -37,6 +37,7 @@ from typing import Any
 
 import urllib3
 
+from trainreport._environment import KubeflowDestination, read_kubeflow_destination
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._recorder import RESERVED_KEYS
 from trainreport._sink import (
@@ -54,9 +55,6 @@ from trainreport.exceptions import ConfigError, TransportError
 from trainreport.sinks._http import _cause, _error_fields, _is_transient, _proxy_for
 from trainreport.sinks._http import parse_retry_after as _parse_retry_after
 from trainreport.sinks._kubeflow_status import (
-    ENV_CA_CERT,
-    ENV_TOKEN,
-    ENV_URL,
     MIN_INTERVAL_SECONDS,
     build_body,
 )
@@ -169,10 +167,17 @@ class KubeflowSink(Sink):
         Raises:
             ConfigError: the URL is missing or not ``https://``.
         """
-        env = os.environ if environ is None else environ
-        ca = env.get(ENV_CA_CERT, "").strip() or None
-        token_file = env.get(ENV_TOKEN, "").strip() or None
-        return cls(env.get(ENV_URL, ""), token_file=token_file, ca_certs=ca)
+        settings = read_kubeflow_destination(environ) or KubeflowDestination(url="")
+        return cls.from_destination(settings)
+
+    @classmethod
+    def from_destination(cls, settings: KubeflowDestination) -> KubeflowSink:
+        """The sink for destination settings read from the environment (see :meth:`from_env`).
+
+        Raises:
+            ConfigError: the URL is missing or not ``https://``.
+        """
+        return cls(settings.url, token_file=settings.token_file, ca_certs=settings.ca_certs)
 
     # --- the Sink interface --------------------------------------------------------
 

@@ -29,9 +29,6 @@ from typing import Any, Final
 import attrs
 
 __all__ = [
-    "ENV_CA_CERT",
-    "ENV_TOKEN",
-    "ENV_URL",
     "MAX_BODY_BYTES",
     "MAX_METRICS",
     "MAX_NAME_CHARS",
@@ -43,12 +40,6 @@ __all__ = [
     "format_value",
 ]
 
-#: The status endpoint's full URL, injected into every container of the TrainJob.
-ENV_URL: Final[str] = "KUBEFLOW_TRAINER_SERVER_URL"
-#: Path of the CA certificate that signs the endpoint's TLS certificate.
-ENV_CA_CERT: Final[str] = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-#: Path of the projected service-account token (rotated in place; about an hour long).
-ENV_TOKEN: Final[str] = "KUBEFLOW_TRAINER_SERVER_TOKEN"  # noqa: S105 - a variable name
 #: The endpoint's guidance (and its own Hugging Face callback's throttle): one post per 5 s.
 MIN_INTERVAL_SECONDS: Final[float] = 5.0
 #: ``metrics`` items per post (``+kubebuilder:validation:MaxItems=256``).

@@ -17,9 +17,13 @@ from typing import Any
 
 from trainreport._lifecycle import forget_running_only_details
 from trainreport._payloads import encode_details, encode_points, finite_or_none, parse_stored_task
+from trainreport._protocol import TaskStatus, new_columns
 from trainreport._sink import SeriesUpdate, Update
 
 __all__ = ["SeriesGapError", "TaskRecord"]
+
+#: A task created without a status holds this one (docs/protocol.md).
+_PENDING = TaskStatus.PENDING.value
 
 
 class SeriesGapError(ValueError):
@@ -39,7 +43,7 @@ class TaskRecord:
 
     def __init__(self, task: Mapping[str, Any] | None = None) -> None:
         self.exists = task is not None
-        self.status: str = "pending"
+        self.status: str = _PENDING
         self.details: dict[str, Any] = {}
         self.series: dict[str, tuple[array[int], array[int], array[float]]] = {}
         # Series a client could not parse (another tool wrote them), kept as stored.
@@ -50,7 +54,7 @@ class TaskRecord:
                 self.details = dict(state.details)
                 self.series = {n: (s, e, v) for n, (s, e, v) in state.series.items()}
                 self.foreign = dict(state.damaged)
-                self.status = state.status or "pending"
+                self.status = state.status or _PENDING
 
     def lengths(self) -> dict[str, int]:
         """Points held per series."""
@@ -89,7 +93,7 @@ class TaskRecord:
         self.foreign.pop(s.name, None)  # a suffix replaces a series nobody could parse
         cols = self.series.get(s.name)
         if cols is None:
-            cols = self.series[s.name] = (array("q"), array("i"), array("d"))
+            cols = self.series[s.name] = new_columns()
         steps, epochs, values = cols
         for column in cols:
             del column[s.offset :]

@@ -45,6 +45,7 @@ from typing import Any
 
 import attrs
 
+from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, VALUES_TYPECODE
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._runlog_state import LogState
 
@@ -173,9 +174,9 @@ def normalised(update: Update) -> Update:
     for s in update.series:
         try:
             steps, epochs, values = (
-                _column(s.steps, "q"),
-                _column(s.epochs, "i"),
-                _column(s.values, "d"),
+                _column(s.steps, STEPS_TYPECODE),
+                _column(s.epochs, EPOCHS_TYPECODE),
+                _column(s.values, VALUES_TYPECODE),
             )
         except (OverflowError, TypeError) as exc:
             raise ValueError(f"series {s.name!r}: {exc}") from exc

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, VALUES_TYPECODE
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import SeriesGapError
 from trainreport.sinks._runlog import (
@@ -144,9 +145,9 @@ def _decode_update(body: memoryview) -> Update:
         stop = position + POINT_BYTES * count
         if stop > len(body):
             raise _InvalidRecordError(f"series {name!r}: the columns run past the body")
-        steps = _decode_column(body[position : position + 8 * count], "q")
-        epochs = _decode_column(body[position + 8 * count : position + 12 * count], "i")
-        values = _decode_column(body[position + 12 * count : stop], "d")
+        steps = _decode_column(body[position : position + 8 * count], STEPS_TYPECODE)
+        epochs = _decode_column(body[position + 8 * count : position + 12 * count], EPOCHS_TYPECODE)
+        values = _decode_column(body[position + 12 * count : stop], VALUES_TYPECODE)
         series.append(SeriesUpdate(name, offset, steps, epochs, values))
         position = stop
     if position != len(body):

@@ -8,12 +8,12 @@ before (a journal). Offsets in records count from index 0 of the whole series.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from trainreport._protocol import new_columns
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import TaskRecord
 
@@ -90,7 +90,7 @@ class LogState:
         """
         for s in series:
             if s.name not in self.task.series and s.offset + len(s) > 0:
-                self.task.series[s.name] = (array("q"), array("i"), array("d"))
+                self.task.series[s.name] = new_columns()
 
     def reset(self, snapshot: Update) -> None:
         """Replace everything with ``snapshot`` (series at their offsets, details whole)."""

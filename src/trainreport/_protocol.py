@@ -1,0 +1,162 @@
+"""The job-status protocol's constants and codecs, declared once for client and server.
+
+``docs/protocol.md`` specifies the protocol; this module is its one definition
+in code. The client (sinks, payload encoding, naming) and the reference server
+(``server/_wire.py``, ``server/_app.py``) both import it, the way
+prometheus_client's writer and parser share one ``METRIC_NAME_RE``. The two
+*validators* stay separate on purpose: the server checks what arrives with its
+own code, so the end-to-end tests still check one side against the other.
+
+Pure: no I/O, no clock, no logging.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import sys
+from array import array
+from base64 import b64decode, b64encode
+from typing import Any, Final
+
+__all__ = [
+    "CAPABILITIES_PATH",
+    "COLUMN_TYPECODES",
+    "ENCODING_GZIP",
+    "EPOCHS_TYPECODE",
+    "EXTENSION_SERIES_SUFFIX",
+    "ID_PATTERN",
+    "JOBS_PATH",
+    "JOB_PATH_TEMPLATE",
+    "MAX_ID_CHARS",
+    "MAX_SERIES_NAME_CHARS",
+    "STEPS_TYPECODE",
+    "TASK_PATH_TEMPLATE",
+    "TASK_STATUSES",
+    "UPDATES_PATH",
+    "VALUES_TYPECODE",
+    "WRITERS_PATH",
+    "StrEnum",
+    "TaskStatus",
+    "decode_column",
+    "encode_column",
+    "new_columns",
+    "task_path",
+]
+
+# --- discovery and paths -----------------------------------------------------------------
+
+#: The server's extension that takes series as idempotent suffixes (``docs/protocol.md``).
+EXTENSION_SERIES_SUFFIX: Final[str] = "series-suffix-v1"
+#: The request ``Content-Encoding`` a server may list under ``encodings``.
+ENCODING_GZIP: Final[str] = "gzip"
+#: ``GET`` here tells a client the server's ``extensions`` and ``encodings``.
+CAPABILITIES_PATH: Final[str] = "/v1/capabilities"
+#: The jobs collection (``GET``: the reference server's job list).
+JOBS_PATH: Final[str] = "/v1/jobs"
+#: One job (``GET``: the job and its tasks on the reference server).
+JOB_PATH_TEMPLATE: Final[str] = JOBS_PATH + "/{job_id}"
+#: The task resource: ``GET`` (read), ``PATCH`` (baseline write).
+TASK_PATH_TEMPLATE: Final[str] = JOB_PATH_TEMPLATE + "/tasks/{task_id}"
+#: Below the task path: ``POST`` opens a writer (extension).
+WRITERS_PATH: Final[str] = "/writers"
+#: Below the task path: ``POST`` applies one series-suffix update (extension).
+UPDATES_PATH: Final[str] = "/updates"
+
+
+def task_path(job_id: str, task_id: str, template: str = TASK_PATH_TEMPLATE) -> str:
+    """The task's path: ``template`` with the ids filled in as they are (no quoting).
+
+    Raises:
+        KeyError: when ``template`` names a field other than ``job_id``/``task_id``.
+    """
+    return template.format(job_id=job_id, task_id=task_id)
+
+
+# --- ids, names, statuses ------------------------------------------------------------------
+
+#: Longest job or task id, in characters.
+MAX_ID_CHARS: Final[int] = 128
+#: A valid job or task id (match it whole, ``fullmatch``): safe in a URL path and a file name.
+ID_PATTERN: Final[re.Pattern[str]] = re.compile(
+    rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID_CHARS - 1}}}"
+)
+#: Longest series (metric) name, in characters.
+MAX_SERIES_NAME_CHARS: Final[int] = 200
+
+
+class StrEnum(str, enum.Enum):
+    """A ``str`` enum whose ``str()`` and ``format()`` are its value on every Python >= 3.10."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, format_spec: str) -> str:
+        return str(self.value).__format__(format_spec)
+
+
+class TaskStatus(StrEnum):
+    """A task's status, as stored by the job-status service (docs/design.md#lifecycle)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+#: Every status a task may hold, as the strings on the wire.
+TASK_STATUSES: Final[frozenset[str]] = frozenset(s.value for s in TaskStatus)
+
+# --- binary columns (extension) ----------------------------------------------------------
+
+#: ``array`` typecode of a series' steps column: int64.
+STEPS_TYPECODE: Final[str] = "q"
+#: ``array`` typecode of a series' epochs column: int32.
+EPOCHS_TYPECODE: Final[str] = "i"
+#: ``array`` typecode of a series' values column: float64 (NaN/±Inf travel as IEEE bits).
+VALUES_TYPECODE: Final[str] = "d"
+#: A series suffix's columns in wire order: ``(key, typecode)``.
+COLUMN_TYPECODES: Final[tuple[tuple[str, str], ...]] = (
+    ("steps", STEPS_TYPECODE),
+    ("epochs", EPOCHS_TYPECODE),
+    ("values", VALUES_TYPECODE),
+)
+_BIG_ENDIAN: Final[bool] = sys.byteorder == "big"
+
+
+def new_columns() -> tuple[array[int], array[int], array[float]]:
+    """Empty ``(steps, epochs, values)`` columns of the wire's typecodes. Never raises."""
+    return array(STEPS_TYPECODE), array(EPOCHS_TYPECODE), array(VALUES_TYPECODE)
+
+
+def encode_column(column: array[Any]) -> str:
+    """One column as base64 of its little-endian bytes (``docs/protocol.md``). Never raises.
+
+    Copying bytes costs a few nanoseconds a point where formatting a float as
+    decimal text costs hundreds, all of it GIL time taken from training.
+    """
+    if _BIG_ENDIAN:
+        column = array(column.typecode, column)
+        column.byteswap()
+    return b64encode(column.tobytes()).decode("ascii")
+
+
+def decode_column(text: str | bytes, typecode: str) -> array[Any]:
+    """The column :func:`encode_column` wrote, as an ``array`` of ``typecode``.
+
+    Only the codec: the values are not judged (a server or client validates
+    them with its own rules).
+
+    Raises:
+        ValueError: ``text`` is not base64 (``binascii.Error``), not ASCII, or
+            not a whole number of items.
+    """
+    raw = b64decode(text.encode("ascii") if isinstance(text, str) else text, validate=True)
+    column: array[Any] = array(typecode)
+    if len(raw) % column.itemsize:
+        raise ValueError(f"expected a multiple of {column.itemsize} bytes")
+    column.frombytes(raw)
+    if _BIG_ENDIAN:
+        column.byteswap()
+    return column

@@ -1,0 +1,177 @@
+"""The environment, read in one place (``trainreport._environment``).
+
+Destination settings are frozen values parsed by the converter that parses
+``ReportingConfig``, leniently, with the configuration's event names; a
+misspelled ``TRAINREPORT_*`` variable is named once with the closest valid one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import attrs
+import pytest
+
+import trainreport
+from trainreport import HttpSink, Reporter, ReportingConfig
+from trainreport import _environment as environment
+from trainreport._config import CONVERTER, env_variable
+from trainreport.testing import capture_events
+
+SRC = Path(trainreport.__file__).parent
+TOKEN = "s3cret-token-value"
+
+
+@pytest.mark.parametrize(
+    ("misspelled", "meant"),
+    [
+        ("TRAINREPORT_JOBID", "TRAINREPORT_JOB_ID"),
+        ("TRAINREPORT_MIN_REPORT_INTERVAL", "TRAINREPORT_MIN_REPORT_INTERVAL_SECONDS"),
+        ("TRAINREPORT_TOKENFILE", "TRAINREPORT_TOKEN_FILE"),
+        ("TRAINREPORT_HEARTBEAT", "TRAINREPORT_HEARTBEAT_SECONDS"),
+    ],
+)
+def test_a_misspelled_variable_gets_one_warning_naming_the_closest_valid_one(
+    misspelled: str, meant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Like an unknown key of ``from_mapping``: ignored, and named once with a suggestion."""
+    monkeypatch.chdir(tmp_path)
+    with capture_events() as events:
+        Reporter.from_env({misspelled: "1", "TRAINREPORT_JOB_ID": "job-1"})
+    unknown = [e for e in events if e["event"] == "trainreport.config_field_unknown"]
+    assert [(misspelled, meant)] == [(e["variable"], e["did_you_mean"]) for e in unknown]
+
+
+def test_every_variable_the_library_reads_is_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No warning for any real variable (config fields, destination, attempt, server)."""
+    monkeypatch.chdir(tmp_path)
+    env = dict.fromkeys(environment.KNOWN_VARIABLES, "1")
+    for field in attrs.fields(ReportingConfig):
+        assert env_variable(field.name) in environment.KNOWN_VARIABLES
+    assert [] == environment.unknown_variables(env)
+    assert [("TRAINREPORT_NOTHING_LIKE_IT_AT_ALL", None)] == environment.unknown_variables(
+        {"TRAINREPORT_NOTHING_LIKE_IT_AT_ALL": "x", "OTHER_TOOL_JOBID": "y"}
+    )
+
+
+def test_http_settings_are_a_frozen_value_parsed_by_the_config_converter() -> None:
+    """Every variable lands in its field; the token stays out of the repr."""
+    settings = environment.read_http_destination(
+        {
+            "TRAINREPORT_URL": " https://jobs.example ",
+            "TRAINREPORT_JOB_ID": "job-7",
+            "TRAINREPORT_TASK_ID": "eval",
+            "TRAINREPORT_TOKEN": TOKEN,
+            "TRAINREPORT_CA_CERTS": "/etc/ca.pem",
+            "TRAINREPORT_CONNECT_TIMEOUT_SECONDS": "2.5",
+            "TRAINREPORT_READ_TIMEOUT_SECONDS": "30",
+        }
+    )
+    assert (
+        environment.HttpDestination(
+            url="https://jobs.example",
+            job_id="job-7",
+            task_id="eval",
+            token=TOKEN,
+            ca_certs="/etc/ca.pem",
+            connect_timeout_seconds=2.5,
+            read_timeout_seconds=30.0,
+        )
+        == settings
+    )
+    assert TOKEN not in repr(settings)
+    assert CONVERTER.get_structure_hook(environment.HttpDestination) is not None
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        settings.url = "x"  # type: ignore[misc]
+
+
+def test_bad_values_keep_their_defaults_with_one_config_event_each() -> None:
+    """A bad timeout is named with its variable; the other fields are kept."""
+    with capture_events() as events:
+        settings = environment.read_http_destination(
+            {
+                "TRAINREPORT_URL": "http://127.0.0.1:1",
+                "TRAINREPORT_CONNECT_TIMEOUT_SECONDS": "soon",
+                "TRAINREPORT_READ_TIMEOUT_SECONDS": "-1",
+                "TRAINREPORT_TOKEN_FILE": "/run/token",
+            }
+        )
+    assert settings is not None
+    assert (5.0, 10.0, "/run/token") == (
+        settings.connect_timeout_seconds,
+        settings.read_timeout_seconds,
+        settings.token_file,
+    )
+    invalid = [e for e in events if e["event"] == "trainreport.config_field_invalid"]
+    assert [
+        ("TRAINREPORT_CONNECT_TIMEOUT_SECONDS", "expected a positive number of seconds"),
+        ("TRAINREPORT_READ_TIMEOUT_SECONDS", "expected a positive number of seconds"),
+    ] == sorted((e["variable"], e["problem"]) for e in invalid)
+
+
+def test_both_destinations_are_parsed_when_both_are_set() -> None:
+    """``read_destinations`` returns the service and the Kubeflow endpoint together."""
+    settings = environment.read_destinations(
+        {
+            "TRAINREPORT_URL": "http://jobs:8321",
+            "TRAINREPORT_JOB_ID": "j",
+            "KUBEFLOW_TRAINER_SERVER_URL": "https://kf/status",
+            "KUBEFLOW_TRAINER_SERVER_TOKEN": "/var/run/token",
+        }
+    )
+    assert settings.http is not None
+    assert settings.kubeflow is not None
+    assert ("http://jobs:8321", "https://kf/status", "/var/run/token", "j", "train") == (
+        settings.http.url,
+        settings.kubeflow.url,
+        settings.kubeflow.token_file,
+        settings.job_id,
+        settings.task_id,
+    )
+    assert environment.DestinationSettings(None, None) == environment.read_destinations({})
+
+
+def test_http_sink_from_env_uses_the_settings() -> None:
+    """``HttpSink.from_env`` is ``from_destination(read_http_destination(env))``."""
+    sink = HttpSink.from_env(
+        {"TRAINREPORT_URL": "http://jobs:1", "TRAINREPORT_JOB_ID": "j", "TRAINREPORT_TOKEN": TOKEN}
+    )
+    assert ("http://jobs:1", "j", "train", TOKEN) == (
+        sink.base_url,
+        sink.job_id,
+        sink.task_id,
+        sink._current_token(),
+    )
+
+
+def _variable_literals(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith(("TRAINREPORT_", "KUBEFLOW_TRAINER_"))
+        and node.value.replace("_", "").isalpha()
+        and node.value.isupper()
+    ]
+
+
+def test_variables_are_named_only_where_the_environment_is_read() -> None:
+    """Variable names live in ``_environment.py``; config fields derive theirs from the field.
+
+    The exceptions are named: ``_config.py`` (the prefix every config field's
+    variable is made of, and a replaced variable), ``_attempt.py`` (the attempt
+    number's variables, read with the other job systems' ones).
+    """
+    allowed = {"_environment.py", "_config.py", "_attempt.py"}
+    elsewhere = {
+        f"{path.relative_to(SRC)}: {literal}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path.name not in allowed
+        for literal in _variable_literals(path)
+    }
+    assert set() == elsewhere
