@@ -1,4 +1,4 @@
-"""From measured runs to table cells: figures, extrapolation, targets (DESIGN §6).
+"""From measured runs to table cells: figures, extrapolation, targets (docs/design.md#performance).
 
 Pure functions over :class:`_loop.ScenarioResult` values; ``report.py`` runs
 the scenarios and prints what this module formats.
@@ -235,7 +235,9 @@ def _call_cells(result: ScenarioResult, checked: bool) -> dict[str, Cell]:
 
 
 def close_target(mode: str, ctx: Context) -> tuple[str, float | None]:
-    """(target text, limit in seconds or None) for ``close()`` in a server mode (DESIGN §6).
+    """(target text, limit in seconds or None) for ``close()`` in a server mode.
+
+    The targets are docs/design.md#performance.
 
     Healthy: one round trip plus encoding, checked as: after any send already in
     flight when ``close()`` was called, exactly one send, and at most
@@ -420,7 +422,7 @@ def peer_cells(result: ScenarioResult | None, status: str | None) -> dict[str, C
 
 
 def target_text(figure: str, mode: str, ctx: Context) -> str:
-    """The target column for a figure in a server mode (DESIGN §6)."""
+    """The target column for a figure in a server mode (docs/design.md#performance)."""
     return {
         "call_p50": "< 3",
         "call_p99": "< 25",

@@ -1,4 +1,4 @@
-"""A lean load generator for the reference server's ingest (DESIGN §6, figure 7).
+"""A lean load generator for the reference server's ingest (docs/design.md#performance, figure 7).
 
 Each thread plays one reporter: it opens a writer on its own task
 (``POST .../writers``), then posts series-suffix updates of 50 steps x 14

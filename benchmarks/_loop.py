@@ -2,9 +2,9 @@
 
 A step does a calibrated ~200 µs of pure-Python work (a fixed number of loop
 iterations, so that time the reporter thread takes from the interpreter
-lengthens the step, as it would a real one: DESIGN §1), then reports 14
+lengthens the step, as it would a real one: docs/design.md#shape), then reports 14
 metrics; every 100 steps a validation with 4 metrics, every 1,000 steps a
-checkpoint (DESIGN §6). Anything that reports is a :class:`Target`; the
+checkpoint (docs/design.md#performance). Anything that reports is a :class:`Target`; the
 baseline is :class:`NullTarget`, whose methods do nothing, so that both loops
 pay the same timing and call overhead and the difference is the reporter's.
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload import metrics_for, percentile
 
 BUSY_US = 200.0
-#: Steps between sends the scaled interval aims at (DESIGN §6).
+#: Steps between sends the scaled interval aims at (docs/design.md#performance).
 SEND_EVERY = 50
 VALIDATE_EVERY = 100
 CHECKPOINT_EVERY = 1000

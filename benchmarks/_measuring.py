@@ -5,7 +5,7 @@ CPU time of the calling thread, which is always the reporter thread) around
 ``open`` and ``send``, and once more at ``close``, which the reporter thread
 calls last. That gives the reporter thread's total CPU over the run and the
 CPU of each send (encoding, gzip, urllib3), without touching ``src/``
-(DESIGN §6, figure 5).
+(docs/design.md#performance, figure 5).
 """
 
 from __future__ import annotations
@@ -138,7 +138,9 @@ def fit_send_cost(sends: list[tuple[float, int, bool]]) -> tuple[float, float]:
 
 
 class TrainreportTarget:
-    """A started :class:`trainreport.Reporter` over :class:`trainreport.HttpSink` (DESIGN §2).
+    """A started :class:`trainreport.Reporter` over :class:`trainreport.HttpSink`.
+
+    See docs/design.md#public-api.
 
     Args:
         url: where the sink sends (a proxy's URL, or a closed port).

@@ -1,4 +1,6 @@
-"""The peers as benchmark targets: wandb offline, MLflow async logging, tensorboardX (DESIGN §6).
+"""The peers as benchmark targets: wandb offline, MLflow async logging, tensorboardX.
+
+The peers of docs/design.md#performance.
 
 Each writes locally under a temporary directory (server modes do not apply to
 them). They are imported lazily, so a missing or broken peer only marks its

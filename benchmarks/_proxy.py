@@ -2,7 +2,7 @@
 
 It sits between a client (``HttpSink`` or the synchronous baseline) and the
 reference server, so that the bytes a client puts on the wire are counted as
-they arrive (DESIGN §6: request bodies as sent, after compression, plus
+they arrive (docs/design.md#performance: request bodies as sent, after compression, plus
 headers), and so that server modes can be simulated:
 
 * ``pass``: forward every request and its response;
@@ -12,7 +12,7 @@ headers), and so that server modes can be simulated:
   until the client gives up, or until the parent sends ``drop``).
 
 It runs in a separate process so that its Python code never competes with the
-measured training loop for the GIL (DESIGN §1). Each client connection gets
+measured training loop for the GIL (docs/design.md#shape). Each client connection gets
 its own upstream keep-alive connection, opened on first use and reopened when
 the server closed it while idle.
 

@@ -1,10 +1,12 @@
-"""The design trainreport replaces: a synchronous full-state reporter (DESIGN §6 baseline).
+"""The design trainreport replaces: a synchronous full-state reporter.
+
+The baseline of docs/design.md#performance.
 
 From the logging call itself, it ``PATCH``es the whole ``status_details``
 with every curve accumulated so far (``metrics`` holding each series in
 full, a dict per point), with urllib3, blocking, on every call (no interval)
 or at most once per interval. This is what teams do today when they call the
-job API from the logging hook (DESIGN, introduction); its cost grows with the
+job API from the logging hook (docs/design.md); its cost grows with the
 square of the run, which is why the benchmark runs it for a capped number of
 steps and extrapolates (``report.py``).
 """

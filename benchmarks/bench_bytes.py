@@ -1,11 +1,11 @@
 """Bytes on the wire over a run: the series-suffix extension against full-state sends.
 
-DESIGN §6 defines the figure: request bytes over the run (bodies as sent, after
+docs/design.md#performance defines the figure: request bytes over the run (bodies as sent, after
 compression, plus headers) divided by the uncompressed size of the final stored
 state in the ``GET`` shape; the same figure without compression beside it.
 
 Workload: 20,000 steps, 14 series (``benchmarks/_workload.py``), one send per 50
-steps (the scaled interval of DESIGN §6: a 10 ms interval at 0.2 ms a step).
+steps (the scaled interval of docs/design.md#performance: a 10 ms interval at 0.2 ms a step).
 
 Two measurements:
 
@@ -98,7 +98,7 @@ def real_run(steps: int) -> dict[str, float]:
 
 
 def measure(steps: int) -> dict[str, Any]:
-    """Both measurements and the DESIGN §6 ratios."""
+    """Both measurements and the docs/design.md#performance ratios."""
     real = real_run(steps)
     sim = simulate(steps)
     state = real["final_state"]

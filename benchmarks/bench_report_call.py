@@ -1,4 +1,4 @@
-"""Micro benchmarks of the engine (DESIGN §6), pytest-benchmark style.
+"""Micro benchmarks of the engine (docs/design.md#performance), pytest-benchmark style.
 
 Run all:   pytest benchmarks/bench_report_call.py --benchmark-only
 As a script (prints a table): python benchmarks/bench_report_call.py [--steps N]

@@ -44,9 +44,9 @@ _HEADER = """\
 # Lifecycle: task status, phase and reporter
 
 trainreport tracks three small state machines, each one explicit table of
-`(state, input) -> next state` in `trainreport._lifecycle` (DESIGN §4). A pair
-that is missing from a table is refused. The diagrams and tables below are
-generated from those tables.
+`(state, input) -> next state` in `trainreport._lifecycle`
+([design.md#lifecycle](design.md#lifecycle)). A pair that is missing from a
+table is refused. The diagrams and tables below are generated from those tables.
 
 Each report method maps to one lifecycle report:
 

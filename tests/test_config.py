@@ -1,6 +1,6 @@
 """Tests for ReportingConfig: direct construction, strict and lenient parsing, environment."""
 
-# The house style writes asserts as ``expected == actual`` (STYLE.md), which SIM300 flags.
+# The house style writes asserts as ``expected == actual``, which SIM300 flags.
 
 from __future__ import annotations
 
@@ -101,7 +101,10 @@ def test_defaults_are_the_documented_ones() -> None:
 
 
 def test_bare_string_pattern_is_one_pattern() -> None:
-    """A bare string for time_series_metrics is one pattern, not its characters (DESIGN §3)."""
+    """A bare string for time_series_metrics is one pattern, not its characters.
+
+    See docs/design.md#metrics.
+    """
     assert ("val_*",) == ReportingConfig(time_series_metrics="val_*").time_series_metrics
 
 
@@ -113,7 +116,7 @@ def test_pattern_list_becomes_tuple_keeping_non_strings() -> None:
 
 
 def test_empty_pattern_list_means_no_history() -> None:
-    """``[]`` stays an empty tuple, distinct from the ``None`` default (DESIGN §3)."""
+    """``[]`` stays an empty tuple, distinct from the ``None`` default (docs/design.md#metrics)."""
     assert () == ReportingConfig(time_series_metrics=[]).time_series_metrics
 
 

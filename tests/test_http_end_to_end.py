@@ -2,7 +2,7 @@
 
 Every scenario ends the same way: after ``close()`` (or ``flush()``) the task
 the server holds equals ``reporter.snapshot()`` (``updated_at`` aside): no
-point lost, none duplicated (DESIGN §7). Both wire modes run where the fault
+point lost, none duplicated (docs/design.md#guarantees). Both wire modes run where the fault
 means something in both: the ``series-suffix-v1`` extension and the baseline
 full-state PATCH (``use_extension=False``).
 

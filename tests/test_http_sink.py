@@ -100,12 +100,15 @@ def test_retry_after_parses_seconds_and_http_dates_and_ignores_garbage(
 
 @given(st.text(max_size=60))
 def test_retry_after_never_raises_and_is_never_negative(header: str) -> None:
-    """Any header text yields None or a delay >= 0 (DESIGN §7: a sink never raises)."""
+    """Any header text yields None or a delay >= 0.
+
+    See docs/design.md#guarantees: a sink never raises.
+    """
     delay = parse_retry_after(header, now=NOW)
     assert delay is None or delay >= 0
 
 
-# --- classification (DESIGN §8) --------------------------------------------------------
+# --- classification (docs/design.md#failure-handling) ---------------------------------------------
 
 
 def _answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Any:
@@ -131,7 +134,7 @@ def test_client_errors_and_501_are_rejected_with_the_status(status: int) -> None
 
 
 def test_413_asks_to_split() -> None:
-    """413 is Split (DESIGN §8)."""
+    """413 is Split (docs/design.md#failure-handling)."""
     assert isinstance(_answer(413, {"error": "body_too_large", "message": "m"}), Split)
 
 
@@ -236,7 +239,10 @@ def test_from_env_is_lenient_about_bad_numbers_and_a_missing_job_id() -> None:
 
 
 def test_default_sink_from_env_with_a_url_is_an_http_sink() -> None:
-    """``TRAINREPORT_URL`` selects HttpSink (DESIGN §2); a URL without a scheme is logged."""
+    """``TRAINREPORT_URL`` selects HttpSink; a URL without a scheme is logged.
+
+    See docs/design.md#public-api.
+    """
     from trainreport.sinks import default_sink_from_env  # noqa: PLC0415 - the function under test
 
     env = {"TRAINREPORT_URL": "http://jobs:8321", "TRAINREPORT_JOB_ID": "job-9"}
@@ -263,7 +269,7 @@ def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_http_proxy_selects_a_proxy_manager(no_proxy_env: pytest.MonkeyPatch) -> None:
-    """HTTP_PROXY applies to an http:// URL (DESIGN §7)."""
+    """HTTP_PROXY applies to an http:// URL (docs/design.md#guarantees)."""
     no_proxy_env.setenv("HTTP_PROXY", "http://user:pw@proxy.internal:3128")
     pool = HttpSink("http://jobs.internal:8321", "j")._make_pool()
     assert isinstance(pool, urllib3.ProxyManager)
@@ -346,7 +352,7 @@ def test_open_retries_later_on_a_transient_capabilities_answer(server: ServerHan
 
 
 def test_open_on_a_closed_port_retries_later() -> None:
-    """Connection refused is transient (DESIGN §8) and open never raises."""
+    """Connection refused is transient (docs/design.md#failure-handling) and open never raises."""
     with closed_port() as port:
         result = HttpSink(f"http://127.0.0.1:{port}", "job-1").open()
     assert isinstance(result, RetryLater)
@@ -567,7 +573,7 @@ def test_token_is_sent_as_bearer_and_a_missing_one_is_rejected(token_server: Ser
 
 
 def test_token_file_is_reread_when_it_changes(token_server: ServerHandle, tmp_path: Path) -> None:
-    """A rotated token file takes effect on the next request (DESIGN §7)."""
+    """A rotated token file takes effect on the next request (docs/design.md#guarantees)."""
     token_file = tmp_path / "token"
     token_file.write_text("old-token\n")
     sink = HttpSink(token_server.url, "job-1", token_file=token_file)

@@ -1,6 +1,9 @@
-"""Tests for trainreport._lifecycle: the task, phase and reporter tables (DESIGN §4)."""
+"""Tests for trainreport._lifecycle: the task, phase and reporter tables.
 
-# House style writes asserts as `expected == actual` (STYLE.md); ruff's SIM300 says otherwise.
+See docs/design.md#lifecycle.
+"""
+
+# House style writes asserts as `expected == actual`; ruff's SIM300 says otherwise.
 
 from __future__ import annotations
 
@@ -124,7 +127,10 @@ def _running(phase: Phase = Phase.SETUP, *, strict: bool = False) -> TaskMachine
 
 @pytest.mark.parametrize("pair", ALL_TASK_PAIRS, ids=_ids)
 def test_task_table_pins_every_status_event_pair(pair: tuple[TaskStatus, TaskEvent]) -> None:
-    """Every (status, event) pair maps to its DESIGN §4 result; a missing pair stays missing."""
+    """Every (status, event) pair maps to its result; a missing pair stays missing.
+
+    The table of docs/design.md#lifecycle.
+    """
     assert EXPECTED_TASK.get(pair) == TASK_TRANSITIONS.get(pair)
 
 
@@ -184,7 +190,10 @@ def test_status_and_phase_values_are_the_wire_strings() -> None:
 
 @pytest.mark.parametrize("pair", ALL_PHASE_PAIRS, ids=_ids)
 def test_phase_table_pins_every_phase_event_pair(pair: tuple[Phase, TaskEvent]) -> None:
-    """Every (phase, event) pair maps to its DESIGN §4 result; a missing pair stays missing."""
+    """Every (phase, event) pair maps to its result; a missing pair stays missing.
+
+    The table of docs/design.md#lifecycle.
+    """
     assert EXPECTED_PHASE.get(pair) == PHASE_TRANSITIONS.get(pair)
 
 
@@ -226,7 +235,7 @@ def test_terminal_report_ends_the_phase(phase: Phase, event: TaskEvent) -> None:
     assert Phase.DONE == machine.phase
 
 
-# --- DESIGN §4 scenarios --------------------------------------------------------------
+# --- docs/design.md#lifecycle scenarios -----------------------------------------------------------
 
 
 def test_fit_then_test_reporting_completion_twice_yields_one_terminal_state() -> None:

@@ -1,6 +1,6 @@
-"""Tests for trainreport._naming: metric naming and value rules (DESIGN §3)."""
+"""Tests for trainreport._naming: metric naming and value rules (docs/design.md#metrics)."""
 
-# House style asserts `expected == actual` (STYLE.md), which SIM300 calls a Yoda condition.
+# House style asserts `expected == actual`, which SIM300 calls a Yoda condition.
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ TABLE_ENTRIES = [
 
 
 def test_stripped_prefix_table_is_pinned() -> None:
-    """The stripped-prefix table holds exactly the entries DESIGN §3 lists."""
+    """The stripped-prefix table holds exactly the entries docs/design.md#metrics lists."""
     assert {
         "train": ("train_", "train/"),
         "validation": (
@@ -206,7 +206,7 @@ def test_every_table_prefix_works_with_a_dataset_qualifier(phase: str, prefix: s
     ],
 )
 def test_qualify_examples(name: str, phase: str, expected: str) -> None:
-    """The examples of DESIGN §3 and the task brief, including phases outside the table."""
+    """The examples of docs/design.md#metrics and the brief, with phases outside the table."""
     assert expected == qualify(name, phase)
 
 
@@ -258,7 +258,7 @@ def test_longest_listed_prefix_is_stripped_first(monkeypatch: pytest.MonkeyPatch
 def test_dataset_qualifier_follows_the_canonical_prefix(
     name: str, phase: str, qualifier: str | None, expected: str
 ) -> None:
-    """qualify('loss', 'validation', 'squad') is 'val_squad_loss' (DESIGN §3)."""
+    """qualify('loss', 'validation', 'squad') is 'val_squad_loss' (docs/design.md#metrics)."""
     assert expected == qualify(name, phase, qualifier)
 
 
@@ -432,7 +432,7 @@ def test_unconvertible_keeps_its_identity_through_pickle() -> None:
     ],
 )
 def test_real_numbers_are_chartable(value: object, expected: float) -> None:
-    """int, float, numpy scalars and other real numbers become floats (DESIGN §3)."""
+    """int, float, numpy scalars and other real numbers become floats (docs/design.md#metrics)."""
     result = to_chartable(value)
     assert (expected, float) == (result, type(result))
 
@@ -893,7 +893,7 @@ def test_default_and_fallback_patterns_are_never_warned_about(
 
 
 def test_nested_params_are_flattened_with_slashes() -> None:
-    """Nested mappings become one level of 'a/b' keys (DESIGN §2)."""
+    """Nested mappings become one level of 'a/b' keys (docs/design.md#public-api)."""
     assert {"opt/lr": 1e-4, "opt/betas/0": 0.9, "seed": 1} == flatten_params(
         {"opt": {"lr": 1e-4, "betas": {"0": 0.9}}, "seed": 1}
     )

@@ -95,7 +95,7 @@ def test_a_reporter_held_only_by_a_local_variable_is_closed_at_exit(tmp_path: Pa
 
 
 def test_heartbeat_sends_when_nothing_changed() -> None:
-    """With no new data a send still goes every heartbeat_seconds (liveness, DESIGN §3)."""
+    """With no new data a send still goes every heartbeat_seconds (docs/design.md#debounce)."""
     clock = FakeClock()
     sink = MemorySink()
     reporter = Reporter(sink, ReportingConfig(heartbeat_seconds=60.0), clock=clock, rank=0)

@@ -62,7 +62,7 @@ def valid_step(step: object) -> bool:
 
 
 class Model:
-    """What the stored curves must be: the DESIGN §3 rules, written plainly."""
+    """What the stored curves must be: the docs/design.md#metrics rules, written plainly."""
 
     def __init__(self) -> None:
         self.series: dict[str, list[tuple[int, float]]] = {}

@@ -31,7 +31,10 @@ def run(
 
 
 def test_prefixes_are_not_doubled_and_validation_is_val() -> None:
-    """train/loss -> train_loss; eval_loss in validation -> val_loss (DESIGN §3 table)."""
+    """train/loss -> train_loss; eval_loss in validation -> val_loss.
+
+    See docs/design.md#metrics table.
+    """
 
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_train_step(step=1, metrics={"train/loss": 1.0})
@@ -67,7 +70,7 @@ def test_second_validation_dataset_gets_its_own_curves() -> None:
     ],
 )
 def test_epoch_rule_through_train_steps(epochs: list[float], expected: list[int]) -> None:
-    """The point epoch follows DESIGN §3 (int index, float completed, capped)."""
+    """The point epoch follows docs/design.md#metrics (int index, float completed, capped)."""
 
     def body(r: Reporter, _: FakeClock) -> None:
         r.report_training_start(max_steps=4, num_epochs=3)

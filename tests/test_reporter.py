@@ -425,7 +425,7 @@ def test_context_manager_reports_completed_or_the_error() -> None:
 
 
 def test_context_manager_reports_keyboard_interrupt_as_cancelled() -> None:
-    """Ctrl-C is a cancellation with reason "interrupted" (DESIGN §4)."""
+    """Ctrl-C is a cancellation with reason "interrupted" (docs/design.md#lifecycle)."""
     sink = MemorySink()
     with pytest.raises(KeyboardInterrupt), Reporter(sink, rank=0):
         raise KeyboardInterrupt
@@ -567,7 +567,7 @@ def test_disabled_and_other_ranks_are_inert(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_slurm_procid_is_read_when_rank_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without RANK, SLURM_PROCID decides (DESIGN §7)."""
+    """Without RANK, SLURM_PROCID decides (docs/design.md#guarantees)."""
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("SLURM_PROCID", "3")
     reporter = Reporter(MemorySink())

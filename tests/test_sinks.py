@@ -55,7 +55,7 @@ def suffix(name: str, offset: int, steps: list[int]) -> SeriesUpdate:
 
 
 def test_memory_sink_merges_details_shallowly() -> None:
-    """A key sent replaces the stored value; a key not sent is kept (DESIGN §5)."""
+    """A key sent replaces the stored value; a key not sent is kept (docs/design.md#wire-modes)."""
     sink = MemorySink({"status": "pending", "status_details": {"owner": "a", "step": 1}})
     sink.open()
     sink.send(Update("running", {"step": 2}, None, True))

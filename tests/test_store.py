@@ -10,7 +10,10 @@ def steps(series: Series) -> list[int]:
 
 
 def test_point_costs_twenty_bytes_in_columns() -> None:
-    """A point is an int64 step, an int32 epoch and a float64 value (DESIGN §6: < 40 B)."""
+    """A point is an int64 step, an int32 epoch and a float64 value.
+
+    See docs/design.md#performance: < 40 B.
+    """
     s = Series()
     for i in range(1000):
         s.append(i, 1, 0.5)
@@ -78,7 +81,7 @@ def test_acknowledge_trusts_the_destination_lengths() -> None:
 
 
 def test_name_cap_refuses_new_names() -> None:
-    """Beyond max_names distinct names, admit() refuses (DESIGN §8)."""
+    """Beyond max_names distinct names, admit() refuses (docs/design.md#failure-handling)."""
     store = MetricStore(max_names=2)
     assert store.admit("a", as_series=True)
     assert store.admit("b", as_series=False)

@@ -1,8 +1,8 @@
-"""ReportingConfig: how a Reporter schedules and shapes its sends (DESIGN §9).
+"""ReportingConfig: how a Reporter schedules and shapes its sends (docs/design.md#layout).
 
 Three ways in, one value out:
 
-- ``ReportingConfig(...)``: direct construction. Forgiving where DESIGN §3 asks
+- ``ReportingConfig(...)``: direct construction. Forgiving where docs/design.md#metrics asks
   for it (a bare string pattern, a list of patterns, ints for float fields) and
   clamping where a number is out of range (a negative duration becomes 0);
   a value of the wrong type raises.
@@ -125,7 +125,7 @@ def _to_flag(value: bool) -> bool:
 
 
 def _to_patterns(value: str | Iterable[object] | None) -> tuple[object, ...] | None:
-    # DESIGN §3: a bare string is one pattern; entries are kept as given (the
+    # docs/design.md#metrics: a bare string is one pattern; entries are kept as given (the
     # selector drops non-string entries with a warning).
     if value is None:
         return None
@@ -172,30 +172,30 @@ class ReportingConfig:
     Attributes:
         min_report_interval_seconds: debounce; regular sends go at most this
             often (the first report and events go at once). Seconds, default
-            10.0. DESIGN §1.
+            10.0. docs/design.md#shape.
         heartbeat_seconds: send at least this often even when nothing changed,
             so a job system can tell a hung run from a slow one. Seconds,
-            default 60.0. DESIGN §3 (liveness).
+            default 60.0. docs/design.md#metrics (liveness).
         time_series_metrics: glob patterns over qualified metric names
             (``fnmatch.fnmatchcase``) whose history is kept; ``None`` is the
             default (every metric, or an adapter's own list), ``("*",)`` every
             metric, ``()`` no history. Non-string entries are kept here and
-            dropped with a warning by the selector. Default None. DESIGN §3.
+            dropped with a warning by the selector. Default None. docs/design.md#metrics.
         max_metric_names: distinct qualified metric names per run; names beyond
-            it are dropped and counted. Count (>= 1), default 1000. DESIGN §8.
+            it are dropped and counted. Count (>= 1), default 1000. docs/design.md#failure-handling.
         backoff_initial_seconds: first retry delay after a failed send.
-            Seconds, default 1.0. DESIGN §8.
+            Seconds, default 1.0. docs/design.md#failure-handling.
         backoff_max_seconds: cap of the exponential backoff. Seconds, default
-            60.0. DESIGN §8.
+            60.0. docs/design.md#failure-handling.
         backoff_multiplier: factor between consecutive retry delays. Ratio
-            (>= 1), default 2.0. DESIGN §8.
+            (>= 1), default 2.0. docs/design.md#failure-handling.
         backoff_jitter: each delay is multiplied by a random factor in
-            ``[1 - j, 1 + j]``. Fraction in [0, 1], default 0.2. DESIGN §8.
+            ``[1 - j, 1 + j]``. Fraction in [0, 1], default 0.2. docs/design.md#failure-handling.
         rejected_backoff_seconds: the long backoff after a rejection
             (400/401/403/404/422); a retry also waits for new data. Seconds,
-            default 300.0. DESIGN §8.
+            default 300.0. docs/design.md#failure-handling.
         close_timeout_seconds: budget of ``Reporter.close()`` when no timeout
-            is passed. Seconds, default 30.0. DESIGN §1, §8.
+            is passed. Seconds, default 30.0. docs/design.md#shape, #failure-handling.
         close_retry_max_seconds: while closing, attempts are at most this far
             apart, whatever the backoff had grown to, and one last attempt is
             made before the deadline when there is time for one. Seconds,
@@ -206,7 +206,8 @@ class ReportingConfig:
             answered once, or that accepts and hangs, gets the whole close
             timeout. Seconds, default 2.0.
         atexit_timeout_seconds: budget of the ``atexit`` fallback close of a
-            reporter the user forgot to close. Seconds, default 5.0. DESIGN §8.
+            reporter the user forgot to close. Seconds, default 5.0.
+            docs/design.md#failure-handling.
         max_queue_bytes: the queue's memory guard, in bytes of queued reports
             (estimated cheaply on the caller's thread: about 256 bytes a report
             plus 48 a metric value); a report arriving past it is dropped and
@@ -215,12 +216,12 @@ class ReportingConfig:
             parsing, with a warning), default 256 MiB.
         drain_queue_depth: the reporter thread wakes to drain (not send) when
             this many reports are queued. Count (>= 1), default 10_000.
-            DESIGN §1, §8.
+            docs/design.md#shape, #failure-handling.
         unsent_warning_seconds: warn (rate-limited) when undelivered data is
-            older than this. Seconds, default 300.0. DESIGN §8.
+            older than this. Seconds, default 300.0. docs/design.md#failure-handling.
         strict_transitions: raise ``TransitionError`` on refused status or
             phase transitions instead of logging them; for tests only. Default
-            False. DESIGN §4.
+            False. docs/design.md#lifecycle.
     """
 
     min_report_interval_seconds: float = attrs.field(
@@ -508,7 +509,10 @@ def _env_value(field: attrs.Attribute[Any], raw: object) -> object:
 
 
 def _lenient(data: object, *, env: bool) -> ReportingConfig:
-    """Build a config keeping every good field; never raises (DESIGN §7, §9)."""
+    """Build a config keeping every good field; never raises.
+
+    See docs/design.md#guarantees, #layout.
+    """
     log = get_logger()
     try:
         if not isinstance(data, Mapping):

@@ -1,6 +1,6 @@
 """The task lifecycle and the reporter lifecycle, as enums plus explicit transition tables.
 
-This module is the spec (DESIGN §4): every rule about which report may move a
+This module is the spec (docs/design.md#lifecycle): every rule about which report may move a
 task's status or phase lives in one of the three tables below, and
 ``docs/lifecycle.md`` is generated from them by
 ``scripts/make_lifecycle_diagrams.py``. A ``(state, input)`` pair missing from a
@@ -112,7 +112,7 @@ class Outcome(enum.Enum):
 TERMINAL_STATUSES: frozenset[TaskStatus] = frozenset(
     {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
 )
-"""Statuses that end an attempt (DESIGN §4)."""
+"""Statuses that end an attempt (docs/design.md#lifecycle)."""
 
 RUNNING_ONLY_DETAILS: frozenset[str] = frozenset({"eta_seconds"})
 """``status_details`` keys that mean something only while the task runs.
@@ -173,7 +173,7 @@ TASK_TRANSITIONS: Mapping[tuple[TaskStatus, TaskEvent], TaskStatus] = MappingPro
         (_S.CANCELLED, _E.OTHER_METRICS): _S.CANCELLED,
     }
 )
-"""``(status, report) -> next status`` (DESIGN §4). A missing pair is refused."""
+"""``(status, report) -> next status`` (docs/design.md#lifecycle). A missing pair is refused."""
 
 PHASE_TRANSITIONS: Mapping[tuple[Phase, TaskEvent], Phase] = MappingProxyType(
     {
@@ -235,13 +235,13 @@ PHASE_TRANSITIONS: Mapping[tuple[Phase, TaskEvent], Phase] = MappingProxyType(
 """``(phase, report) -> next phase``, consulted for every report the status table accepts.
 
 A missing pair (``TRAINING_START`` once training or checkpointing has been
-reached) keeps the phase: a phase never goes backwards (DESIGN §4). The
+reached) keeps the phase: a phase never goes backwards (docs/design.md#lifecycle). The
 terminal reports lead to ``done`` from every phase of a running task.
 """
 
 
 class ReporterState(_StrEnum):
-    """The lifecycle of one ``Reporter`` object (DESIGN §1, §2, §7)."""
+    """The lifecycle of one ``Reporter`` object (docs/design.md#shape, #public-api, #guarantees)."""
 
     NEW = "new"
     RUNNING = "running"
@@ -262,7 +262,10 @@ class ReporterInput(enum.Enum):
     CLOSED = "closed"
     """The worker has drained, made its final send and stopped (or the deadline passed)."""
     FORKED = "forked"
-    """The process was forked; applied in the child, which must never send (DESIGN §7)."""
+    """The process was forked; applied in the child, which must never send.
+
+    See docs/design.md#guarantees.
+    """
 
 
 _R = ReporterState
@@ -296,7 +299,7 @@ leaves a closed or inert reporter as it is.
 
 @attrs.define(eq=False)
 class TaskMachine:
-    """The per-attempt task machine (DESIGN §4). Starts at ``PENDING`` / ``SETUP``.
+    """The per-attempt task machine (docs/design.md#lifecycle). Starts at ``PENDING`` / ``SETUP``.
 
     A machine belongs to one thread (the reporter thread); it is not thread-safe.
     It pickles (it holds no lock or logger of its own).
@@ -320,7 +323,7 @@ class TaskMachine:
         return self.status in TERMINAL_STATUSES
 
     def apply(self, event: TaskEvent) -> Outcome:
-        """Apply one report to the machine, following the tables (DESIGN §4).
+        """Apply one report to the machine, following the tables (docs/design.md#lifecycle).
 
         1. ``TASK_TRANSITIONS[(status, event)]`` missing: the report is refused,
            nothing changes, and ``trainreport.transition_refused`` is logged at

@@ -1,4 +1,6 @@
-"""Metric naming and value rules (DESIGN §3): pure functions and small stateful helpers.
+"""Metric naming and value rules: pure functions and small stateful helpers.
+
+The rules are docs/design.md#metrics.
 
 Everything here runs on the reporter thread, except :func:`caller_value`, which
 runs on the training thread for every metric value and is kept as cheap as
@@ -79,7 +81,7 @@ STRIPPED_PREFIXES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
     }
 )
 """Per phase, the prefixes stripped from a reported name before the canonical one
-is added (DESIGN §3). A phase not listed strips ``"<phase>_"`` and ``"<phase>/"``."""
+is added (docs/design.md#metrics). A phase not listed strips ``"<phase>_"`` and ``"<phase>/"``."""
 
 _CANONICAL_PREFIXES: Final[Mapping[str, str]] = MappingProxyType(
     {"train": "train_", "validation": "val_"}
@@ -93,7 +95,7 @@ _BAD_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]|([\ud800-\udfff])")
 
 
 def canonical_prefix(phase: str) -> str:
-    """Return the prefix every metric of ``phase`` is stored under (DESIGN §3).
+    """Return the prefix every metric of ``phase`` is stored under (docs/design.md#metrics).
 
     Args:
         phase: ``"train"``, ``"validation"`` or any other phase name (``"test"``, ``"system"``).
@@ -116,7 +118,7 @@ def qualify(name: str, phase: str, dataset_qualifier: str | None = None) -> str:
     At most one prefix of the phase's :data:`STRIPPED_PREFIXES` entry is stripped
     (longest match first, and only when something remains after it), then the
     canonical prefix is added, followed by ``dataset_qualifier + "_"`` when a
-    qualifier is given (DESIGN §3)::
+    qualifier is given (docs/design.md#metrics)::
 
         qualify("eval_loss", "validation")          == "val_loss"
         qualify("train/loss", "train")              == "train_loss"
@@ -144,7 +146,7 @@ def qualify(name: str, phase: str, dataset_qualifier: str | None = None) -> str:
 
 
 def check_name(name: object) -> str | None:
-    """Say whether ``name`` is usable as a metric name (DESIGN §3).
+    """Say whether ``name`` is usable as a metric name (docs/design.md#metrics).
 
     A usable name is a ``str`` of 1 to :data:`MAX_NAME_LENGTH` characters with
     no control characters (C0, DEL, C1) and no lone surrogates (which cannot be
@@ -265,7 +267,7 @@ MetricValue: TypeAlias = "float | SupportsItem"
 
 
 def caller_value(value: object) -> object:
-    """Copy one metric value on the training thread (DESIGN §1, §3).
+    """Copy one metric value on the training thread (docs/design.md#shape, #metrics).
 
     ``int`` and ``float`` (and their subclasses) are returned as they are, at the
     cost of one type check. Any other object with a callable ``item`` attribute
@@ -344,7 +346,7 @@ def _not_a_number(value: object) -> NotChartable:
 
 
 def to_chartable(value: object) -> float | NotChartable:
-    """Turn a metric value into the float the store keeps (DESIGN §3).
+    """Turn a metric value into the float the store keeps (docs/design.md#metrics).
 
     Real numbers are chartable: ``int``, ``float``, numpy scalars and any other
     :class:`numbers.Real`, and :class:`decimal.Decimal`. ``bool`` and
@@ -377,7 +379,7 @@ def to_chartable(value: object) -> float | NotChartable:
 
 
 def to_step(value: object) -> int | NotChartable:
-    """Turn a reported step into the ``int`` the store keeps (DESIGN §3).
+    """Turn a reported step into the ``int`` the store keeps (docs/design.md#metrics).
 
     A step is an integer (``int``, numpy integers, any :class:`numbers.Integral`)
     or an integral real number (``50.0`` -> ``50``), from 0 to :data:`MAX_STEP`
@@ -420,7 +422,7 @@ def to_step(value: object) -> int | NotChartable:
 
 
 class EpochRule:
-    """The epoch rule of DESIGN §3: which 1-based epoch a reported epoch value means.
+    """The epoch rule of docs/design.md#metrics: which 1-based epoch a reported epoch value means.
 
     - A float epoch ``e`` (``float``, numpy floats, any non-integral
       :class:`numbers.Real`) counts epochs completed so far, as Hugging Face
@@ -515,7 +517,7 @@ MAX_CHARTED_LISTED: Final[int] = 20
 
 
 class SeriesSelector:
-    """Decides, once per qualified name, whether a metric keeps a history (DESIGN §3).
+    """Decides, once per qualified name, whether a metric keeps a history (docs/design.md#metrics).
 
     Rules, over qualified names (``train_loss``, ``val_runtime``), matched
     with :func:`fnmatch.fnmatchcase` (case-sensitive globs):
@@ -658,7 +660,7 @@ class SeriesSelector:
         return tuple(p for p in self._patterns if p not in self._matched)
 
     def log_unmatched(self, arrived: Iterable[str]) -> None:
-        """Warn once per never-matched pattern (at ``close()``, DESIGN §3).
+        """Warn once per never-matched pattern (at ``close()``, docs/design.md#metrics).
 
         Each warning is ``trainreport.pattern_never_matched`` with ``pattern=...``
         and ``arrived=`` the sorted list of at most 20 of the names that did
@@ -783,7 +785,7 @@ def _flatten_into(
 
 
 def flatten_params(params: Mapping[str, object], sep: str = "/") -> dict[str, object]:
-    """Flatten nested hyperparameters into one level of JSON scalars (DESIGN §2).
+    """Flatten nested hyperparameters into one level of JSON scalars (docs/design.md#public-api).
 
     ``{"opt": {"lr": 1e-4}}`` -> ``{"opt/lr": 1e-4}``. Keys that are not ``str``
     are converted with ``str()``. Values:

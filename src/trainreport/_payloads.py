@@ -1,7 +1,7 @@
-"""Wire encoding of updates, and parsing of a stored task (DESIGN §5).
+"""Wire encoding of updates, and parsing of a stored task (docs/design.md#wire-modes).
 
 Encoding runs on the reporter thread, and every Python-level or long C-level
-call there is GIL time taken from training (DESIGN §1), so bodies are built
+call there is GIL time taken from training (docs/design.md#shape), so bodies are built
 series by series: each series is one short ``json.dumps`` of a column (suffix
 mode) or one join of per-point strings (baseline mode), and the pieces are
 joined at the end. Output is always strict JSON: non-finite values become
@@ -85,7 +85,7 @@ def encode_suffix_series(series: SeriesUpdate) -> str:
     the little-endian bytes of int64 steps, int32 epochs and float64 values.
     Copying bytes costs a few nanoseconds a point where formatting a float as
     decimal text costs hundreds, all of it GIL time taken from training
-    (DESIGN §1, §5); non-finite values travel as IEEE bits and the server stores
+    (docs/design.md#shape, #wire-modes); non-finite values travel as IEEE bits and the server stores
     them as ``null``.
     """
     return (

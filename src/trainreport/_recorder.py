@@ -1,6 +1,6 @@
 """Recorder: applies queued reports to the store and the task machine, builds updates.
 
-This is the sans-I/O core the reporter thread drives (STYLE habit 3): it gets
+This is the sans-I/O core the reporter thread drives (docs/design.md#shape): it gets
 report tuples that the training thread queued, and hands back
 :class:`~trainreport.sinks.Update` values and applies sink results. It reads no
 clock (times arrive in the tuples and as ``wall`` arguments) and does no I/O.
@@ -250,12 +250,12 @@ class Recorder:
     # --- seeding (resume) ----------------------------------------------------------
 
     def start_attempt(self) -> None:
-        """Begin a new attempt: status ``running``, phase ``setup`` (DESIGN §4)."""
+        """Begin a new attempt: status ``running``, phase ``setup`` (docs/design.md#lifecycle)."""
         self.machine.apply(TaskEvent.ATTEMPT_START)
         self.core_dirty = True
 
     def seed(self, state: StoredState) -> None:
-        """Seed curves and ``val_datasets`` from a stored task (DESIGN §3 resume).
+        """Seed curves and ``val_datasets`` from a stored task (docs/design.md#metrics resume).
 
         Never the stored status: a new process starts a new attempt. Series
         continue; other stored fields are left as they are on the destination.
@@ -267,7 +267,7 @@ class Recorder:
         stored_last_train = max(stored_train) if stored_train else None
         # Reports applied before the stored task could be read (a long outage at
         # start) come after the stored curves, as if replayed: a first training step
-        # below the stored last one rewinds them (DESIGN §3), and each series' own
+        # below the stored last one rewinds them (docs/design.md#metrics), and each series' own
         # points replace the stored tail from their first step on.
         first = self._first_train_step
         cut = (
@@ -573,7 +573,7 @@ class Recorder:
         # A step beyond every point recorded so far is a plain append in every series.
         fresh = step > store.max_step
         appended = 0
-        # Per point this is the reporter thread's hottest loop (DESIGN §6: < 1 µs a
+        # Per point this is the reporter thread's hottest loop (docs/design.md#performance: < 1 µs a
         # point): the name cache holds the series itself, and a fresh step appends
         # without looking at the series' tail; anything else takes store.record().
         for raw_name, raw_value in metrics.items():
@@ -756,7 +756,8 @@ class Recorder:
             full_state: True for the baseline mode (complete ``metrics`` or none),
                 False for series suffixes from what the destination holds.
             include_metrics: False to leave curves out (an event send in
-                full-state mode, DESIGN §5 "event reports send only what they change").
+                full-state mode: event reports send only what they change,
+                docs/design.md#wire-modes).
 
         Returns:
             (update, sent, sticky keys) where ``sent`` maps each included

@@ -2,7 +2,8 @@
 
 Every ``report_*`` method copies its arguments (turning tensor-like values into
 plain numbers), appends one tuple to a ``collections.deque`` and returns: no
-lock, no ``Event.set`` per report, no I/O, never raises (DESIGN §1, §2, §7).
+lock, no ``Event.set`` per report, no I/O, never raises
+(docs/design.md#shape, #public-api, #guarantees).
 Everything else happens on the reporter thread (``_worker.py``).
 """
 
@@ -66,7 +67,7 @@ INTERRUPTED = "interrupted"
 #: The cancel reason of a run the job system stops to requeue it (SIGTERM, Lightning's requeue).
 PREEMPTED = "preempted"
 
-#: Environment variables read, in order, for the global rank (DESIGN §7).
+#: Environment variables read, in order, for the global rank (docs/design.md#guarantees).
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
 
@@ -142,7 +143,7 @@ class ReporterStats:
         queue_bytes: the memory guard's estimate of those reports, in bytes.
         drops: dropped items by reason (``queue_full``, ``name_cap``,
             ``not_chartable``, ``invalid_step``, ``after_close``, ...).
-        rewinds: training-step rewinds and series tail replacements (DESIGN §3).
+        rewinds: training-step rewinds and series tail replacements (docs/design.md#metrics).
         last_error: the last send failure's reason, or None.
         last_success_at: wall-clock time (ISO 8601 UTC) of the last delivered send.
         report_calls: report calls made on this reporter.
@@ -247,7 +248,7 @@ class Reporter:
             ``close()`` deadlines always use real time.
         rank: this process's global rank; ``None`` reads it in :meth:`start`
             from ``RANK``, then ``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``,
-            ``PMI_RANK``, ``PMIX_RANK`` (DESIGN §7). Only rank 0 reports.
+            ``PMI_RANK``, ``PMIX_RANK`` (docs/design.md#guarantees). Only rank 0 reports.
 
     Thread-safety: report calls may come from any thread (they only append to a
     deque); ``start``, ``flush`` and ``close`` from any one thread at a time.
@@ -745,7 +746,7 @@ class Reporter:
             step: 1-based count of completed optimizer steps (int; numpy/tensor ints accepted).
             epoch: the epoch the step falls in: an int index (0-based if the
                 run's first int epoch is 0) or a float of epochs completed (HF);
-                see DESIGN §3. ``None`` keeps the last epoch.
+                see docs/design.md#metrics. ``None`` keeps the last epoch.
             metrics: metric name -> number (0-d tensors and numpy scalars are
                 converted here with ``.item()``).
 
@@ -805,7 +806,7 @@ class Reporter:
         metrics: Mapping[str, MetricValue] | None = None,
         dataset: str | None = None,
     ) -> None:
-        """Report validation metrics at ``step`` (stored as ``val_<name>``, DESIGN §3).
+        """Report validation metrics at ``step`` (stored as ``val_<name>``, docs/design.md#metrics).
 
         Args:
             step: the training step the validation belongs to.
@@ -935,7 +936,9 @@ class Reporter:
 
     @_report_call
     def report_completed(self) -> None:
-        """Report that the run completed (the first terminal report wins, DESIGN §4); sent at once.
+        """Report that the run completed; sent at once.
+
+        The first terminal report wins (docs/design.md#lifecycle).
 
         Never raises, never blocks on I/O.
         """

@@ -1,6 +1,6 @@
 """SendScheduler: when the next send is due (pure: time comes in as ``now``).
 
-Rules (DESIGN §1, §3, §8):
+Rules (docs/design.md#shape, #metrics, #failure-handling):
 
 * Debounce: the curves go at most every ``min_interval`` seconds. The window
   starts at the last delivered send that carried the curves; an event send

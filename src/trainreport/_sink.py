@@ -4,9 +4,9 @@ A sink is driven by exactly one thread, the reporter thread: ``open()`` once
 (and again after a resynchronise), then ``send()`` for every update, then
 ``close()``. A sink decides nothing about retries or timing; it classifies what
 happened into one of the result types below, and the scheduler decides what to
-do next (DESIGN §8).
+do next (docs/design.md#failure-handling).
 
-The interface serves both wire modes of DESIGN §5:
+The interface serves both wire modes of docs/design.md#wire-modes:
 
 * full state: every :class:`SeriesUpdate` has ``offset == 0`` and carries the
   whole series, and ``metrics`` replaces the stored curves wholesale;
@@ -88,7 +88,7 @@ class Update:
             contains ``None`` values.
         series: the series to send, or ``None`` when this update carries no
             ``metrics`` at all (for example before a resumed task's stored
-            curves have been read, DESIGN §3).
+            curves have been read, docs/design.md#metrics).
         full_state: ``True`` when ``series`` is the complete set of curves
             (each with ``offset == 0``) and replaces the stored ``metrics``
             wholesale; ``False`` when each series is an idempotent suffix.
@@ -172,7 +172,7 @@ class Rejected:
     """The destination refused the update (400/401/403/404/422, a stale writer).
 
     The reporter keeps recording, logs the reason once, and tries again only
-    when there is new data, on a long backoff (DESIGN §8).
+    when there is new data, on a long backoff (docs/design.md#failure-handling).
 
     Args:
         reason: short description for logs; never contains a token.
@@ -188,7 +188,7 @@ class Split:
     """The update is too large for the destination (HTTP 413).
 
     In full-state mode ``metrics`` cannot be split (shallow merge), so the
-    reporter goes on sending everything but ``metrics`` (DESIGN §5).
+    reporter goes on sending everything but ``metrics`` (docs/design.md#wire-modes).
     """
 
     reason: str

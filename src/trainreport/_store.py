@@ -1,7 +1,7 @@
 """MetricStore: every metric of a run, by qualified name, as series (columns) or scalars.
 
 The first arrival of a name decides, once, whether it keeps a history (a
-series) or only its latest value (a scalar) (DESIGN §3). A series stores its
+series) or only its latest value (a scalar) (docs/design.md#metrics). A series stores its
 points as three typed columns (``array('q')`` steps, ``array('i')`` epochs,
 ``array('d')`` values): 20 bytes a point plus the arrays' growth slack.
 
@@ -14,7 +14,7 @@ Each series also tracks what the destination holds:
 
 A series needs sending when either differs from its length. The payload
 builder sends each series from ``delivered`` on (0 in full-state mode), which
-makes every send an idempotent suffix (DESIGN §5).
+makes every send an idempotent suffix (docs/design.md#wire-modes).
 
 Not thread-safe on its own: the Recorder guards it with its lock.
 """
@@ -90,7 +90,8 @@ class MetricStore:
     """Series and scalars of one run, keyed by qualified metric name.
 
     Args:
-        max_names: cap on distinct qualified names per run (DESIGN §8); further
+        max_names: cap on distinct qualified names per run
+            (docs/design.md#metrics); further
             names are refused by :meth:`admit`.
     """
 

@@ -4,7 +4,7 @@ It sleeps until a send is due (debounce, heartbeat, backoff), an event report
 or a deep queue wakes it, or ``close()`` is called; then it drains everything
 queued in one pass, applies it to the recorder under its lock, and, when the
 scheduler says a send is due, builds an update under the lock and sends it
-outside the lock (STYLE habits 5 and 6). Waits are ``Event.wait(remaining)``,
+outside the lock (docs/design.md#shape). Waits are ``Event.wait(remaining)``,
 never ``time.sleep``.
 
 Closing: drain, send the tail (retrying with backoff while the real-time
@@ -291,7 +291,7 @@ class Worker:
         now = self.clock()
         due = self.scheduler.due_at()
         # Wake at least once per debounce interval to look at the queue: the
-        # training thread does not signal ordinary reports (DESIGN §2).
+        # training thread does not signal ordinary reports (docs/design.md#public-api).
         poll = min(max(self.config.min_report_interval_seconds, 0.05), _MAX_SLEEP_SECONDS)
         if self._flush_wants_a_send(now):
             return 0.0
@@ -302,7 +302,7 @@ class Worker:
     def _drain(self) -> None:
         queue = self.queue
         # Until the stored task has been read, reports wait in the queue, so that
-        # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
+        # seeding is exact (docs/design.md#metrics); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
         waiting = self.opened is None and not self.recorder.seeded

@@ -19,7 +19,7 @@ maps the adapter's name to its list.
 Process hooks, framework-free and importable from here:
 ``install_failure_hooks(reporter, *, sigterm=False) -> uninstall`` reports an
 uncaught exception (main thread or any thread) as ``failed`` and, opt-in, a
-SIGTERM as ``cancelled`` with reason ``"preempted"`` (DESIGN §8).
+SIGTERM as ``cancelled`` with reason ``"preempted"`` (docs/design.md#failure-handling).
 
 See ``docs/integrations.md`` for what each adapter maps and why.
 """

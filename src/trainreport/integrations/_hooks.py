@@ -1,6 +1,6 @@
 """Process hooks: report uncaught exceptions and SIGTERM (preemption) to a Reporter.
 
-DESIGN §8: "An opt-in SIGTERM hook reports the run as cancelled (reason:
+docs/design.md#failure-handling: "An opt-in SIGTERM hook reports the run as cancelled (reason:
 "preempted") before the process dies", and a crash must not leave a task
 ``running``. The Reporter's own ``atexit`` fallback already closes a forgotten
 reporter; these hooks report *why* the process is ending, at the moment it

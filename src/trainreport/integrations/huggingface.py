@@ -6,7 +6,7 @@ How the Trainer's events map to reports (read off ``transformers/trainer.py``):
 
 - ``state.global_step`` is incremented right after the optimizer step and
   before ``on_step_end``/``on_log``/``on_save``, so it already is the 1-based
-  count of completed optimizer steps that DESIGN §3 asks for: it is passed
+  count of completed optimizer steps that docs/design.md#metrics asks for: it is passed
   through unchanged.
 - Every metric reaches callbacks through ``on_log`` (``Trainer.log``). One
   ``on_log`` call carries one kind of record: training logs (``loss``,
@@ -178,9 +178,9 @@ class TrainReportCallback(TrainerCallback):
 
     Add it to the Trainer: ``Trainer(..., callbacks=[TrainReportCallback()])``.
     Only the world process zero reports (``state.is_world_process_zero``); the
-    reporter itself is inert on other global ranks too (DESIGN §7).
+    reporter itself is inert on other global ranks too (docs/design.md#guarantees).
 
-    Mapping (DESIGN §2, §3; see the module docstring for the Trainer facts):
+    Mapping (docs/design.md#public-api, #metrics; see the module docstring for the Trainer facts):
 
     - ``on_train_begin``: start the reporter, ``report_training_start(max_steps=
       state.max_steps, num_epochs=state.num_train_epochs)``, and the
@@ -379,7 +379,7 @@ def reporting(trainer: Trainer) -> Iterator[Reporter]:
     The block uses the trainer's :class:`TrainReportCallback` (one built with
     :meth:`Reporter.from_env` is added when there is none). The reporter is
     started on entry and closed on exit (so an evaluation after ``train()`` is
-    still recorded: validation after completion is kept, DESIGN §4). An
+    still recorded: validation after completion is kept, docs/design.md#lifecycle). An
     exception leaving the block is reported with :meth:`Reporter.report_outcome`
     (``failed``; a ``KeyboardInterrupt`` is ``cancelled`` with reason
     ``"interrupted"``; ``SystemExit(0)`` is no failure but ``completed``) and

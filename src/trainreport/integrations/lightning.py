@@ -15,7 +15,7 @@ Facts read off ``lightning/pytorch`` (2.x) that shape the mapping:
   number of completed optimizer steps minus one (0 for the first step), and
   after ``fit`` (``trainer.test``) it is the count itself. The callback gives
   the logger the trainer, whose ``global_step`` is the 1-based count of
-  completed optimizer steps (DESIGN §3) at every one of those moments; a
+  completed optimizer steps (docs/design.md#metrics) at every one of those moments; a
   logger used without the callback falls back to ``step + 1``.
 - ``Logger.finalize`` is called with ``"success"`` at the end of every
   ``fit``/``validate``/``test``/``predict``, with ``"failed"`` after
@@ -80,7 +80,7 @@ def route_metrics(
     """Group one ``log_metrics`` dict by (phase, validation dataset).
 
     A name's own prefix decides its phase (``train_``/``train/`` -> train; the
-    validation prefixes of DESIGN §3 -> validation; ``test_``/``test/`` ->
+    validation prefixes of docs/design.md#metrics -> validation; ``test_``/``test/`` ->
     test); an unprefixed name (``acc``, ``lr-SGD``) belongs to ``context``,
     the phase Lightning is running. Names keep their prefix: the reporter
     strips it once (``val_loss`` stays ``val_loss``, never ``val_val_loss``).
@@ -115,13 +115,13 @@ class TrainReportLogger(Logger):
     Pair it with :class:`TrainReportCallback` (``callbacks=[TrainReportCallback(logger)]``)
     for exact steps, ``max_steps``, progress every step, exceptions and cancel.
 
-    Mapping (DESIGN §2-§4):
+    Mapping (docs/design.md#public-api, #metrics, #lifecycle):
 
     - ``log_metrics``: see :func:`route_metrics`; train metrics go to
       ``report_train_step``, validation to ``report_validation``, others to
       ``report_metrics(phase=...)``, at ``trainer.global_step`` (1-based
       completed optimizer steps). The epoch is ``trainer.current_epoch + 1``
-      passed as a float (the float rule of DESIGN §3 maps it to the 1-based
+      passed as a float (the float rule of docs/design.md#metrics maps it to the 1-based
       epoch even for a run resumed at a later epoch, which an int index
       starting above 0 would not).
     - ``log_hyperparams``: ``report_hyperparameters``.
@@ -134,7 +134,7 @@ class TrainReportLogger(Logger):
       requeue): ``report_cancelled(reason="preempted")``. Only the first
       terminal status is reported (fit then test gives one); then the reporter
       is flushed, not closed, so metrics of a later ``trainer.test()`` are still
-      recorded (DESIGN §4). Call :meth:`close` when done (or let the reporter's
+      recorded (docs/design.md#lifecycle). Call :meth:`close` when done (or let the reporter's
       ``atexit`` fallback close it).
 
     The reporter starts lazily, on the first report, and only on global rank

@@ -12,7 +12,7 @@ How NeMo-RL calls it (read off ``nemo_rl/algorithms/{sft,dpo,grpo}.py`` and
 ``nemo_rl/utils/logger.py``):
 
 - ``step`` is ``total_steps + 1``: already the 1-based count of completed
-  steps (DESIGN §3), passed through unchanged.
+  steps (docs/design.md#metrics), passed through unchanged.
 - ``prefix`` names the stream: ``train``, ``validation``, ``timing/train``,
   ``timing/validation``, ``performance``, ``eval``; the GPU monitor logs with
   ``prefix="ray"`` and ``step_metric="ray/ray_step"`` (a wall-clock counter
@@ -49,7 +49,9 @@ DEFAULT_TIME_SERIES_METRICS = NEMO_RL
 OTHER_PHASE = "other"
 _TRAIN, _VALIDATION = "train", "validation"
 _UNDERSCORES = re.compile(r"_+")
-_MAX_PHASE = 50  # characters; the phase prefixes every stored name (DESIGN §3 name limit)
+_MAX_PHASE = (
+    50  # characters; the phase prefixes every stored name (docs/design.md#metrics name limit)
+)
 _MAX_DEPTH = 4
 
 
@@ -99,7 +101,8 @@ def _flatten(metrics: Mapping[str, Any], into: dict[str, Any], parent: str, dept
 class TrainReportNemoLogger:
     """A NeMo-RL ``LoggerInterface`` backend that reports to a :class:`Reporter`.
 
-    Mapping of ``log_metrics(metrics, step, prefix, step_metric)`` (DESIGN §2, §3):
+    Mapping of ``log_metrics(metrics, step, prefix, step_metric)``
+    (docs/design.md#public-api, #metrics):
 
     - without ``step_metric``, by :func:`phase_of_prefix`: ``train`` ->
       ``report_train_step(step=step)``; ``validation`` / ``validation-<name>``

@@ -13,7 +13,7 @@ Points have their own rows, so appending a suffix costs the new points (one
 ``executemany``), not a rewrite of the whole curve. Every write is one
 transaction opened with ``BEGIN IMMEDIATE`` and committed before the caller
 answers the request; the database runs in WAL mode with ``synchronous=FULL``,
-so an acknowledged write survives a process crash and a power loss (DESIGN §7:
+so an acknowledged write survives a process crash and a power loss (docs/design.md#guarantees:
 never lose an acknowledged write).
 
 Thread-safety: a :class:`Database` is shared by every request thread. Each
@@ -531,7 +531,7 @@ class Database:
         """Mark the job cancel-requested; ``None`` when it does not exist.
 
         Every later ``PATCH``/update response for its tasks carries
-        ``"cancel_requested": true`` (DESIGN §8: the server can talk back).
+        ``"cancel_requested": true`` (docs/design.md#failure-handling: the server can talk back).
 
         Args:
             job_id: a validated job id.

@@ -3,7 +3,7 @@
 All three bind the listening socket themselves before uvicorn starts, so that
 ``port=0`` picks a free port and the URL is known before the first request.
 Waits are bounded by deadlines and never sleep blindly: they poll a condition
-with ``Event.wait`` (STYLE §5).
+with ``Event.wait``.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def start_in_thread(
 
     Args:
         db_path: the SQLite database file.
-        host: the address to listen on (loopback by default, DESIGN §7).
+        host: the address to listen on (loopback by default, docs/design.md#guarantees).
         port: the TCP port; 0 picks a free one (see :attr:`ServerHandle.url`).
         token: the bearer token required on ``/v1`` (see ``create_app``).
         max_body_bytes: the request body limit, in bytes.

@@ -254,7 +254,7 @@ def parse_json(body: bytes | bytearray) -> Any:
         The parsed document.
 
     Raises:
-        ApiError: 400 ``invalid_json`` (DESIGN §3: payloads are always strict JSON).
+        ApiError: 400 ``invalid_json`` (docs/design.md#metrics: payloads are always strict JSON).
     """
     try:
         return json.loads(body, parse_constant=_reject_constant, parse_float=_parse_float)

@@ -1,4 +1,4 @@
-"""Sinks: where a Reporter's updates go (DESIGN §2).
+"""Sinks: where a Reporter's updates go (docs/design.md#public-api).
 
 ``MemorySink`` (tests, notebooks), ``FileSink`` (a run log on local disk, the
 embedded default), ``HttpSink`` (a job-status service), ``KubeflowSink`` (Kubeflow
@@ -85,7 +85,9 @@ def run_name_from_env(environ: Mapping[str, str] | None = None) -> str:
 
 
 def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
-    """The sink a job system's environment asks for (docs/configuration.md#environment).
+    """The sink a job system's environment asks for.
+
+    The variables are docs/configuration.md#other-trainreport_-variables.
 
     The environment is read once (``trainreport._environment.read_destinations``,
     which also names each misspelled ``TRAINREPORT_*`` variable):

@@ -1,4 +1,6 @@
-"""HttpSink: a job-status service over HTTP with urllib3 (DESIGN §2, §5, §7, §8).
+"""HttpSink: a job-status service over HTTP with urllib3.
+
+See docs/design.md#public-api, #wire-modes, #guarantees, #failure-handling.
 
 The sink speaks two wire modes (``docs/protocol.md``):
 
@@ -12,7 +14,7 @@ The sink speaks two wire modes (``docs/protocol.md``):
   ``max_request_bytes`` of body (larger updates are split per series and per
   run of points).
 
-The sink decides nothing about retries (STYLE habit 9): every request goes out
+The sink decides nothing about retries (docs/design.md#failure-handling): every request goes out
 once (``retries=False``, no redirects) and its outcome is classified into a
 :mod:`trainreport._sink` result; the reporter's scheduler owns backoff.
 urllib3 errors are mapped to :class:`~trainreport.exceptions.TransportError` /
@@ -104,7 +106,7 @@ _R = TypeVar("_R", bound=Opened | Delivered | RetryLater | Rejected | Split | Re
 
 
 def parse_retry_after(value: str | None, *, now: datetime.datetime) -> float | None:
-    """The delay a ``Retry-After`` header asks for, in seconds (DESIGN §8).
+    """The delay a ``Retry-After`` header asks for, in seconds (docs/design.md#failure-handling).
 
     Args:
         value: the header's value: delay-seconds (``"120"``; a non-negative
@@ -170,7 +172,7 @@ def _lengths(value: object) -> dict[str, int] | None:
 
 
 def _is_transient(status: int) -> bool:
-    """408, 429 and 5xx but 501 are worth retrying later (DESIGN §8)."""
+    """408, 429 and 5xx but 501 are worth retrying later (docs/design.md#failure-handling)."""
     return status in (408, 429) or (500 <= status < 600 and status != 501)
 
 
@@ -184,7 +186,10 @@ class _Response:
 
 
 def _classify_failure(response: _Response, now: datetime.datetime) -> SendResult:
-    """Classify a non-2xx response (DESIGN §8 status table). Pure; never raises."""
+    """Classify a non-2xx response. Pure; never raises.
+
+    See docs/design.md#failure-handling status table.
+    """
     status = response.status
     code, message, body = _error_fields(response.data)
     reason = f"HTTP {status}"
@@ -248,7 +253,9 @@ def _head_that_fits(series: SeriesUpdate, space: int) -> tuple[SeriesUpdate | No
 
 
 class HttpSink(Sink):
-    """Sends a run's updates to a job-status service over HTTP (DESIGN §2, §5).
+    """Sends a run's updates to a job-status service over HTTP.
+
+    See docs/design.md#public-api, #wire-modes.
 
     Holds no connection pool, lock or thread until :meth:`open`, so an
     unstarted sink pickles (the token and any credentials in the base URL are
@@ -385,7 +392,9 @@ class HttpSink(Sink):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HttpSink:
-        """The sink a job system's environment describes (docs/configuration.md#environment).
+        """The sink a job system's environment describes.
+
+        The variables are docs/configuration.md#other-trainreport_-variables.
 
         Reads ``TRAINREPORT_URL``, ``TRAINREPORT_JOB_ID`` (when missing, a fresh
         unique run id is used and ``trainreport.job_id_missing`` logged),
@@ -462,7 +471,9 @@ class HttpSink(Sink):
             return RetryLater(self._scrub(str(exc)), unreachable=isinstance(exc, _UnreachableError))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
             return Rejected(self._scrub(f"invalid URL: {type(e).__name__}: {e}"))
-        except Exception as exc:  # a sink never raises into the reporter (DESIGN §7)
+        except (
+            Exception
+        ) as exc:  # a sink never raises into the reporter (docs/design.md#guarantees)
             return RetryLater(self._scrub(f"unexpected {type(exc).__name__}: {exc}"))
 
     def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
@@ -483,7 +494,7 @@ class HttpSink(Sink):
 
         Returns:
             One of :data:`~trainreport.sinks.SendResult`, classified per
-            DESIGN §8. Never raises.
+            docs/design.md#failure-handling. Never raises.
         """
         if self._url_problem is not None:
             return Rejected(self._url_problem)
@@ -496,7 +507,9 @@ class HttpSink(Sink):
             return RetryLater(self._scrub(str(exc)), unreachable=isinstance(exc, _UnreachableError))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
             return Rejected(self._scrub(f"invalid URL: {type(e).__name__}: {e}"))
-        except Exception as exc:  # a sink never raises into the reporter (DESIGN §7)
+        except (
+            Exception
+        ) as exc:  # a sink never raises into the reporter (docs/design.md#guarantees)
             return RetryLater(self._scrub(f"unexpected {type(exc).__name__}: {exc}"))
 
     def close(self) -> None:

@@ -1,8 +1,8 @@
-"""Attack: reports applied before the stored task was read must not lose the resumed curves.
+"""Reports applied before the stored task was read must not lose the resumed curves.
 
-DESIGN §3 (resume): "Until that read has succeeded, the reporter never sends
+docs/design.md#metrics (resume): "Until that read has succeeded, the reporter never sends
 ``metrics`` in full-state mode, so a failed or slow read can never overwrite a
-resumed job's stored curves with a shorter history." DESIGN §2: "A report made
+resumed job's stored curves with a shorter history." docs/design.md#public-api: "A report made
 before ``start()`` is kept."
 """
 

@@ -1,7 +1,7 @@
-"""Attack: hostile objects given to report calls must not kill the reporter or lose siblings.
+"""Hostile objects given to report calls must not kill the reporter or lose siblings.
 
-DESIGN §7: "No report call raises, ever, whatever it is given"; the reporter
-thread must survive whatever it is handed. DESIGN §3: objects that are not
+docs/design.md#guarantees: "No report call raises, ever, whatever it is given"; the reporter
+thread must survive whatever it is handed. docs/design.md#metrics: objects that are not
 metrics "are dropped, with one log event per name" (the other names are kept).
 """
 

@@ -1,8 +1,8 @@
-"""Attack: whatever is reported, every body is encodable strict JSON and one bad value never
+"""Whatever is reported, every body is encodable strict JSON and one bad value never
 poisons later sends; ``status_details`` never carries ``null`` for an absent value.
 
-DESIGN §3: the payload is always strict JSON; §5: "a ``None`` ... is omitted, never
-sent as ``null``"; §7: "One failure does not poison later sends";
+docs/design.md#metrics: the payload is always strict JSON; #wire-modes: "a ``None`` is omitted,
+never sent as ``null``"; #guarantees: "one failure does not poison later sends";
 ``_sink.Update.status_details`` "Never contains ``None`` values".
 """
 

@@ -1,11 +1,11 @@
-"""Attack: close/flush deadlines, what close() delivers, stats() and snapshot() consistency.
+"""Reporter: close/flush deadlines, what close() delivers, stats() and snapshot() consistency.
 
-DESIGN §1/§3: close() "drains what is queued, makes the final send"; "Every report
+docs/design.md#shape, #metrics: close() "drains what is queued, makes the final send"; "Every report
 carries the current value of every metric"; docs/engine.md: after ``close()``
 ``snapshot()`` "equals what the destination holds (except ``updated_at``)";
 docs/protocol.md (client algorithm, step 4): "On success, the response's
-``series_lengths`` become the acknowledged lengths"; STYLE habit 7: close and
-flush never raise.
+``series_lengths`` become the acknowledged lengths"; docs/design.md#public-api:
+close and flush never raise.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Attack: the reporter thread never spins, whatever the destination answers.
+"""The reporter thread never spins, whatever the destination answers.
 
-DESIGN §8: "A failed send is not retried in a loop: the scheduler backs off
+docs/design.md#failure-handling: "A failed send is not retried in a loop: the scheduler backs off
 (exponential with jitter, reset on success ...)". With a clock that does not
 move, no backoff can ever elapse, so a handful of reporter cycles must make at
 most the first send and one immediate retry. (``Worker.run_cycle`` waits for one
