@@ -143,7 +143,7 @@ def test_http_sink_from_env_uses_the_settings() -> None:
         sink.base_url,
         sink.job_id,
         sink.task_id,
-        sink._current_token(),
+        sink._transport.current_token(),
     )
 
 

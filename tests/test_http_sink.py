@@ -26,7 +26,8 @@ from trainreport import Delivered, Opened, Rejected, Resynchronise, RetryLater, 
 from trainreport._sink import CAPABILITY_GZIP, CAPABILITY_SERIES_SUFFIX, SeriesUpdate, Update
 from trainreport.exceptions import ConfigError
 from trainreport.server import ServerHandle
-from trainreport.sinks._http import HttpSink, _classify_failure, _Response, parse_retry_after
+from trainreport.sinks._http import HttpSink
+from trainreport.sinks._http_transport import Response, classify_failure, parse_retry_after
 from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -113,7 +114,7 @@ def test_retry_after_never_raises_and_is_never_negative(header: str) -> None:
 
 def _answer(status: int, body: Any = None, headers: dict[str, str] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else b""
-    return _classify_failure(_Response(status, headers or {}, data), NOW)
+    return classify_failure(Response(status, headers or {}, data), NOW)
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504, 599])
@@ -159,7 +160,7 @@ def test_unopened_sink_pickles_and_holds_no_pool() -> None:
     """An unstarted sink pickles (Lightning sends loggers to spawned workers)."""
     sink = HttpSink("http://127.0.0.1:1", "job-1", token=TOKEN)
     clone = pickle.loads(pickle.dumps(sink))
-    assert clone._pool is None
+    assert clone._transport.pool is None
     assert "job-1" == clone.job_id
 
 
@@ -167,7 +168,7 @@ def test_opened_sink_pickles_without_its_pool(server: ServerHandle) -> None:
     """Pickling after open drops the pool (a connection is never shared across processes)."""
     sink = HttpSink(server.url, "job-1")
     assert isinstance(sink.open(), Opened)
-    assert pickle.loads(pickle.dumps(sink))._pool is None
+    assert pickle.loads(pickle.dumps(sink))._transport.pool is None
     sink.close()
 
 
@@ -216,7 +217,7 @@ def test_from_env_reads_every_variable(tmp_path: Path) -> None:
         sink.read_timeout_seconds,
         sink.ca_certs,
     )
-    assert TOKEN == sink._current_token()
+    assert TOKEN == sink._transport.current_token()
 
 
 def test_from_env_is_lenient_about_bad_numbers_and_a_missing_job_id() -> None:
@@ -271,7 +272,7 @@ def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_http_proxy_selects_a_proxy_manager(no_proxy_env: pytest.MonkeyPatch) -> None:
     """HTTP_PROXY applies to an http:// URL (docs/design.md#guarantees)."""
     no_proxy_env.setenv("HTTP_PROXY", "http://user:pw@proxy.internal:3128")
-    pool = HttpSink("http://jobs.internal:8321", "j")._make_pool()
+    pool = HttpSink("http://jobs.internal:8321", "j")._transport.make_pool()
     assert isinstance(pool, urllib3.ProxyManager)
     assert pool.proxy is not None
     assert "proxy.internal" == pool.proxy.host
@@ -282,8 +283,10 @@ def test_http_proxy_selects_a_proxy_manager(no_proxy_env: pytest.MonkeyPatch) ->
 def test_lower_case_https_proxy_and_scheme_matching(no_proxy_env: pytest.MonkeyPatch) -> None:
     """https_proxy applies to https:// URLs only."""
     no_proxy_env.setenv("https_proxy", "proxy.internal:3128")
-    assert isinstance(HttpSink("https://jobs:1", "j")._make_pool(), urllib3.ProxyManager)
-    assert not isinstance(HttpSink("http://jobs:1", "j")._make_pool(), urllib3.ProxyManager)
+    assert isinstance(HttpSink("https://jobs:1", "j")._transport.make_pool(), urllib3.ProxyManager)
+    assert not isinstance(
+        HttpSink("http://jobs:1", "j")._transport.make_pool(), urllib3.ProxyManager
+    )
 
 
 def test_no_proxy_listing_the_host_bypasses_the_proxy(no_proxy_env: pytest.MonkeyPatch) -> None:
@@ -291,8 +294,8 @@ def test_no_proxy_listing_the_host_bypasses_the_proxy(no_proxy_env: pytest.Monke
     no_proxy_env.setenv("HTTP_PROXY", "http://proxy.internal:3128")
     no_proxy_env.setenv("NO_PROXY", "localhost,.cluster.local")
     for url in ("http://localhost:8321", "http://jobs.svc.cluster.local:80"):
-        assert not isinstance(HttpSink(url, "j")._make_pool(), urllib3.ProxyManager)
-    assert isinstance(HttpSink("http://other:1", "j")._make_pool(), urllib3.ProxyManager)
+        assert not isinstance(HttpSink(url, "j")._transport.make_pool(), urllib3.ProxyManager)
+    assert isinstance(HttpSink("http://other:1", "j")._transport.make_pool(), urllib3.ProxyManager)
 
 
 def test_requests_really_go_through_the_proxy(
@@ -639,11 +642,11 @@ def test_a_new_pool_is_made_in_another_process(server: ServerHandle) -> None:
     """A sink used in a forked child never reuses the parent's pool (pid check)."""
     sink = HttpSink(server.url, "job-1")
     sink.open()
-    parent_pool = sink._pool
-    sink._pid = -1  # as seen from a forked child: the pool belongs to another pid
+    parent_pool = sink._transport.pool
+    sink._transport.pid = -1  # as seen from a forked child: the pool belongs to another pid
     assert isinstance(sink.open(), Opened)
-    assert parent_pool is not sink._pool
-    assert os.getpid() == sink._pid
+    assert parent_pool is not sink._transport.pool
+    assert os.getpid() == sink._transport.pid
 
 
 def test_close_is_idempotent_and_a_later_open_works(server: ServerHandle) -> None:
@@ -652,5 +655,5 @@ def test_close_is_idempotent_and_a_later_open_works(server: ServerHandle) -> Non
     sink.open()
     sink.close()
     sink.close()
-    assert sink._pool is None
+    assert sink._transport.pool is None
     assert isinstance(sink.open(), Opened)

@@ -275,16 +275,19 @@ def test_the_largest_update_the_client_sends_fits_the_default_limit_four_times(
     from trainreport import Reporter, ReportingConfig  # noqa: PLC0415
     from trainreport.server import DEFAULT_MAX_DECOMPRESSED_BYTES  # noqa: PLC0415
     from trainreport.sinks._http import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._http_transport import HttpTransport  # noqa: PLC0415
 
     sizes: list[int] = []
-    request = HttpSink._request
+    request = HttpTransport.request
 
-    def measured(self: HttpSink, method: str, path: str, body: Any, *args: Any, **kw: Any) -> Any:
-        if path == "/updates" and body is not None:
+    def measured(
+        self: HttpTransport, method: str, resource: str, body: Any, *args: Any, **kw: Any
+    ) -> Any:
+        if resource.endswith("/updates") and body is not None:
             sizes.append(len(body))
-        return request(self, method, path, body, *args, **kw)
+        return request(self, method, resource, body, *args, **kw)
 
-    monkeypatch.setattr(HttpSink, "_request", measured)
+    monkeypatch.setattr(HttpTransport, "request", measured)
     reporter = Reporter(
         HttpSink(server.url, "largest-update"),
         ReportingConfig(min_report_interval_seconds=0.05),

@@ -52,8 +52,11 @@ from trainreport._sink import (
     Update,
 )
 from trainreport.exceptions import ConfigError, TransportError
-from trainreport.sinks._http import _cause, _error_fields, _is_transient, _proxy_for
-from trainreport.sinks._http import parse_retry_after as _parse_retry_after
+from trainreport.sinks._http_transport import cause as _cause
+from trainreport.sinks._http_transport import deadline_timeout, new_pool
+from trainreport.sinks._http_transport import error_fields as _error_fields
+from trainreport.sinks._http_transport import is_transient as _is_transient
+from trainreport.sinks._http_transport import parse_retry_after as _parse_retry_after
 from trainreport.sinks._kubeflow_status import (
     MIN_INTERVAL_SECONDS,
     build_body,
@@ -332,30 +335,13 @@ class KubeflowSink(Sink):
         return token
 
     def _timeout(self, deadline: float | None) -> urllib3.Timeout:
-        connect, read = self.connect_timeout_seconds, self.read_timeout_seconds
-        if deadline is None:
-            return urllib3.Timeout(connect=connect, read=read)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TransportError("no time left before the deadline")
-        return urllib3.Timeout(
-            connect=min(connect, remaining), read=min(read, remaining), total=remaining
-        )
+        return deadline_timeout(self.connect_timeout_seconds, self.read_timeout_seconds, deadline)
 
     def _pool_for_this_process(self) -> urllib3.PoolManager:
         """The pool, created on first use and again in a forked child (never the parent's)."""
         pid = os.getpid()
         if self._pool is None or self._pid != pid:
-            kwargs: dict[str, Any] = {"num_pools": 1, "maxsize": 1, "cert_reqs": "CERT_REQUIRED"}
-            if self.ca_certs is not None:
-                kwargs["ca_certs"] = self.ca_certs
-            proxy = _proxy_for(self.url)
-            if proxy is None:
-                self._pool = urllib3.PoolManager(**kwargs)
-            else:
-                self._pool = urllib3.ProxyManager(
-                    proxy if "://" in proxy else "http://" + proxy, **kwargs
-                )
+            self._pool = new_pool(self.url, self.ca_certs, num_pools=1)
             self._pid = pid
         return self._pool
 

@@ -1,0 +1,480 @@
+"""HTTP transport of the job-status sinks: one request, its errors, its credentials.
+
+``HttpTransport`` sends one request and never retries it (``retries=False``, no
+redirects): connection pooling (a pool per process, created again in a forked
+child), timeouts within a deadline, the environment's proxy, gzip of large
+bodies, and the credentials (a bearer token or a token file re-read when it
+changes, else the base URL's userinfo as Basic auth). urllib3's errors are
+mapped here to :class:`~trainreport.exceptions.TransportError` /
+:class:`~trainreport.exceptions.ProtocolError`; :func:`classify_failure` turns
+a non-2xx answer into a :mod:`trainreport._sink` result (docs/design.md#failure-handling).
+What to send, and what an answer means to the protocol, is ``HttpSink``'s.
+
+Tokens and userinfo never appear in a log event, a result's reason, an
+exception message or a ``repr()``: :meth:`HttpTransport.scrub` masks them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import gzip
+import json
+import math
+import os
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+import attrs
+import urllib3
+
+from trainreport._logging import OnceLogger, get_logger
+from trainreport._protocol import ENCODING_GZIP
+from trainreport._sink import (
+    Delivered,
+    Opened,
+    Rejected,
+    Resynchronise,
+    RetryLater,
+    SendResult,
+    Split,
+)
+from trainreport.exceptions import ProtocolError, SinkError, TransportError
+
+__all__ = [
+    "GZIP_MIN_BYTES",
+    "HttpTransport",
+    "Response",
+    "UnreachableError",
+    "cause",
+    "classify_failure",
+    "deadline_timeout",
+    "error_fields",
+    "is_transient",
+    "new_pool",
+    "parse_retry_after",
+    "proxy_for",
+    "series_lengths",
+    "split_userinfo",
+]
+
+#: Bodies above this size (bytes, before compression) are gzip-compressed when allowed.
+GZIP_MIN_BYTES = 1024
+#: Characters of a server's error message kept in a result's reason.
+_MESSAGE_CHARS = 200
+
+_log = get_logger()
+_once = OnceLogger()
+_R = TypeVar("_R", bound=Opened | Delivered | RetryLater | Rejected | Split | Resynchronise)
+
+
+def parse_retry_after(value: str | None, *, now: datetime.datetime) -> float | None:
+    """The delay a ``Retry-After`` header asks for, in seconds (docs/design.md#failure-handling).
+
+    Args:
+        value: the header's value: delay-seconds (``"120"``; a non-negative
+            decimal such as ``"1.5"`` is accepted too) or an HTTP date
+            (``"Wed, 21 Oct 2026 07:28:00 GMT"``), or ``None`` when absent.
+        now: the current wall-clock time (timezone-aware, UTC) an HTTP date is
+            measured from.
+
+    Returns:
+        The delay in seconds (0 for a date in the past), or ``None`` when the
+        header is absent or unparseable (the scheduler's backoff applies).
+        Never raises.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text[0].isdigit():
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0 and text.replace(".", "", 1).isdigit():
+            return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:  # Python 3.10 returns None for some unparseable dates
+        return None  # type: ignore[unreachable]
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max((when - now).total_seconds(), 0.0)
+
+
+def error_fields(data: bytes) -> tuple[str | None, str | None, Mapping[str, Any]]:
+    """(error code, message, whole body) of an error response; tolerant of non-JSON."""
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return None, None, {}
+    if not isinstance(body, dict):
+        return None, None, {}
+    code, message = body.get("error"), body.get("message")
+    return (
+        code if isinstance(code, str) else None,
+        message if isinstance(message, str) else None,
+        body,
+    )
+
+
+def series_lengths(value: object) -> dict[str, int] | None:
+    """A ``series_lengths`` object, or ``None`` when it is not ``{str: int >= 0}``."""
+    if not isinstance(value, dict):
+        return None
+    out: dict[str, int] = {}
+    for name, length in value.items():
+        if not isinstance(name, str) or type(length) is not int or length < 0:
+            return None
+        out[name] = length
+    return out
+
+
+def is_transient(status: int) -> bool:
+    """408, 429 and 5xx but 501 are worth retrying later (docs/design.md#failure-handling)."""
+    return status in (408, 429) or (500 <= status < 600 and status != 501)
+
+
+@attrs.frozen
+class Response:
+    """What the sink keeps of an HTTP response (header names lower-cased)."""
+
+    status: int
+    headers: Mapping[str, str]
+    data: bytes
+
+
+def classify_failure(response: Response, now: datetime.datetime) -> SendResult:
+    """Classify a non-2xx response. Pure; never raises.
+
+    See docs/design.md#failure-handling status table.
+    """
+    status = response.status
+    code, message, body = error_fields(response.data)
+    reason = f"HTTP {status}"
+    if code:
+        reason += f" {code[:50]}"
+    if message:
+        reason += f": {message[:_MESSAGE_CHARS]}"
+    if is_transient(status):
+        return RetryLater(reason, parse_retry_after(response.headers.get("retry-after"), now=now))
+    if status == 413:
+        return Split(reason)
+    if status == 409:
+        if code == "series_gap":
+            return Resynchronise(reason, series_lengths(body.get("series_lengths")))
+        if code in ("stale_writer", "stale_attempt"):  # a later attempt owns the task
+            return Rejected(reason, status)
+        return Resynchronise(reason)
+    return Rejected(reason, status)
+
+
+class UnreachableError(TransportError):
+    """Nothing answered: the connection was refused or the host name did not resolve."""
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``(url without userinfo, "user:password" percent-decoded or None)``. Never raises."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not sep or not at:
+        return url, None
+    return f"{scheme}://{host}{slash}{path}", urllib.parse.unquote(userinfo)
+
+
+def cause(exc: BaseException) -> str:
+    """A short description of a urllib3 error: its innermost reason."""
+    reason: BaseException = exc
+    seen = 0
+    while seen < 5:
+        inner = getattr(reason, "reason", None) or reason.__context__
+        if not isinstance(inner, BaseException):
+            break
+        reason = inner
+        seen += 1
+    text = str(reason) or type(reason).__name__
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy URL the environment configures for ``url``, or ``None`` (``NO_PROXY``)."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme)
+    if not proxy:
+        return None
+    host = parts.hostname or ""
+    target = f"{host}:{parts.port}" if parts.port else host
+    if urllib.request.proxy_bypass_environment(target, proxies):  # type: ignore[attr-defined]
+        return None
+    return proxy
+
+
+def deadline_timeout(connect: float, read: float, deadline: float | None) -> urllib3.Timeout:
+    """urllib3 timeouts of ``connect``/``read`` seconds, cut to what is left before ``deadline``.
+
+    Raises:
+        TransportError: the deadline (``time.monotonic()`` seconds) has passed.
+    """
+    if deadline is None:
+        return urllib3.Timeout(connect=connect, read=read)
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TransportError("no time left before the deadline")
+    return urllib3.Timeout(
+        connect=min(connect, remaining), read=min(read, remaining), total=remaining
+    )
+
+
+def new_pool(url: str, ca_certs: str | None, *, num_pools: int) -> urllib3.PoolManager:
+    """A verifying pool for ``url``: a ProxyManager when the environment's proxy applies.
+
+    Credentials in the proxy URL are sent as ``Proxy-Authorization: Basic``.
+    """
+    kwargs: dict[str, Any] = {"num_pools": num_pools, "maxsize": 1, "cert_reqs": "CERT_REQUIRED"}
+    if ca_certs is not None:
+        kwargs["ca_certs"] = ca_certs
+    proxy = proxy_for(url)
+    if proxy is None:
+        return urllib3.PoolManager(**kwargs)
+    if "://" not in proxy:
+        proxy = "http://" + proxy
+    parsed = urllib3.util.parse_url(proxy)
+    if parsed.auth:
+        kwargs["proxy_headers"] = urllib3.util.make_headers(
+            proxy_basic_auth=urllib.parse.unquote(parsed.auth)
+        )
+        proxy = parsed._replace(auth=None).url
+    return urllib3.ProxyManager(proxy, **kwargs)
+
+
+class HttpTransport:
+    """One job-status service's HTTP connection: requests, timeouts, credentials.
+
+    Holds no connection pool until the first request, so it pickles (the pool
+    is dropped from the pickled state). Driven by one thread; not thread-safe.
+
+    Args:
+        base_url: the service's root; credentials in it are split off (see
+            :attr:`shown_url`) and sent as ``Authorization: Basic`` when no
+            token is given.
+        token: bearer token, or ``None``. Never logged, never in ``repr()``.
+        token_file: a file holding the token (stripped), re-read when its
+            modification time, size or inode changes; used when ``token`` is ``None``.
+        headers: extra headers sent with every request.
+        auth: a callable returning extra headers for each request; an
+            exception from it fails that request with a :class:`SinkError`.
+        connect_timeout_seconds: TCP/TLS connect timeout, seconds.
+        read_timeout_seconds: timeout of each socket read, seconds.
+        ca_certs: a CA bundle file; TLS verification is always on.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: Callable[[], Mapping[str, str]] | None = None,
+        connect_timeout_seconds: float = 5.0,
+        read_timeout_seconds: float = 10.0,
+        ca_certs: str | None = None,
+    ) -> None:
+        url, userinfo = split_userinfo(base_url.rstrip("/"))
+        #: The base URL as shown (repr, logs): any userinfo replaced by ``***``.
+        self.shown_url = url if userinfo is None else url.replace("://", "://***@", 1)
+        self.url = url  # what requests go to: the base URL without its userinfo
+        self._userinfo = userinfo  # sent as Basic auth unless there is a token
+        self.connect_timeout_seconds = float(connect_timeout_seconds)
+        self.read_timeout_seconds = float(read_timeout_seconds)
+        self.ca_certs = ca_certs
+        self.token = token
+        self.token_file = os.fspath(token_file) if token_file is not None else None
+        self._token_cache: tuple[tuple[int, int, int], str] | None = None
+        self._headers = dict(headers or {})
+        self._auth = auth
+        parts = urllib.parse.urlsplit(self.url)
+        self._prefix, self._netloc = parts.path, parts.netloc
+        #: Why the base URL cannot be used, or ``None``.
+        self.url_problem = (
+            None
+            if parts.scheme in ("http", "https") and parts.hostname
+            else "the base URL is not http(s)://host[:port][/prefix]"
+        )
+        #: Compress bodies over :data:`GZIP_MIN_BYTES` (the server accepts gzip).
+        self.gzip = False
+        #: Bytes the last request put on the wire (head and body as sent).
+        self.last_bytes = 0
+        # Connection state: created on first use, never pickled.
+        self.pool: urllib3.PoolManager | None = None
+        self.pid: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["pool"] = None
+        state["pid"] = None
+        return state
+
+    @property
+    def has_credentials(self) -> bool:
+        """A token or token file is configured (for ``repr``: never the token itself)."""
+        return self.token is not None or self.token_file is not None
+
+    def close(self) -> None:
+        """Drop the connection pool (closing its idle connections). Idempotent; never raises."""
+        pool, self.pool = self.pool, None
+        if pool is not None and self.pid == os.getpid():
+            try:
+                pool.clear()
+            except Exception as exc:  # closing must not fail the reporter's shutdown
+                _log.debug("trainreport.pool_close_failed", error=type(exc).__name__)
+
+    def request(
+        self,
+        method: str,
+        resource: str,
+        body: bytes | None,
+        deadline: float | None,
+    ) -> Response:
+        """One request to ``resource`` below the base URL, never retried; sets :attr:`last_bytes`.
+
+        Raises:
+            TransportError: connection refused/reset, timeout, TLS or proxy error.
+            ProtocolError: the response could not be read as HTTP.
+        """
+        self.last_bytes = 0
+        timeout = self.timeout(deadline)
+        pool = self.pool_for_this_process()
+        headers = self.request_headers()
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            if self.gzip and len(body) > GZIP_MIN_BYTES:
+                body = gzip.compress(body, compresslevel=6)
+                headers["Content-Encoding"] = ENCODING_GZIP
+            headers["Content-Length"] = str(len(body))
+        url = self.url + resource
+        self.last_bytes = (
+            (len(body) if body is not None else 0)
+            + len(method)
+            + len(self._prefix)
+            + len(resource)
+            + len(" HTTP/1.1\r\n")
+            + sum(len(k) + len(v) + 4 for k, v in headers.items())
+            + len("Host")
+            + len(self._netloc)
+            + 4
+        )
+        try:
+            response = pool.request(
+                method,
+                url,
+                body=body,
+                headers=headers,
+                timeout=timeout,
+                retries=False,
+                redirect=False,
+                preload_content=True,
+            )
+        except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
+            # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
+            raise UnreachableError(f"{method} failed to connect: {cause(exc)}") from exc
+        except (urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError) as exc:
+            raise TransportError(f"{method} failed to connect: {cause(exc)}") from exc
+        except urllib3.exceptions.TimeoutError as exc:
+            raise TransportError(f"{method} timed out: {type(exc).__name__}") from exc
+        except urllib3.exceptions.ProtocolError as exc:
+            raise TransportError(f"{method} connection lost: {cause(exc)}") from exc
+        except (urllib3.exceptions.DecodeError, urllib3.exceptions.ResponseError) as exc:
+            raise ProtocolError(f"{method} response unreadable: {type(exc).__name__}") from exc
+        except urllib3.exceptions.LocationValueError:
+            raise
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{method} failed: {cause(exc)}") from exc
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        return Response(response.status, headers, response.data or b"")
+
+    def timeout(self, deadline: float | None) -> urllib3.Timeout:
+        """The request's timeouts, cut to what is left before ``deadline`` (monotonic)."""
+        return deadline_timeout(self.connect_timeout_seconds, self.read_timeout_seconds, deadline)
+
+    def pool_for_this_process(self) -> urllib3.PoolManager:
+        """The pool, created on first use and again in a forked child (never the parent's)."""
+        pid = os.getpid()
+        if self.pool is None or self.pid != pid:
+            self.pool = self.make_pool()
+            self.pid = pid
+        return self.pool
+
+    def make_pool(self) -> urllib3.PoolManager:
+        """A PoolManager, or a ProxyManager when the environment's proxy applies to the URL."""
+        return new_pool(self.url, self.ca_certs, num_pools=2)
+
+    def request_headers(self) -> dict[str, str]:
+        headers = {
+            "User-Agent": "trainreport",
+            "Accept": "application/json",
+            "Accept-Encoding": ENCODING_GZIP,
+        }
+        headers.update(self._headers)
+        token = self.current_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        elif self._userinfo is not None:
+            headers.update(urllib3.util.make_headers(basic_auth=self._userinfo))
+        if self._auth is not None:
+            try:
+                extra = dict(self._auth())
+            except Exception as exc:  # user code: its failure is a failed request, not a crash
+                raise SinkError(f"the auth callable failed: {type(exc).__name__}") from exc
+            headers.update({str(k): str(v) for k, v in extra.items()})
+        return headers
+
+    def current_token(self) -> str | None:
+        """The token: the argument, or the token file's content (re-read when it changes)."""
+        if self.token is not None or self.token_file is None:
+            return self.token
+        path = self.token_file
+        try:
+            st = os.stat(path)
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if self._token_cache is None or self._token_cache[0] != key:
+                with open(path, encoding="utf-8") as handle:
+                    self._token_cache = (key, handle.read().strip())
+        except (OSError, UnicodeDecodeError) as exc:
+            _once.warning(
+                ("token_file", path),
+                "trainreport.token_file_unreadable",
+                path=path,
+                error=type(exc).__name__,
+            )
+            self._token_cache = None
+            return None
+        return self._token_cache[1] or None
+
+    def scrubbed(self, result: _R) -> _R:
+        """``result`` with the token masked in its reason."""
+        reason = getattr(result, "reason", None)
+        if isinstance(reason, str):
+            clean = self.scrub(reason)
+            if clean != reason:
+                return cast("_R", attrs.evolve(cast(Any, result), reason=clean))
+        return result
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the token (defence in depth: reasons are logged)."""
+        secrets = [self.token, self._token_cache[1] if self._token_cache else None]
+        if self._userinfo is not None:
+            secrets += self._userinfo.split(":", 1)
+        for secret in secrets:
+            if secret:
+                text = text.replace(secret, "***")
+        return text[:500]
