@@ -621,3 +621,22 @@ def test_bad_arguments_are_a_config_error(kwargs: dict[str, Any]) -> None:
     url = kwargs.pop("url", "https://host/status")
     with pytest.raises(ConfigError):
         KubeflowSink(url, **kwargs)
+
+
+def test_a_proxy_url_with_credentials_authenticates_to_the_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTPS_PROXY=http://user:pw@proxy: the credentials go in Proxy-Authorization, not the URL.
+
+    KubeflowSink builds its pool with the HTTP transport's helper, as HttpSink does.
+    """
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy.internal:3128")
+    sink = KubeflowSink("https://kubeflow.internal/status")
+    pool = sink._pool_for_this_process()
+    assert isinstance(pool, urllib3.ProxyManager)
+    assert pool.proxy is not None
+    assert ("proxy.internal", None) == (pool.proxy.host, pool.proxy.auth)
+    assert pool.proxy_headers["proxy-authorization"].startswith("Basic ")
