@@ -30,20 +30,13 @@ from trainreport._lifecycle import (
     forget_running_only_details,
 )
 from trainreport._logging import OnceLogger, describe_exception, get_logger
-from trainreport._naming import (
-    MAX_PARAM_ITEMS,
-    DatasetOrder,
-    EpochRule,
-    NotChartable,
-    SeriesSelector,
-    check_name,
-    qualify,
-    to_chartable,
-    to_step,
-)
+from trainreport._naming import DatasetOrder, check_name, qualify
+from trainreport._params import MAX_PARAM_ITEMS
 from trainreport._payloads import StoredState, encode_details
+from trainreport._selection import SeriesSelector
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._store import MetricStore, Series
+from trainreport._values import EpochRule, NotChartable, to_chartable, to_step
 from trainreport.exceptions import TransitionError
 
 __all__ = ["REPORT_BYTES", "RESERVED_KEYS", "VALUE_BYTES", "Recorder", "queued_bytes"]

@@ -30,12 +30,7 @@ from trainreport._environment import DISABLED
 from trainreport._histogram import LatencyHistogram
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._naming import (
-    MAX_PARAM_ITEMS,
-    MetricValue,
-    caller_value,
-    flatten_params_bounded,
-)
+from trainreport._params import MAX_PARAM_ITEMS, flatten_params_bounded
 from trainreport._recorder import (
     K_CANCELLED,
     K_CHECKPOINT,
@@ -53,6 +48,7 @@ from trainreport._recorder import (
     queued_bytes,
 )
 from trainreport._sink import Sink
+from trainreport._values import MetricValue, caller_value
 from trainreport._worker import Worker
 from trainreport.exceptions import TransitionError
 
