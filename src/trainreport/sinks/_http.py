@@ -43,29 +43,22 @@ from collections.abc import Callable, Mapping
 import cattrs
 import urllib3
 
-from trainreport._attempt import AttemptIdentity, current_attempt
+from trainreport._attempt import AttemptIdentity
 from trainreport._environment import URL as ENV_URL
 from trainreport._environment import HttpDestination, read_http_destination
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._payloads import (
     UpdateResponse,
-    WriterResponse,
     encode_patch_body,
     encode_suffix_body,
     structure_response,
 )
 from trainreport._protocol import (
-    CAPABILITIES_PATH,
-    ENCODING_GZIP,
     TASK_PATH_TEMPLATE,
     UPDATES_PATH,
-    WRITERS_PATH,
 )
 from trainreport._sink import (
-    CAPABILITY_GZIP,
-    CAPABILITY_SERIES_SUFFIX,
     Delivered,
-    Opened,
     OpenResult,
     Rejected,
     Resynchronise,
@@ -73,16 +66,15 @@ from trainreport._sink import (
     SendResult,
     SeriesUpdate,
     Sink,
-    Split,
     Update,
 )
-from trainreport.exceptions import ConfigError, ProtocolError, SinkError
+from trainreport.exceptions import ConfigError, SinkError
+from trainreport.sinks._http_open import open_session
 from trainreport.sinks._http_plan import Part, plan_requests
 from trainreport.sinks._http_transport import (
     HttpTransport,
     UnreachableError,
     classify_failure,
-    is_transient,
     parse_retry_after,
 )
 
@@ -354,71 +346,20 @@ class HttpSink(Sink):
     # --- opening --------------------------------------------------------------------
 
     def _open(self, deadline: float | None) -> OpenResult:
-        self._generation = None
-        self._transport.gzip = False
+        self._generation = None  # a failed open leaves no writer of an earlier one
         self._cap = self.max_request_bytes
-        extension = False
-        response = self._transport.request("GET", CAPABILITIES_PATH, None, deadline)
-        now = datetime.datetime.now(datetime.timezone.utc)
-        if 200 <= response.status < 300:
-            extension = self._read_capabilities(response.data)
-        elif is_transient(response.status):
-            failure = classify_failure(response, now)
-            assert isinstance(failure, RetryLater)
-            return failure
-        caps = frozenset({CAPABILITY_GZIP}) if self._transport.gzip else frozenset()
-        if extension and self.use_extension:
-            if self.attempt is None:  # read once: every re-open claims as the same attempt
-                self.attempt = current_attempt()
-            claim = json.dumps({"attempt": self.attempt.to_json()}).encode()
-            response = self._transport.request("POST", self._path + WRITERS_PATH, claim, deadline)
-            if 200 <= response.status < 300:
-                try:
-                    writer = structure_response(json.loads(response.data), WriterResponse)
-                except (ValueError, RecursionError, cattrs.BaseValidationError) as exc:
-                    raise ProtocolError("malformed response to POST .../writers") from exc
-                self._generation = writer.writer_generation
-                return Opened(
-                    capabilities=caps | {CAPABILITY_SERIES_SUFFIX},
-                    writer_generation=writer.writer_generation,
-                    stored_task=writer.task,
-                )
-            if response.status not in (404, 405, 501):
-                return _open_result(classify_failure(response, now))
-            _once.info(
-                ("no_writers", self.base_url),
-                "trainreport.extension_unavailable",
-                status_code=response.status,
-            )
-        response = self._transport.request("GET", self._path, None, deadline)
-        if response.status == 404:
-            return Opened(capabilities=caps, stored_task=None)
-        if not 200 <= response.status < 300:
-            return _open_result(classify_failure(response, now))
-        try:
-            stored = json.loads(response.data)
-        except (ValueError, RecursionError) as exc:
-            raise ProtocolError("malformed response: the stored task is not JSON") from exc
-        if not isinstance(stored, dict):
-            _log.warning("trainreport.stored_task_malformed", reason="the task is not an object")
-            stored = {}
-        return Opened(capabilities=caps, stored_task=stored)
-
-    def _read_capabilities(self, data: bytes) -> bool:
-        """Parse ``GET /v1/capabilities``; sets gzip and the cap; True when the extension is on."""
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError):
-            return False
-        if not isinstance(doc, dict):
-            return False
-        extensions, encodings = doc.get("extensions"), doc.get("encodings")
-        self._transport.gzip = isinstance(encodings, list) and ENCODING_GZIP in encodings
-        for key in ("max_body_bytes", "max_decompressed_bytes"):
-            limit = doc.get(key)
-            if type(limit) is int and limit > 0:
-                self._cap = max(min(self._cap, limit), 1)
-        return isinstance(extensions, list) and CAPABILITY_SERIES_SUFFIX in extensions
+        session = open_session(
+            self._transport,
+            self._path,
+            use_extension=self.use_extension,
+            attempt=self.attempt,
+            max_request_bytes=self.max_request_bytes,
+            deadline=deadline,
+        )
+        self.attempt = session.attempt  # read once: every re-open claims as the same attempt
+        self._generation = session.generation
+        self._cap = session.cap
+        return session.result
 
     # --- sending --------------------------------------------------------------------
 
@@ -491,12 +432,3 @@ class HttpSink(Sink):
             lengths.update(answer.series_lengths)
             cancel |= answer.cancel_requested
         return Delivered(series_lengths=lengths, cancel_requested=cancel, bytes_sent=sent)
-
-
-def _open_result(result: SendResult) -> OpenResult:
-    """Narrow a classified failure to what ``open()`` may return."""
-    if isinstance(result, RetryLater | Rejected):
-        return result
-    if isinstance(result, Split):
-        return Rejected(result.reason, 413)
-    return RetryLater(getattr(result, "reason", "unexpected answer"))

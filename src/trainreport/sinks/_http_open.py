@@ -1,0 +1,180 @@
+"""Opening an HTTP destination: which wire mode, which writer, what it holds.
+
+``GET /v1/capabilities`` decides the mode (a non-2xx answer other than
+408/429/5xx means a plain server: baseline) and, from the server's limits,
+the request cap; with the extension, ``POST {task}/writers`` claims the task
+for this attempt and returns the stored task; in baseline mode ``GET {task}``
+returns it, and a 404 is a new task (``stored_task=None``). See
+``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import attrs
+import cattrs
+
+from trainreport._attempt import AttemptIdentity, current_attempt
+from trainreport._logging import OnceLogger, get_logger
+from trainreport._payloads import WriterResponse, structure_response
+from trainreport._protocol import CAPABILITIES_PATH, ENCODING_GZIP, WRITERS_PATH
+from trainreport._sink import (
+    CAPABILITY_GZIP,
+    CAPABILITY_SERIES_SUFFIX,
+    Opened,
+    OpenResult,
+    Rejected,
+    RetryLater,
+    SendResult,
+    Split,
+)
+from trainreport.exceptions import ProtocolError
+from trainreport.sinks._http_transport import HttpTransport, classify_failure, is_transient
+
+__all__ = ["Capabilities", "Session", "open_session", "read_capabilities"]
+
+_log = get_logger()
+_once = OnceLogger()
+
+
+@attrs.frozen
+class Capabilities:
+    """What ``GET /v1/capabilities`` says.
+
+    Args:
+        extension: the server offers ``series-suffix-v1``.
+        gzip: the server accepts gzip request bodies.
+        cap: the request cap, bytes: the client's, lowered to the server's limits.
+    """
+
+    extension: bool = False
+    gzip: bool = False
+    cap: int = 1 << 20
+
+
+def read_capabilities(data: bytes, cap: int) -> Capabilities:
+    """Parse a capabilities document; anything unreadable means a plain server. Never raises.
+
+    Args:
+        data: the response body.
+        cap: the client's own request cap, bytes.
+    """
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return Capabilities(cap=cap)
+    if not isinstance(doc, dict):
+        return Capabilities(cap=cap)
+    extensions, encodings = doc.get("extensions"), doc.get("encodings")
+    for key in ("max_body_bytes", "max_decompressed_bytes"):
+        limit = doc.get(key)
+        if type(limit) is int and limit > 0:
+            cap = max(min(cap, limit), 1)
+    return Capabilities(
+        extension=isinstance(extensions, list) and CAPABILITY_SERIES_SUFFIX in extensions,
+        gzip=isinstance(encodings, list) and ENCODING_GZIP in encodings,
+        cap=cap,
+    )
+
+
+@attrs.frozen
+class Session:
+    """The outcome of opening: the result for the reporter and the state to send with.
+
+    Args:
+        result: what ``Sink.open`` returns.
+        generation: the writer generation (extension), or ``None`` (baseline).
+        cap: the request cap, bytes.
+        attempt: the attempt identity claimed (read once, then kept).
+    """
+
+    result: OpenResult
+    generation: int | None
+    cap: int
+    attempt: AttemptIdentity | None
+
+
+def open_session(
+    transport: HttpTransport,
+    task_resource: str,
+    *,
+    use_extension: bool,
+    attempt: AttemptIdentity | None,
+    max_request_bytes: int,
+    deadline: float | None,
+) -> Session:
+    """Learn the server's capabilities, open a writer (extension) or read the task.
+
+    Sets ``transport.gzip`` from the capabilities.
+
+    Raises:
+        TransportError, ProtocolError, SinkError: as a request raises them, or a
+            malformed answer; ``HttpSink.open`` turns them into results.
+    """
+    transport.gzip = False
+    response = transport.request("GET", CAPABILITIES_PATH, None, deadline)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    found = Capabilities(cap=max_request_bytes)
+    if 200 <= response.status < 300:
+        found = read_capabilities(response.data, max_request_bytes)
+    elif is_transient(response.status):
+        failure = classify_failure(response, now)
+        assert isinstance(failure, RetryLater)
+        return Session(failure, None, max_request_bytes, attempt)
+    transport.gzip = found.gzip
+    caps = frozenset({CAPABILITY_GZIP}) if found.gzip else frozenset()
+    if found.extension and use_extension:
+        if attempt is None:  # read once: every re-open claims as the same attempt
+            attempt = current_attempt()
+        claim = json.dumps({"attempt": attempt.to_json()}).encode()
+        response = transport.request("POST", task_resource + WRITERS_PATH, claim, deadline)
+        if 200 <= response.status < 300:
+            try:
+                writer = structure_response(json.loads(response.data), WriterResponse)
+            except (ValueError, RecursionError, cattrs.BaseValidationError) as exc:
+                raise ProtocolError("malformed response to POST .../writers") from exc
+            opened = Opened(
+                capabilities=caps | {CAPABILITY_SERIES_SUFFIX},
+                writer_generation=writer.writer_generation,
+                stored_task=writer.task,
+            )
+            return Session(opened, writer.writer_generation, found.cap, attempt)
+        if response.status not in (404, 405, 501):
+            return Session(_open_result(classify_failure(response, now)), None, found.cap, attempt)
+        _once.info(
+            ("no_writers", transport.shown_url),
+            "trainreport.extension_unavailable",
+            status_code=response.status,
+        )
+    return Session(_read_task(transport, task_resource, caps, deadline), None, found.cap, attempt)
+
+
+def _read_task(
+    transport: HttpTransport, task_resource: str, caps: frozenset[str], deadline: float | None
+) -> OpenResult:
+    """Baseline mode: ``GET {task}``; a 404 is a new task."""
+    response = transport.request("GET", task_resource, None, deadline)
+    if response.status == 404:
+        return Opened(capabilities=caps, stored_task=None)
+    if not 200 <= response.status < 300:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return _open_result(classify_failure(response, now))
+    try:
+        stored = json.loads(response.data)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError("malformed response: the stored task is not JSON") from exc
+    if not isinstance(stored, dict):
+        _log.warning("trainreport.stored_task_malformed", reason="the task is not an object")
+        stored = {}
+    return Opened(capabilities=caps, stored_task=stored)
+
+
+def _open_result(result: SendResult) -> OpenResult:
+    """Narrow a classified failure to what ``open()`` may return."""
+    if isinstance(result, RetryLater | Rejected):
+        return result
+    if isinstance(result, Split):
+        return Rejected(result.reason, 413)
+    return RetryLater(getattr(result, "reason", "unexpected answer"))
