@@ -16,8 +16,9 @@ The sink speaks two wire modes (``docs/protocol.md``):
 
 The sink decides nothing about retries (docs/design.md#failure-handling): every request goes out
 once and its outcome is classified into a :mod:`trainreport._sink` result; the
-reporter's scheduler owns backoff. Three modules share the work: this one (the
-protocol: open, send, what an answer means), ``_http_transport.py`` (one
+reporter's scheduler owns backoff. Four modules share the work: this one (the
+protocol: send, what an answer means), ``_http_open.py`` (opening: capabilities,
+the writer claim, the stored task), ``_http_transport.py`` (one
 request: pool, timeouts, proxy, gzip, credentials, urllib3's errors mapped to
 :class:`~trainreport.exceptions.TransportError` /
 :class:`~trainreport.exceptions.ProtocolError`) and ``_http_plan.py`` (splitting
