@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | demo | show`` and ``--version``.
+"""The ``trainreport`` command line: ``trainreport serve | token | demo | show`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -135,7 +135,15 @@ def _add_serve(subparsers: Any) -> None:
             f"list: prefer --token-file or ${_TOKEN_ENV_VAR})"
         ),
     )
-    token.add_argument("--token-file", type=Path, help="read the token from this file")
+    token.add_argument("--token-file", type=Path, help="read the admin token from this file")
+    serve.add_argument(
+        "--secret-file",
+        type=Path,
+        help=(
+            "accept per-job tokens issued with `trainreport token JOB_ID --secret-file` from "
+            "this secret (at least 32 bytes; e.g. openssl rand -hex 32)"
+        ),
+    )
     serve.add_argument(
         "--max-body-bytes",
         type=_positive_int,
@@ -229,6 +237,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from trainreport._job_tokens import read_secret_file  # noqa: PLC0415
     from trainreport.server._app import create_app  # noqa: PLC0415 - needs the server extra
     from trainreport.server._run import (  # noqa: PLC0415
         bind_socket,
@@ -239,8 +248,17 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         token = _read_token(args)
+        secret = None if args.secret_file is None else read_secret_file(args.secret_file)
     except (OSError, ValueError) as exc:
         print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    if token is None and secret is None and not _is_loopback(args.host):
+        print(
+            f"trainreport serve: refusing to listen on {args.host} without a token: anyone who "
+            "can reach it could read and write every job; give --token-file and/or "
+            "--secret-file, or listen on loopback",
+            file=sys.stderr,
+        )
         return 2
     # The port first: a busy port must not leave an empty database behind.
     try:
@@ -255,6 +273,7 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(
             args.db,
             token=token,
+            secret=secret,
             max_body_bytes=args.max_body_bytes,
             max_decompressed_bytes=args.max_decompressed_bytes,
             body_budget_bytes=args.body_budget_bytes,
@@ -265,17 +284,18 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"trainreport serve: {exc}", file=sys.stderr)
         return 2
     url = format_url(args.host, sock.getsockname()[1])
+    auth = ", ".join(name for name, on in (("admin token", token), ("job tokens", secret)) if on)
     print(
         f"trainreport server listening on {url}/ (db: {args.db.resolve()}, "
-        f"token: {'required' if token else 'none'})",
+        f"tokens: {auth or 'none'})",
         flush=True,
     )
-    if token:
+    if token or secret:
         print("open the page with #token=<your token> at the end of the URL", flush=True)
-    elif not _is_loopback(args.host):
+    else:
         print(
-            f"warning: listening on {args.host} without a token: anyone who can reach it can "
-            "read and write jobs (use --token-file)",
+            "WARNING: no token and no secret: any process on this machine can read and write "
+            "every job; loopback only (give --token-file and/or --secret-file to protect it)",
             file=sys.stderr,
             flush=True,
         )
@@ -300,6 +320,47 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
+    return 0
+
+
+# -- token ------------------------------------------------------------------------------
+
+
+def _add_token(subparsers: Any) -> None:
+    token = subparsers.add_parser(
+        "token",
+        help="issue a token that reads and writes one job of the reference server",
+        description=(
+            "Print a job token for JOB_ID, signed with the secret that `trainreport serve "
+            "--secret-file` was given. It reads and writes that job only; the server stores "
+            "nothing per token (rotate the secret to revoke every token). See docs/server.md."
+        ),
+    )
+    token.add_argument("job_id", metavar="JOB_ID", help="the job the token is for")
+    token.add_argument(
+        "--secret-file", type=Path, required=True, help="the server's secret (see serve)"
+    )
+    token.add_argument(
+        "--expires-in",
+        type=_positive_int,
+        metavar="SECONDS",
+        help="the token stops working this many seconds from now (default: never)",
+    )
+    token.set_defaults(handler=_token)
+
+
+def _token(args: argparse.Namespace) -> int:
+    import time  # noqa: PLC0415
+
+    from trainreport._job_tokens import issue_job_token, read_secret_file  # noqa: PLC0415
+
+    try:
+        secret = read_secret_file(args.secret_file)
+        expires_at = None if args.expires_in is None else int(time.time()) + args.expires_in
+        print(issue_job_token(secret, args.job_id, expires_at=expires_at))
+    except (OSError, ValueError) as exc:
+        print(f"trainreport token: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -494,7 +555,7 @@ def _explain_not_found(job_id: str, task_id: str, url: str, token: str | None) -
     return f"job {job_id!r} has no task {task_id!r} at {url}; {listed}"
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show)
+_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_token, _add_demo, _add_show)
 
 
 if __name__ == "__main__":

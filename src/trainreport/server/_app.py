@@ -13,7 +13,6 @@ in the protocol (``_connections``).
 from __future__ import annotations
 
 import contextlib
-import hmac
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime, timezone
@@ -29,8 +28,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from trainreport._job_tokens import check_secret
 from trainreport._logging import get_logger
 from trainreport.server import _page
+from trainreport.server._auth import (
+    WWW_AUTHENTICATE,
+    Access,
+    Authentication,
+    Authenticator,
+    principal_of,
+)
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
 from trainreport.server._db import (
     Applied,
@@ -40,6 +47,7 @@ from trainreport.server._db import (
     Stored,
     UpdateOutcome,
 )
+from trainreport.server._routes import ENDPOINTS, Endpoint
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
@@ -77,18 +85,25 @@ def create_app(
     db_path: str | os.PathLike[str],
     *,
     token: str | None = None,
+    secret: bytes | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
     allowed_hosts: Iterable[str] = (),
+    clock: Callable[[], float] | None = None,
 ) -> Starlette:
     """Build the reference server's ASGI app on a SQLite file.
 
     Args:
         db_path: the SQLite database file; created with its tables if missing.
-        token: when set, every ``/v1`` request except ``GET /v1/capabilities``
-            needs ``Authorization: Bearer <token>`` (reads too), else 401.
-            The token is never logged.
+        token: the admin token: it reads and writes every job and cancels.
+            When it or ``secret`` is set, every ``/v1`` request except
+            ``GET /v1/capabilities`` and ``GET /v1/openapi.json`` needs
+            ``Authorization: Bearer <token>`` (reads too), else 401. Tokens
+            are never logged.
+        secret: the server secret that per-job tokens (``trainreport token``)
+            are verified with, at least 32 bytes; a job token reads and writes
+            its own job only (403 elsewhere). ``None``: no job tokens.
         max_body_bytes: limit on the request body bytes received (after
             transfer decoding, before gzip decompression), in bytes; larger -> 413.
         max_decompressed_bytes: limit on a gzip body after decompression, in
@@ -101,6 +116,8 @@ def create_app(
             ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
             Requests from another ``Origin`` are always 403, and writes need
             ``Content-Type: application/json`` (415), see ``_security``.
+        clock: wall-clock seconds since the Unix epoch, for job token
+            expiries (``time.time`` when ``None``).
 
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
@@ -108,12 +125,15 @@ def create_app(
         :class:`~trainreport.server._db.Database`.
 
     Raises:
-        ValueError: an empty token, a limit below 1 byte, or an allowed host
-            that is not a plain name.
+        ValueError: an empty token, a secret under 32 bytes, a limit below 1
+            byte, or an allowed host that is not a plain name.
         sqlite3.Error: the database file cannot be opened.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty string or None")
+    if secret is not None:
+        check_secret(secret)
+    authenticator = Authenticator(token, secret, *(() if clock is None else (clock,)))
     if max_body_bytes < 1 or max_decompressed_bytes < 1 or body_budget_bytes < 1:
         raise ValueError("body limits must be at least 1 byte")
     hosts = allowed_host_names(None, allowed_hosts)
@@ -121,7 +141,7 @@ def create_app(
         max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
     )
     db = Database(db_path)
-    api = _Api(db, limits, BodyBudget(body_budget_bytes))
+    api = _Api(db, limits, BodyBudget(body_budget_bytes), authenticator)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -130,10 +150,16 @@ def create_app(
         finally:
             db.close()
 
-    middleware = [Middleware(_SecurityHeaders), Middleware(RequestGuard, allowed_hosts=hosts)]
-    if token is not None:
-        middleware.append(Middleware(_BearerAuth, token=token))
-    middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
+    middleware = [
+        Middleware(_SecurityHeaders),
+        Middleware(RequestGuard, allowed_hosts=hosts),
+        Middleware(
+            Authentication,
+            authenticator=authenticator,
+            protected=lambda path: _protected(path, authenticator.has_admin_token),
+        ),
+        Middleware(GZipMiddleware, minimum_size=1024),
+    ]
     app = Starlette(
         routes=api.routes() + _page.routes(),
         middleware=middleware,
@@ -148,28 +174,51 @@ def create_app(
     return app
 
 
-class _Api:
-    """The ``/v1`` endpoints; each validates, then runs one storage call in the thread pool."""
+#: ``/v1`` paths that need no token (discovery and the contract).
+_OPEN_V1_PATHS = frozenset(e.path for e in ENDPOINTS if e.access is Access.OPEN)
 
-    def __init__(self, db: Database, limits: BodyLimits, budget: BodyBudget) -> None:
+
+def _protected(path: str, has_admin_token: bool) -> bool:
+    """Whether a request path needs a token (when the server has any token or secret).
+
+    Every ``/v1`` path but the open ones, unknown ones included (so a 404
+    tells an anonymous client nothing), and ``/metrics`` when an admin token
+    is set. Health checks and the page's HTML shells stay open.
+    """
+    if path == "/v1" or path.startswith("/v1/"):
+        return path not in _OPEN_V1_PATHS
+    return path == "/metrics" and has_admin_token
+
+
+class _Api:
+    """The endpoints of :data:`ENDPOINTS`; each validates, then runs one storage call off-loop."""
+
+    def __init__(
+        self, db: Database, limits: BodyLimits, budget: BodyBudget, auth: Authenticator
+    ) -> None:
         self._db = db
         self._limits = limits
         self._budget = budget
+        self._auth = auth
 
     def routes(self) -> list[Route]:
-        task = "/v1/jobs/{job_id}/tasks/{task_id}"
+        """One route per endpoint, each behind its access rule."""
         return [
-            Route("/v1/capabilities", self.capabilities, methods=["GET"]),
-            Route("/v1/jobs", self.list_jobs, methods=["GET"]),
-            Route("/v1/jobs/{job_id}", self.get_job, methods=["GET"]),
-            Route("/v1/jobs/{job_id}", self.put_job, methods=["PUT"]),
-            Route("/v1/jobs/{job_id}/cancel", self.cancel_job, methods=["POST"]),
-            Route(task, self.get_task, methods=["GET"]),
-            Route(task, self.patch_task, methods=["PATCH"]),
-            Route(task + "/writers", self.open_writer, methods=["POST"]),
-            Route(task + "/updates", self.post_update, methods=["POST"]),
-            Route(task + "/series", self.get_series, methods=["GET"]),
+            Route(e.path, self._guarded(e), methods=[e.method], name=e.handler) for e in ENDPOINTS
         ]
+
+    def _guarded(self, endpoint: Endpoint) -> Handler:
+        """The endpoint's handler behind its access rule, checked before any body is read."""
+        handler: Handler = getattr(self, endpoint.handler)
+        access = endpoint.access
+
+        async def guarded(request: Request) -> Response:
+            raw_job = request.path_params.get("job_id")
+            job_id = None if raw_job is None else validate_id(raw_job, "job_id")
+            self._auth.authorize(principal_of(request), access, job_id)
+            return await handler(request)
+
+        return guarded
 
     async def capabilities(self, _request: Request) -> Response:
         return JSONResponse(
@@ -183,9 +232,16 @@ class _Api:
 
     async def list_jobs(self, request: Request) -> Response:
         limit = _int_query(request, "limit", _DEFAULT_JOB_LIMIT, 1, _MAX_JOB_LIMIT)
-        return await run_in_threadpool(
-            lambda: JSONResponse({"jobs": self._db.list_jobs(limit=limit)})
-        )
+        principal = principal_of(request)
+        own_job = None if principal is None or principal.admin else principal.job_id
+
+        def read() -> Response:
+            if own_job is None:
+                return JSONResponse({"jobs": self._db.list_jobs(limit=limit)})
+            job = self._db.get_job(own_job)  # a job token lists its own job, if it exists
+            return JSONResponse({"jobs": [] if job is None else [job]})
+
+        return await run_in_threadpool(read)
 
     async def get_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
@@ -352,7 +408,7 @@ def _bool_query(request: Request, name: str, *, default: bool) -> bool:
 
 async def _api_error_response(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    headers = {"WWW-Authenticate": 'Bearer realm="trainreport"'} if exc.status_code == 401 else None
+    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if exc.status_code == 401 else None
     retry_after = exc.extra.get("retry_after_seconds")
     if exc.status_code == 503 and isinstance(retry_after, int):
         headers = {"Retry-After": str(retry_after)}
@@ -385,37 +441,6 @@ async def _internal_error_response(request: Request, exc: Exception) -> Response
 
 
 # -- middleware -------------------------------------------------------------------------
-
-
-class _BearerAuth:
-    """Requires ``Authorization: Bearer <token>`` on every ``/v1`` path but capabilities."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if (
-            scope["type"] == "http"
-            and (path == "/v1" or path.startswith("/v1/"))
-            and path != "/v1/capabilities"
-            and not self._authorized(scope)
-        ):
-            error = ApiError(401, "unauthorized", "a valid 'Authorization: Bearer' token is needed")
-            response = await _api_error_response(Request(scope), error)
-            await response(scope, receive, send)
-            return
-        await self._app(scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, credentials = value.strip().partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(
-                    credentials.strip(), self._token
-                )
-        return False
 
 
 class _SecurityHeaders:

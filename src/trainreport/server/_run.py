@@ -194,6 +194,7 @@ def start_in_thread(
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
+    secret: bytes | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
@@ -210,7 +211,8 @@ def start_in_thread(
         db_path: the SQLite database file.
         host: the address to listen on (loopback by default, DESIGN §7).
         port: the TCP port; 0 picks a free one (see :attr:`ServerHandle.url`).
-        token: the bearer token required on ``/v1`` (see ``create_app``).
+        token: the admin token required on ``/v1`` (see ``create_app``).
+        secret: the secret job tokens are verified with (see ``create_app``).
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
         body_budget_bytes: request body bytes (after decompression) held at
@@ -233,6 +235,7 @@ def start_in_thread(
     app = create_app(
         db_path,
         token=token,
+        secret=secret,
         max_body_bytes=max_body_bytes,
         max_decompressed_bytes=max_decompressed_bytes,
         body_budget_bytes=body_budget_bytes,
@@ -289,6 +292,7 @@ def start_subprocess(
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
+    secret_file: str | os.PathLike[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
@@ -308,7 +312,9 @@ def start_subprocess(
         db_path: the SQLite database file.
         host: the address to listen on.
         port: the TCP port; 0 picks a free one before starting the child.
-        token: the bearer token required on ``/v1``.
+        token: the admin token required on ``/v1``.
+        secret_file: a file holding the secret job tokens are verified with
+            (``--secret-file``; the path is on the command line, the secret is not).
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
         body_budget_bytes: request body bytes held at once across all requests.
@@ -354,6 +360,8 @@ def start_subprocess(
     ]
     for name in allowed_hosts:
         argv += ["--allowed-hosts", name]
+    if secret_file is not None:
+        argv += ["--secret-file", os.fspath(secret_file)]
     if access_log:
         argv.append("--access-log")
     env = dict(os.environ)

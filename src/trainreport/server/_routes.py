@@ -1,0 +1,166 @@
+"""The reference server's endpoints as one table: path, method, handler, access rule, contract.
+
+The app builds its routes from :data:`ENDPOINTS` (``_app``), each behind the
+authorization its :class:`~trainreport.server._auth.Access` declares, and the
+OpenAPI document is generated from the same table (``_contract``), so the
+published contract lists exactly the endpoints that exist, with the access
+rule each one enforces. Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from trainreport.server._auth import Access
+
+__all__ = ["ENDPOINTS", "Endpoint", "Reply"]
+
+
+@attrs.frozen
+class Reply:
+    """One documented answer of an endpoint.
+
+    Args:
+        status: the HTTP status.
+        description: when it is given.
+        schema: the name of its body's schema in the OpenAPI components
+            (``None``: the error body for 4xx/5xx, nothing for others).
+        media_type: the body's media type.
+    """
+
+    status: int
+    description: str
+    schema: str | None = None
+    media_type: str = "application/json"
+
+
+@attrs.frozen
+class Endpoint:
+    """One route of the server.
+
+    Args:
+        method: the HTTP method.
+        path: the Starlette path template, e.g. ``/v1/jobs/{job_id}``.
+        handler: the name of the ``_Api`` method that answers it.
+        access: who may call it (enforced before the handler runs).
+        summary: one line for the contract.
+        request: the name of the request body's schema, or ``None`` (no body).
+        replies: the answers, besides the errors every endpoint may give.
+        tags: the contract's grouping.
+    """
+
+    method: str
+    path: str
+    handler: str
+    access: Access
+    summary: str
+    request: str | None = None
+    replies: tuple[Reply, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+_TASK = "/v1/jobs/{job_id}/tasks/{task_id}"
+_NOT_FOUND_TASK = Reply(404, "the task does not exist")
+_NOT_FOUND_JOB = Reply(404, "the job does not exist")
+_INVALID = Reply(422, "the body is not a valid request (`path` names the problem)")
+
+#: Every endpoint of the server (the chart page's HTML shells aside, see ``_page``).
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        "GET",
+        "/v1/capabilities",
+        "capabilities",
+        Access.OPEN,
+        "Discover the extensions, request encodings and body limits",
+        replies=(Reply(200, "what this server accepts", "Capabilities"),),
+        tags=("discovery",),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs",
+        "list_jobs",
+        Access.JOB_LIST,
+        "List the newest jobs (a job token sees its own job only)",
+        replies=(Reply(200, "the jobs, newest first", "JobList"),),
+        tags=("jobs",),
+    ),
+    Endpoint(
+        "GET",
+        "/v1/jobs/{job_id}",
+        "get_job",
+        Access.JOB,
+        "Read a job and its task summaries",
+        replies=(Reply(200, "the job", "Job"), _NOT_FOUND_JOB),
+        tags=("jobs",),
+    ),
+    Endpoint(
+        "PUT",
+        "/v1/jobs/{job_id}",
+        "put_job",
+        Access.JOB,
+        "Create a job (idempotent; any body is ignored)",
+        replies=(Reply(201, "created", "Job"), Reply(200, "it existed", "Job")),
+        tags=("jobs",),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/jobs/{job_id}/cancel",
+        "cancel_job",
+        Access.ADMIN,
+        "Ask a job's runs to stop (admin token only)",
+        replies=(Reply(200, "the job, now cancel-requested", "Job"), _NOT_FOUND_JOB),
+        tags=("jobs",),
+    ),
+    Endpoint(
+        "GET",
+        _TASK,
+        "get_task",
+        Access.JOB,
+        "Read a task in the baseline shape (?metrics=false leaves out the curves)",
+        replies=(Reply(200, "the stored task", "Task"), _NOT_FOUND_TASK),
+        tags=("baseline",),
+    ),
+    Endpoint(
+        "PATCH",
+        _TASK,
+        "patch_task",
+        Access.JOB,
+        "Write a task: merge status_details shallowly; metrics replace every series",
+        request="TaskPatch",
+        replies=(Reply(200, "stored", "PatchResult"), _INVALID),
+        tags=("baseline",),
+    ),
+    Endpoint(
+        "POST",
+        _TASK + "/writers",
+        "open_writer",
+        Access.JOB,
+        "series-suffix-v1: open a writer (issues the next writer generation)",
+        request="WriterOpen",
+        replies=(Reply(200, "the generation, stored task and lengths", "WriterOpened"), _INVALID),
+        tags=("series-suffix-v1",),
+    ),
+    Endpoint(
+        "POST",
+        _TASK + "/updates",
+        "post_update",
+        Access.JOB,
+        "series-suffix-v1: apply series suffixes and details, fenced and sequenced",
+        request="TaskUpdate",
+        replies=(
+            Reply(200, "applied, or a duplicate (`duplicate: true`)", "UpdateResult"),
+            Reply(409, "`stale_writer` or `series_gap`"),
+            _INVALID,
+        ),
+        tags=("series-suffix-v1",),
+    ),
+    Endpoint(
+        "GET",
+        _TASK + "/series",
+        "get_series",
+        Access.JOB,
+        "Read series as columns, thinned for drawing (?names=, ?name=, ?max_points=)",
+        replies=(Reply(200, "the columns", "SeriesColumns"), _NOT_FOUND_TASK),
+        tags=("page",),
+    ),
+)
