@@ -16,8 +16,9 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -44,8 +45,13 @@ from trainreport.server._db import (
     Database,
     SeriesGap,
     StaleWriter,
-    Stored,
     UpdateOutcome,
+)
+from trainreport.server._metrics import (
+    DATABASE_ERRORS,
+    RequestMetrics,
+    ServerMetrics,
+    is_database_error,
 )
 from trainreport.server._routes import ENDPOINTS, Endpoint
 from trainreport.server._security import RequestGuard, allowed_host_names
@@ -53,6 +59,7 @@ from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
     ApiError,
+    SeriesPoints,
     TaskUpdate,
     parse_json,
     validate_id,
@@ -141,7 +148,9 @@ def create_app(
         max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
     )
     db = Database(db_path)
-    api = _Api(db, limits, BodyBudget(body_budget_bytes), authenticator)
+    metrics = ServerMetrics(db.count_tasks_by_status)
+    api = _Api(db, limits, BodyBudget(body_budget_bytes), authenticator, metrics)
+    routes = api.routes() + _page.routes()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -151,6 +160,7 @@ def create_app(
             db.close()
 
     middleware = [
+        Middleware(RequestMetrics, metrics=metrics, routes=routes),
         Middleware(_SecurityHeaders),
         Middleware(RequestGuard, allowed_hosts=hosts),
         Middleware(
@@ -161,16 +171,20 @@ def create_app(
         Middleware(GZipMiddleware, minimum_size=1024),
     ]
     app = Starlette(
-        routes=api.routes() + _page.routes(),
+        routes=routes,
         middleware=middleware,
         exception_handlers={
             ApiError: _api_error_response,
             HTTPException: _http_error_response,
+            # Database errors are answered where Starlette does not re-raise (a re-raised
+            # error closes the connection, which a client may see as a reset, not a 500).
+            **dict.fromkeys(DATABASE_ERRORS, _internal_error_response),
             Exception: _internal_error_response,
         },
         lifespan=lifespan,
     )
     app.state.database = db
+    app.state.metrics = metrics
     return app
 
 
@@ -194,12 +208,18 @@ class _Api:
     """The endpoints of :data:`ENDPOINTS`; each validates, then runs one storage call off-loop."""
 
     def __init__(
-        self, db: Database, limits: BodyLimits, budget: BodyBudget, auth: Authenticator
+        self,
+        db: Database,
+        limits: BodyLimits,
+        budget: BodyBudget,
+        auth: Authenticator,
+        metrics: ServerMetrics,
     ) -> None:
         self._db = db
         self._limits = limits
         self._budget = budget
         self._auth = auth
+        self._metrics = metrics
 
     def routes(self) -> list[Route]:
         """One route per endpoint, each behind its access rule."""
@@ -280,12 +300,14 @@ class _Api:
         job_id, task_id = _task_ids(request)
         now = _utc_now()
 
-        def store(body: bytearray) -> Stored:  # one trip to the thread pool: parse to commit
+        def store(body: bytearray) -> _Patched:  # one trip to the thread pool: parse to commit
             patch = validate_patch(check_text(parse_json(body), body))
-            return self._db.patch_task(job_id, task_id, patch, now=now)
+            stored = self._db.patch_task(job_id, task_id, patch, now=now)
+            return _Patched(stored.status, stored.cancel_requested, _points(patch.metrics or ()))
 
         async with held_body(request, self._limits, self._budget) as body:
             stored = await run_in_threadpool(store, body)
+        self._metrics.points_stored.inc(stored.points)
         return JSONResponse({"status": stored.status, "cancel_requested": stored.cancel_requested})
 
     async def open_writer(self, request: Request) -> Response:
@@ -333,6 +355,8 @@ class _Api:
                 "a series offset is beyond the stored length; resend from series_lengths",
                 {"series_lengths": outcome.series_lengths},
             )
+        if not outcome.duplicate:
+            self._metrics.points_stored.inc(_points(update.series))
         return JSONResponse(_applied_body(outcome))
 
     async def get_series(self, request: Request) -> Response:
@@ -350,6 +374,40 @@ class _Api:
             return JSONResponse({"series": _page.shape_columns(columns, max_points)})
 
         return await run_in_threadpool(read)
+
+    # -- operations -----------------------------------------------------------------------
+
+    async def healthz(self, _request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, _request: Request) -> Response:
+        try:
+            await run_in_threadpool(self._db.check_ready)
+        except Exception as exc:  # any failure means "not ready"; the probe must answer
+            if is_database_error(exc):
+                self._metrics.database_errors.inc()
+            get_logger().warning("trainreport.not_ready", error=type(exc).__name__)
+            reason = str(exc) if isinstance(exc, RuntimeError) else "the database did not answer"
+            return JSONResponse(
+                {"status": "unavailable", "reason": reason},
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, _request: Request) -> Response:
+        body = await run_in_threadpool(self._metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+class _Patched(NamedTuple):
+    status: str
+    cancel_requested: bool
+    points: int
+
+
+def _points(series: Iterable[SeriesPoints]) -> int:
+    return sum(len(s) for s in series)
 
 
 def _applied_body(outcome: Applied) -> dict[str, Any]:
@@ -429,6 +487,8 @@ async def _http_error_response(_request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error_response(request: Request, exc: Exception) -> Response:
+    if is_database_error(exc):
+        request.app.state.metrics.database_errors.inc()
     get_logger().error(
         "trainreport.server_error",
         method=request.method,

@@ -271,6 +271,33 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
 
+    # -- operations (readiness, metrics) ------------------------------------------------
+
+    def check_ready(self) -> None:
+        """Raise unless the database answers and holds this server's schema (``/readyz``).
+
+        Cheap: one read of the schema version.
+
+        Raises:
+            sqlite3.Error: the database cannot be read.
+            RuntimeError: the database is closed, or its schema version is not
+                :data:`SCHEMA_VERSION` (migrations not applied).
+        """
+        with self._read() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise RuntimeError(f"schema version {version}; this server needs {SCHEMA_VERSION}")
+
+    def count_tasks_by_status(self) -> dict[str, int]:
+        """The number of tasks per stored status (``/metrics``); statuses without tasks are absent.
+
+        Raises:
+            sqlite3.Error: the database cannot be read.
+        """
+        with self._read() as conn:
+            rows = conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall()
+        return {str(status): int(count) for status, count in rows}
+
     # -- baseline ---------------------------------------------------------------------
 
     def get_task(

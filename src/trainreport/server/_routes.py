@@ -163,4 +163,41 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         replies=(Reply(200, "the columns", "SeriesColumns"), _NOT_FOUND_TASK),
         tags=("page",),
     ),
+    Endpoint(
+        "GET",
+        "/healthz",
+        "healthz",
+        Access.OPEN,
+        "Liveness: the process answers",
+        replies=(Reply(200, "alive", "Health"),),
+        tags=("operations",),
+    ),
+    Endpoint(
+        "GET",
+        "/readyz",
+        "readyz",
+        Access.OPEN,
+        "Readiness: the database is reachable and its migrations are applied",
+        replies=(
+            Reply(200, "ready", "Health"),
+            Reply(503, "not ready (`reason` says why)", "Health"),
+        ),
+        tags=("operations",),
+    ),
+    Endpoint(
+        "GET",
+        "/metrics",
+        "metrics",
+        Access.OPERATOR,
+        "Prometheus metrics (the admin token when one is set)",
+        replies=(
+            Reply(
+                200,
+                "the Prometheus text exposition format",
+                "PrometheusText",
+                media_type="text/plain",
+            ),
+        ),
+        tags=("operations",),
+    ),
 )
