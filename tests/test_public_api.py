@@ -9,12 +9,14 @@ import sys
 import trainreport
 
 EXPECTED = [
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -32,6 +34,8 @@ EXPECTED = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
 ]
 

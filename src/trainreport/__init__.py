@@ -10,12 +10,16 @@ from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Phase, TaskStatus
 from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
+    ClientError,
     ConfigError,
+    NotFoundError,
     ProtocolError,
     SinkError,
     TrainReportError,
     TransitionError,
     TransportError,
+    UnauthorizedError,
+    UnreachableError,
 )
 from trainreport.sinks import (
     Delivered,
@@ -34,12 +38,14 @@ from trainreport.sinks import (
 )
 
 __all__ = [
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -57,6 +63,8 @@ __all__ = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
 ]
 

@@ -11,17 +11,10 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
-
-import urllib3
 
 __all__ = [
-    "ServiceAnswerError",
     "describe_jobs",
     "describe_task",
-    "fetch_job",
-    "fetch_jobs",
-    "fetch_task",
     "format_duration",
     "shown_phase",
     "sparkline",
@@ -29,7 +22,6 @@ __all__ = [
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
-_TIMEOUT_SECONDS = 10.0
 
 
 def sparkline(values: Sequence[float | None], width: int = 48) -> str:
@@ -194,76 +186,3 @@ def describe_jobs(jobs: Sequence[Mapping[str, Any]]) -> str:
                 ]
             )
     return "\n".join(_aligned(rows))
-
-
-class ServiceAnswerError(RuntimeError):
-    """The job-status service answered something other than 200.
-
-    Attributes:
-        status: the HTTP status, e.g. 401 or 404.
-        message: the ``message`` of its JSON error body, or ``""``.
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"the server answered {status}" + (f": {message}" if message else ""))
-        self.status = status
-        self.message = message
-
-
-def _get(base_url: str, path: str, token: str | None) -> Any:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = base_url.rstrip("/") + path
-    response = urllib3.request("GET", url, headers=headers, timeout=_TIMEOUT_SECONDS, retries=False)
-    if response.status != 200:
-        message = ""
-        try:
-            body = json.loads(response.data)
-            if isinstance(body, dict) and isinstance(body.get("message"), str):
-                message = body["message"][:300]
-        except ValueError:
-            pass
-        raise ServiceAnswerError(response.status, message)
-    return json.loads(response.data)
-
-
-def fetch_task(
-    base_url: str, job_id: str, task_id: str = "train", token: str | None = None
-) -> dict[str, Any]:
-    """``GET`` a stored task from a job-status service (10 s timeout, no retries).
-
-    Args:
-        base_url: the service's base URL, e.g. ``http://127.0.0.1:8321``.
-        job_id: the job.
-        task_id: the task (default ``train``).
-        token: bearer token, or ``None``.
-
-    Raises:
-        urllib3.exceptions.HTTPError: the service could not be reached.
-        ServiceAnswerError: it answered anything but 200.
-        ValueError: the body is not JSON.
-    """
-    task: dict[str, Any] = _get(
-        base_url, f"/v1/jobs/{quote(job_id, safe='')}/tasks/{quote(task_id, safe='')}", token
-    )
-    return task
-
-
-def fetch_job(base_url: str, job_id: str, token: str | None = None) -> dict[str, Any]:
-    """``GET /v1/jobs/{job_id}`` (reference server): the job and its task summaries.
-
-    Raises:
-        urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
-    """
-    job: dict[str, Any] = _get(base_url, f"/v1/jobs/{quote(job_id, safe='')}", token)
-    return job
-
-
-def fetch_jobs(base_url: str, token: str | None = None) -> list[dict[str, Any]]:
-    """``GET /v1/jobs`` (reference server): the newest jobs, each with its task summaries.
-
-    Raises:
-        urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
-    """
-    body = _get(base_url, "/v1/jobs", token)
-    jobs: list[dict[str, Any]] = body["jobs"] if isinstance(body, dict) else []
-    return jobs

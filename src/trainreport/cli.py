@@ -16,10 +16,9 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from trainreport._summary import ServiceAnswerError
+from trainreport.exceptions import ClientError, NotFoundError, UnauthorizedError, UnreachableError
 
 __all__ = ["build_parser", "main"]
 
@@ -476,15 +475,8 @@ def _show_token(args: argparse.Namespace) -> str | None:
 def _show(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
-    import urllib3  # noqa: PLC0415
-
-    from trainreport._summary import (  # noqa: PLC0415
-        ServiceAnswerError,
-        describe_jobs,
-        describe_task,
-        fetch_jobs,
-        fetch_task,
-    )
+    from trainreport import client  # noqa: PLC0415
+    from trainreport._summary import describe_jobs, describe_task  # noqa: PLC0415
 
     if args.file is not None:
         try:
@@ -502,53 +494,60 @@ def _show(args: argparse.Namespace) -> int:
         return 2
     try:
         if not args.job_id:
-            print(describe_jobs(fetch_jobs(url, token)))
-            print(f"\nshow a task: trainreport show --url {url} JOB_ID [--task TASK_ID]")
+            print(describe_jobs(client.list_jobs(url, token)))
+            print(
+                f"\nshow a task: trainreport show --url {_shown_url(url)} JOB_ID [--task TASK_ID]"
+            )
             return 0
-        task = fetch_task(url, args.job_id, args.task, token)
-    except urllib3.exceptions.HTTPError as exc:
-        print(f"trainreport show: {type(exc).__name__}: cannot reach {url}", file=sys.stderr)
+        task = client.read_task(url, args.job_id, args.task, token)
+    except UnreachableError as exc:
+        print(f"trainreport show: cannot reach {exc.url} ({exc})", file=sys.stderr)
         return 1
-    except ServiceAnswerError as exc:
-        print(f"trainreport show: {_explain(exc, args, url, token)}", file=sys.stderr)
+    except UnauthorizedError as exc:
+        print(f"trainreport show: {_explain_unauthorized(exc, token)}", file=sys.stderr)
         return 1
-    except ValueError as exc:
-        print(f"trainreport show: {url} did not answer JSON: {exc}", file=sys.stderr)
+    except NotFoundError as exc:
+        print(f"trainreport show: {_explain_not_found(exc, url, token)}", file=sys.stderr)
+        return 1
+    except ClientError as exc:
+        print(f"trainreport show: {exc}", file=sys.stderr)
         return 1
     print(describe_task(task))
     return 0
 
 
-def _explain(exc: ServiceAnswerError, args: argparse.Namespace, url: str, token: str | None) -> str:
+def _shown_url(url: str) -> str:
+    """``url`` as shown to the user: any userinfo replaced by ``***``. Never raises."""
+    from trainreport.client import _redacted  # noqa: PLC0415
+
+    return _redacted(url)
+
+
+def _explain_unauthorized(exc: ClientError, token: str | None) -> str:
     """What a refused ``show --url`` means and what to do about it (never the token)."""
-    if exc.status == 401:
-        if token is None:
-            return (
-                f"{url} requires a token: pass --token-file FILE (a file holding the token) "
-                "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
-            )
+    if exc.status == 403:
+        return f"{exc}; a job token reads its own job only: use that job's token or the admin token"
+    if token is None:
         return (
-            f"{url} refused the token (401): check the token given by --token-file, "
-            "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
+            f"{exc.url} requires a token: pass --token-file FILE (a file holding the token) "
+            "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
         )
-    if exc.status == 404 and args.job_id:
-        return _explain_not_found(args.job_id, args.task, url, token)
-    return str(exc)
+    return (
+        f"{exc.url} refused the token (401): check the token given by --token-file, "
+        "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
+    )
 
 
-def _explain_not_found(job_id: str, task_id: str, url: str, token: str | None) -> str:
+def _explain_not_found(exc: ClientError, base_url: str, token: str | None) -> str:
     """A 404 for a task: is the job missing, or only the task? Name both."""
-    import urllib3  # noqa: PLC0415
+    from trainreport import client  # noqa: PLC0415
 
-    from trainreport._summary import ServiceAnswerError, fetch_job  # noqa: PLC0415
-
+    url, job_id, task_id = exc.url, str(exc.job_id), str(exc.task_id)
     try:
-        job = fetch_job(url, job_id, token)
-    except ServiceAnswerError as exc:
-        if exc.status == 404:
+        job = client.read_job(base_url, job_id, token)
+    except ClientError as inner:
+        if inner.status == 404:
             return f"no job {job_id!r} at {url}; `trainreport show --url {url}` lists the jobs"
-        return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
-    except (urllib3.exceptions.HTTPError, ValueError):
         return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
     tasks = [str(t.get("task_id")) for t in job.get("tasks") or [] if isinstance(t, dict)]
     listed = f"its tasks: {', '.join(tasks)} (pick one with --task)" if tasks else "it has no tasks"
