@@ -13,6 +13,7 @@ in the protocol (``_connections``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime, timezone
@@ -40,6 +41,7 @@ from trainreport.server._auth import (
     principal_of,
 )
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
+from trainreport.server._contract import openapi_document, to_json
 from trainreport.server._db import (
     Applied,
     Database,
@@ -53,7 +55,15 @@ from trainreport.server._metrics import (
     ServerMetrics,
     is_database_error,
 )
-from trainreport.server._routes import ENDPOINTS, Endpoint
+from trainreport.server._routes import (
+    ENDPOINTS,
+    LIMIT,
+    MAX_POINTS,
+    METRICS,
+    NAME,
+    NAMES,
+    Endpoint,
+)
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
@@ -65,6 +75,7 @@ from trainreport.server._wire import (
     validate_id,
     validate_patch,
     validate_update,
+    validate_writer_open,
 )
 
 __all__ = [
@@ -81,9 +92,6 @@ DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 #: Default budget of request body bytes (after decompression) held at once, server-wide.
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
-#: ``GET /v1/jobs`` returns at most this many jobs unless ``?limit=`` says otherwise.
-_DEFAULT_JOB_LIMIT = 100
-_MAX_JOB_LIMIT = 1000
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -240,6 +248,9 @@ class _Api:
 
         return guarded
 
+    async def openapi(self, _request: Request) -> Response:
+        return Response(_openapi_bytes(), media_type="application/json")
+
     async def capabilities(self, _request: Request) -> Response:
         return JSONResponse(
             {
@@ -251,7 +262,7 @@ class _Api:
         )
 
     async def list_jobs(self, request: Request) -> Response:
-        limit = _int_query(request, "limit", _DEFAULT_JOB_LIMIT, 1, _MAX_JOB_LIMIT)
+        limit = LIMIT.read_int(request.query_params)
         principal = principal_of(request)
         own_job = None if principal is None or principal.admin else principal.job_id
 
@@ -286,7 +297,7 @@ class _Api:
 
     async def get_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        include = _bool_query(request, "metrics", default=True)
+        include = METRICS.read_bool(request.query_params)
 
         def read() -> Response:
             task = self._db.get_task(job_id, task_id, include_metrics=include)
@@ -313,8 +324,7 @@ class _Api:
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         async with held_body(request, self._limits, self._budget) as body:
-            if body.strip() and not isinstance(check_text(parse_json(body), body), dict):
-                raise ApiError(422, "invalid_body", "expected an object @ $", {"path": "$"})
+            validate_writer_open(check_text(parse_json(body), body) if body.strip() else None)
 
         def open_writer() -> Response:
             opened = self._db.open_writer(job_id, task_id)
@@ -362,10 +372,11 @@ class _Api:
     async def get_series(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         names: list[str] | None = None
-        if "names" in request.query_params or "name" in request.query_params:
-            names = [n for v in request.query_params.getlist("names") for n in v.split(",")]
-            names += request.query_params.getlist("name")
-        max_points = _int_query(request, "max_points", 0, 0, 1_000_000)
+        params = request.query_params
+        if NAMES.name in params or NAME.name in params:
+            names = [n for v in params.getlist(NAMES.name) for n in v.split(",")]
+            names += params.getlist(NAME.name)
+        max_points = MAX_POINTS.read_int(request.query_params)
 
         def read() -> Response:
             columns = self._db.series_columns(job_id, task_id, names)
@@ -410,6 +421,12 @@ def _points(series: Iterable[SeriesPoints]) -> int:
     return sum(len(s) for s in series)
 
 
+@functools.cache
+def _openapi_bytes() -> bytes:
+    """The contract, generated once per process (it depends on the code only)."""
+    return to_json(openapi_document()).encode("utf-8")
+
+
 def _applied_body(outcome: Applied) -> dict[str, Any]:
     body: dict[str, Any] = {
         "series_lengths": outcome.series_lengths,
@@ -435,30 +452,6 @@ def _task_ids(request: Request) -> tuple[str, str]:
         validate_id(request.path_params["job_id"], "job_id"),
         validate_id(request.path_params["task_id"], "task_id"),
     )
-
-
-def _int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise ApiError(400, "invalid_query", f"{name} must be an integer in [{low}, {high}]")
-    return value
-
-
-def _bool_query(request: Request, name: str, *, default: bool) -> bool:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if raw.lower() in ("1", "true", "yes"):
-        return True
-    if raw.lower() in ("0", "false", "no"):
-        return False
-    raise ApiError(400, "invalid_query", f"{name} must be true or false")
 
 
 # -- errors -----------------------------------------------------------------------------

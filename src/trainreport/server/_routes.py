@@ -9,11 +9,108 @@ rule each one enforces. Pure data: no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from trainreport.server._auth import Access
+from trainreport.server._errors import ApiError
+from trainreport.server._schema import Enum, Integer, Text
 
-__all__ = ["ENDPOINTS", "Endpoint", "Reply"]
+__all__ = [
+    "ENDPOINTS",
+    "LIMIT",
+    "MAX_POINTS",
+    "METRICS",
+    "NAME",
+    "NAMES",
+    "Endpoint",
+    "Query",
+    "Reply",
+]
+
+
+@attrs.frozen
+class Query:
+    """A query parameter: its rule (read by the handler, published in the contract).
+
+    Args:
+        name: the parameter.
+        node: its rule once read: an :class:`Integer` (parsed from decimal text),
+            an :class:`Enum` of words (compared in lower case) or :class:`Text`.
+        default: the value when absent (``None``: absent means "not given").
+        description: for the contract.
+        repeated: whether it may be given several times (read with ``getlist``).
+    """
+
+    name: str
+    node: Integer | Enum | Text
+    default: object
+    description: str
+    repeated: bool = False
+
+    def read_int(self, params: Mapping[str, str]) -> int:
+        """The parameter as an integer within the node's bounds, or its default.
+
+        Raises:
+            ApiError: 400 ``invalid_query``.
+        """
+        assert isinstance(self.node, Integer)
+        assert isinstance(self.default, int)
+        raw = params.get(self.name)
+        if raw is None:
+            return self.default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = self.node.minimum - 1
+        if not self.node.minimum <= value <= self.node.maximum:
+            raise ApiError(
+                400,
+                "invalid_query",
+                f"{self.name} must be an integer in [{self.node.minimum}, {self.node.maximum}]",
+            )
+        return value
+
+    def read_bool(self, params: Mapping[str, str]) -> bool:
+        """The parameter as a boolean (``1/true/yes``, ``0/false/no``), or its default.
+
+        Raises:
+            ApiError: 400 ``invalid_query``.
+        """
+        raw = params.get(self.name)
+        if raw is None:
+            return bool(self.default)
+        if raw.lower() in _TRUE_WORDS:
+            return True
+        if raw.lower() in _FALSE_WORDS:
+            return False
+        raise ApiError(400, "invalid_query", f"{self.name} must be true or false")
+
+
+_TRUE_WORDS = ("1", "true", "yes")
+_FALSE_WORDS = ("0", "false", "no")
+
+#: ``GET /v1/jobs?limit=``.
+LIMIT = Query("limit", Integer(1, 1000), 100, "the most jobs returned, newest first")
+#: ``GET .../tasks/{task_id}?metrics=``.
+METRICS = Query(
+    "metrics",
+    Enum(_TRUE_WORDS + _FALSE_WORDS),
+    True,
+    "false leaves status_details.metrics out (the page's poll); case-insensitive",
+)
+#: ``GET .../series?names=``.
+NAMES = Query("names", Text(), None, "comma-separated series names to return")
+#: ``GET .../series?name=``.
+NAME = Query("name", Text(), None, "one series name (repeat it; for names with a comma)", True)
+#: ``GET .../series?max_points=``.
+MAX_POINTS = Query(
+    "max_points",
+    Integer(0, 1_000_000),
+    0,
+    "thin each series to about this many points for drawing, keeping spikes and gaps (0: all)",
+)
 
 
 @attrs.frozen
@@ -47,6 +144,7 @@ class Endpoint:
         request: the name of the request body's schema, or ``None`` (no body).
         replies: the answers, besides the errors every endpoint may give.
         tags: the contract's grouping.
+        query: the query parameters it reads.
     """
 
     method: str
@@ -57,6 +155,7 @@ class Endpoint:
     request: str | None = None
     replies: tuple[Reply, ...] = ()
     tags: tuple[str, ...] = ()
+    query: tuple[Query, ...] = ()
 
 
 _TASK = "/v1/jobs/{job_id}/tasks/{task_id}"
@@ -77,12 +176,22 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "GET",
+        "/v1/openapi.json",
+        "openapi",
+        Access.OPEN,
+        "This contract, as an OpenAPI 3.1 document",
+        replies=(Reply(200, "the OpenAPI document", "OpenApiDocument"),),
+        tags=("discovery",),
+    ),
+    Endpoint(
+        "GET",
         "/v1/jobs",
         "list_jobs",
         Access.JOB_LIST,
         "List the newest jobs (a job token sees its own job only)",
         replies=(Reply(200, "the jobs, newest first", "JobList"),),
         tags=("jobs",),
+        query=(LIMIT,),
     ),
     Endpoint(
         "GET",
@@ -119,6 +228,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Read a task in the baseline shape (?metrics=false leaves out the curves)",
         replies=(Reply(200, "the stored task", "Task"), _NOT_FOUND_TASK),
         tags=("baseline",),
+        query=(METRICS,),
     ),
     Endpoint(
         "PATCH",
@@ -162,6 +272,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Read series as columns, thinned for drawing (?names=, ?name=, ?max_points=)",
         replies=(Reply(200, "the columns", "SeriesColumns"), _NOT_FOUND_TASK),
         tags=("page",),
+        query=(NAMES, NAME, MAX_POINTS),
     ),
     Endpoint(
         "GET",
