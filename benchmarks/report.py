@@ -81,6 +81,8 @@ from _proxy import ProxyProcess
 from _sync_baseline import SyncTarget, measure_sync_memory
 from _workload import metrics_for, percentile
 from bench_report_call import measure_memory
+from bench_run_log import measure as measure_embedded
+from bench_run_log import render as render_embedded
 from trainreport import MemorySink, Reporter, ReportingConfig
 
 HERE = Path(__file__).resolve().parent
@@ -644,6 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated server modes")
     parser.add_argument("--no-peers", action="store_true", help="skip wandb, MLflow, tensorboardX")
     parser.add_argument("--no-load", action="store_true", help="skip the server ingest test")
+    parser.add_argument(
+        "--no-embedded", action="store_true", help="skip the embedded default (FileSink run log)"
+    )
     parser.add_argument("--load-seconds", type=float, default=0.0, help="per concurrency level")
     parser.add_argument("--no-profile", action="store_true", help="no profiles of missed targets")
     parser.add_argument("--no-write", action="store_true", help="do not write docs/performance.md")
@@ -737,6 +742,16 @@ def main(argv: list[str] | None = None) -> int:
             if missed and plan.profile:
                 profiles = explain_misses(missed, plan, servers, results, ctx, iterations)
 
+    embedded_table = ""
+    if not args.no_embedded:
+        embedded = []
+        for n in plan.sizes:
+            _say(f"embedded default (FileSink run log) / {n} steps")
+            rounds = plan.rounds_small if n == min(plan.sizes) else 1
+            embedded.append(
+                ("trainreport", measure_embedded(n, rounds=rounds, iterations=iterations))
+            )
+        embedded_table = render_embedded(embedded)
     controls = {key[2]: r.slowdown for key, r in results.items() if key[0] == "control" and r.run}
     table = render_table(rows)
     load_table = render_load(load) if load else ""
@@ -745,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(
             "\nReference server ingest (indicative on 2 cores):\n\n" + load_table + "\n"
         )
+    if embedded_table:
+        sys.stdout.write("\nThe embedded default (FileSink run log):\n\n" + embedded_table + "\n")
     sys.stdout.write(
         "\nnoise control (baseline vs itself): "
         + ", ".join(f"{r:.3f} at N={n:,}" for n, r in controls.items())
@@ -767,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
             missed,
             profiles,
             quick=args.quick,
+            embedded_table=embedded_table,
         )
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(doc, encoding="utf-8")
@@ -874,6 +892,7 @@ def render_doc(
     profiles: list[str],
     *,
     quick: bool,
+    embedded_table: str = "",
 ) -> str:
     """docs/performance.md."""
     parts = [
@@ -911,6 +930,19 @@ def render_doc(
             "are indicative only.",
             "",
             load_table,
+            "",
+        ]
+    if embedded_table:
+        parts += [
+            "## The embedded default (FileSink run log)",
+            "",
+            "`Reporter(FileSink(...))` on a local temporary directory, in the same loop: every "
+            "byte the sink wrote (log appends, compactions, the task record at close) over the "
+            "final record (compact JSON, the `GET` shape); the reporter thread's CPU over the "
+            "points recorded; the loop's slowdown. `python benchmarks/bench_run_log.py "
+            "--compare-with OLD_CHECKOUT` measures an earlier version beside it.",
+            "",
+            embedded_table,
             "",
         ]
     parts += ["## Targets", ""]

@@ -10,6 +10,7 @@ checked is that they finish and print what they promise, never how fast.
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,8 +82,18 @@ def test_report_quick_prints_the_table_with_trainreport_rows_and_writes_the_doc(
         for line in result.stdout.splitlines()
         if line.startswith(("| 16 ", "| 64 "))
     ]
+    embedded = _cells(result.stdout, "trainreport |")
+    assert 1 == len(embedded)
+    assert "200" == embedded[0][1]
+    assert re.fullmatch(r"\d+\.\d\dx \((met|missed): < 1\.5x\)", embedded[0][4])
     text = doc.read_text(encoding="utf-8")
-    for heading in ("## Machine", "## Read this first", "## Results", "## Targets"):
+    for heading in (
+        "## Machine",
+        "## Read this first",
+        "## Results",
+        "## The embedded default (FileSink run log)",
+        "## Targets",
+    ):
         assert heading in text
     assert "min_report_interval_seconds = 10 ms" in text
     assert "--steps 200" in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from trainreport import HttpSink, Reporter
+from trainreport import FileSink, HttpSink, Reporter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -134,6 +135,81 @@ def test_show_of_a_running_task_shows_its_eta(tmp_path: Path) -> None:
 
     assert "status running, phase training, step 5 of 10" in out
     assert "ETA 1 min 05 s" in out
+
+
+def log_run(path: Path, steps: int, *, close: bool = True) -> Reporter:
+    """A real run to FileSink(path), every step sent; closed unless asked not to."""
+    reporter = Reporter(FileSink(path), rank=0).start()
+    reporter.report_training_start(max_steps=steps * 2)
+    for step in range(1, steps + 1):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        assert reporter.flush(timeout=10)
+    if close:
+        assert reporter.close(timeout=10)
+    return reporter
+
+
+def test_show_file_reads_a_run_log_while_the_run_goes_on(tmp_path: Path) -> None:
+    """The log of a run still going (no record yet) shows its status and every sent point."""
+    path = tmp_path / "run.log"
+    reporter = log_run(path, 7, close=False)
+
+    result = run_cli("show", "--file", str(path))
+
+    assert 0 == result.returncode, result.stderr
+    assert "status running, phase training, step 7 of 14" in result.stdout
+    assert re.search(r"train_loss\s+7\s", result.stdout)
+    assert "" == result.stderr
+    assert reporter.close(timeout=10)
+
+
+def test_show_file_of_a_damaged_log_shows_what_was_read_and_says_what_was_not(
+    tmp_path: Path,
+) -> None:
+    """A torn tail: the intact records are shown, stderr says what was dropped, exit 0."""
+    path = tmp_path / "run.log"
+    log_run(path, 5)
+    path.write_bytes(path.read_bytes()[:-9])
+
+    result = run_cli("show", "--file", str(path))
+
+    assert 0 == result.returncode
+    assert "train_loss" in result.stdout
+    assert f"{path} is damaged: read its" in result.stderr
+    assert "the log ends inside a record" in result.stderr
+    assert "trainreport.run_log_damaged" not in result.stderr  # said once, in a sentence
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [(b"GIF89a", "neither a run log"), (b"trainreport-log\n", "holds no task yet")],
+)
+def test_show_file_with_nothing_readable_exits_1_with_the_reason(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    """Not a log, or a log with no task: one line on stderr, exit 1, no traceback."""
+    path = tmp_path / "x.log"
+    path.write_bytes(content)
+
+    result = run_cli("show", "--file", str(path))
+
+    assert 1 == result.returncode
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_show_file_of_a_record_older_than_its_log_points_to_the_log(tmp_path: Path) -> None:
+    """run.json from an earlier close, run.log written since (a run that did not close)."""
+    record = tmp_path / "run.json"
+    log_run(record, 3)
+    later = log_run(record, 4, close=False)
+    os.utime(record, (1, 1))
+
+    result = run_cli("show", "--file", str(record))
+
+    assert 0 == result.returncode
+    assert f"note: {tmp_path / 'run.log'} is newer than this record" in result.stderr
+    assert later.close(timeout=10)
 
 
 # -- show --url: jobs, tokens, errors ---------------------------------------------------

@@ -7,7 +7,6 @@ are tested in-process with recording stand-ins for the previous hooks.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport import MemorySink, Reporter, ReportingConfig, read_task
 from trainreport.integrations import PREEMPTED, install_failure_hooks
 from trainreport.testing import capture_events
 
@@ -67,8 +66,8 @@ def start_child(body: str, record: Path) -> subprocess.Popen[str]:
 
 
 def stored(record: Path) -> dict[str, Any]:
-    task: dict[str, Any] = json.loads(record.read_text())
-    return task
+    """The task the child's FileSink holds: its run log (the record exists only after close)."""
+    return read_task(record.with_suffix(".log"))
 
 
 def test_importing_trainreport_imports_no_framework() -> None:

@@ -26,6 +26,7 @@ EXPECTED = [
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
+    "RunLogError",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -37,6 +38,7 @@ EXPECTED = [
     "UnauthorizedError",
     "UnreachableError",
     "Update",
+    "read_task",
 ]
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainreport import read_task
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,6 +29,7 @@ def test_plain_loop_example_runs_and_writes_the_curves(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", example], cwd=tmp_path, check=True, timeout=120)
     task = json.loads((tmp_path / "trainreport-runs" / "example.json").read_text())
     details = task["status_details"]
+    assert task == read_task(tmp_path / "trainreport-runs" / "example.log")
     assert "completed" == task["status"]
     assert 200 == details["step"]
     assert 100.0 == details["percentage_done"]

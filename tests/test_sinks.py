@@ -1,20 +1,45 @@
-"""MemorySink and FileSink: merge semantics, atomic replacement, resume from the file."""
+"""MemorySink and FileSink: merge semantics; FileSink's run log, resume, task record, kill.
+
+FileSink tests use real files in ``tmp_path`` and, for the kill, a real child
+process that SIGKILLs itself.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import pickle
+import signal
+import subprocess
+import sys
 import threading
 from array import array
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import curve, without_updated_at
-from trainreport import Delivered, FileSink, MemorySink, Reporter, ReportingConfig, Resynchronise
+from trainreport import (
+    ConfigError,
+    Delivered,
+    FileSink,
+    MemorySink,
+    Opened,
+    Rejected,
+    Reporter,
+    ReportingConfig,
+    Resynchronise,
+    RetryLater,
+    RunLogError,
+    read_task,
+)
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks import default_sink_from_env
+from trainreport.sinks._runlog_replay import replay
+from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,34 +106,50 @@ def test_file_sink_writes_the_get_shape_and_resumes_from_it(tmp_path: Path) -> N
     assert [1, 2, 3] == [p[0] for p in curve(json.loads(path.read_text()), "train_loss")]
 
 
-def test_file_sink_replaces_atomically_so_readers_never_see_partial_json(tmp_path: Path) -> None:
-    """While a reporter rewrites the file, every read parses as complete JSON."""
-    path = tmp_path / "job.json"
-    reporter = Reporter(
-        FileSink(path), ReportingConfig(min_report_interval_seconds=0.0), rank=0
-    ).start()
+def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Path) -> None:
+    """While a reporter appends and compacts, every read_task gives a growing prefix of the run.
+
+    A send per report makes records small, so the log outgrows its snapshot and is
+    compacted several times; a reader must never see it vanish or shrink.
+    """
+    path = tmp_path / "job.log"
+    sink = FileSink(path)
+    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.0), rank=0).start()
     stop = threading.Event()
     bad: list[str] = []
+    reads = [0]
 
     def read_loop() -> None:
+        seen = -1  # points in the last task read; -1: no task read yet
         while not stop.is_set():
-            if path.exists():
-                text = path.read_text()
-                try:
-                    json.loads(text)
-                except ValueError:
-                    bad.append(text[:80])
+            try:
+                task = read_task(path)
+            except (RunLogError, FileNotFoundError) as exc:
+                if seen >= 0:
+                    bad.append(f"unreadable after {seen} points: {exc}")
+                continue
+            metrics = task["status_details"].get("metrics", {})
+            steps = [p["step"] for p in metrics.get("train_loss", [])]
+            reads[0] += 1
+            if steps != list(range(1, len(steps) + 1)) or len(steps) < seen:
+                bad.append(f"{len(steps)} points after {seen}: {steps[:5]}")
+            seen = max(seen, len(steps))
 
     reader = threading.Thread(target=read_loop)
     reader.start()
+    compactions = 0
     for step in range(1, 3001):
         reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
-        if step % 300 == 0:
-            reporter.flush(timeout=5)
+        assert reporter.flush(timeout=5)
+        writer = sink._writer
+        compactions = max(compactions, writer.compactions if writer is not None else 0)
     assert reporter.close(timeout=10)
     stop.set()
     reader.join()
     assert [] == bad
+    assert reads[0] > 0
+    assert compactions >= 2
+    assert 3000 == len(curve(json.loads(path.with_suffix(".json").read_text()), "train_loss"))
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
 
 
@@ -140,7 +181,261 @@ def test_default_sink_is_a_unique_file_per_run_unless_the_job_is_named(
     assert Path("trainreport-runs") == first.path.parent
     named = default_sink_from_env({"TRAINREPORT_JOB_ID": "job-7"})
     assert isinstance(named, FileSink)
-    assert Path("trainreport-runs/job-7.json") == named.path
+    assert Path("trainreport-runs/job-7.log") == named.path
+    assert Path("trainreport-runs/job-7.json") == named.record_path
     unsafe = default_sink_from_env({"TRAINREPORT_JOB_ID": "../../etc/passwd"})
     assert isinstance(unsafe, FileSink)
     assert Path("trainreport-runs") == unsafe.path.parent
+
+
+def test_the_default_log_records_the_job_and_task_for_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded default's log says where `trainreport sync` should upload it."""
+    monkeypatch.chdir(tmp_path)
+    sink = default_sink_from_env({"TRAINREPORT_JOB_ID": "job-7", "TRAINREPORT_TASK_ID": "eval"})
+    assert isinstance(sink, FileSink)
+    assert Path("trainreport-runs/job-7.eval.log") == sink.path
+    assert isinstance(sink.open(), Opened)
+    sink.close()
+    assert {"job_id": "job-7", "task_id": "eval"} == replay(sink.log_path.read_bytes()).run
+    unnamed = default_sink_from_env({})
+    assert isinstance(unnamed, FileSink)
+    unnamed.open()
+    unnamed.close()
+    assert unnamed.path.stem == replay(unnamed.log_path.read_bytes()).run["job_id"]
+
+
+@pytest.mark.parametrize(
+    ("given", "log", "record"),
+    [
+        ("run.json", "run.log", "run.json"),
+        ("run.log", "run.log", "run.json"),
+        ("run", "run", "run.json"),
+        ("run.v2", "run.v2", "run.v2.json"),
+    ],
+)
+def test_file_sink_paths_a_json_name_is_the_record_anything_else_the_log(
+    tmp_path: Path, given: str, log: str, record: str
+) -> None:
+    """FileSink('x.json') keeps older code working: x.json is the record, x.log the log."""
+    sink = FileSink(tmp_path / given)
+    assert (tmp_path / log, tmp_path / record) == (sink.log_path, sink.record_path)
+    reporter = Reporter(sink, rank=0).start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert reporter.close(timeout=5)
+    assert replay((tmp_path / log).read_bytes()).damage is None
+    assert [(1, 1, 1.0)] == curve(json.loads((tmp_path / record).read_text()), "train_loss")
+
+
+def test_file_sink_resumes_from_an_older_json_record_and_keeps_it_in_the_log(
+    tmp_path: Path,
+) -> None:
+    """A record written by an older FileSink (no log beside it) is where the run continues."""
+    path = tmp_path / "job.json"
+    path.write_text(
+        json.dumps(
+            {
+                "status": "failed",
+                "status_details": {
+                    "owner": "a",
+                    "metrics": {"train_loss": [{"step": 1, "epoch": 1, "value": 1.0}]},
+                },
+            }
+        )
+    )
+    reporter = Reporter(FileSink(path), rank=0).start()
+    reporter.report_train_step(step=2, metrics={"loss": 2.0})
+    assert reporter.flush(timeout=5)
+
+    from_log = read_task(tmp_path / "job.log")
+
+    assert [1, 2] == [p[0] for p in curve(from_log, "train_loss")]
+    assert "a" == from_log["status_details"]["owner"]
+    assert reporter.close(timeout=5)
+    assert [1, 2] == [p[0] for p in curve(json.loads(path.read_text()), "train_loss")]
+
+
+def test_the_log_wins_over_an_older_record_beside_it(tmp_path: Path) -> None:
+    """A run that crashed after a clean close of an earlier one resumes from the log."""
+    path = tmp_path / "job.json"
+    first = Reporter(FileSink(path), rank=0).start()
+    first.report_train_step(step=1, metrics={"loss": 1.0})
+    assert first.close(timeout=5)
+    crashed = FileSink(path)
+    crashed.open()
+    crashed.send(
+        Update(None, {}, (SeriesUpdate("train_loss", 1, *_cols([2])),), False)
+    )  # never closed: the record still says one point
+    crashed._writer.close()  # type: ignore[union-attr]  # the process died: only its lock goes
+
+    second = Reporter(FileSink(path), rank=0).start()
+    second.report_train_step(step=3, metrics={"loss": 3.0})
+    assert second.close(timeout=5)
+
+    assert [1, 2, 3] == [p[0] for p in curve(json.loads(path.read_text()), "train_loss")]
+
+
+def _cols(steps: list[int]) -> tuple[array[int], array[int], array[float]]:
+    return array("q", steps), array("i", [1] * len(steps)), array("d", [float(s) for s in steps])
+
+
+KILLED_RUN = """
+import os, signal, sys
+from trainreport import FileSink, Reporter, ReportingConfig
+reporter = Reporter(FileSink(sys.argv[1], fsync_interval_seconds=float("inf")),
+                    ReportingConfig(min_report_interval_seconds=3600.0), rank=0).start()
+for step in range(1, 101):
+    reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+    if step % 25 == 0:
+        assert reporter.flush(timeout=10)
+reporter.report_train_step(step=101, metrics={"loss": 0.0})  # queued, never sent
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_run_keeps_every_point_it_had_sent(tmp_path: Path) -> None:
+    """SIGKILL without fsync: the kernel has every flushed record; show --file reads them."""
+    path = tmp_path / "killed.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_RUN, str(path)], env=env, timeout=60, check=False
+    )
+
+    assert -signal.SIGKILL == child.returncode
+    task = read_task(path)
+    assert list(range(1, 101)) == [p[0] for p in curve(task, "train_loss")]
+    assert not path.with_suffix(".json").exists()
+
+
+def test_bytes_written_grow_linearly_with_the_run(tmp_path: Path) -> None:
+    """Four times the steps write about four times the bytes, and under 1.5x the final record."""
+
+    def run(steps: int) -> tuple[int, int]:
+        sink = FileSink(tmp_path / f"{steps}.log")
+        reporter = Reporter(
+            sink, ReportingConfig(min_report_interval_seconds=3600.0), rank=0
+        ).start()
+        for step in range(1, steps + 1):
+            reporter.report_train_step(
+                step=step, metrics={f"m{i}": step / (i + 1) for i in range(14)}
+            )
+            if step % 50 == 0:
+                assert reporter.flush(timeout=10)
+        assert reporter.close(timeout=10)
+        return sink.bytes_written, sink.record_path.stat().st_size
+
+    short_bytes, _ = run(500)
+    long_bytes, record = run(2000)
+
+    assert long_bytes / short_bytes < 4.5
+    assert long_bytes / record < 1.5
+
+
+def test_a_second_process_on_the_same_log_is_rejected_not_interleaved(tmp_path: Path) -> None:
+    """Two runs given the same job id: the second gets Rejected until the first closes."""
+    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
+    assert isinstance(first.open(), Opened)
+    refused = second.open()
+    assert isinstance(refused, Rejected)
+    assert "another process" in refused.reason
+    first.close()
+    assert isinstance(second.open(), Opened)
+    second.close()
+
+
+def test_an_unusable_directory_is_retried_not_raised(tmp_path: Path) -> None:
+    """A path under a regular file cannot be created: open() says retry later."""
+    (tmp_path / "file").write_text("")
+    assert isinstance(FileSink(tmp_path / "file" / "job.log").open(), RetryLater)
+
+
+def test_fsync_happens_at_the_interval_and_at_close_never_per_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a 10 s interval, sends within it are written but not fsync-ed; close() fsyncs."""
+    clock = FakeClock()
+    fsyncs: list[int] = []
+    real = os.fsync
+    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=10.0, clock=clock)
+    sink.open()
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real(fd))[1])
+
+    def send(step: int) -> None:
+        update = Update(
+            "running", {"step": step}, (SeriesUpdate("a", step - 1, *_cols([step])),), False
+        )
+        assert isinstance(sink.send(update), Delivered)
+
+    send(1)  # the first send fsyncs (the log now exists durably)
+    for step in range(2, 6):
+        clock.advance(1.0)
+        send(step)
+    assert 1 == len(fsyncs)
+    clock.advance(10.0)
+    send(6)
+    assert 2 == len(fsyncs)
+    sink.close()
+    assert len(fsyncs) >= 3
+
+
+def test_a_full_disk_is_retried_and_then_nothing_is_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write() failing with ENOSPC is RetryLater; once the disk has room, the log holds all."""
+    sink = FileSink(tmp_path / "job.log")
+    sink.open()
+    real = os.write
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    first = Update("running", {"owner": "a"}, (SeriesUpdate("a", 0, *_cols([1, 2])),), False)
+    assert isinstance(sink.send(first), RetryLater)
+    monkeypatch.setattr(os, "write", real)
+    again = Update("running", {"owner": "a"}, (SeriesUpdate("a", 0, *_cols([1, 2, 3])),), False)
+    result = sink.send(again)
+    sink.close()
+
+    assert isinstance(result, Delivered)
+    assert {"a": 3} == result.series_lengths
+    task = read_task(sink.log_path)
+    assert [1, 2, 3] == [p[0] for p in curve(task, "a")]
+    assert "a" == task["status_details"]["owner"]
+
+
+def test_a_failed_compaction_does_not_fail_the_send_and_is_not_retried_every_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.replace refused (as on Windows, with the log open): the append stands, logged once."""
+    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=math.inf)
+    sink.open()
+    replaced: list[str] = []
+
+    def refuse(src: Any, dst: Any) -> None:
+        replaced.append(str(dst))
+        raise PermissionError(13, "Access is denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    results = []
+    with capture_events() as events:
+        for i in range(3000):  # the same tail again and again: compaction comes due
+            update = Update("running", {"step": i}, (SeriesUpdate("a", 0, *_cols([1, 2])),), False)
+            results.append(sink.send(update))
+    monkeypatch.undo()
+    sink.close()
+
+    assert all(isinstance(r, Delivered) for r in results)
+    assert 1 <= len(replaced) < 5
+    failed = [e for e in events if e["event"] == "trainreport.run_log_write_failed"]
+    assert 1 == len(failed)
+    assert [1, 2] == [p[0] for p in curve(read_task(sink.log_path), "a")]
+
+
+@pytest.mark.parametrize("interval", [-1.0, math.nan, "10"])
+def test_a_bad_fsync_interval_is_a_config_error(tmp_path: Path, interval: Any) -> None:
+    """The interval is checked when the sink is built, where the caller can fix it."""
+    with pytest.raises(ConfigError, match="fsync_interval_seconds"):
+        FileSink(tmp_path / "job.log", fsync_interval_seconds=interval)

@@ -14,6 +14,7 @@ from trainreport.exceptions import (
     ConfigError,
     NotFoundError,
     ProtocolError,
+    RunLogError,
     SinkError,
     TrainReportError,
     TransitionError,
@@ -36,6 +37,7 @@ from trainreport.sinks import (
     Split,
     Update,
 )
+from trainreport.sinks._runfile import read_task
 
 __all__ = [
     "ClientError",
@@ -55,6 +57,7 @@ __all__ = [
     "ReportingConfig",
     "Resynchronise",
     "RetryLater",
+    "RunLogError",
     "SeriesUpdate",
     "Sink",
     "SinkError",
@@ -66,6 +69,7 @@ __all__ = [
     "UnauthorizedError",
     "UnreachableError",
     "Update",
+    "read_task",
 ]
 
 __version__ = "0.1.0"

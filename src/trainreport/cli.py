@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | token | demo | show`` and ``--version``.
+"""The ``trainreport`` command line: ``serve | token | demo | show | sync`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -10,15 +10,20 @@ happen inside the handler, so ``trainreport --help`` works without the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
+import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainreport.exceptions import ClientError, NotFoundError, UnauthorizedError, UnreachableError
+
+if TYPE_CHECKING:
+    from trainreport.sinks._runfile import RunFile
 
 __all__ = ["build_parser", "main"]
 
@@ -87,7 +92,7 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
+    if not 0 < value < 1e9:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text}")
     return value
 
@@ -436,15 +441,20 @@ def _add_show(subparsers: Any) -> None:
         "show",
         help="print a stored task (status, progress, series, hyperparameters) or list the jobs",
         description=(
-            "Print a task stored by a job-status service (--url URL JOB_ID) or a FileSink "
-            "(--file). --url URL without a job id lists the jobs of the reference server. "
+            "Print a task stored by a job-status service (--url URL JOB_ID) or by a FileSink "
+            "(--file: a run log, or the task record written at close). --url URL without a "
+            "job id lists the jobs of the reference server. "
             "A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
             "$TRAINREPORT_TOKEN_FILE, in that order."
         ),
     )
     source = show.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", help="base URL of the job-status service")
-    source.add_argument("--file", type=Path, help="a task JSON file written by FileSink")
+    source.add_argument(
+        "--file",
+        type=Path,
+        help="a run log (trainreport-runs/<run id>.log) or a task record (.json) of a FileSink",
+    )
     show.add_argument("job_id", nargs="?", help="the job (with --url; without it: list the jobs)")
     show.add_argument("--task", default="train", help="the task id (default: train)")
     token = show.add_mutually_exclusive_group()
@@ -459,7 +469,7 @@ def _add_show(subparsers: Any) -> None:
 
 
 def _show_token(args: argparse.Namespace) -> str | None:
-    """The bearer token for ``show --url``: flags first, then the environment."""
+    """The bearer token for ``show --url`` and ``sync``: flags first, then the environment."""
     if args.token_file is not None:
         return str(args.token_file.read_text(encoding="utf-8").strip()) or None
     if args.token:
@@ -473,19 +483,11 @@ def _show_token(args: argparse.Namespace) -> str | None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
-
     from trainreport import client  # noqa: PLC0415
     from trainreport._summary import describe_jobs, describe_task  # noqa: PLC0415
 
     if args.file is not None:
-        try:
-            task = json.loads(args.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            print(f"trainreport show: cannot read {args.file}: {exc}", file=sys.stderr)
-            return 1
-        print(describe_task(task))
-        return 0
+        return _show_file(args.file)
     url = args.url.rstrip("/")
     try:
         token = _show_token(args)
@@ -513,6 +515,68 @@ def _show(args: argparse.Namespace) -> int:
         print(f"trainreport show: {exc}", file=sys.stderr)
         return 1
     print(describe_task(task))
+    return 0
+
+
+@contextlib.contextmanager
+def _quiet_library_log() -> Iterator[None]:
+    """Keep trainreport's own log events (e.g. ``run_log_damaged``) off the terminal.
+
+    The command says the same in a sentence of its own; without a handler, Python
+    would print the raw event to stderr as well.
+    """
+    logger = logging.getLogger("trainreport")
+    handler = logging.NullHandler()
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+def _load(command: str, path: Path) -> RunFile | None:
+    """Read a run log or task record for ``command``; prints why not and returns None."""
+    from trainreport.exceptions import RunLogError  # noqa: PLC0415
+    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+
+    try:
+        with _quiet_library_log():
+            run = load_run_file(path)
+    except OSError as exc:
+        print(f"trainreport {command}: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+    except RunLogError as exc:
+        print(f"trainreport {command}: {exc}", file=sys.stderr)
+        return None
+    if run.damage is not None:
+        print(
+            f"trainreport {command}: {path} is damaged: read its {run.records} intact records "
+            f"up to byte {run.damage.offset:,}; the rest is unreadable ({run.damage.describe()})",
+            file=sys.stderr,
+        )
+    return run
+
+
+def _show_file(path: Path) -> int:
+    from trainreport._summary import describe_task  # noqa: PLC0415
+    from trainreport.sinks._runfile import log_and_record_paths  # noqa: PLC0415
+
+    run = _load("show", path)
+    if run is None:
+        return 1
+    print(describe_task(run.task))
+    if run.trimmed:
+        print(
+            f"note: a trimmed journal: {len(run.trimmed)} series start past their first point "
+            "(the service holds the rest)"
+        )
+    log = log_and_record_paths(path)[0]
+    if not run.is_log and log.exists() and log.stat().st_mtime > path.stat().st_mtime:
+        print(
+            f"note: {log} is newer than this record (a run still going, or one that did not "
+            f"close): trainreport show --file {log}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -554,7 +618,105 @@ def _explain_not_found(exc: ClientError, base_url: str, token: str | None) -> st
     return f"job {job_id!r} has no task {task_id!r} at {url}; {listed}"
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_token, _add_demo, _add_show)
+# -- sync -------------------------------------------------------------------------------
+
+
+def _add_sync(subparsers: Any) -> None:
+    sync = subparsers.add_parser(
+        "sync",
+        help="upload a run log (or a task record) to a job-status service, without training",
+        description=(
+            "Upload a FileSink's run log (or task record) to a job-status service: the "
+            "offline-node workflow (record on a node without network, upload later). Sends "
+            "each series' points past what the service holds, nothing twice: running it again "
+            "sends nothing new. A series the service holds more of, or holds different points "
+            "of, is left as stored; the log's status and fields are sent unless the service's "
+            "are as new or newer (updated_at). Do not sync a run that is still reporting to the "
+            "same task: with the reference server's extension, sync takes over the task's "
+            "writer. A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
+            "$TRAINREPORT_TOKEN_FILE, in that order; $TRAINREPORT_CA_CERTS verifies TLS."
+        ),
+    )
+    sync.add_argument("path", type=Path, help="the run log (.log) or task record (.json)")
+    sync.add_argument("--url", required=True, help="base URL of the job-status service")
+    sync.add_argument(
+        "--job", help="the job id (default: the one the log recorded, else the file's name)"
+    )
+    sync.add_argument("--task", help="the task id (default: the one the log recorded, else train)")
+    token = sync.add_mutually_exclusive_group()
+    token.add_argument("--token-file", type=Path, help="read the bearer token from this file")
+    token.add_argument(
+        "--token", help="bearer token (visible in the process list: prefer --token-file)"
+    )
+    sync.add_argument(
+        "--full-state",
+        action="store_true",
+        help=(
+            "send full-state PATCH bodies (the baseline) even when the service offers the "
+            "series-suffix extension"
+        ),
+    )
+    sync.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=60.0,
+        help="seconds each of the open and the send may take (default: 60)",
+    )
+    sync.set_defaults(handler=_sync)
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from trainreport._sync import SyncError, describe_sync, sync  # noqa: PLC0415
+    from trainreport.exceptions import ConfigError  # noqa: PLC0415
+    from trainreport.sinks import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
+
+    run = _load("sync", args.path)
+    if run is None:
+        return 1
+    name = args.path.name
+    if args.path.suffix in (LOG_SUFFIX, RECORD_SUFFIX):
+        name = args.path.stem
+    job = args.job or run.run.get("job_id") or name
+    task = args.task or run.run.get("task_id") or "train"
+    try:
+        token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport sync: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    url = args.url.rstrip("/")
+    try:
+        sink = HttpSink(
+            url,
+            job,
+            task,
+            token,
+            ca_certs=os.environ.get("TRAINREPORT_CA_CERTS") or None,
+            connect_timeout_seconds=min(args.timeout, 10.0),
+            read_timeout_seconds=args.timeout,
+            use_extension=not args.full_state,
+        )
+    except ConfigError as exc:
+        print(f"trainreport sync: {'; '.join(exc.problems)}", file=sys.stderr)
+        return 2
+    print(f"trainreport sync: {args.path} -> {url} job {job!r} task {task!r}")
+    try:
+        with _quiet_library_log():
+            report = sync(run.state, sink, timeout_seconds=args.timeout)
+    except SyncError as exc:
+        print(f"trainreport sync: {exc}", file=sys.stderr)
+        return 1
+    print(describe_sync(report))
+    return 0
+
+
+_COMMANDS: tuple[Callable[[Any], None], ...] = (
+    _add_serve,
+    _add_token,
+    _add_demo,
+    _add_show,
+    _add_sync,
+)
 
 
 if __name__ == "__main__":

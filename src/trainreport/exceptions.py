@@ -5,6 +5,7 @@ Every exception trainreport raises derives from :class:`TrainReportError`::
     TrainReportError
     ├── ConfigError            a configuration mapping or file failed to parse (strict mode)
     ├── TransitionError        a refused status or phase transition (strict mode only)
+    ├── RunLogError            a run log or task record file holds nothing readable
     ├── SinkError              a sink could not talk to its destination
     │   ├── TransportError     connection refused, reset, timed out, DNS failure
     │   └── ProtocolError      the server answered something that is not the protocol
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "NotFoundError",
     "ProtocolError",
+    "RunLogError",
     "SinkError",
     "TrainReportError",
     "TransitionError",
@@ -61,6 +63,18 @@ class TransitionError(TrainReportError):
 
     Raised only when the reporter runs in strict mode (tests); otherwise the
     refused transition is logged and ignored. See ``docs/lifecycle.md``.
+    """
+
+
+class RunLogError(TrainReportError, ValueError):
+    """Nothing in a run log or task record file can be read.
+
+    Raised by :func:`trainreport.read_task` (and ``trainreport show --file`` /
+    ``trainreport sync`` report it) for a file that is neither a run log nor a
+    JSON task, a log whose first record is damaged or from a newer format
+    version, or a log that holds no task yet. A log damaged after some intact
+    records is not an error: those records are read and the damage is logged.
+    Never raised on the training path (``FileSink`` logs and repairs instead).
     """
 
 

@@ -1,7 +1,7 @@
 """Sinks: where a Reporter's updates go (DESIGN §2).
 
-``MemorySink`` (tests, notebooks), ``FileSink`` (a JSON file, the embedded
-default), ``HttpSink`` (a job-status service), ``KubeflowSink`` (Kubeflow
+``MemorySink`` (tests, notebooks), ``FileSink`` (a run log on local disk, the
+embedded default), ``HttpSink`` (a job-status service), ``KubeflowSink`` (Kubeflow
 Trainer's TrainJob status), and the :class:`Sink` interface to write your own.
 """
 
@@ -83,10 +83,13 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     - else ``KUBEFLOW_TRAINER_SERVER_URL`` set (inside a Kubeflow TrainJob): a
       :class:`KubeflowSink` (an unusable URL is logged and falls through to the
       file).
-    - otherwise a :class:`FileSink` at ``./trainreport-runs/<run id>.json``,
-      where the run id is ``TRAINREPORT_JOB_ID`` when it is a safe file name
-      (so a job resumes its own file) and a fresh unique id otherwise (so a
-      second run never rewinds the first).
+    - otherwise a :class:`FileSink` writing the run log
+      ``./trainreport-runs/<run id>.log`` (and ``<run id>.json``, the task
+      record, at close), where the run id is ``TRAINREPORT_JOB_ID`` (with
+      ``.<TRAINREPORT_TASK_ID>`` when the task is not ``train``) when it is a
+      safe file name (so a job resumes its own log) and a fresh unique id
+      otherwise (so a second run never rewinds the first). The log records
+      the job and task ids for ``trainreport sync``.
 
     Args:
         environ: the environment (default ``os.environ``).
@@ -116,11 +119,15 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
                 reason="; ".join(exc.problems)[:300],
             )
     run_id = new_run_id()
+    task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
     if job_id:
-        task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
         candidate = job_id if task_id == "train" else f"{job_id}.{task_id}"
         if _SAFE_ID.match(candidate):
             run_id = candidate
         else:
             _log.warning("trainreport.unsafe_run_id", replaced_by=run_id)
-    return FileSink(Path(DEFAULT_RUNS_DIRECTORY) / f"{run_id}.json")
+    return FileSink(
+        Path(DEFAULT_RUNS_DIRECTORY) / f"{run_id}.log",
+        job_id=job_id or run_id,
+        task_id=task_id,
+    )

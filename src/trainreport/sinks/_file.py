@@ -1,15 +1,16 @@
-"""FileSink: the merged task record as a JSON file, replaced atomically on every send."""
+"""FileSink: the embedded default, a run log on local disk plus the task record at close."""
 
 from __future__ import annotations
 
-import contextlib
 import json
+import math
 import os
-import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainreport._logging import get_logger
+from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -22,97 +23,234 @@ from trainreport._sink import (
     Sink,
     Update,
 )
-from trainreport.sinks._record import SeriesGapError, TaskRecord
+from trainreport.exceptions import ConfigError
+from trainreport.sinks._record import SeriesGapError
+from trainreport.sinks._runfile import log_and_record_paths
+from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, replace_file
 
 __all__ = ["FileSink"]
 
 _log = get_logger()
+_CAPABILITIES = frozenset({CAPABILITY_SERIES_SUFFIX})
+
+
+def _write_failed(path: Path, exc: Exception) -> None:
+    _log.warning("trainreport.run_log_write_failed", path=str(path), error=describe_exception(exc))
 
 
 class FileSink(Sink):
-    """Keeps the task record (the ``GET`` shape) in a JSON file on local disk.
+    """Keeps a run on local disk: an append-only run log, and the task record at close.
 
-    Every send merges the update (both wire modes, exactly as the reference
-    server would) and replaces the file atomically: write a temporary file in
-    the same directory, ``fsync`` it, ``os.replace`` it over the old one, so a
-    reader never sees a half-written file. The JSON is written series by
-    series, so no single encoding call holds the GIL for long.
+    Every send appends one record to the run log (the series' new points and
+    the task fields that changed) with one ``write()``, so bytes written grow
+    linearly with the run and a killed process loses nothing the kernel has.
+    The log is ``fsync``-ed every ``fsync_interval_seconds`` and at
+    :meth:`close`, compacted atomically when it grows past about twice the
+    snapshot it describes, and replayed by :meth:`open` to resume. At
+    :meth:`close`, the task record in the ``GET`` shape a job-status service
+    would return is written atomically beside the log; during the run (or
+    after a crash) :func:`trainreport.read_task` and ``trainreport show
+    --file`` produce it from the log. Format, repairs and guarantees:
+    ``docs/engine.md``, "The run log".
 
-    An existing file is read at :meth:`open` and the run resumes from it.
+    Paths (:attr:`log_path`, :attr:`record_path`):
+
+    - ``FileSink("run.json")``: the task record is ``run.json`` (as older
+      versions wrote, which rewrote it at every send) and the log ``run.log``;
+      an existing ``run.json`` with no log beside it is resumed from;
+    - ``FileSink("run.log")``: the log is ``run.log``, the record ``run.json``;
+    - any other name is the log, and the record is ``<name>.json``.
+
+    The log is locked (``flock``) while open: a second process opening the
+    same log gets :class:`~trainreport.Rejected` until the first closes.
 
     Args:
-        path: the JSON file (str or ``os.PathLike``); parent directories are
+        path: see above (``str`` or ``os.PathLike``); parent directories are
             created at :meth:`open`.
+        job_id: recorded in the log, so ``trainreport sync`` knows where to
+            upload it (default: the file name).
+        task_id: recorded likewise (default: ``"train"`` at sync time).
+        fsync_interval_seconds: the least time between two ``fsync`` calls
+            during the run, seconds (``0``: every send; ``math.inf``: only at
+            close). Between them, a power loss (not a killed process) can
+            lose the last records.
+        clock: monotonic clock for the fsync interval (seconds); injectable.
+
+    Raises:
+        ConfigError: ``fsync_interval_seconds`` is not a number >= 0.
+
+    Attributes:
+        path: the path given.
+        log_path: the run log (a :class:`pathlib.Path`).
+        record_path: the task record written at :meth:`close`.
+        bytes_written: bytes written so far by this sink (log appends,
+            compactions, repairs and the task record).
+
+    Holds no file until :meth:`open`, so an unopened sink pickles. Driven by
+    one thread (the reporter thread).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        job_id: str | None = None,
+        task_id: str | None = None,
+        fsync_interval_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = Path(path)
-        self._record: TaskRecord | None = None
+        self.log_path, self.record_path = log_and_record_paths(path)
+        interval = fsync_interval_seconds
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval >= 0:
+            raise ConfigError(["expected a number of seconds >= 0 @ $.fsync_interval_seconds"])
+        self._run = {k: v for k, v in (("job_id", job_id), ("task_id", task_id)) if v}
+        self.fsync_interval_seconds = float(interval)
+        self._once = OnceLogger()
+        self.clock = clock
+        self.bytes_written = 0
+        self._writer: RunLogWriter | None = None
+        self._last_fsync = -math.inf
 
     def __repr__(self) -> str:
         return f"FileSink({str(self.path)!r})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_writer"] = None
+        return state
+
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
-        """Read the stored task from the file (a missing file is a new task).
+        """Replay the run log (or read an older task record) to resume; create the log if new.
+
+        A damaged log is repaired (``trainreport.run_log_damaged``): every
+        record before the damage is kept.
 
         Returns:
-            :class:`Opened` with the series-suffix capability; :class:`RetryLater`
-            when the directory cannot be created or the file cannot be read.
+            :class:`Opened` with the series-suffix capability and the stored
+            task; :class:`Rejected` when another process writes the same log;
+            :class:`RetryLater` when the directory or the log cannot be
+            created or read. Never raises.
         """
+        if self._writer is not None:
+            return Opened(capabilities=_CAPABILITIES, stored_task=self._writer.state.to_task())
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            stored: dict[str, Any] | None = None
-            if self.path.exists():
-                try:
-                    stored = json.loads(self.path.read_text(encoding="utf-8"))
-                except ValueError:
-                    _log.warning(
-                        "trainreport.stored_task_malformed",
-                        path=str(self.path),
-                        reason="the file is not JSON",
-                    )
-                    stored = {}
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            writer = RunLogWriter.open(self.log_path, run=self._run)
+        except LogBusyError:
+            return Rejected(f"another process is writing {self.log_path}")
         except OSError as exc:
-            return RetryLater(f"cannot read {self.path}: {exc.strerror or exc}")
-        self._record = TaskRecord(stored if isinstance(stored, dict) else None)
-        return Opened(
-            capabilities=frozenset({CAPABILITY_SERIES_SUFFIX}), stored_task=self._record.to_task()
-        )
+            return RetryLater(f"cannot open {self.log_path}: {exc.strerror or exc}")
+        self._writer = writer
+        self.bytes_written += writer.bytes_written
+        if not writer.state.exists:
+            self._resume_from_record(writer)
+        return Opened(capabilities=_CAPABILITIES, stored_task=writer.state.to_task())
+
+    def _resume_from_record(self, writer: RunLogWriter) -> None:
+        """A log with no task yet, beside a task record (an older FileSink's): start from it."""
+        try:
+            text = self.record_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        except (OSError, UnicodeDecodeError) as exc:
+            _log.warning(
+                "trainreport.stored_task_malformed", path=str(self.record_path), reason=str(exc)
+            )
+            return
+        try:
+            task = json.loads(text)
+        except (ValueError, RecursionError):
+            task = None
+        if not isinstance(task, dict):
+            _log.warning(
+                "trainreport.stored_task_malformed",
+                path=str(self.record_path),
+                reason="the file is not a JSON task",
+            )
+            return
+        before = writer.bytes_written
+        try:
+            writer.seed(task)
+        except OSError as exc:  # the state is seeded; the next compaction writes it
+            _write_failed(self.log_path, exc)
+        self.bytes_written += writer.bytes_written - before
 
     def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
-        """Merge ``update`` and replace the file atomically.
+        """Append ``update`` to the run log (one ``write()``), compacting it when due.
 
         Returns:
-            :class:`Delivered` with the lengths now held; :class:`RetryLater` on
-            an I/O error (disk full, permissions); never raises.
+            :class:`Delivered` with the lengths the log now holds and the bytes
+            written; :class:`Resynchronise` for a suffix beyond a series' end;
+            :class:`RetryLater` when the write or ``fsync`` fails (disk full:
+            the record stays pending and the file stays a valid log);
+            :class:`Rejected` for an update that cannot be encoded. A failed
+            compaction does not fail the send: it is logged once
+            (``trainreport.run_log_write_failed``) and tried again when the
+            log has doubled. Never raises.
         """
-        record = self._record
-        if record is None:
+        writer = self._writer
+        if writer is None:
             return Rejected("FileSink.send() before open()")
         try:
-            lengths = record.apply(update)
+            writer.append(update)
         except SeriesGapError as exc:
-            return Resynchronise(str(exc), record.lengths())
+            return Resynchronise(str(exc), writer.state.lengths())
+        except ValueError as exc:
+            return Rejected(f"cannot encode the update: {describe_exception(exc)}")
+        before = writer.bytes_written
         try:
-            written = self._write(record)
+            writer.flush()
+            now = self.clock()
+            if now - self._last_fsync >= self.fsync_interval_seconds:
+                writer.fsync()
+                self._last_fsync = now
         except OSError as exc:
-            return RetryLater(f"cannot write {self.path}: {exc.strerror or exc}")
-        return Delivered(series_lengths=lengths, bytes_sent=written)
+            self.bytes_written += writer.bytes_written - before
+            return RetryLater(f"cannot write {self.log_path}: {exc.strerror or exc}")
+        if writer.compaction_due():
+            try:
+                writer.compact()
+            except OSError as exc:  # the records are written; the log is only longer
+                self._once.warning(
+                    "compact",
+                    "trainreport.run_log_write_failed",
+                    path=str(self.log_path),
+                    error=describe_exception(exc),
+                    during="compaction",
+                )
+        written = writer.bytes_written - before
+        self.bytes_written += written
+        return Delivered(series_lengths=writer.state.lengths(), bytes_sent=written)
 
-    def _write(self, record: TaskRecord) -> int:
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
-        )
-        written = 0
+    def close(self) -> None:
+        """``fsync`` and close the log, then write the task record atomically. Idempotent.
+
+        Never raises: a failure is logged (``trainreport.run_log_write_failed``);
+        the log still holds the run.
+        """
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        before = writer.bytes_written
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for chunk in record.encode_chunks():
-                    written += f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return written
+            writer.fsync()
+        except (OSError, ValueError) as exc:
+            _write_failed(self.log_path, exc)
+        finally:
+            try:
+                writer.close()
+            except OSError as exc:
+                _write_failed(self.log_path, exc)
+        self.bytes_written += writer.bytes_written - before
+        task = writer.state.to_task()
+        if task is None or writer.state.bases:
+            return
+        try:
+            _, written = replace_file(
+                self.record_path, (c.encode() for c in writer.state.task.encode_chunks())
+            )
+        except (OSError, ValueError) as exc:
+            _write_failed(self.record_path, exc)
+            return
+        self.bytes_written += written

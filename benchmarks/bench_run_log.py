@@ -1,0 +1,237 @@
+"""The embedded default over a whole run: bytes FileSink writes, reporter CPU, loop slowdown.
+
+Workload: the whole-run benchmarks' loop (``_loop.py``): ~200 µs of calibrated
+pure-Python work a step, 14 metrics a step, 4 validation metrics every 100
+steps, a checkpoint every 1,000, and the send interval scaled to one send per
+~50 steps (10 ms). The reporter is ``Reporter(FileSink(...))``, what
+``Reporter.from_env()`` builds without a URL, on a local temporary directory.
+
+Figures, per run length N:
+
+1. **bytes written / final record**: every byte the sink wrote over the run
+   (log appends, compactions, the task record at close; for a FileSink that
+   predates the run log, every rewrite of the record) divided by the final
+   task record (compact JSON, the ``GET`` shape). Target: under 1.5x, at every N.
+2. **reporter CPU per point**: the reporter thread's CPU time over the run
+   (``time.thread_time()`` read when the thread closes the sink), divided by
+   the points recorded (14 N + 4 N / 100), microseconds.
+3. **loop slowdown**: the loop's wall time over the same loop with no
+   reporting, run just before and after it (noise hits both).
+
+Run:
+
+    python benchmarks/bench_run_log.py                          # N = 2,000 and 20,000
+    python benchmarks/bench_run_log.py --compare-with OLD_TREE  # side by side
+    pytest benchmarks/bench_run_log.py --benchmark-disable      # a short run
+
+``--compare-with`` takes a checkout of an older version (for example ``git
+worktree add /tmp/old <commit>``) and measures its ``src/`` in a subprocess,
+alternating with this tree's, in the same sitting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _loop import (
+    NUM_EPOCHS,
+    VAL_NAMES,
+    VALIDATE_EVERY,
+    NullTarget,
+    Scenario,
+    calibrate,
+    run_interleaved,
+)
+from _measuring import MeasuringSink
+from trainreport import FileSink, Reporter, ReportingConfig
+
+HERE = Path(__file__).resolve().parent
+BUSY_US = 200.0
+SEND_EVERY = 50
+INTERVAL_S = BUSY_US * 1e-6 * SEND_EVERY
+TARGET_BYTES_RATIO = 1.5
+
+
+def record_bytes(path: Path) -> int:
+    """Size of the task record at ``path`` as compact JSON (the ``GET`` shape), bytes."""
+    task = json.loads(path.read_text(encoding="utf-8"))
+    return len(json.dumps(task, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+class EmbeddedTarget:
+    """``Reporter(FileSink(...))`` in a fresh directory, with the reporter thread's CPU measured.
+
+    Args:
+        directory: where the run's files go.
+        interval_s: ``min_report_interval_seconds`` (the scaled interval).
+    """
+
+    def __init__(self, directory: Path, interval_s: float = INTERVAL_S) -> None:
+        self.file_sink = FileSink(directory / "run.log")
+        self.sink = MeasuringSink(self.file_sink)
+        self.reporter = Reporter(
+            self.sink, ReportingConfig(min_report_interval_seconds=interval_s), rank=0
+        )
+        self.train_step = self.reporter.report_train_step
+        self.validation = self.reporter.report_validation
+        self.checkpoint = self.reporter.report_checkpoint_saved
+        self._queue = self.reporter._queue
+
+    def start(self, max_steps: int) -> None:
+        """Start the reporter and report the training start."""
+        self.reporter.start()
+        self.reporter.report_training_start(max_steps=max_steps, num_epochs=NUM_EPOCHS)
+
+    def queue_depth(self) -> int:
+        """Reports queued for the reporter thread."""
+        return len(self._queue)
+
+    def finish(self) -> float:
+        """Report completion and close; returns the close latency (seconds)."""
+        self.reporter.report_completed()
+        t0 = time.perf_counter()
+        assert self.reporter.close(timeout=120.0), "the run did not close cleanly"
+        return time.perf_counter() - t0
+
+    def extras(self) -> dict[str, Any]:
+        """Bytes written, the final record's size, the reporter thread's CPU."""
+        self.sink.closed.wait(30.0)
+        stats = self.reporter.stats()
+        sink = self.file_sink
+        # A FileSink that predates the run log has no bytes_written and no
+        # record_path: every send rewrote the record at its path.
+        written = getattr(sink, "bytes_written", None)
+        record = getattr(sink, "record_path", sink.path)
+        return {
+            "bytes_written": stats.bytes_sent if written is None else written,
+            "record_bytes": record_bytes(Path(record)),
+            "thread_cpu_s": self.sink.thread_cpu_s,
+            "points_recorded": stats.points_recorded,
+            "sends": len(self.sink.sends),
+        }
+
+
+def points_recorded(steps: int) -> int:
+    """Series points the loop records over ``steps`` steps."""
+    return 14 * steps + len(VAL_NAMES) * (steps // VALIDATE_EVERY)
+
+
+def measure(steps: int, *, rounds: int = 1, iterations: int | None = None) -> dict[str, float]:
+    """One design (the importable trainreport) over ``steps`` steps; the three figures."""
+    iterations = calibrate() if iterations is None else iterations
+    with tempfile.TemporaryDirectory(prefix="trainreport-runlog-") as tmp:
+        counter = iter(range(1_000_000))
+
+        def make() -> EmbeddedTarget:
+            return EmbeddedTarget(Path(tmp) / f"r{next(counter)}")
+
+        results = run_interleaved(
+            [
+                Scenario(("control", "local", steps), steps, NullTarget),
+                Scenario(("embedded", "local", steps), steps, make),
+            ],
+            iterations,
+            rounds=rounds,
+        )
+    result = results[("embedded", "local", steps)]
+    assert result.run is not None, result.error
+    extras = result.run.extras
+    cpu = extras["thread_cpu_s"]
+    return {
+        "steps": float(steps),
+        "bytes_written": float(extras["bytes_written"]),
+        "record_bytes": float(extras["record_bytes"]),
+        "bytes_ratio": extras["bytes_written"] / extras["record_bytes"],
+        "reporter_cpu_s": math.nan if cpu is None else cpu,
+        "cpu_us_per_point": math.nan if cpu is None else cpu / points_recorded(steps) * 1e6,
+        "loop_s": result.run.wall_s,
+        "slowdown": result.slowdown,
+        "control": results[("control", "local", steps)].slowdown,
+        "sends": float(extras["sends"]),
+    }
+
+
+def _measure_in(tree: Path | None, steps: int, rounds: int, iterations: int) -> dict[str, float]:
+    """:func:`measure` in a subprocess importing ``tree/src`` (``None``: this tree)."""
+    src = (tree if tree is not None else HERE.parent) / "src"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    args = [sys.executable, str(Path(__file__).resolve()), "--json", "--steps", str(steps)]
+    args += ["--rounds", str(rounds), "--iterations", str(iterations)]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True, timeout=3600)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def render(rows: list[tuple[str, dict[str, float]]]) -> str:
+    """A markdown table: one row per (design, N)."""
+    lines = [
+        "| design | N | bytes written | final record | written / record | "
+        "reporter CPU / point | loop slowdown | sends |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows:
+        mark = "met" if r["bytes_ratio"] < TARGET_BYTES_RATIO else "missed"
+        lines.append(
+            f"| {name} | {int(r['steps']):,} | {r['bytes_written'] / 1e6:,.2f} MB | "
+            f"{r['record_bytes'] / 1e6:,.2f} MB | {r['bytes_ratio']:.2f}x ({mark}: < "
+            f"{TARGET_BYTES_RATIO}x) | {r['cpu_us_per_point']:.2f} µs | {r['slowdown']:.2f}x | "
+            f"{int(r['sends']):,} |"
+        )
+    return "\n".join(lines)
+
+
+def test_embedded_default_bytes_and_cpu(benchmark: Any) -> None:
+    """A short run of the embedded default (the figures are printed by main())."""
+    result = benchmark.pedantic(measure, kwargs={"steps": 500, "iterations": 200}, rounds=1)
+    benchmark.extra_info.update(result)
+    assert result["record_bytes"] > 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table (or, with --json, one run's figures as JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, action="append", help="N (repeatable)")
+    parser.add_argument("--rounds", type=int, default=0, help="rounds per N (default: 3, 1)")
+    parser.add_argument("--iterations", type=int, default=0, help="busy-loop iterations a step")
+    parser.add_argument("--compare-with", type=Path, help="an older checkout to measure beside")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = args.steps or [2_000, 20_000]
+    iterations = args.iterations or calibrate(BUSY_US)
+    if args.json:
+        rounds = args.rounds or (3 if sizes[0] <= 2_000 else 1)
+        print(json.dumps(measure(sizes[0], rounds=rounds, iterations=iterations)))
+        return 0
+    rows = []
+    for n in sizes:
+        rounds = args.rounds or (3 if n <= 2_000 else 1)
+        if args.compare_with is not None:
+            rows.append(
+                (
+                    f"older ({args.compare_with.name})",
+                    _measure_in(args.compare_with, n, rounds, iterations),
+                )
+            )
+        rows.append(("this tree", _measure_in(None, n, rounds, iterations)))
+    print(
+        f"embedded default (FileSink), ~{BUSY_US:.0f} µs a step ({iterations:,} iterations), "
+        f"14 metrics a step, validation every {VALIDATE_EVERY}, one send per ~{SEND_EVERY} "
+        f"steps ({INTERVAL_S * 1000:.0f} ms)\n"
+    )
+    print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""``trainreport sync``: upload a run log (or a task record) to a job-status service.
+
+:func:`plan_sync` is pure: from what the log holds and what the service holds
+(the task :meth:`Sink.open` returned), it decides what one update must carry.
+:func:`sync` drives a sink with it. The rules (``docs/engine.md``, "Uploading
+a run with trainreport sync"):
+
+- **Points.** Per series, the log's points past the service's length are
+  sent, nothing twice. With the series-suffix extension that is a suffix at
+  the service's length; in full-state mode (a plain job API) the merged
+  curves are sent whole: the service's points, then the log's past them, and
+  every series the service holds, so nothing stored is dropped.
+- **The service holds more.** A series the service holds more points of than
+  the log is left as stored (never shortened), and so is a series whose
+  stored points disagree with the log's (another run wrote it), said per series.
+- **Task fields.** The log's status and ``status_details`` are sent when they
+  differ from the stored ones, unless the service looks newer: its
+  ``updated_at`` is later than the log's, or it holds more points of a series
+  (``updated_at`` has one-second resolution, so a tie is decided by the points).
+"""
+
+from __future__ import annotations
+
+import datetime
+from array import array
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import attrs
+
+from trainreport._payloads import StoredState, finite_or_none, parse_stored_task
+from trainreport._sink import (
+    CAPABILITY_SERIES_SUFFIX,
+    Delivered,
+    Opened,
+    Resynchronise,
+    SeriesUpdate,
+    Sink,
+    Update,
+)
+from trainreport.sinks._runlog_state import LogState
+
+__all__ = ["SeriesOutcome", "SyncError", "SyncPlan", "SyncReport", "plan_sync", "sync"]
+
+_Columns: TypeAlias = "tuple[array[int], array[int], array[float]]"
+
+
+class SyncError(Exception):
+    """The upload could not be made; the message says why (never contains a token)."""
+
+
+@attrs.frozen
+class SeriesOutcome:
+    """What sync does with one series.
+
+    Attributes:
+        name: the series.
+        log_points: its length in the log (counted from index 0).
+        server_points: its length at the service before the upload.
+        sent_from: index of the first point sent, or ``None`` when none is.
+        note: why nothing is sent, or ``""``.
+    """
+
+    name: str
+    log_points: int
+    server_points: int
+    sent_from: int | None = None
+    note: str = ""
+
+    @property
+    def sent(self) -> int:
+        """Points sent (0 when none)."""
+        return 0 if self.sent_from is None else self.log_points - self.sent_from
+
+
+@attrs.frozen
+class SyncPlan:
+    """One upload: the update to send (``None``: nothing) and what it does per series."""
+
+    update: Update | None
+    series: tuple[SeriesOutcome, ...]
+    details_sent: bool
+    details_note: str
+
+
+def _stamp(value: object) -> datetime.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
+def _details_decision(
+    log: LogState, stored: StoredState, exists: bool, outcomes: list[SeriesOutcome]
+) -> tuple[bool, str]:
+    """Whether the log's status and fields are sent, and why not (rules in the module doc)."""
+    details = log.task.details
+    missing = object()
+    if (
+        exists
+        and stored.status == log.task.status
+        and all(stored.details.get(k, missing) == v for k, v in details.items())
+    ):
+        return False, "the service holds them already"
+    stored_at = stored.details.get("updated_at")
+    ours, theirs = _stamp(details.get("updated_at")), _stamp(stored_at)
+    if theirs is not None and (ours is None or theirs > ours):
+        return False, f"not sent: the service's are newer (updated_at {stored_at})"
+    ahead = [o.name for o in outcomes if o.server_points > o.log_points]
+    if ahead:
+        return False, f"not sent: the service is ahead of the log ({ahead[0]} has more points)"
+    return True, "sent"
+
+
+def _disagreement(server: _Columns, log: _Columns, base: int, upto: int) -> int | None:
+    """First index in ``[base, upto)`` where the service's points differ from the log's."""
+    n = upto - base
+    if n <= 0:
+        return None
+    pairs: list[tuple[list[Any], list[Any]]] = [
+        (server[0][base:upto].tolist(), log[0][:n].tolist()),
+        (server[1][base:upto].tolist(), log[1][:n].tolist()),
+        (finite_or_none(server[2][base:upto]), finite_or_none(log[2][:n])),
+    ]
+    first = None
+    for theirs, ours in pairs:
+        if theirs != ours:
+            i = next(i for i, (t, o) in enumerate(zip(theirs, ours, strict=True)) if t != o)
+            first = i if first is None else min(first, i)
+    return None if first is None else base + first
+
+
+def _series_outcome(name: str, cols: _Columns, base: int, server: _Columns | None) -> SeriesOutcome:
+    end = base + len(cols[0])
+    held = len(server[0]) if server is not None else 0
+    if held < base:
+        return SeriesOutcome(
+            name, end, held, None, f"the log starts at index {base:,}: the service lacks points"
+        )
+    if server is not None:
+        diverged = _disagreement(server, cols, base, min(held, end))
+        if diverged is not None:
+            return SeriesOutcome(
+                name, end, held, None, f"differs from the service's at index {diverged:,}: kept"
+            )
+    if held >= end:
+        note = "up to date" if held == end else f"the service holds {held - end:,} more: kept"
+        return SeriesOutcome(name, end, held, None, note)
+    return SeriesOutcome(name, end, held, held)
+
+
+def plan_sync(
+    log: LogState, stored_task: Mapping[str, Any] | None, *, full_state: bool
+) -> SyncPlan:
+    """Decide the one update that uploads ``log`` to a service holding ``stored_task``.
+
+    Args:
+        log: the run's task as replayed from its file.
+        stored_task: what the service holds (``GET`` shape), or ``None``.
+        full_state: the service speaks only the baseline (full-state ``metrics``).
+
+    Raises:
+        SyncError: the stored task cannot be parsed (sending could overwrite
+            curves this client cannot read), or the log holds no task.
+    """
+    if not log.exists:
+        raise SyncError("the log holds no task")
+    stored = parse_stored_task(stored_task)
+    if isinstance(stored, str):
+        raise SyncError(f"the service's stored task cannot be parsed ({stored}): nothing sent")
+    held = stored.series
+    outcomes = []
+    suffixes = []
+    merged: dict[str, _Columns] = {}
+    for name, cols in log.task.series.items():
+        base = log.bases.get(name, 0)
+        outcome = _series_outcome(name, cols, base, held.get(name))
+        outcomes.append(outcome)
+        start = outcome.sent_from
+        if start is None:
+            continue
+        local = start - base
+        suffixes.append(
+            SeriesUpdate(name, start, cols[0][local:], cols[1][local:], cols[2][local:])
+        )
+        prefix = held.get(name, (array("q"), array("i"), array("d")))
+        merged[name] = (
+            prefix[0][:start] + cols[0][local:],
+            prefix[1][:start] + cols[1][local:],
+            prefix[2][:start] + cols[2][local:],
+        )
+    details = log.task.details
+    send_details, note = _details_decision(log, stored, stored_task is not None, outcomes)
+    series: tuple[SeriesUpdate, ...] | None = None
+    if suffixes:
+        if full_state:
+            curves = {**held, **merged}
+            series = tuple(SeriesUpdate(n, 0, *c) for n, c in curves.items() if len(c[0]))
+        else:
+            series = tuple(suffixes)
+    update = None
+    if series is not None or send_details:
+        update = Update(
+            log.task.status if send_details else None,
+            dict(details) if send_details else {},
+            series,
+            full_state,
+        )
+    return SyncPlan(update, tuple(outcomes), send_details, note)
+
+
+@attrs.frozen
+class SyncReport:
+    """What :func:`sync` did.
+
+    Attributes:
+        plan: the plan that was sent (or found nothing to send).
+        full_state: the service spoke only the baseline.
+        bytes_sent: request bytes the sink reported.
+    """
+
+    plan: SyncPlan
+    full_state: bool
+    bytes_sent: int = 0
+
+
+def sync(log: LogState, sink: Sink, *, timeout_seconds: float = 60.0) -> SyncReport:
+    """Open ``sink``, plan the upload of ``log`` and send it (once more after a resynchronise).
+
+    Raises:
+        SyncError: the service could not be opened, refused the update, or
+            failed; the message says why. Running sync again sends nothing twice.
+    """
+    try:
+        for attempt in range(2):
+            opened = sink.open(timeout_seconds=timeout_seconds)
+            if not isinstance(opened, Opened):
+                raise SyncError(f"cannot read the stored task: {opened.reason}")
+            full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
+            plan = plan_sync(log, opened.stored_task, full_state=full_state)
+            if plan.update is None:
+                return SyncReport(plan, full_state)
+            result = sink.send(plan.update, timeout_seconds=timeout_seconds)
+            if isinstance(result, Delivered):
+                return SyncReport(plan, full_state, result.bytes_sent)
+            if not isinstance(result, Resynchronise) or attempt:
+                raise SyncError(f"the service did not take the update: {result.reason}")
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        sink.close()
+
+
+def describe_sync(report: SyncReport) -> str:
+    """What an upload did, per series and for the task fields, as aligned lines. Never raises."""
+    from trainreport._summary import _aligned  # noqa: PLC0415 - the one column formatter
+
+    plan = report.plan
+    mode = "full-state PATCH" if report.full_state else CAPABILITY_SERIES_SUFFIX
+    rows = [["series", "log", "service", "sent", ""]]
+    for s in plan.series:
+        sent = f"{s.sent:,} (from index {s.sent_from:,})" if s.sent_from is not None else "-"
+        rows.append([s.name, f"{s.log_points:,}", f"{s.server_points:,}", sent, s.note])
+    lines = [f"mode: {mode}", *_aligned(rows, right=(1, 2), indent="  ")]
+    lines.append(f"task fields: {plan.details_note}")
+    if plan.update is None:
+        lines.append("nothing to send: the service holds everything in the log")
+        return "\n".join(lines)
+    points = sum(s.sent for s in plan.series)
+    series = sum(1 for s in plan.series if s.sent)
+    what = f"{points:,} points of {series} series"
+    if plan.details_sent:
+        what += " and the task fields"
+    if report.full_state and plan.update.series is not None:
+        what += " (as whole curves)"
+    lines.append(f"sent {what}: {report.bytes_sent:,} bytes")
+    return "\n".join(lines)

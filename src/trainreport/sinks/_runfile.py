@@ -1,0 +1,176 @@
+"""Reading a run's file: a run log, or the JSON task record an older ``FileSink`` wrote.
+
+:func:`read_task` is the public entry point (``trainreport show --file``
+uses it); :func:`load_run_file` gives the CLI what it needs beyond the task
+(the damage found, the replayed state for ``trainreport sync``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from trainreport._logging import get_logger
+from trainreport._payloads import parse_stored_task
+from trainreport.exceptions import RunLogError
+from trainreport.sinks._runlog import MAGIC
+from trainreport.sinks._runlog_replay import Damage, replay
+from trainreport.sinks._runlog_state import LogState
+
+__all__ = [
+    "LOG_SUFFIX",
+    "RECORD_SUFFIX",
+    "RunFile",
+    "load_run_file",
+    "log_and_record_paths",
+    "read_task",
+]
+
+#: The suffix of a run log.
+LOG_SUFFIX = ".log"
+#: The suffix of a task record in the ``GET`` shape (written beside a log at close).
+RECORD_SUFFIX = ".json"
+_log = get_logger()
+
+
+def log_and_record_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """The run log and the task record a ``FileSink(path)`` uses.
+
+    - ``run.json`` (a task record, as older versions wrote): the log is
+      ``run.log`` beside it;
+    - ``run.log``: the record is ``run.json`` beside it;
+    - any other name is the log itself, and the record is ``<name>.json``.
+
+    Never raises.
+    """
+    path = Path(path)
+    if path.suffix == RECORD_SUFFIX:
+        return path.with_suffix(LOG_SUFFIX), path
+    if path.suffix == LOG_SUFFIX:
+        return path, path.with_suffix(RECORD_SUFFIX)
+    return path, path.with_name(path.name + RECORD_SUFFIX)
+
+
+@attrs.frozen
+class RunFile:
+    """A run's file, read.
+
+    Attributes:
+        path: the file read.
+        is_log: True for a run log, False for a JSON task record.
+        task: the task in the ``GET`` shape.
+        state: the task as columns (for ``trainreport sync``).
+        records: intact records replayed (0 for a JSON record).
+        damage: what a damaged log lost (``None``: read to its end).
+        run: the log's ``job_id`` and ``task_id``, when it recorded them.
+    """
+
+    path: Path
+    is_log: bool
+    task: dict[str, Any]
+    state: LogState
+    records: int = 0
+    damage: Damage | None = None
+    run: dict[str, str] = attrs.field(factory=dict)
+
+    @property
+    def trimmed(self) -> dict[str, int]:
+        """Series whose points start past index 0 (a journal trimmed after delivery)."""
+        return dict(self.state.bases)
+
+
+def load_run_file(path: str | os.PathLike[str]) -> RunFile:
+    """Read a run log or a JSON task record (told apart by content, not by name).
+
+    A damaged log yields every intact record before the damage and logs
+    ``trainreport.run_log_damaged`` (WARNING).
+
+    Raises:
+        OSError: the file cannot be read (``FileNotFoundError`` when missing).
+        RunLogError: nothing in it can be read: not a log and not JSON, a
+            log whose first record is damaged or of a newer format version, a
+            log that holds no task yet, a JSON value that is not a task.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if not data:
+        raise RunLogError(f"{path} is empty")
+    if data.startswith(MAGIC) or MAGIC.startswith(data):
+        return _load_log(path, data)
+    try:
+        task = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise RunLogError(
+            f"{path} is neither a run log (it does not start with the run log header) "
+            f"nor a JSON task record ({exc})"
+        ) from None
+    if not (
+        isinstance(task, dict)
+        and isinstance(task.get("status_details", {}), dict)
+        and isinstance(task.get("status", ""), str)
+    ):
+        raise RunLogError(
+            f"{path} is JSON but not a task ({{'status': ..., 'status_details': ...}})"
+        )
+    parsed = parse_stored_task(task)
+    if isinstance(parsed, str):
+        raise RunLogError(f"{path} is a task record whose curves are malformed: {parsed}")
+    return RunFile(path, False, task, LogState.from_task(task))
+
+
+def _load_log(path: Path, data: bytes) -> RunFile:
+    replayed = replay(data)
+    damage = replayed.damage
+    task = replayed.state.to_task()
+    if task is None:
+        if damage is None:
+            raise RunLogError(f"{path} holds no task yet: the run recorded nothing before it ended")
+        raise RunLogError(f"{path}: nothing could be read: {damage.describe()}")
+    if damage is not None:
+        _log.warning(
+            "trainreport.run_log_damaged",
+            path=str(path),
+            damage=damage.kind.name.lower(),
+            detail=damage.describe(),
+            kept_records=replayed.records,
+            set_aside=None,
+        )
+    return RunFile(path, True, task, replayed.state, replayed.records, damage, dict(replayed.run))
+
+
+def read_task(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The task a run's file holds, in the ``GET`` shape of a job-status service.
+
+    Reads a run log (``FileSink``'s ``<run id>.log``, the embedded default) by
+    replaying it, or a task record (``<run id>.json``, written at ``close()``;
+    older versions wrote only that), telling them apart by content. A log cut
+    short by a crash, or damaged in the middle, yields every intact record
+    before the damage, and ``trainreport.run_log_damaged`` (WARNING) says what
+    was dropped (see ``docs/engine.md``, "The run log").
+
+    A journal trimmed after its service acknowledged points holds only the
+    rest: its series then start past their first point.
+
+    Args:
+        path: the file (``str`` or ``os.PathLike``).
+
+    Returns:
+        ``{"status": str, "status_details": {..., "metrics": {name: [{"step":
+        int, "epoch": int, "value": float | None}, ...]}}}``.
+
+    Raises:
+        OSError: the file cannot be read (``FileNotFoundError`` when missing).
+        RunLogError: nothing in it can be read: not a run log and not a JSON
+            task, a log whose first record is damaged or from a newer format
+            version, or a log that holds no task yet.
+
+    Example:
+        >>> task = trainreport.read_task("trainreport-runs/job-7.log")  # doctest: +SKIP
+        >>> task["status"], len(task["status_details"]["metrics"]["train_loss"])  # doctest: +SKIP
+        ('completed', 2000)
+    """
+    return load_run_file(path).task

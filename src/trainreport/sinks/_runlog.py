@@ -1,0 +1,287 @@
+"""The run log's format: records of idempotent series suffixes, and how they are encoded.
+
+A run log is an append-only file. Each record says what one update says: per
+series, "from index ``offset`` on, the series is exactly these points", plus
+the task fields that changed (``docs/engine.md``, "The run log"). Replaying the
+records in order with the reference server's merge rules
+(:class:`~trainreport.sinks._record.TaskRecord`) rebuilds the task; a record
+applied twice changes nothing, so replay is idempotent.
+
+Layout (all integers little-endian)::
+
+    file     = MAGIC (16 bytes: b"trainreport-log\\n") record*
+    record   = header (20 bytes) body
+    header   = version u8 | kind u8 | reserved u16 (0) | body length u64
+               | CRC-32 of the body u32 | CRC-32 of the header's first 16 bytes u32
+    body of UPDATE and SNAPSHOT
+             = head length u32 | head (UTF-8 JSON) | columns
+    head     = {"status": str (only when it changed),
+                "details": {changed status_details keys},
+                "full_state": true (only for a full-state update),
+                "series": [[name, offset, count], ...] (absent: no metrics)}
+    columns  = per series of the head, in order: count int64 steps,
+               count int32 epochs, count float64 values
+    body of RUN = UTF-8 JSON object: {"job_id": ..., "task_id": ...}
+
+A SNAPSHOT replaces the whole state: status, every detail, and each series
+from its offset (an offset above 0 means the points before it are held
+elsewhere: a journal trimmed after its service acknowledged them). Kinds 128
+and above are optional: a reader that does not know one skips it.
+
+Replaying (and what damage does to it) is :mod:`trainreport.sinks._runlog_replay`;
+the state a log describes is :class:`~trainreport.sinks._runlog_state.LogState`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from trainreport._sink import SeriesUpdate, Update
+from trainreport.sinks._runlog_state import LogState
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER",
+    "HEADER_CRC_SPAN",
+    "HEAD_LENGTH",
+    "LITTLE_ENDIAN",
+    "MAGIC",
+    "OPTIONAL_KINDS",
+    "POINT_BYTES",
+    "RecordKind",
+    "append_record",
+    "changed_details",
+    "encode_record",
+    "encode_run",
+    "encode_snapshot",
+    "encode_update",
+    "normalised",
+    "snapshot_bytes",
+]
+
+#: The first 16 bytes of every run log.
+MAGIC = b"trainreport-log\n"
+#: The record format this module writes and the newest it reads.
+FORMAT_VERSION = 1
+#: Record header: version, kind, reserved, body length, body CRC-32, header CRC-32.
+HEADER = struct.Struct("<BBHQII")
+#: The header bytes its own CRC-32 covers (all but that CRC).
+HEADER_CRC_SPAN = HEADER.size - 4
+#: The length of an UPDATE or SNAPSHOT body's JSON head.
+HEAD_LENGTH = struct.Struct("<I")
+#: Bytes a point takes in the columns: int64 step, int32 epoch, float64 value.
+POINT_BYTES = 20
+#: Items per piece when a long column is encoded (so no one copy holds the GIL for long).
+_CHUNK_ITEMS = 1 << 16
+#: Columns are little-endian on disk; a big-endian machine swaps bytes.
+LITTLE_ENDIAN = sys.byteorder == "little"
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+_SCALAR_TYPES = (str, int, float, bool)
+
+
+class RecordKind(enum.IntEnum):
+    """What a record holds."""
+
+    UPDATE = 1
+    SNAPSHOT = 2
+    RUN = 3
+
+
+#: Kinds at or above this value may be skipped by a reader that does not know them.
+OPTIONAL_KINDS = 128
+
+
+# --- encoding ---------------------------------------------------------------------------
+
+
+def _column(values: array[Any], typecode: str) -> array[Any]:
+    """``values`` as an array of ``typecode`` (converted when a caller gave another type).
+
+    Raises:
+        OverflowError: a value does not fit (an epoch beyond int32).
+    """
+    if getattr(values, "typecode", None) == typecode:
+        return values
+    return array(typecode, values)
+
+
+def _column_pieces(column: array[Any], out: list[bytes]) -> None:
+    """Append ``column``'s little-endian bytes to ``out``, in pieces of bounded size."""
+    for start in range(0, len(column), _CHUNK_ITEMS):
+        part = column[start : start + _CHUNK_ITEMS]
+        if not LITTLE_ENDIAN:
+            part.byteswap()
+        out.append(part.tobytes())
+
+
+def _frame(kind: int, pieces: list[bytes]) -> list[bytes]:
+    """Prefix ``pieces`` (the body) with a record header; returns the record's pieces."""
+    crc = 0
+    length = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+        length += len(piece)
+    head = HEADER.pack(FORMAT_VERSION, kind, 0, length, crc, 0)
+    header = head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
+    return [header, *pieces]
+
+
+def _body(
+    status: str | None,
+    details: Mapping[str, Any],
+    series: tuple[SeriesUpdate, ...] | None,
+    full_state: bool,
+) -> list[bytes]:
+    head: dict[str, Any] = {}
+    if status is not None:
+        head["status"] = status
+    head["details"] = dict(details)
+    if full_state:
+        head["full_state"] = True
+    if series is not None:
+        head["series"] = [[s.name, s.offset, len(s.values)] for s in series]
+    encoded = _dumps(head).encode("utf-8")
+    pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
+    for s in series or ():
+        _column_pieces(s.steps, pieces)
+        _column_pieces(s.epochs, pieces)
+        _column_pieces(s.values, pieces)
+    return pieces
+
+
+def normalised(update: Update) -> Update:
+    """``update`` with every column in the log's types (int64, int32, float64).
+
+    Raises:
+        ValueError: the columns differ in length, a value does not fit its type,
+            or ``status_details`` holds ``metrics`` (curves travel as series).
+    """
+    if "metrics" in update.status_details:
+        raise ValueError("status_details may not hold metrics: curves travel as series")
+    if not update.series:
+        return update
+    out = []
+    for s in update.series:
+        try:
+            steps, epochs, values = (
+                _column(s.steps, "q"),
+                _column(s.epochs, "i"),
+                _column(s.values, "d"),
+            )
+        except (OverflowError, TypeError) as exc:
+            raise ValueError(f"series {s.name!r}: {exc}") from exc
+        if not len(steps) == len(epochs) == len(values):
+            raise ValueError(f"series {s.name!r}: columns of different lengths")
+        if s.offset < 0:
+            raise ValueError(f"series {s.name!r}: negative offset")
+        if steps is s.steps and epochs is s.epochs and values is s.values:
+            out.append(s)
+        else:
+            out.append(SeriesUpdate(s.name, s.offset, steps, epochs, values))
+    return attrs.evolve(update, series=tuple(out))
+
+
+def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[bytes]:
+    """An UPDATE record for ``update`` (already :func:`normalised`), as pieces to write.
+
+    Args:
+        update: the update; its status is written when not ``None``.
+        changed_details: the ``status_details`` keys to write (those that changed).
+
+    Raises:
+        ValueError: a detail is not strict JSON, or text is not encodable as UTF-8.
+    """
+    body = _body(update.status, changed_details, update.series, update.full_state)
+    return _frame(RecordKind.UPDATE, body)
+
+
+def append_record(state: LogState, update: Update) -> list[bytes]:
+    """Apply ``update`` to ``state`` and return its UPDATE record, as pieces to write.
+
+    The record keeps the series as given (offsets and points), the status
+    when it changed, and only the ``status_details`` keys that changed
+    (:func:`changed_details`): replaying it on the state it was made from
+    gives exactly the state ``update`` gives.
+
+    Raises:
+        SeriesGapError: a suffix starts beyond its series' end; nothing changed.
+        ValueError: the update cannot be encoded (a detail that is not strict
+            JSON, unencodable text, columns of different lengths); nothing changed.
+    """
+    update = normalised(update)
+    task = state.task
+    status = update.status
+    if status is not None and task.exists and status == task.status:
+        status = None
+    pieces = encode_update(
+        Update(status, {}, update.series, update.full_state),
+        changed_details(task.details, update.status_details),
+    )
+    state.apply(update)
+    return pieces
+
+
+def _snapshot_series(state: LogState) -> tuple[SeriesUpdate, ...]:
+    bases = state.bases
+    return tuple(
+        SeriesUpdate(name, bases.get(name, 0), *cols) for name, cols in state.task.series.items()
+    )
+
+
+def encode_snapshot(state: LogState) -> list[bytes]:
+    """A SNAPSHOT record of ``state`` (which must exist), as pieces to write.
+
+    Raises:
+        ValueError: a detail is not strict JSON (never for a state built by replay).
+    """
+    task = state.task
+    return _frame(
+        RecordKind.SNAPSHOT, _body(task.status, task.details, _snapshot_series(state), False)
+    )
+
+
+def snapshot_bytes(state: LogState) -> int:
+    """Size of :func:`encode_snapshot` for ``state``, in bytes, without copying any column."""
+    task = state.task
+    head: dict[str, Any] = {"status": task.status, "details": task.details}
+    head["series"] = [[n, state.bases.get(n, 0), len(c[0])] for n, c in task.series.items()]
+    try:
+        head_bytes = len(_dumps(head).encode("utf-8"))
+    except ValueError:
+        head_bytes = 0
+    return HEADER.size + HEAD_LENGTH.size + head_bytes + POINT_BYTES * state.point_count()
+
+
+def encode_run(run: Mapping[str, str]) -> list[bytes]:
+    """A RUN record (``job_id``, ``task_id``: where ``trainreport sync`` sends the log)."""
+    return _frame(RecordKind.RUN, [_dumps(dict(run)).encode("utf-8")])
+
+
+def encode_record(kind: int, body: bytes) -> bytes:
+    """One whole record of ``kind`` (a :class:`RecordKind` or an optional kind) around ``body``."""
+    return b"".join(_frame(kind, [body]))
+
+
+def changed_details(held: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``sent`` whose value differs from ``held`` (what an UPDATE record keeps).
+
+    Plain values (text, numbers, booleans) of the same type and value are left
+    out; containers are always kept (their elements' types may differ).
+    """
+    out = {}
+    missing = object()
+    for key, value in sent.items():
+        old = held.get(key, missing)
+        if type(old) is type(value) and isinstance(value, _SCALAR_TYPES) and old == value:
+            continue
+        out[key] = value
+    return out

@@ -1,0 +1,102 @@
+"""trainreport.read_task: a run log or an older JSON record, damage logged, nothing misread."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from helpers import curve
+from trainreport import FileSink, Reporter, RunLogError, read_task
+from trainreport.sinks._runlog import MAGIC, encode_record
+from trainreport.testing import capture_events
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def a_run(path: Path, steps: int = 3) -> dict[str, object]:
+    """A real run through FileSink; returns the task record written at close."""
+    reporter = Reporter(FileSink(path), rank=0).start()
+    reporter.report_training_start(max_steps=steps)
+    for step in range(1, steps + 1):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        reporter.flush(timeout=5)
+    reporter.report_completed()
+    assert reporter.close(timeout=5)
+    record: dict[str, object] = json.loads(path.with_suffix(".json").read_text())
+    return record
+
+
+def test_read_task_gives_the_same_task_from_the_log_and_from_the_record(tmp_path: Path) -> None:
+    """The log replayed equals the GET-shaped record written beside it at close."""
+    record = a_run(tmp_path / "job.log")
+    assert record == read_task(tmp_path / "job.log")
+    assert record == read_task(tmp_path / "job.json")
+    assert "completed" == record["status"]
+
+
+def test_an_older_json_record_is_read_as_it_is(tmp_path: Path) -> None:
+    """Records of older versions (a JSON task) still read, whatever their name."""
+    task = {"status": "running", "status_details": {"step": 1, "metrics": {}}}
+    (tmp_path / "old.log").write_text(json.dumps(task))
+    assert task == read_task(tmp_path / "old.log")
+
+
+def test_a_log_damaged_in_the_middle_gives_what_came_before_and_says_so(tmp_path: Path) -> None:
+    """A flipped byte in the third record: the first two records are the task; a WARNING says so."""
+    a_run(tmp_path / "job.log", steps=5)
+    data = bytearray((tmp_path / "job.log").read_bytes())
+    data[-30] ^= 0x55  # inside the last record (the close's)
+    (tmp_path / "job.log").write_bytes(bytes(data))
+
+    with capture_events() as events:
+        task = read_task(tmp_path / "job.log")
+
+    assert [1, 2, 3, 4, 5] == [p[0] for p in curve(task, "train_loss")]
+    assert "running" == task["status"]  # the completed record was the damaged one
+    damaged = [e for e in events if e["event"] == "trainreport.run_log_damaged"]
+    assert ["corrupt"] == [e["damage"] for e in damaged]
+    assert "bytes dropped" in damaged[0]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"", "is empty"),
+        (b"\x89PNG\r\n\x1a\n not a log", "neither a run log"),
+        (b"[1, 2, 3]", "JSON but not a task"),
+        (MAGIC, "holds no task yet"),
+        (MAGIC + encode_record(1, b"garbage")[:10], "nothing could be read"),
+        (
+            b'{"status": "running", "status_details": {"metrics": {"a": [{"step": -1}]}}}',
+            "curves are malformed",
+        ),
+    ],
+)
+def test_a_file_with_nothing_readable_raises_run_log_error(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    """Nothing to read is an error the caller can act on, naming the file and the reason."""
+    path = tmp_path / "x.log"
+    path.write_bytes(content)
+    with pytest.raises(RunLogError, match=says):
+        read_task(path)
+
+
+def test_a_log_whose_first_record_is_from_a_newer_version_raises(tmp_path: Path) -> None:
+    """A newer format from the start: nothing this version can read, said so."""
+    record = bytearray(encode_record(1, b"{}"))
+    record[0] = 9
+    record[16:20] = struct.pack("<I", zlib.crc32(bytes(record[:16])))
+    (tmp_path / "x.log").write_bytes(MAGIC + bytes(record))
+    with pytest.raises(RunLogError, match=r"newer format version \(version 9"):
+        read_task(tmp_path / "x.log")
+
+
+def test_a_missing_file_is_an_os_error(tmp_path: Path) -> None:
+    """A path that does not exist raises FileNotFoundError, not RunLogError."""
+    with pytest.raises(FileNotFoundError):
+        read_task(tmp_path / "nope.log")

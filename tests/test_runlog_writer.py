@@ -1,0 +1,393 @@
+"""RunLogWriter: one write per flush, fsync only when asked, repairs at open, atomic compaction.
+
+Every test works on a real file in ``tmp_path``; system calls are counted (or made
+to fail) by wrapping ``os.write`` / ``os.fsync``, never by mocking the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainreport._sink import SeriesUpdate, Update
+from trainreport.sinks._record import SeriesGapError
+from trainreport.sinks._runlog import MAGIC, encode_record
+from trainreport.sinks._runlog_replay import replay
+from trainreport.sinks._runlog_writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
+from trainreport.testing import capture_events
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def points(name: str, offset: int, steps: list[int]) -> SeriesUpdate:
+    return SeriesUpdate(
+        name,
+        offset,
+        array("q", steps),
+        array("i", [1] * len(steps)),
+        array("d", [s / 10 for s in steps]),
+    )
+
+
+def step_update(step: int, offset: int | None = None) -> Update:
+    """One send of one series: the point ``step`` at index ``step - 1`` (or ``offset``)."""
+    at = step - 1 if offset is None else offset
+    return Update("running", {"step": step}, (points("loss", at, [step]),), False)
+
+
+def replayed_task(path: Path) -> Any:
+    return replay(path.read_bytes()).state.to_task()
+
+
+class Calls:
+    """Counts calls of an ``os`` function, optionally failing the ``fail_at``-th one."""
+
+    def __init__(self, real: Any, fail_at: int | None = None, partial: bool = False) -> None:
+        self.real, self.fail_at, self.partial, self.count = real, fail_at, partial, 0
+
+    def __call__(self, fd: int, *args: Any) -> Any:
+        self.count += 1
+        if self.count == self.fail_at:
+            if self.partial:
+                self.real(fd, bytes(args[0])[:7])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.real(fd, *args)
+
+
+def test_a_new_log_starts_with_the_header_and_the_run(tmp_path: Path) -> None:
+    """Creating a log writes the magic and the job/task it belongs to, nothing else."""
+    writer = RunLogWriter.open(tmp_path / "r.log", run={"job_id": "j", "task_id": "t"})
+    writer.close()
+    data = (tmp_path / "r.log").read_bytes()
+    assert data.startswith(MAGIC)
+    replayed = replay(data)
+    assert {"job_id": "j", "task_id": "t"} == replayed.run
+    assert replayed.state.to_task() is None
+
+
+def test_flush_is_one_write_and_never_an_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends are buffered; flush hands them to the kernel in one write(), without fsync."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    writes, fsyncs = Calls(os.write), Calls(os.fsync)
+    monkeypatch.setattr(os, "write", writes)
+    monkeypatch.setattr(os, "fsync", fsyncs)
+    sizes = [writer.append(step_update(step)) for step in (1, 2, 3)]
+
+    written = writer.flush()
+
+    assert (1, 0) == (writes.count, fsyncs.count)
+    assert sum(sizes) == written
+    writer.fsync()
+    assert 1 == fsyncs.count
+    writer.close()
+    assert [1, 2, 3] == [
+        p["step"] for p in replayed_task(tmp_path / "r.log")["status_details"]["metrics"]["loss"]
+    ]
+
+
+def test_what_was_flushed_is_readable_without_close_as_after_a_kill(tmp_path: Path) -> None:
+    """A process killed after a flush leaves every flushed record on disk (the kernel has it)."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    writer.append(step_update(1))
+    writer.flush()
+    writer.append(step_update(2))  # appended, never flushed: lost with the process
+
+    task = replayed_task(tmp_path / "r.log")
+
+    assert [1] == [p["step"] for p in task["status_details"]["metrics"]["loss"]]
+    writer.close()
+
+
+def test_a_gap_is_refused_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A suffix beyond a series' end raises and is not written."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    writer.append(step_update(1))
+    pending = writer.pending_bytes
+    with pytest.raises(SeriesGapError):
+        writer.append(step_update(5, offset=4))
+    assert pending == writer.pending_bytes
+    writer.close()
+    assert {"loss": 1} == replay((tmp_path / "r.log").read_bytes()).state.lengths()
+
+
+def test_a_failed_write_leaves_a_valid_log_and_the_records_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Disk full in the middle of a write: the partial bytes are cut off, the next flush writes."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    writer.append(step_update(1))
+    writer.flush()
+    size = (tmp_path / "r.log").stat().st_size
+    monkeypatch.setattr(os, "write", Calls(os.write, fail_at=1, partial=True))
+    writer.append(step_update(2))
+
+    with pytest.raises(OSError, match="No space"):
+        writer.flush()
+
+    assert size == (tmp_path / "r.log").stat().st_size
+    monkeypatch.undo()
+    writer.append(step_update(3))
+    writer.close()
+    loss = replayed_task(tmp_path / "r.log")["status_details"]["metrics"]["loss"]
+    assert [1, 2, 3] == [p["step"] for p in loss]
+
+
+def test_a_torn_tail_is_cut_off_at_open_so_new_records_stay_readable(tmp_path: Path) -> None:
+    """After a kill in the middle of a write, open() drops the torn bytes and appends after."""
+    path = tmp_path / "r.log"
+    writer = RunLogWriter.open(path)
+    writer.append(step_update(1))
+    writer.close()
+    intact = path.read_bytes()
+    with path.open("ab") as f:
+        f.write(b"".join(_torn_record()))
+
+    with capture_events() as events:
+        writer = RunLogWriter.open(path)
+    writer.append(step_update(2))
+    writer.close()
+
+    assert path.read_bytes().startswith(intact)
+    assert [1, 2] == [p["step"] for p in replayed_task(path)["status_details"]["metrics"]["loss"]]
+    damaged = [e for e in events if e["event"] == "trainreport.run_log_damaged"]
+    assert ["torn_tail"] == [e["damage"] for e in damaged]
+    assert damaged[0]["set_aside"] is None
+    assert not path.with_name("r.log.damaged").exists()
+
+
+def _torn_record() -> list[bytes]:
+    whole = encode_record(1, b"x" * 40)
+    return [whole[:30]]
+
+
+@pytest.mark.parametrize(
+    ("damage", "kind"),
+    [
+        ("flip", "corrupt"),
+        ("newer", "newer_version"),
+        ("not_a_log", "not_a_log"),
+    ],
+)
+def test_damage_in_the_middle_is_set_aside_and_the_intact_records_kept(
+    tmp_path: Path, damage: str, kind: str
+) -> None:
+    """The whole file is copied to .damaged before the log is rewritten from what was read."""
+    path = tmp_path / "r.log"
+    writer = RunLogWriter.open(path)
+    for step in (1, 2, 3):
+        writer.append(step_update(step))
+        writer.flush()
+    writer.close()
+    original = bytearray(path.read_bytes())
+    ends = _record_ends(bytes(original))
+    if damage == "flip":
+        original[ends[1] + 25] ^= 0xFF  # inside the third record
+    elif damage == "newer":
+        original = original[: ends[1]] + _newer_record()
+    else:
+        original = bytearray(b"PNG not a log at all")
+    path.write_bytes(original)
+
+    with capture_events() as events:
+        writer = RunLogWriter.open(path)
+    writer.append(step_update(9, offset=writer.state.lengths().get("loss", 0)))
+    writer.close()
+
+    assert bytes(original) == path.with_name("r.log.damaged").read_bytes()
+    steps = [p["step"] for p in replayed_task(path)["status_details"]["metrics"]["loss"]]
+    assert ([1, 2, 9] if damage != "not_a_log" else [9]) == steps
+    assert replay(path.read_bytes()).damage is None
+    assert [kind] == [e["damage"] for e in events if e["event"] == "trainreport.run_log_damaged"]
+
+
+def _record_ends(data: bytes) -> list[int]:
+    from trainreport.sinks._runlog import HEADER  # noqa: PLC0415
+
+    ends, position = [], len(MAGIC)
+    while position < len(data):
+        length = HEADER.unpack_from(data, position)[3]
+        position += HEADER.size + length
+        ends.append(position)
+    return ends
+
+
+def _newer_record() -> bytes:
+    import struct  # noqa: PLC0415
+    import zlib  # noqa: PLC0415
+
+    record = bytearray(encode_record(1, b"{}"))
+    record[0] = 2
+    record[16:20] = struct.pack("<I", zlib.crc32(bytes(record[:16])))
+    return bytes(record)
+
+
+def test_a_second_writer_of_the_same_log_is_refused_until_the_first_closes(
+    tmp_path: Path,
+) -> None:
+    """The flock keeps two processes (here two descriptors) from interleaving records."""
+    first = RunLogWriter.open(tmp_path / "r.log")
+    with pytest.raises(LogBusyError):
+        RunLogWriter.open(tmp_path / "r.log")
+    first.close()
+    RunLogWriter.open(tmp_path / "r.log").close()
+
+
+def test_a_compaction_keeps_the_lock(tmp_path: Path) -> None:
+    """The rewritten log is locked before it replaces the old one."""
+    first = RunLogWriter.open(tmp_path / "r.log")
+    first.append(step_update(1))
+    first.compact()
+    with pytest.raises(LogBusyError):
+        RunLogWriter.open(tmp_path / "r.log")
+    first.close()
+
+
+def test_rewinds_make_compaction_due_and_it_shrinks_the_log_atomically(tmp_path: Path) -> None:
+    """Re-sending the same tail grows the log; compaction rewrites it as one snapshot."""
+    path = tmp_path / "r.log"
+    writer = RunLogWriter.open(path)
+    writer.append(Update("running", {}, (points("loss", 0, list(range(1, 101))),), False))
+    compacted_at = None
+    for i in range(2000):
+        writer.append(Update(None, {"step": i}, (points("loss", 50, list(range(51, 101))),), False))
+        writer.flush()
+        if writer.compaction_due():
+            compacted_at = path.stat().st_size
+            writer.compact()
+            break
+    before = writer.state.to_task()
+
+    assert compacted_at is not None
+    assert compacted_at > MIN_COMPACT_BYTES
+    assert path.stat().st_size < compacted_at / 10
+    assert before == replayed_task(path)
+    assert [] == [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    writer.close()
+
+
+def test_a_log_that_grows_with_the_run_is_not_compacted(tmp_path: Path) -> None:
+    """New points only, 50 a send: the log stays near its snapshot's size, never rewritten."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    for start in range(1, 20001, 50):
+        steps = list(range(start, start + 50))
+        writer.append(
+            Update("running", {"step": start}, (points("loss", start - 1, steps),), False)
+        )
+        writer.flush()
+        assert not writer.compaction_due()
+    writer.close()
+    assert 0 == writer.compactions
+
+
+def test_a_failed_compaction_leaves_the_old_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No space for the rewrite: the old log is untouched and appending goes on."""
+    path = tmp_path / "r.log"
+    writer = RunLogWriter.open(path)
+    writer.append(step_update(1))
+    writer.flush()
+    before = path.read_bytes()
+    monkeypatch.setattr(os, "fsync", Calls(os.fsync, fail_at=1))
+
+    with pytest.raises(OSError, match="No space"):
+        writer.compact()
+
+    monkeypatch.undo()
+    assert before == path.read_bytes()
+    assert [] == [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    writer.append(step_update(2))
+    writer.close()
+    assert [1, 2] == [p["step"] for p in replayed_task(path)["status_details"]["metrics"]["loss"]]
+
+
+def test_compaction_can_trim_what_a_service_acknowledged(tmp_path: Path) -> None:
+    """keep_from drops the acknowledged points; the log then starts each series past them."""
+    path = tmp_path / "r.log"
+    writer = RunLogWriter.open(path)
+    for step in range(1, 11):
+        writer.append(step_update(step))
+    writer.compact(keep_from={"loss": 8})
+    writer.append(step_update(11))
+    writer.close()
+
+    replayed = replay(path.read_bytes())
+
+    assert {"loss": 8} == replayed.state.bases
+    assert {"loss": 11} == replayed.state.lengths()
+    assert [9, 10, 11] == [
+        p["step"]
+        for p in replayed.state.to_task()["status_details"]["metrics"]["loss"]  # type: ignore[index]
+    ]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(0, 20), st.integers(0, 4)),
+            st.tuples(st.just("flush"), st.just(0), st.just(0)),
+            st.tuples(st.just("compact"), st.integers(0, 30), st.just(0)),
+            st.tuples(st.just("reopen"), st.just(0), st.just(0)),
+        ),
+        max_size=25,
+    )
+)
+def test_the_file_always_replays_to_the_writers_state(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, int, int]]
+) -> None:
+    """Whatever the order of appends, flushes, compactions (trimming) and reopenings."""
+    path = tmp_path_factory.mktemp("log") / "r.log"
+    writer = RunLogWriter.open(path, run={"job_id": "j"})
+    for op, a, b in operations:
+        if op == "append":
+            held = writer.state.lengths().get("loss", 0)
+            base = writer.state.bases.get("loss", 0)
+            offset = max(min(a, held), base)
+            writer.append(
+                Update(
+                    "running",
+                    {"step": a},
+                    (points("loss", offset, list(range(offset + 1, offset + 1 + b))),),
+                    False,
+                )
+            )
+        elif op == "flush":
+            writer.flush()
+        elif op == "compact":
+            writer.compact(keep_from={"loss": a} if a % 2 else None)
+        else:
+            writer.close()
+            writer = RunLogWriter.open(path)
+    writer.flush()
+    expected = (writer.state.to_task(), writer.state.lengths())
+    writer.close()
+    replayed = replay(path.read_bytes())
+    assert expected == (replayed.state.to_task(), replayed.state.lengths())
+    assert replayed.damage is None
+    assert {"job_id": "j"} == replayed.run
+
+
+def test_an_update_whose_details_carry_metrics_is_refused_not_written_unreadable(
+    tmp_path: Path,
+) -> None:
+    """Curves travel as series; a 'metrics' detail would make a record replay refuses."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    with pytest.raises(ValueError, match="metrics"):
+        writer.append(Update("running", {"metrics": {"a": []}}, None, False))
+    writer.append(step_update(1))
+    writer.close()
+    replayed = replay((tmp_path / "r.log").read_bytes())
+    assert replayed.damage is None
+    assert {"loss": 1} == replayed.state.lengths()
