@@ -2,7 +2,10 @@
 
 Readers follow the lifecycle's rule that a terminal status ends the phase
 (docs/lifecycle.md): a finished task is shown as phase ``done`` with no ETA,
-whatever an older writer stored, and the ETA is shown only while it runs.
+whatever an older writer stored, and the ETA is shown only while it runs. A
+task the reference server marks stale (running, silent past its
+``stale_after_seconds``: ``docs/protocol.md``) shows the server's message
+("no update for 4 min: the process may have died") in place of the ETA.
 """
 
 from __future__ import annotations
@@ -97,6 +100,13 @@ def _aligned(
     return lines
 
 
+def _stale_message(task: Mapping[str, Any]) -> str | None:
+    """The reference server's stale message of a task or task summary, or ``None``."""
+    stale = task.get("stale")
+    message = stale.get("message") if isinstance(stale, Mapping) else None
+    return message if isinstance(message, str) and message else None
+
+
 def _status_line(task: Mapping[str, Any], details: Mapping[str, Any]) -> str:
     status = task.get("status", "-")
     parts = [
@@ -106,8 +116,11 @@ def _status_line(task: Mapping[str, Any], details: Mapping[str, Any]) -> str:
         f"epoch {_of(details.get('epoch'), details.get('num_epochs'))}",
         f"{_text(details.get('percentage_done', '-'))} % done",
     ]
+    stale = _stale_message(task)
     eta = format_duration(details.get("eta_seconds")) if status == "running" else None
-    if eta is not None:
+    if stale is not None:
+        parts.append(stale)
+    elif eta is not None:
         parts.append(f"ETA {eta}")
     parts.append(f"updated {_text(details.get('updated_at', '-'))}")
     return ", ".join(parts)
@@ -182,7 +195,9 @@ def describe_jobs(jobs: Sequence[Mapping[str, Any]]) -> str:
                     shown_phase(status, t.get("phase")),
                     _of(t.get("step"), t.get("max_steps")),
                     "-" if pct is None else f"{float(pct):.1f} %",
-                    _text(t.get("updated_at", "-")),
+                    " - ".join(
+                        x for x in (_text(t.get("updated_at", "-")), _stale_message(t)) if x
+                    ),
                 ]
             )
     return "\n".join(_aligned(rows))

@@ -37,6 +37,7 @@ DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
 DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 100
+DEFAULT_STALE_AFTER_SECONDS = 180.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -212,6 +213,16 @@ def _add_serve(subparsers: Any) -> None:
         ),
     )
     serve.add_argument(
+        "--stale-after",
+        type=_positive_seconds,
+        default=DEFAULT_STALE_AFTER_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "a running task without an update for this long is shown as stale (its process "
+            f"may have died) (default: {DEFAULT_STALE_AFTER_SECONDS:g}, three heartbeats)"
+        ),
+    )
+    serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default)"
     )
     serve.set_defaults(handler=_serve)
@@ -282,6 +293,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_decompressed_bytes=args.max_decompressed_bytes,
             body_budget_bytes=args.body_budget_bytes,
             allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
+            stale_after_seconds=args.stale_after,
         )
     except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
         sock.close()

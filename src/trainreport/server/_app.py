@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -65,6 +67,11 @@ from trainreport.server._routes import (
     Endpoint,
 )
 from trainreport.server._security import RequestGuard, allowed_host_names
+from trainreport.server._stale import (
+    DEFAULT_STALE_AFTER_SECONDS,
+    STALE_KEY,
+    staleness,
+)
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
@@ -106,6 +113,7 @@ def create_app(
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
     allowed_hosts: Iterable[str] = (),
     clock: Callable[[], float] | None = None,
+    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
 ) -> Starlette:
     """Build the reference server's ASGI app on a SQLite file.
 
@@ -131,8 +139,14 @@ def create_app(
             ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
             Requests from another ``Origin`` are always 403, and writes need
             ``Content-Type: application/json`` (415), see ``_security``.
-        clock: wall-clock seconds since the Unix epoch, for job token
-            expiries (``time.time`` when ``None``).
+        clock: wall-clock seconds since the Unix epoch (``time.time`` when
+            ``None``): job token expiries, the time stored with every write,
+            and staleness.
+        stale_after_seconds: a ``running`` task without a write for longer
+            than this, in seconds, is reported stale (its process may have
+            died): a ``stale`` object in ``GET`` of the task and in the job's
+            task summaries, and the ``trainreport_stale_tasks`` gauge
+            (``server/_stale.py``). Default 180 s, three heartbeats.
 
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
@@ -141,14 +155,18 @@ def create_app(
 
     Raises:
         ValueError: an empty token, a secret under 32 bytes, a limit below 1
-            byte, or an allowed host that is not a plain name.
+            byte, ``stale_after_seconds`` not a positive number, or an allowed
+            host that is not a plain name.
         sqlite3.Error: the database file cannot be opened.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty string or None")
     if secret is not None:
         check_secret(secret)
-    authenticator = Authenticator(token, secret, *(() if clock is None else (clock,)))
+    wall_clock = time.time if clock is None else clock
+    authenticator = Authenticator(token, secret, wall_clock)
+    if not (math.isfinite(stale_after_seconds) and stale_after_seconds > 0):
+        raise ValueError("stale_after_seconds must be a positive number of seconds")
     if max_body_bytes < 1 or max_decompressed_bytes < 1 or body_budget_bytes < 1:
         raise ValueError("body limits must be at least 1 byte")
     hosts = allowed_host_names(None, allowed_hosts)
@@ -156,8 +174,25 @@ def create_app(
         max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
     )
     db = Database(db_path)
-    metrics = ServerMetrics(db.count_tasks_by_status)
-    api = _Api(db, limits, BodyBudget(body_budget_bytes), authenticator, metrics)
+
+    def count_stale() -> int:
+        now = wall_clock()
+        return sum(
+            staleness("running", t, now=now, stale_after_seconds=stale_after) is not None
+            for t in db.running_task_update_times()
+        )
+
+    stale_after = stale_after_seconds
+    metrics = ServerMetrics(db.count_tasks_by_status, count_stale)
+    api = _Api(
+        db,
+        limits,
+        BodyBudget(body_budget_bytes),
+        authenticator,
+        metrics,
+        clock=wall_clock,
+        stale_after_seconds=stale_after_seconds,
+    )
     routes = api.routes() + _page.routes()
 
     @contextlib.asynccontextmanager
@@ -222,8 +257,13 @@ class _Api:
         budget: BodyBudget,
         auth: Authenticator,
         metrics: ServerMetrics,
+        *,
+        clock: Callable[[], float],
+        stale_after_seconds: float,
     ) -> None:
         self._db = db
+        self._clock = clock
+        self._stale_after = stale_after_seconds
         self._limits = limits
         self._budget = budget
         self._auth = auth
@@ -248,6 +288,24 @@ class _Api:
 
         return guarded
 
+    def _utc_now(self) -> str:
+        """The server's clock as ISO 8601 UTC with milliseconds (stored with every write)."""
+        moment = datetime.fromtimestamp(self._clock(), timezone.utc)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def _stale(self, status: str, updated_at: str) -> dict[str, Any] | None:
+        return staleness(
+            status, updated_at, now=self._clock(), stale_after_seconds=self._stale_after
+        )
+
+    def _with_stale(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A job document whose stale task summaries carry their ``stale`` object."""
+        for task in job["tasks"]:
+            stale = self._stale(task["status"], task["updated_at"])
+            if stale is not None:
+                task[STALE_KEY] = stale
+        return job
+
     async def openapi(self, _request: Request) -> Response:
         return Response(_openapi_bytes(), media_type="application/json")
 
@@ -268,9 +326,11 @@ class _Api:
 
         def read() -> Response:
             if own_job is None:
-                return JSONResponse({"jobs": self._db.list_jobs(limit=limit)})
-            job = self._db.get_job(own_job)  # a job token lists its own job, if it exists
-            return JSONResponse({"jobs": [] if job is None else [job]})
+                jobs = self._db.list_jobs(limit=limit)
+            else:
+                job = self._db.get_job(own_job)  # a job token lists its own job, if it exists
+                jobs = [] if job is None else [job]
+            return JSONResponse({"jobs": [self._with_stale(job) for job in jobs]})
 
         return await run_in_threadpool(read)
 
@@ -279,37 +339,41 @@ class _Api:
         job = await run_in_threadpool(self._db.get_job, job_id)
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
-        return JSONResponse(job)
+        return JSONResponse(self._with_stale(job))
 
     async def put_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
-        now = _utc_now()
+        now = self._utc_now()
         created, job = await run_in_threadpool(lambda: self._db.put_job(job_id, now=now))
-        return JSONResponse(job, status_code=201 if created else 200)
+        return JSONResponse(self._with_stale(job), status_code=201 if created else 200)
 
     async def cancel_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
-        now = _utc_now()
+        now = self._utc_now()
         job = await run_in_threadpool(lambda: self._db.cancel_job(job_id, now=now))
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
-        return JSONResponse(job)
+        return JSONResponse(self._with_stale(job))
 
     async def get_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         include = METRICS.read_bool(request.query_params)
 
         def read() -> Response:
-            task = self._db.get_task(job_id, task_id, include_metrics=include)
-            if task is None:
+            found = self._db.read_task(job_id, task_id, include_metrics=include)
+            if found is None:
                 raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+            task, updated_at = found
+            stale = self._stale(task["status"], updated_at)
+            if stale is not None:  # outside status_details: a plain job API never sends it
+                task[STALE_KEY] = stale
             return JSONResponse(task)  # encoded here, off the event loop
 
         return await run_in_threadpool(read)
 
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        now = _utc_now()
+        now = self._utc_now()
 
         def store(body: bytearray) -> _Patched:  # one trip to the thread pool: parse to commit
             patch = validate_patch(check_text(parse_json(body), body))
@@ -341,7 +405,7 @@ class _Api:
 
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        now = _utc_now()
+        now = self._utc_now()
 
         def apply(body: bytearray) -> tuple[TaskUpdate, UpdateOutcome]:  # one trip, as above
             update = validate_update(check_text(parse_json(body), body))
@@ -440,11 +504,6 @@ def _applied_body(outcome: Applied) -> dict[str, Any]:
 
 
 # -- request helpers --------------------------------------------------------------------
-
-
-def _utc_now() -> str:
-    """The server's wall clock as ISO 8601 UTC with milliseconds (the I/O shell's clock)."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _task_ids(request: Request) -> tuple[str, str]:

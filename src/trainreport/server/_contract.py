@@ -34,6 +34,7 @@ from trainreport.server._schema import (
     Record,
     Text,
 )
+from trainreport.server._stale import STALE_KEY
 from trainreport.server._wire import (
     ID_PATTERN,
     REQUEST_BODIES,
@@ -52,9 +53,29 @@ _STATUS = Enum(tuple(sorted(TASK_STATUSES)))
 _TIMESTAMP = Text(description="the server's clock, ISO 8601 UTC with milliseconds")
 _LENGTHS = MapOf(SERIES_NAME, Integer(0), description="points stored per series (every series)")
 
-#: ``GET`` of a task: the baseline shape.
+_STALE = Record(
+    (
+        Field("seconds_since_update", Integer(0, description="since the last write"), True),
+        Field("last_update_at", _TIMESTAMP, True),
+        Field(
+            "message",
+            Text(description='for people: "no update for 4 min: the process may have died"'),
+            True,
+        ),
+    ),
+    description=(
+        "Present only while the task is running and has had no write for longer than the "
+        "server's stale_after_seconds (default 180): its process may have died. Outside "
+        "status_details: a plain job API never sends it."
+    ),
+)
+#: ``GET`` of a task: the baseline shape (and ``stale`` from the reference server).
 TASK = Record(
-    (Field("status", _STATUS, True), Field("status_details", STATUS_DETAILS, True)),
+    (
+        Field("status", _STATUS, True),
+        Field("status_details", STATUS_DETAILS, True),
+        Field(STALE_KEY, _STALE),
+    ),
     description="A task as stored; status_details.metrics lists every series in full.",
 )
 _TASK_SUMMARY = Record(
@@ -66,6 +87,7 @@ _TASK_SUMMARY = Record(
         Field("max_steps", Open("status_details.max_steps, or null"), True),
         Field("percentage_done", Open("status_details.percentage_done, or null"), True),
         Field("updated_at", _TIMESTAMP, True),
+        Field(STALE_KEY, _STALE),
     ),
 )
 _JOB = Record(

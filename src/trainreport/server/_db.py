@@ -298,6 +298,16 @@ class Database:
             rows = conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall()
         return {str(status): int(count) for status, count in rows}
 
+    def running_task_update_times(self) -> list[str]:
+        """The server's ``updated_at`` of every task whose status is ``running`` (``/metrics``).
+
+        Raises:
+            sqlite3.Error: the database cannot be read.
+        """
+        with self._read() as conn:
+            rows = conn.execute("SELECT updated_at FROM tasks WHERE status = 'running'")
+            return [str(row[0]) for row in rows]
+
     # -- baseline ---------------------------------------------------------------------
 
     def get_task(
@@ -313,6 +323,24 @@ class Database:
         """
         with self._read() as conn:
             return _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+
+    def read_task(
+        self, job_id: str, task_id: str, *, include_metrics: bool = True
+    ) -> tuple[dict[str, Any], str] | None:
+        """:meth:`get_task` and the server's time of the task's last write, in one snapshot.
+
+        Returns:
+            ``(task, updated_at)`` (ISO 8601 UTC), or ``None`` when the task does
+            not exist.
+        """
+        with self._read() as conn:
+            task = _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+            row = conn.execute(
+                "SELECT updated_at FROM tasks WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+            ).fetchone()
+        if task is None or row is None:
+            return None
+        return task, str(row[0])
 
     def patch_task(self, job_id: str, task_id: str, patch: TaskPatch, *, now: str) -> Stored:
         """Apply a baseline ``PATCH``: shallow merge of details, ``metrics`` replaces all series.

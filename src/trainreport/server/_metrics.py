@@ -16,8 +16,10 @@ Metrics (``docs/server.md``, "Metrics"):
   (duplicates and refused requests do not count).
 - ``trainreport_database_errors_total``: database failures seen by requests,
   readiness checks and scrapes.
-- ``trainreport_tasks{status}`` and ``trainreport_active_tasks``: tasks in the
-  database by status, and those running, read at scrape time.
+- ``trainreport_tasks{status}``, ``trainreport_active_tasks`` and
+  ``trainreport_stale_tasks``: tasks in the database by status, those running,
+  and those running without a write for ``stale_after_seconds`` (the rule of
+  ``server/_stale.py``), read at scrape time.
 """
 
 from __future__ import annotations
@@ -59,9 +61,15 @@ class ServerMetrics:
     Args:
         task_counts: reads the number of tasks per status from the database
             (``Database.count_tasks_by_status``); called at scrape time.
+        stale_tasks: counts the stale tasks (``server/_stale.py``: running,
+            no write for ``stale_after_seconds``); called at scrape time.
     """
 
-    def __init__(self, task_counts: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(
+        self,
+        task_counts: Callable[[], Mapping[str, int]],
+        stale_tasks: Callable[[], int],
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "trainreport_http_requests",
@@ -85,7 +93,7 @@ class ServerMetrics:
             "Database failures seen by requests, readiness checks and scrapes",
             registry=self.registry,
         )
-        self.registry.register(_TaskCollector(task_counts, self.database_errors))
+        self.registry.register(_TaskCollector(task_counts, stale_tasks, self.database_errors))
 
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (version 0.0.4)."""
@@ -96,12 +104,17 @@ class _TaskCollector(Collector):
     """Task gauges read from the database at scrape time.
 
     A failed read counts a database error and leaves the gauges out of that
-    scrape (the scrape itself still answers). A later gauge (for example
-    stale tasks) is one more family yielded here.
+    scrape (the scrape itself still answers).
     """
 
-    def __init__(self, task_counts: Callable[[], Mapping[str, int]], errors: Counter) -> None:
+    def __init__(
+        self,
+        task_counts: Callable[[], Mapping[str, int]],
+        stale_tasks: Callable[[], int],
+        errors: Counter,
+    ) -> None:
         self._task_counts = task_counts
+        self._stale_tasks = stale_tasks
         self._errors = errors
 
     def describe(self) -> Iterable[Metric]:
@@ -110,6 +123,7 @@ class _TaskCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             counts = dict(self._task_counts())
+            stale = self._stale_tasks()
         except Exception as exc:  # the scrape must answer even when the database does not
             if is_database_error(exc):
                 self._errors.inc()
@@ -125,6 +139,12 @@ class _TaskCollector(Collector):
             "trainreport_active_tasks",
             "Tasks whose status is running",
             value=counts.get("running", 0),
+        )
+        yield GaugeMetricFamily(
+            "trainreport_stale_tasks",
+            "Running tasks without a write for longer than stale_after_seconds "
+            "(their process may have died)",
+            value=stale,
         )
 
 

@@ -31,6 +31,7 @@ from trainreport.server._app import (
     create_app,
 )
 from trainreport.server._security import allowed_host_names
+from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_SECONDS",
@@ -202,6 +203,8 @@ def start_in_thread(
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+    clock: Callable[[], float] | None = None,
     access_log: bool = False,
     startup_timeout_seconds: float = 10.0,
 ) -> ServerHandle:
@@ -221,6 +224,10 @@ def start_in_thread(
         head_timeout_seconds: time to receive a request's head, in seconds.
         body_timeout_seconds: time to receive a request's body, in seconds.
         max_connections: open connections served at once.
+        stale_after_seconds: silence after which a running task is stale, in
+            seconds (see ``create_app``).
+        clock: the server's wall clock, seconds since the epoch (see
+            ``create_app``; tests inject one).
         access_log: log every request through the ``uvicorn.access`` logger.
         startup_timeout_seconds: how long to wait for the server to accept
             connections, in seconds.
@@ -240,6 +247,8 @@ def start_in_thread(
         max_decompressed_bytes=max_decompressed_bytes,
         body_budget_bytes=body_budget_bytes,
         allowed_hosts=sorted(allowed_host_names(host, allowed_hosts)),
+        clock=clock,
+        stale_after_seconds=stale_after_seconds,
     )
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
@@ -300,6 +309,7 @@ def start_subprocess(
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
     access_log: bool = False,
     startup_timeout_seconds: float = 30.0,
 ) -> ServerHandle:
@@ -322,6 +332,7 @@ def start_subprocess(
         head_timeout_seconds: time to receive a request's head, in seconds.
         body_timeout_seconds: time to receive a request's body, in seconds.
         max_connections: open connections served at once.
+        stale_after_seconds: ``--stale-after``, in seconds.
         access_log: pass ``--access-log``.
         startup_timeout_seconds: how long to wait for ``GET /v1/capabilities``
             to answer, in seconds.
@@ -357,6 +368,8 @@ def start_subprocess(
         repr(float(body_timeout_seconds)),
         "--max-connections",
         str(max_connections),
+        "--stale-after",
+        repr(float(stale_after_seconds)),
     ]
     for name in allowed_hosts:
         argv += ["--allowed-hosts", name]

@@ -157,6 +157,16 @@
     });
     return node;
   }
+  // The server marks a running task that has gone silent (docs/protocol.md, "Stale
+  // tasks"); its message replaces the live ETA and the "updated" time.
+  function staleMessage(task) {
+    const stale = task.stale;
+    return stale && typeof stale.message === "string" ? stale.message : null;
+  }
+  function updatedCell(task) {
+    const stale = staleMessage(task);
+    return stale ? el("td", "stale", stale) : el("td", "muted", fmtAgo(task.updated_at));
+  }
   function stepText(step, max) {
     if (step === null || step === undefined) return "–";
     return isNum(max) ? fmtValue(step) + " / " + fmtValue(max) : fmtValue(step);
@@ -201,7 +211,7 @@
               el("td", null, phaseText(task.status, task.phase)),
               el("td", "num", stepText(task.step, task.max_steps)),
               append(el("td"), progressBar(task.percentage_done, false)),
-              el("td", "muted", fmtAgo(task.updated_at)));
+              updatedCell(task));
             append(body, tr);
           }
           append(table, body);
@@ -481,7 +491,8 @@
       stat("epoch", stepText(d.epoch, d.num_epochs)),
       stat("progress", isNum(d.percentage_done) ? d.percentage_done.toFixed(1) + " %" : "–",
         null),
-      stat("eta", task.status === "running" ? fmtDuration(d.eta_seconds) : "–"),
+      staleMessage(task) ? stat("eta", staleMessage(task), null, "stale") :
+        stat("eta", task.status === "running" ? fmtDuration(d.eta_seconds) : "–"),
       checkpointStat(d.checkpoint_path),
       stat("updated", fmtAgo(d.updated_at) || "–", typeof d.updated_at === "string" ?
         d.updated_at : null));
