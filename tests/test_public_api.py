@@ -9,6 +9,7 @@ import sys
 import trainreport
 
 EXPECTED = [
+    "AttemptIdentity",
     "ClientError",
     "ConfigError",
     "Delivered",

@@ -6,6 +6,7 @@ See ``README.md`` and ``docs/``.
 
 from __future__ import annotations
 
+from trainreport._attempt import AttemptIdentity
 from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Phase, TaskStatus
 from trainreport._reporter import Reporter, ReporterStats
@@ -40,6 +41,7 @@ from trainreport.sinks import (
 from trainreport.sinks._runfile import read_task
 
 __all__ = [
+    "AttemptIdentity",
     "ClientError",
     "ConfigError",
     "Delivered",

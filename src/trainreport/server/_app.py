@@ -48,6 +48,7 @@ from trainreport.server._db import (
     Applied,
     Database,
     SeriesGap,
+    StaleAttempt,
     StaleWriter,
     UpdateOutcome,
 )
@@ -82,7 +83,7 @@ from trainreport.server._wire import (
     validate_id,
     validate_patch,
     validate_update,
-    validate_writer_open,
+    validate_writer_claim,
 )
 
 __all__ = [
@@ -388,10 +389,22 @@ class _Api:
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         async with held_body(request, self._limits, self._budget) as body:
-            validate_writer_open(check_text(parse_json(body), body) if body.strip() else None)
+            claim = validate_writer_claim(
+                check_text(parse_json(body), body) if body.strip() else None
+            )
 
         def open_writer() -> Response:
-            opened = self._db.open_writer(job_id, task_id)
+            opened = self._db.open_writer(job_id, task_id, claim)
+            if isinstance(opened, StaleAttempt):
+                raise ApiError(
+                    409,
+                    "stale_attempt",
+                    "an earlier attempt cannot take the task from a later one; stop writing",
+                    {
+                        "writer_generation": opened.current_generation,
+                        "holder": opened.holder.to_json(),
+                    },
+                )
             return JSONResponse(
                 {
                     "writer_generation": opened.generation,

@@ -6,7 +6,8 @@ Layout (``docs/server.md``)::
     tasks   ((job_id, task_id) PK, status, details JSON without "metrics", created_at, updated_at)
     series  ((job_id, task_id, series) PK, ord, length)          lengths without counting points
     points  ((job_id, task_id, series, idx) PK, step, epoch, value)
-    writers ((job_id, task_id) PK, generation, last_sequence)    exists before the task does
+    writers ((job_id, task_id) PK, generation, last_sequence,
+             attempt_number, attempt_started_at)                 exists before the task does
 
 Points have their own rows, so appending a suffix costs the new points (one
 ``executemany``), not a rewrite of the whole curve. Every write is one
@@ -40,13 +41,14 @@ import attrs
 
 from trainreport._lifecycle import forget_running_only_details
 from trainreport.server._commit import GroupCommit
-from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate
+from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate, WriterClaim
 
 __all__ = [
     "SCHEMA_VERSION",
     "Applied",
     "Database",
     "SeriesGap",
+    "StaleAttempt",
     "StaleWriter",
     "Stored",
     "UpdateOutcome",
@@ -54,7 +56,8 @@ __all__ = [
 ]
 
 #: Stored in ``PRAGMA user_version``; a file written by a newer server is refused.
-SCHEMA_VERSION = 1
+#: Version 2 added the writers' attempt identity (a version-1 file is migrated in place).
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS jobs (
@@ -91,7 +94,14 @@ _SCHEMA = (
         task_id TEXT NOT NULL,
         generation INTEGER NOT NULL,
         last_sequence INTEGER NOT NULL,
+        attempt_number INTEGER,
+        attempt_started_at REAL,
         PRIMARY KEY (job_id, task_id)) WITHOUT ROWID""",
+)
+#: Version 1 -> 2: the holder's attempt identity.
+_MIGRATE_TO_2 = (
+    "ALTER TABLE writers ADD COLUMN attempt_number INTEGER",
+    "ALTER TABLE writers ADD COLUMN attempt_started_at REAL",
 )
 
 #: Seconds a connection waits for another process's write lock before failing.
@@ -158,6 +168,19 @@ class StaleWriter:
     """
 
     current_generation: int | None
+
+
+@attrs.frozen
+class StaleAttempt:
+    """A writer claimed the task with an older attempt than the holder's; nothing changed.
+
+    Args:
+        holder: the attempt identity of the task's current writer.
+        current_generation: the task's current writer generation.
+    """
+
+    holder: WriterClaim
+    current_generation: int
 
 
 @attrs.frozen
@@ -258,6 +281,9 @@ class Database:
                 raise RuntimeError(
                     f"{self.path} has schema version {version}; this server knows {SCHEMA_VERSION}"
                 )
+            if version == 1:
+                for statement in _MIGRATE_TO_2:
+                    conn.execute(statement)
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -370,21 +396,40 @@ class Database:
 
     # -- series-suffix-v1 -------------------------------------------------------------
 
-    def open_writer(self, job_id: str, task_id: str) -> WriterOpened:
-        """Issue the task's next writer generation; fences every older writer.
+    def open_writer(
+        self, job_id: str, task_id: str, claim: WriterClaim | None = None
+    ) -> WriterOpened | StaleAttempt:
+        """Issue the task's next writer generation, unless the claim is of an older attempt.
 
+        Generations follow the attempts' order, not the order in which writers
+        open: a claim older than the current holder's (``WriterClaim.is_older_than``)
+        is refused and fences nobody; any other claim issues the next
+        generation, which fences every older writer, and becomes the holder.
         Does not create the task or the job.
 
         Args:
             job_id: a validated job id.
             task_id: a validated task id.
+            claim: the writer's attempt identity (``None``: no identity).
         """
+        claim = claim if claim is not None else WriterClaim()
         with self._write() as conn:
-            conn.execute(
-                "INSERT INTO writers (job_id, task_id, generation, last_sequence) "
-                "VALUES (?, ?, 1, 0) ON CONFLICT (job_id, task_id) "
-                "DO UPDATE SET generation = generation + 1, last_sequence = 0",
+            row = conn.execute(
+                "SELECT generation, attempt_number, attempt_started_at FROM writers "
+                "WHERE job_id = ? AND task_id = ?",
                 (job_id, task_id),
+            ).fetchone()
+            if row is not None:
+                holder = WriterClaim(number=row[1], started_at=row[2])
+                if claim.is_older_than(holder):
+                    return StaleAttempt(holder=holder, current_generation=row[0])
+            conn.execute(
+                "INSERT INTO writers (job_id, task_id, generation, last_sequence, "
+                "attempt_number, attempt_started_at) VALUES (?, ?, 1, 0, ?, ?) "
+                "ON CONFLICT (job_id, task_id) DO UPDATE SET generation = generation + 1, "
+                "last_sequence = 0, attempt_number = excluded.attempt_number, "
+                "attempt_started_at = excluded.attempt_started_at",
+                (job_id, task_id, claim.number, claim.started_at),
             )
             generation = conn.execute(
                 "SELECT generation FROM writers WHERE job_id = ? AND task_id = ?",
@@ -651,7 +696,11 @@ def _write_suffix(
     series: SeriesPoints,
     lengths: dict[str, int],
 ) -> None:
-    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place."""
+    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place.
+
+    A series left with no points is removed (a task keeps points, not names), so
+    ``GET`` never shows an empty series and the client's record agrees with it.
+    """
     name, offset = series.name, series.offset
     if name in lengths:
         if offset < lengths[name]:
@@ -659,10 +708,19 @@ def _write_suffix(
                 "DELETE FROM points WHERE job_id = ? AND task_id = ? AND series = ? AND idx >= ?",
                 (job_id, task_id, name, offset),
             )
+        if offset + len(series) == 0:
+            conn.execute(
+                "DELETE FROM series WHERE job_id = ? AND task_id = ? AND series = ?",
+                (job_id, task_id, name),
+            )
+            del lengths[name]
+            return
         conn.execute(
             "UPDATE series SET length = ? WHERE job_id = ? AND task_id = ? AND series = ?",
             (offset + len(series), job_id, task_id, name),
         )
+    elif offset + len(series) == 0:
+        return
     else:
         conn.execute(
             "INSERT INTO series (job_id, task_id, series, ord, length) VALUES (?, ?, ?, "

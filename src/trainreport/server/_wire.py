@@ -31,6 +31,7 @@ from trainreport.server._schema import (
     Integer,
     List,
     MapOf,
+    Nullable,
     Number,
     Open,
     Record,
@@ -51,12 +52,13 @@ __all__ = [
     "SeriesPoints",
     "TaskPatch",
     "TaskUpdate",
+    "WriterClaim",
     "parse_json",
     "validate_id",
     "validate_patch",
     "validate_series_name",
     "validate_update",
-    "validate_writer_open",
+    "validate_writer_claim",
 ]
 
 #: The extension this server implements (``docs/protocol.md``).
@@ -127,6 +129,38 @@ class TaskUpdate:
     status: str | None
     details: Mapping[str, Any]
     series: tuple[SeriesPoints, ...]
+
+
+@attrs.frozen
+class WriterClaim:
+    """The attempt identity a writer claims a task with (``POST .../writers``).
+
+    Args:
+        number: the attempt number the job system gave the process
+            (``TRAINREPORT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``, ...), or ``None``.
+        started_at: the process's start time, seconds since the Unix epoch, or ``None``.
+    """
+
+    number: int | None = None
+    started_at: float | None = None
+
+    def is_older_than(self, holder: WriterClaim) -> bool:
+        """Whether this claim belongs to an earlier attempt than ``holder``'s.
+
+        Attempt numbers decide when both claims have one and they differ;
+        otherwise process start times decide when both have one. A claim equal
+        to the holder's (the same attempt re-opening) or one that cannot be
+        ordered (no identity) is not older.
+        """
+        if self.number is not None and holder.number is not None and self.number != holder.number:
+            return self.number < holder.number
+        if self.started_at is not None and holder.started_at is not None:
+            return self.started_at < holder.started_at
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        """The claim as the ``holder`` field of a 409 ``stale_attempt`` body."""
+        return {"number": self.number, "started_at": self.started_at}
 
 
 def validate_id(value: str, what: str) -> str:
@@ -258,9 +292,40 @@ TASK_UPDATE = Record(
     description="A series-suffix-v1 update: fenced by writer_generation, ordered by sequence.",
 )
 
+
+def _started_at_not_negative(attempt: Mapping[str, Any], path: str) -> None:
+    started_at = attempt.get("started_at")
+    if started_at is not None and started_at < 0:
+        invalid("expected a number >= 0 or null", f"{path}.started_at")
+
+
 #: ``POST /v1/jobs/{job_id}/tasks/{task_id}/writers``: an object (or no body at all).
 WRITER_OPEN = Record(
-    (),
+    (
+        Field(
+            "attempt",
+            Nullable(
+                Record(
+                    (
+                        Field(
+                            "number",
+                            Integer(
+                                0, nullable=True, description="the job system's attempt number"
+                            ),
+                        ),
+                        Field(
+                            "started_at",
+                            Number(description="process start, seconds since the Unix epoch"),
+                        ),
+                    ),
+                    extra=Open("ignored (forward compatibility)"),
+                    rule=_started_at_not_negative,
+                    rule_text="started_at, when given, is >= 0.",
+                    description="The claiming attempt's identity; an older claim gets 409.",
+                )
+            ),
+        ),
+    ),
     extra=Open("ignored (forward compatibility)"),
     description="Opens a writer; the body may be absent.",
 )
@@ -383,11 +448,19 @@ def validate_update(doc: Any) -> TaskUpdate:
     )
 
 
-def validate_writer_open(doc: Any) -> None:
-    """Validate a ``POST .../writers`` body (:data:`WRITER_OPEN`); ``None`` is no body.
+def validate_writer_claim(doc: Any) -> WriterClaim:
+    """Validate a ``POST .../writers`` body (:data:`WRITER_OPEN`) into the writer's claim.
+
+    ``{}``, ``{"attempt": null}`` and ``None`` (no body) are a claim without identity;
+    other keys are ignored (forward compatibility).
 
     Raises:
-        ApiError: 422 ``invalid_body`` when the body is not an object.
+        ApiError: 422 ``invalid_body`` naming the path (``$.attempt.number`` must be an
+            integer >= 0 or null, ``$.attempt.started_at`` a finite number >= 0 or null).
     """
-    if doc is not None:
-        WRITER_OPEN.check(doc, "$")
+    if doc is None:
+        return WriterClaim()
+    attempt = WRITER_OPEN.check(doc, "$").get("attempt")
+    if attempt is None:
+        return WriterClaim()
+    return WriterClaim(number=attempt.get("number"), started_at=attempt.get("started_at"))
