@@ -18,12 +18,14 @@ import trainreport
 
 EXPECTED = [
     "AttemptIdentity",
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -44,6 +46,8 @@ EXPECTED = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
     "read_task",
 ]
@@ -90,7 +94,7 @@ def test_import_trainreport_imports_no_framework() -> None:
     assert "[]" == out.stdout.strip()
 
 
-#: Every public module with an ``__all__`` (trainreport.client does not exist).
+#: Every public module with an ``__all__``.
 PUBLIC_MODULES = [
     "trainreport",
     "trainreport.exceptions",
@@ -102,6 +106,7 @@ PUBLIC_MODULES = [
     "trainreport.integrations.keras",
     "trainreport.integrations.lightning",
     "trainreport.integrations.nemo_rl",
+    "trainreport.client",
 ]
 SRC = Path(trainreport.__file__).parent
 

@@ -14,13 +14,17 @@ from trainreport._lifecycle import Phase, ReporterState, TaskStatus
 from trainreport._naming import STRIPPED_PREFIXES
 from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
+    ClientError,
     ConfigError,
+    NotFoundError,
     ProtocolError,
     RunLogError,
     SinkError,
     TrainReportError,
     TransitionError,
     TransportError,
+    UnauthorizedError,
+    UnreachableError,
 )
 from trainreport.sinks import (
     Delivered,
@@ -41,12 +45,14 @@ from trainreport.sinks._runfile import read_task
 
 __all__ = [
     "AttemptIdentity",
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -67,6 +73,8 @@ __all__ = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
     "read_task",
 ]

@@ -177,7 +177,8 @@ def classify_failure(response: Response, now: datetime.datetime) -> SendResult:
 
 
 class UnreachableError(TransportError):
-    """Nothing answered: the connection was refused or the host name did not resolve."""
+    """Nothing answered: the connection was refused, the host name did not resolve, or
+    the TLS handshake failed."""
 
 
 def split_userinfo(url: str) -> tuple[str, str | None]:
@@ -387,7 +388,12 @@ class HttpTransport:
         except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
             # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
             raise UnreachableError(f"{method} failed to connect: {cause(exc)}") from exc
-        except (urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError) as exc:
+        except urllib3.exceptions.SSLError as exc:
+            # The TLS handshake failed (an https URL of a plain-HTTP server, a certificate
+            # that does not verify): no request reached the service, and retrying will
+            # not change it, so it counts as unreachable for close_unanswered_seconds.
+            raise UnreachableError(f"{method} failed the TLS handshake: {cause(exc)}") from exc
+        except urllib3.exceptions.ProxyError as exc:
             raise TransportError(f"{method} failed to connect: {cause(exc)}") from exc
         except urllib3.exceptions.TimeoutError as exc:
             raise TransportError(f"{method} timed out: {type(exc).__name__}") from exc
