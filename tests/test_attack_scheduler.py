@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import ScriptedSink
+from helpers import ScriptedSink, drive
 from trainreport import Reporter, ReportingConfig, Resynchronise, RetryLater
 from trainreport._sink import SendResult
 from trainreport.testing import FakeClock
@@ -25,13 +25,13 @@ def sends_in_five_cycles(answer: SendResult) -> int:
     sink.fail_sends.extend([answer] * 1_000_000)
     config = ReportingConfig(min_report_interval_seconds=10.0, backoff_jitter=0.0)
     reporter = Reporter(sink, config, clock=FakeClock(), rank=0)
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     worker = reporter._worker
     assert worker is not None
     try:
         for _ in range(5):
-            assert worker.run_cycle(10.0)
+            worker.cycle()
         return len(sink.sent)
     finally:
         reporter.close(timeout=0.2)
