@@ -18,6 +18,7 @@ between its delivered sends (median, max), against the configured interval:
 from __future__ import annotations
 
 import argparse
+import itertools
 import socket
 import statistics
 import sys
@@ -67,7 +68,7 @@ def _run(url: str, hole: str | None, seconds: float, interval: float, job: str) 
     ended = time.monotonic()
     reporter.close(timeout=1.0)
     times = [t for t in healthy.delivered_at if started <= t <= ended]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     first = times[0] - started if times else float("nan")
     return {
         "sends": len(times),
