@@ -160,9 +160,14 @@ def copy_metrics(metrics: object) -> object:
             return copied
     except Exception:  # noqa: S110 - a str or an object without __add__: converted below
         pass
+    _to_numbers(copied)
+    return copied
+
+
+def _to_numbers(copied: dict[Any, Any]) -> None:
+    """Turn each value of a copied metrics dict into a plain number, in place (``.item()``)."""
     for key, value in copied.items():  # same keys: assigning while iterating is safe
         copied[key] = caller_value(value)
-    return copied
 
 
 def copy_scalar(value: object) -> object:
@@ -171,13 +176,29 @@ def copy_scalar(value: object) -> object:
 
 
 def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, ...]:
-    """``report_train_step``'s report (the hot path: one call, one tuple)."""
+    """``report_train_step``'s report (the hot path: this one call, one copy, one tuple).
+
+    A dict of plain numbers takes :func:`copy_metrics`' fast path inlined
+    (a function call is a measurable share of a 1 µs report call); anything
+    else goes through :func:`copy_metrics`.
+    """
+    copied: object
+    if type(metrics) is dict:
+        copied = metrics.copy()
+        try:
+            plain = type(sum(copied.values(), 0.0)) is float
+        except Exception:
+            plain = False
+        if not plain:
+            _to_numbers(copied)  # the copy, converted in place: one copy in all
+    else:
+        copied = copy_metrics(metrics)
     return (
         _TRAIN,
         t,
         step if type(step) is int else caller_value(step),
         epoch if epoch is None or type(epoch) is int else copy_scalar(epoch),
-        copy_metrics(metrics),
+        copied,
     )
 
 
