@@ -319,7 +319,11 @@ class Reporter:
         ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``, and the config
         variables of ``docs/configuration.md`` (leniently: a bad value falls back
         to its default with a log event). Without a URL, reports go to a
-        :class:`~trainreport.FileSink` under ``./trainreport-runs/``.
+        :class:`~trainreport.FileSink` under ``./trainreport-runs/``. Inside a
+        Kubeflow TrainJob (``KUBEFLOW_TRAINER_SERVER_URL``) a
+        :class:`~trainreport.KubeflowSink` is used, as a second destination
+        after the ``HttpSink`` when ``TRAINREPORT_URL`` is set too
+        (``trainreport.sinks.default_sinks_from_env``).
         ``TRAINREPORT_DISABLED=1`` and ranks other than 0 give a reporter that
         does nothing once started.
 
