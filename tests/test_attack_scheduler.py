@@ -3,8 +3,9 @@
 DESIGN §8: "A failed send is not retried in a loop: the scheduler backs off
 (exponential with jitter, reset on success ...)". With a clock that does not
 move, no backoff can ever elapse, so a handful of reporter cycles must make at
-most the first send and one immediate retry. (``Worker.run_cycle`` waits for one
-whole cycle; a spinning thread makes many sends per cycle we wait for.)
+most the first send and one immediate retry. (``Worker.cycle`` runs one
+whole pass on the test's thread; a scheduler that let a send through on
+every pass would make one send per cycle.)
 """
 
 from __future__ import annotations

@@ -10,12 +10,14 @@ import trainreport
 
 EXPECTED = [
     "AttemptIdentity",
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -34,6 +36,8 @@ EXPECTED = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
     "read_task",
 ]

@@ -1325,7 +1325,9 @@ def test_the_cli_defaults_match_the_server_defaults() -> None:
         DEFAULT_HEAD_TIMEOUT_SECONDS,
         DEFAULT_MAX_CONNECTIONS,
     )
+    from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS  # noqa: PLC0415
 
+    assert DEFAULT_STALE_AFTER_SECONDS == cli.DEFAULT_STALE_AFTER_SECONDS
     assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
         cli.DEFAULT_MAX_BODY_BYTES,
         cli.DEFAULT_MAX_DECOMPRESSED_BYTES,

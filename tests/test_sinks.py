@@ -139,6 +139,26 @@ def test_a_series_a_rewind_empties_is_dropped_by_the_run_log_its_record_and_a_re
     assert without_updated_at(record) == without_updated_at(read_task(path))
 
 
+def test_a_stored_series_the_client_cannot_parse_survives_the_run_log_and_later_runs(
+    tmp_path: Path,
+) -> None:
+    """Another tool's series (steps going backwards) in an older record is never overwritten."""
+    path = tmp_path / "x.json"
+    foreign = [{"step": 30, "epoch": None, "value": 1.0}, {"step": 10, "epoch": None, "value": 2}]
+    stored = [{"step": s, "epoch": 1, "value": 1.0 / s} for s in range(1, 6)]
+    metrics = {"train_loss": stored, "foreign": foreign}
+    path.write_text(json.dumps({"status": "running", "status_details": {"metrics": metrics}}))
+    for step in (6, 7):  # a second run resumes from the log the first one wrote
+        reporter = Reporter(FileSink(path), rank=0).start()
+        reporter.report_train_step(step=step, metrics={"loss": 0.1})
+        assert reporter.close(timeout=5)
+
+    record = json.loads(path.read_text())
+    assert foreign == record["status_details"]["metrics"]["foreign"]
+    assert foreign == read_task(path.with_suffix(".log"))["status_details"]["metrics"]["foreign"]
+    assert 7 == len(record["status_details"]["metrics"]["train_loss"])
+
+
 def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Path) -> None:
     """While a reporter appends and compacts, every read_task gives a growing prefix of the run.
 

@@ -11,13 +11,17 @@ from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Phase, TaskStatus
 from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
+    ClientError,
     ConfigError,
+    NotFoundError,
     ProtocolError,
     RunLogError,
     SinkError,
     TrainReportError,
     TransitionError,
     TransportError,
+    UnauthorizedError,
+    UnreachableError,
 )
 from trainreport.sinks import (
     Delivered,
@@ -38,12 +42,14 @@ from trainreport.sinks._runfile import read_task
 
 __all__ = [
     "AttemptIdentity",
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -62,6 +68,8 @@ __all__ = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
     "read_task",
 ]

@@ -93,7 +93,8 @@ class Update:
         foreign_series: full-state mode only: stored series the reporter could
             not parse (written by another tool), name -> points exactly as
             stored (decoded JSON). They travel in ``metrics`` beside ``series``
-            unchanged, so replacing ``metrics`` wholesale never deletes them.
+            unchanged, so replacing ``metrics`` wholesale never deletes them
+            (a run log's snapshot carries them the same way).
     """
 
     status: str | None

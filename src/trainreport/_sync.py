@@ -16,7 +16,8 @@ a run with trainreport sync"):
 - **Task fields.** The log's status and ``status_details`` are sent when they
   differ from the stored ones, unless the service looks newer: its
   ``updated_at`` is later than the log's, or it holds more points of a series
-  (``updated_at`` has one-second resolution, so a tie is decided by the points).
+  (``updated_at`` from earlier versions has one-second resolution, so a tie is
+  decided by the points).
 """
 
 from __future__ import annotations

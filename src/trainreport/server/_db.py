@@ -297,6 +297,43 @@ class Database:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
 
+    # -- operations (readiness, metrics) ------------------------------------------------
+
+    def check_ready(self) -> None:
+        """Raise unless the database answers and holds this server's schema (``/readyz``).
+
+        Cheap: one read of the schema version.
+
+        Raises:
+            sqlite3.Error: the database cannot be read.
+            RuntimeError: the database is closed, or its schema version is not
+                :data:`SCHEMA_VERSION` (migrations not applied).
+        """
+        with self._read() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise RuntimeError(f"schema version {version}; this server needs {SCHEMA_VERSION}")
+
+    def count_tasks_by_status(self) -> dict[str, int]:
+        """The number of tasks per stored status (``/metrics``); statuses without tasks are absent.
+
+        Raises:
+            sqlite3.Error: the database cannot be read.
+        """
+        with self._read() as conn:
+            rows = conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall()
+        return {str(status): int(count) for status, count in rows}
+
+    def running_task_update_times(self) -> list[str]:
+        """The server's ``updated_at`` of every task whose status is ``running`` (``/metrics``).
+
+        Raises:
+            sqlite3.Error: the database cannot be read.
+        """
+        with self._read() as conn:
+            rows = conn.execute("SELECT updated_at FROM tasks WHERE status = 'running'")
+            return [str(row[0]) for row in rows]
+
     # -- baseline ---------------------------------------------------------------------
 
     def get_task(
@@ -312,6 +349,24 @@ class Database:
         """
         with self._read() as conn:
             return _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+
+    def read_task(
+        self, job_id: str, task_id: str, *, include_metrics: bool = True
+    ) -> tuple[dict[str, Any], str] | None:
+        """:meth:`get_task` and the server's time of the task's last write, in one snapshot.
+
+        Returns:
+            ``(task, updated_at)`` (ISO 8601 UTC), or ``None`` when the task does
+            not exist.
+        """
+        with self._read() as conn:
+            task = _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+            row = conn.execute(
+                "SELECT updated_at FROM tasks WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+            ).fetchone()
+        if task is None or row is None:
+            return None
+        return task, str(row[0])
 
     def patch_task(self, job_id: str, task_id: str, patch: TaskPatch, *, now: str) -> Stored:
         """Apply a baseline ``PATCH``: shallow merge of details, ``metrics`` replaces all series.

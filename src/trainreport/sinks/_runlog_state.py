@@ -46,7 +46,10 @@ class LogState:
     def lengths(self) -> dict[str, int]:
         """Points per series, counted from index 0 of the whole series."""
         bases = self.bases
-        return {name: bases.get(name, 0) + len(c[0]) for name, c in self.task.series.items()}
+        held = {name: bases.get(name, 0) + len(c[0]) for name, c in self.task.series.items()}
+        for name, raw in self.task.foreign.items():  # kept as stored, counted as the server does
+            held[name] = len(raw) if isinstance(raw, list) else 0
+        return held
 
     def point_count(self) -> int:
         """Points held (what a snapshot would write)."""
@@ -98,6 +101,7 @@ class LogState:
         self.bases = {s.name: s.offset for s in snapshot.series or () if s.offset}
         local = tuple(attrs.evolve(s, offset=0) for s in snapshot.series or ())
         self.task.apply(attrs.evolve(snapshot, series=local, full_state=False))
+        self.task.foreign = dict(snapshot.foreign_series)
         self._keep_trimmed(snapshot.series or ())
 
     def trim(self, keep_from: Mapping[str, int]) -> None:
