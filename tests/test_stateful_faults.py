@@ -122,6 +122,20 @@ class Model:
             else:
                 del self.series[name]
 
+    def epoch_at(self, step: int) -> int:
+        """The epoch of the latest training point at or before ``step`` (1 if none)."""
+        latest = max(
+            (
+                (st, ep)
+                for n, p in self.series.items()
+                if n.startswith("train_")
+                for st, ep, _ in p
+                if st <= step
+            ),
+            default=(0, 1),
+        )
+        return latest[1]
+
     def last_train_step(self) -> int | None:
         lasts = [p[-1][0] for n, p in self.series.items() if n.startswith("train_") and p]
         return max(lasts) if lasts else None
@@ -200,6 +214,9 @@ class StatefulFaults(RuleBasedStateMachine):
         stored_last = self.model.last_train_step()
         proc = Process(reporter, clock, started_at, stored_last)
         proc.next_step = first_step if first_step is not None else (stored_last or 0) + 1
+        # A resumed loop counts epochs on from its checkpoint (1-based, as the rules
+        # report them), so the stored epochs continue whichever base rule applies.
+        proc.epoch = self.model.epoch_at(proc.next_step - 1)
         self.model.status = "running"  # a new attempt starts at running
         reporter.report_training_start(max_steps=100_000)
         proc.cycle()

@@ -247,9 +247,9 @@ class Recorder:
         self._first_step: tuple[float, int] | None = None
         self._first_train_step: int | None = None  # the first this process recorded
         self._stored_last_train: int | None = None  # the stored task's, once seeded
-        # (steps, epochs) of the longest stored training series: the int-epoch base
-        # of a resumed process is read from it (see _decide_epoch_base).
-        self._stored_epochs: tuple[array[int], array[int]] | None = None
+        # (steps, epochs) of every stored training series: the int-epoch base of a
+        # resumed process is read from them (see _decide_epoch_base).
+        self._stored_epochs: list[tuple[array[int], array[int]]] = []
         self._last_step_time: float | None = None
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
@@ -307,10 +307,11 @@ class Recorder:
         if cut is not None:
             store.rewinds += 1
         self._stored_last_train = stored_last_train
-        train = [cols for n, cols in state.series.items() if n.startswith("train_") and cols[0]]
-        if train:
-            steps, epochs, _ = max(train, key=lambda cols: len(cols[0]))
-            self._stored_epochs = (steps, epochs)
+        self._stored_epochs = [
+            (steps, epochs)
+            for name, (steps, epochs, _) in state.series.items()
+            if name.startswith("train_") and steps
+        ]
         for name, (steps, epochs, values) in state.series.items():
             if name in store.scalar_names:  # a name stored as a series stays a series
                 store.make_series(name)
@@ -554,17 +555,25 @@ class Recorder:
         The first int epoch alone cannot tell ``range(n)`` counting (0-based) from
         1-based counting once a run resumes past its first epoch: index 1 is epoch 2
         of a 0-based loop and epoch 1 of a 1-based one. When the stored task has a
-        training point at or before ``step``, the base is the one whose epoch is not
+        training point before ``step`` (the latest such point of any training series;
+        the larger epoch on a tie; a point at ``step`` or later is one a resume from an
+        earlier checkpoint replaces), the base is the one whose epoch is not
         below that point's (epochs never go back within a run), the smaller of the
         two when both qualify. Otherwise :class:`EpochRule` decides as for a new run.
         """
-        stored = self._stored_epochs
-        if stored is None or isinstance(raw, bool) or not isinstance(raw, numbers.Integral):
+        if isinstance(raw, bool) or not isinstance(raw, numbers.Integral):
             return
-        steps, epochs = stored
-        at = bisect_right(steps, step) - 1
-        if at < 0 or epochs[at] < 1:
+        latest = max(
+            (
+                (steps[at], epochs[at])
+                for steps, epochs in self._stored_epochs
+                if (at := bisect_left(steps, step) - 1) >= 0
+            ),
+            default=None,
+        )
+        if latest is None or latest[1] < 1:
             return
+        stored_step, stored_epoch = latest
         try:
             index = int(raw)
         except Exception:  # a hostile Integral: EpochRule drops it
@@ -574,7 +583,7 @@ class Recorder:
         candidates = [
             (value, zero_based)
             for value, zero_based in ((index + 1, True), (max(1, index), False))
-            if value >= epochs[at]
+            if value >= stored_epoch
         ]
         if not candidates:  # below the stored epoch either way: the new-run rule
             return
@@ -584,8 +593,8 @@ class Recorder:
             "trainreport.epoch_rule",
             zero_based=zero_based,
             first_epoch=index,
-            stored_epoch=epochs[at],
-            stored_step=steps[at],
+            stored_epoch=stored_epoch,
+            stored_step=stored_step,
         )
 
     def _resolve_epoch(self, raw: object, step: int, report: str) -> int | None:
