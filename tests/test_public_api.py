@@ -21,6 +21,7 @@ EXPECTED = [
     "ClientError",
     "ConfigError",
     "Delivered",
+    "DestinationStats",
     "FileSink",
     "HttpSink",
     "KubeflowSink",

@@ -12,7 +12,7 @@ from trainreport._attempt import AttemptIdentity
 from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Phase, ReporterState, TaskStatus
 from trainreport._naming import STRIPPED_PREFIXES
-from trainreport._reporter import Reporter, ReporterStats
+from trainreport._reporter import DestinationStats, Reporter, ReporterStats
 from trainreport.exceptions import (
     ClientError,
     ConfigError,
@@ -48,6 +48,7 @@ __all__ = [
     "ClientError",
     "ConfigError",
     "Delivered",
+    "DestinationStats",
     "FileSink",
     "HttpSink",
     "KubeflowSink",

@@ -19,6 +19,7 @@ from typing_extensions import assert_type
 import trainreport
 from trainreport import (
     STRIPPED_PREFIXES,
+    DestinationStats,
     FileSink,
     HttpSink,
     MemorySink,
@@ -31,7 +32,7 @@ from trainreport import (
     read_task,
 )
 from trainreport.integrations import PREEMPTED, install_failure_hooks
-from trainreport.sinks import Sink, default_sink_from_env
+from trainreport.sinks import Sink, default_sink_from_env, default_sinks_from_env
 from trainreport.testing import FakeClock
 
 
@@ -75,11 +76,16 @@ def check_reporter(path: Path) -> None:
     assert_type(reporter.flush(1.0), bool)
     assert_type(reporter.close(timeout=5.0), bool)
     assert_type(reporter.stats(), ReporterStats)
+    assert_type(reporter.stats().destinations, tuple[DestinationStats, ...])
+    assert_type(reporter.sinks, tuple[Sink, ...])
     assert_type(reporter.snapshot(), dict[str, Any])
     assert_type(Reporter.from_env({}), Reporter)
 
     with Reporter(FileSink(path / "run.log"), rank=0) as inner:
         assert_type(inner, Reporter)
+
+    both = Reporter(sinks=[MemorySink(), FileSink(path / "run.log")], config=config, rank=0)
+    assert_type(both, Reporter)
 
 
 def check_sinks_and_values(path: Path) -> None:
@@ -87,6 +93,7 @@ def check_sinks_and_values(path: Path) -> None:
     assert_type(http, HttpSink)
     assert_type(HttpSink.from_env({}), HttpSink)
     assert_type(default_sink_from_env({}), Sink)
+    assert_type(default_sinks_from_env({}), list[Sink])
     memory = MemorySink()
     assert_type(memory.task, dict[str, Any] | None)
     assert_type(read_task(path / "run.json"), dict[str, Any])

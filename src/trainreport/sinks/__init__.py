@@ -57,6 +57,7 @@ __all__ = [
     "Update",
     "default_file_sink",
     "default_sink_from_env",
+    "default_sinks_from_env",
     "new_run_id",
     "run_name_from_env",
 ]
@@ -84,6 +85,44 @@ def run_name_from_env(environ: Mapping[str, str] | None = None) -> str:
     return str(env.get(_environment.JOB_ID, "")).strip() or new_run_id()
 
 
+def _kubeflow_sink(destination: _environment.KubeflowDestination) -> Sink | None:
+    """A :class:`KubeflowSink` for the TrainJob's endpoint, or None (logged) when unusable."""
+    try:
+        return KubeflowSink.from_destination(destination)
+    except _exceptions.ConfigError as exc:
+        _log.warning(
+            "trainreport.config_field_invalid",
+            field="url",
+            variable=_environment.KUBEFLOW_URL,
+            problem="; ".join(exc.problems)[:300],
+        )
+        return None
+
+
+def default_sinks_from_env(environ: Mapping[str, str] | None = None) -> list[Sink]:
+    """The destinations a job system's environment asks for (``Reporter.from_env()``).
+
+    ``TRAINREPORT_URL`` and ``KUBEFLOW_TRAINER_SERVER_URL`` both set: two
+    destinations, the job-status service's :class:`HttpSink` first (a resume
+    reads its curves; the TrainJob status keeps none) and the TrainJob's
+    :class:`KubeflowSink` second, so a job gets Kubeflow's progress bar and
+    trainreport's full curves at once. Otherwise the one sink of
+    :func:`default_sink_from_env`. The environment is read once
+    (``trainreport._environment.read_destinations``).
+
+    Args:
+        environ: the environment (default ``os.environ``).
+
+    Never raises for bad values (an unusable Kubeflow URL is logged and left out).
+    """
+    settings = _environment.read_destinations(environ)
+    if settings.http is None:
+        return [_first_sink(settings)]
+    http: Sink = HttpSink.from_destination(settings.http)
+    kubeflow = None if settings.kubeflow is None else _kubeflow_sink(settings.kubeflow)
+    return [http] if kubeflow is None else [http, kubeflow]
+
+
 def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     """The sink a job system's environment asks for.
 
@@ -94,9 +133,9 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
 
     - ``TRAINREPORT_URL`` set: an :class:`HttpSink` for ``TRAINREPORT_JOB_ID`` /
       ``TRAINREPORT_TASK_ID`` (default ``train``) with the token from
-      ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``. When
-      ``KUBEFLOW_TRAINER_SERVER_URL`` is set too, it is not used yet (one
-      reporter sends to one sink): ``trainreport.kubeflow_not_used`` is logged.
+      ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE`` (with
+      ``KUBEFLOW_TRAINER_SERVER_URL`` set too, :func:`default_sinks_from_env`
+      adds a :class:`KubeflowSink` as a second destination).
     - else ``KUBEFLOW_TRAINER_SERVER_URL`` set (inside a Kubeflow TrainJob): a
       :class:`KubeflowSink` (an unusable URL is logged and falls through to the
       file).
@@ -113,26 +152,17 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
 
     Never raises for bad values: an unsafe job id is logged and replaced.
     """
-    settings = _environment.read_destinations(environ)
+    return _first_sink(_environment.read_destinations(environ))
+
+
+def _first_sink(settings: _environment.DestinationSettings) -> Sink:
+    """The first destination of ``settings``: the service, else Kubeflow, else the file."""
     if settings.http is not None:
-        if settings.kubeflow is not None:
-            _log.warning(
-                "trainreport.kubeflow_not_used",
-                reason="TRAINREPORT_URL is set too and a reporter sends to one destination; "
-                "the Kubeflow TrainJob status gets no progress from this reporter",
-                variable=_environment.KUBEFLOW_URL,
-            )
         return HttpSink.from_destination(settings.http)
     if settings.kubeflow is not None:
-        try:
-            return KubeflowSink.from_destination(settings.kubeflow)
-        except _exceptions.ConfigError as exc:
-            _log.warning(
-                "trainreport.config_field_invalid",
-                field="url",
-                variable=_environment.KUBEFLOW_URL,
-                problem="; ".join(exc.problems)[:300],
-            )
+        kubeflow = _kubeflow_sink(settings.kubeflow)
+        if kubeflow is not None:
+            return kubeflow
     return default_file_sink(settings.job_id, settings.task_id)
 
 
