@@ -28,6 +28,7 @@ import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import new_database
 from trainreport import cli
 from trainreport.server import (
     DEFAULT_MAX_BODY_BYTES,
@@ -38,6 +39,7 @@ from trainreport.server import (
 )
 from trainreport.server._db import Applied, Database, SeriesGap
 from trainreport.server._run import TOKEN_ENV_VAR
+from trainreport.server._sqlite import SqliteBackend
 from trainreport.server._wire import (
     ApiError,
     SeriesPoints,
@@ -46,6 +48,8 @@ from trainreport.server._wire import (
     validate_patch,
     validate_update,
 )
+
+pytestmark = pytest.mark.both_backends
 
 # -- client helpers ---------------------------------------------------------------------
 
@@ -1164,7 +1168,8 @@ def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
     """WAL plus synchronous=FULL: an acknowledged commit is fsynced (docs/server.md)."""
     db = Database(tmp_path / "d.db")
     try:
-        conn = db._conn()
+        assert isinstance(db.backend, SqliteBackend)
+        conn = db.backend._conn()
         assert ("wal", 2) == (
             conn.execute("PRAGMA journal_mode").fetchone()[0],
             conn.execute("PRAGMA synchronous").fetchone()[0],
@@ -1272,8 +1277,10 @@ def test_the_cli_refuses_an_empty_token_file(tmp_path: Path, capsys: Any) -> Non
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    db = Database(tmp_path_factory.mktemp("property") / "p.db")
+def database(
+    request: pytest.FixtureRequest, storage: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Database]:
+    db = Database(new_database(request, storage, tmp_path_factory.mktemp("property")))
     yield db
     db.close()
 

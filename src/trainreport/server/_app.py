@@ -1,7 +1,9 @@
 """The Starlette application of the reference job-status service (``docs/protocol.md``).
 
 Request handling is the thin I/O shell around two pure layers: ``_wire``
-(strict JSON and validation) and ``_db`` (SQLite transactions). Parsing,
+(strict JSON and validation) and ``_db`` (transactions on SQLite or
+PostgreSQL; a database that cannot be reached is answered 503 with
+``Retry-After``). Parsing,
 validation, storage and the encoding of large responses run in the thread
 pool, so a big request never stalls the event loop. The shell enforces the
 browser rules (``_security``: Host, Origin, JSON-only writes), the body limits
@@ -40,7 +42,9 @@ from trainreport.server._db import (
     Stored,
     UpdateOutcome,
 )
+from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS, RetentionWorker
 from trainreport.server._security import RequestGuard, allowed_host_names
+from trainreport.server._storage import StorageUnavailable
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
@@ -69,6 +73,8 @@ DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
 #: ``GET /v1/jobs`` returns at most this many jobs unless ``?limit=`` says otherwise.
 _DEFAULT_JOB_LIMIT = 100
 _MAX_JOB_LIMIT = 1000
+#: Seconds a client is asked to wait when the database cannot be reached (503).
+DATABASE_RETRY_AFTER_SECONDS = 1
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -81,11 +87,15 @@ def create_app(
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
     allowed_hosts: Iterable[str] = (),
+    retain_days: float | None = None,
+    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
 ) -> Starlette:
-    """Build the reference server's ASGI app on a SQLite file.
+    """Build the reference server's ASGI app on a SQLite file or a PostgreSQL database.
 
     Args:
-        db_path: the SQLite database file; created with its tables if missing.
+        db_path: the SQLite database file (created with its tables if missing),
+            or a ``postgresql://`` URL (the ``postgres`` extra; the schema is
+            migrated at start, see ``docs/server.md``).
         token: when set, every ``/v1`` request except ``GET /v1/capabilities``
             needs ``Authorization: Bearer <token>`` (reads too), else 401.
             The token is never logged.
@@ -101,6 +111,9 @@ def create_app(
             ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
             Requests from another ``Origin`` are always 403, and writes need
             ``Content-Type: application/json`` (415), see ``_security``.
+        retain_days: delete finished jobs (no task pending or running) this
+            many days after their last write; ``None`` keeps every job.
+        retention_interval_seconds: seconds between two retention passes.
 
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
@@ -108,9 +121,11 @@ def create_app(
         :class:`~trainreport.server._db.Database`.
 
     Raises:
-        ValueError: an empty token, a limit below 1 byte, or an allowed host
-            that is not a plain name.
+        ValueError: an empty token, a limit below 1 byte, an allowed host
+            that is not a plain name, or a retention setting that is not positive.
         sqlite3.Error: the database file cannot be opened.
+        StorageUnavailable: the PostgreSQL database cannot be reached.
+        RuntimeError: the database was written by a newer server.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty string or None")
@@ -121,13 +136,22 @@ def create_app(
         max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
     )
     db = Database(db_path)
-    api = _Api(db, limits, BodyBudget(body_budget_bytes))
+    try:
+        retention = RetentionWorker(
+            db, retain_days=retain_days, interval_seconds=retention_interval_seconds
+        )
+    except ValueError:
+        db.close()
+        raise
+    api = _Api(db, limits, BodyBudget(body_budget_bytes), retention)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        retention.start()
         try:
             yield
         finally:
+            retention.stop()
             db.close()
 
     middleware = [Middleware(_SecurityHeaders), Middleware(RequestGuard, allowed_hosts=hosts)]
@@ -140,21 +164,26 @@ def create_app(
         exception_handlers={
             ApiError: _api_error_response,
             HTTPException: _http_error_response,
+            StorageUnavailable: _unavailable_response,
             Exception: _internal_error_response,
         },
         lifespan=lifespan,
     )
     app.state.database = db
+    app.state.retention = retention
     return app
 
 
 class _Api:
     """The ``/v1`` endpoints; each validates, then runs one storage call in the thread pool."""
 
-    def __init__(self, db: Database, limits: BodyLimits, budget: BodyBudget) -> None:
+    def __init__(
+        self, db: Database, limits: BodyLimits, budget: BodyBudget, retention: RetentionWorker
+    ) -> None:
         self._db = db
         self._limits = limits
         self._budget = budget
+        self._retention = retention
 
     def routes(self) -> list[Route]:
         task = "/v1/jobs/{job_id}/tasks/{task_id}"
@@ -163,6 +192,7 @@ class _Api:
             Route("/v1/jobs", self.list_jobs, methods=["GET"]),
             Route("/v1/jobs/{job_id}", self.get_job, methods=["GET"]),
             Route("/v1/jobs/{job_id}", self.put_job, methods=["PUT"]),
+            Route("/v1/jobs/{job_id}", self.delete_job, methods=["DELETE"]),
             Route("/v1/jobs/{job_id}/cancel", self.cancel_job, methods=["POST"]),
             Route(task, self.get_task, methods=["GET"]),
             Route(task, self.patch_task, methods=["PATCH"]),
@@ -207,6 +237,15 @@ class _Api:
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
         return JSONResponse(job)
+
+    async def delete_job(self, request: Request) -> Response:
+        job_id = validate_id(request.path_params["job_id"], "job_id")
+        now = _utc_now()
+        deleted = await run_in_threadpool(lambda: self._db.delete_job(job_id, now=now))
+        if not deleted:
+            raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
+        self._retention.wake()  # its points go in the background, in bounded batches
+        return JSONResponse({"job_id": job_id, "deleted": True})
 
     async def get_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
@@ -369,6 +408,23 @@ async def _http_error_response(_request: Request, exc: Exception) -> Response:
         {"error": code, "message": str(exc.detail)},
         status_code=exc.status_code,
         headers=exc.headers,
+    )
+
+
+async def _unavailable_response(request: Request, exc: Exception) -> Response:
+    get_logger().warning(
+        "trainreport.database_unavailable",
+        method=request.method,
+        path=request.url.path,
+        error=str(exc),  # names the database without its password
+    )
+    return JSONResponse(
+        {
+            "error": "database_unavailable",
+            "message": "the database cannot be reached now; retry later",
+        },
+        status_code=503,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
     )
 
 
