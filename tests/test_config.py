@@ -27,10 +27,12 @@ DURATION_FIELDS = [
     "backoff_max_seconds",
     "rejected_backoff_seconds",
     "close_timeout_seconds",
+    "close_retry_max_seconds",
+    "close_unanswered_seconds",
     "atexit_timeout_seconds",
     "unsent_warning_seconds",
 ]
-COUNT_FIELDS = ["max_metric_names", "max_queue_items", "drain_queue_depth"]
+COUNT_FIELDS = ["max_metric_names", "max_queue_bytes", "drain_queue_depth"]
 FLOAT_FIELDS = [*DURATION_FIELDS, "backoff_multiplier", "backoff_jitter"]
 NUMBER_FIELDS = [*FLOAT_FIELDS, *COUNT_FIELDS]
 
@@ -45,8 +47,10 @@ DOCUMENTED_DEFAULTS: dict[str, object] = {
     "backoff_jitter": 0.2,
     "rejected_backoff_seconds": 300.0,
     "close_timeout_seconds": 30.0,
+    "close_retry_max_seconds": 1.0,
+    "close_unanswered_seconds": 2.0,
     "atexit_timeout_seconds": 5.0,
-    "max_queue_items": 1_000_000,
+    "max_queue_bytes": 256 * 2**20,
     "drain_queue_depth": 10_000,
     "unsent_warning_seconds": 300.0,
     "strict_transitions": False,
@@ -132,7 +136,7 @@ def test_int_accepted_for_float_field(name: str) -> None:
     ("name", "given_value", "expected"),
     [
         ("max_metric_names", 0, 1),
-        ("max_queue_items", -10, 1),
+        ("max_queue_bytes", -10, 2**20),
         ("drain_queue_depth", 0, 1),
         ("backoff_jitter", 1.5, 1.0),
         ("backoff_jitter", -0.5, 0.0),
@@ -253,7 +257,7 @@ def test_strict_rejects_non_finite_numbers(value: float) -> None:
     ("name", "value", "problem"),
     [
         ("heartbeat_seconds", -0.5, "expected a number >= 0 (got -0.5)"),
-        ("max_queue_items", 0, "expected an integer >= 1 (got 0)"),
+        ("max_queue_bytes", 0, "expected an integer >= 1048576 (got 0)"),
         ("drain_queue_depth", -3, "expected an integer >= 1 (got -3)"),
         ("max_metric_names", 2.5, "expected an integer"),
         ("backoff_multiplier", 0.9, "expected a number >= 1 (got 0.9)"),
@@ -283,8 +287,10 @@ def test_strict_accepts_a_full_valid_mapping() -> None:
         backoff_jitter=0,
         rejected_backoff_seconds=3,
         close_timeout_seconds=1,
+        close_retry_max_seconds=0.5,
+        close_unanswered_seconds=0.5,
         atexit_timeout_seconds=1,
-        max_queue_items=100,
+        max_queue_bytes=2**21,
         drain_queue_depth=10,
         unsent_warning_seconds=9,
         strict_transitions=True,
@@ -295,9 +301,9 @@ def test_strict_accepts_a_full_valid_mapping() -> None:
 
 def test_strict_accepts_integral_float_for_count_and_bare_string_pattern() -> None:
     """``1e6`` (a float from YAML/JSON tools) is a valid count; a bare string is one pattern."""
-    config = ReportingConfig.from_mapping({"max_queue_items": 1e6, "time_series_metrics": "loss"})
+    config = ReportingConfig.from_mapping({"max_queue_bytes": 1e8, "time_series_metrics": "loss"})
 
-    assert (1_000_000, ("loss",)) == (config.max_queue_items, config.time_series_metrics)
+    assert (100_000_000, ("loss",)) == (config.max_queue_bytes, config.time_series_metrics)
 
 
 def test_strict_non_mapping_is_one_problem_at_root() -> None:
@@ -325,7 +331,7 @@ def test_config_error_message_lists_problems() -> None:
 
 def test_lenient_replaces_each_bad_field_by_default_with_one_event() -> None:
     """Bad fields fall back to defaults, one config_field_invalid event each; good ones stay."""
-    data = {"heartbeat_seconds": "soon", "max_queue_items": True, "backoff_initial_seconds": 2}
+    data = {"heartbeat_seconds": "soon", "max_queue_bytes": True, "backoff_initial_seconds": 2}
 
     with capture_events() as events:
         config = ReportingConfig.from_mapping(data, strict=False)
@@ -333,7 +339,7 @@ def test_lenient_replaces_each_bad_field_by_default_with_one_event() -> None:
     assert ReportingConfig(backoff_initial_seconds=2.0) == config
     assert [
         ("heartbeat_seconds", "expected a number"),
-        ("max_queue_items", "expected an integer"),
+        ("max_queue_bytes", "expected an integer"),
     ] == [
         (e["field"], e["problem"]) for e in events_named(events, "trainreport.config_field_invalid")
     ]
@@ -486,7 +492,7 @@ def test_env_parses_every_field_type() -> None:
         "TRAINREPORT_REJECTED_BACKOFF_SECONDS": "60",
         "TRAINREPORT_CLOSE_TIMEOUT_SECONDS": "4",
         "TRAINREPORT_ATEXIT_TIMEOUT_SECONDS": "2",
-        "TRAINREPORT_MAX_QUEUE_ITEMS": "1e5",
+        "TRAINREPORT_MAX_QUEUE_BYTES": "1e8",
         "TRAINREPORT_DRAIN_QUEUE_DEPTH": "100",
         "TRAINREPORT_UNSENT_WARNING_SECONDS": "120",
         "TRAINREPORT_STRICT_TRANSITIONS": "true",
@@ -507,7 +513,7 @@ def test_env_parses_every_field_type() -> None:
             rejected_backoff_seconds=60,
             close_timeout_seconds=4,
             atexit_timeout_seconds=2,
-            max_queue_items=100_000,
+            max_queue_bytes=100_000_000,
             drain_queue_depth=100,
             unsent_warning_seconds=120,
             strict_transitions=True,
@@ -638,3 +644,32 @@ def shown_default(default: object) -> str:
     if type(default) is int:
         return f"`{default:_}`"
     return f"`{default!r}`"
+
+
+@pytest.mark.parametrize("text", ["0", "100", "-5", "1048575"])
+def test_a_queue_guard_that_would_throw_the_run_away_falls_back_to_the_default(
+    text: str,
+) -> None:
+    """TRAINREPORT_MAX_QUEUE_BYTES below 1 MiB: the default, with one warning (never clamped)."""
+    with capture_events() as events:
+        config = ReportingConfig.from_env({"TRAINREPORT_MAX_QUEUE_BYTES": text})
+
+    assert 256 * 2**20 == config.max_queue_bytes
+    invalid = events_named(events, "trainreport.config_field_invalid")
+    assert [("max_queue_bytes", "TRAINREPORT_MAX_QUEUE_BYTES")] == [
+        (e["field"], e["variable"]) for e in invalid
+    ]
+    assert "1048576" in invalid[0]["problem"]
+    assert not events_named(events, "trainreport.config_field_clamped")
+
+
+def test_the_replaced_item_guard_variable_is_ignored_with_one_warning() -> None:
+    """TRAINREPORT_MAX_QUEUE_ITEMS=0 no longer drops reports: it is ignored, and said so."""
+    with capture_events() as events:
+        config = ReportingConfig.from_env({"TRAINREPORT_MAX_QUEUE_ITEMS": "0"})
+
+    assert ReportingConfig() == config
+    replaced = events_named(events, "trainreport.config_variable_replaced")
+    assert [("TRAINREPORT_MAX_QUEUE_ITEMS", "TRAINREPORT_MAX_QUEUE_BYTES")] == [
+        (e["variable"], e["use"]) for e in replaced
+    ]

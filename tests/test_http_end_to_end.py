@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ import urllib3
 
 from faults import FaultProxy, black_hole_server, closed_port
 from helpers import without_updated_at
-from trainreport import Reporter, ReportingConfig
+from trainreport import AttemptIdentity, Reporter, ReportingConfig
 from trainreport.server import ServerHandle
 from trainreport.sinks._http import HttpSink
 from trainreport.testing import capture_events
@@ -166,6 +167,45 @@ def test_a_resume_from_an_earlier_checkpoint_rewinds(
     assert [2.0 / s for s in range(1, 21)] + [5.0 / s for s in range(21, 51)] == values
     assert [10, 20, 30, 40, 50] == steps_of(task, "val_loss")
     assert 5.0 / 30 + 0.1 == task["status_details"]["metrics"]["val_loss"][2]["value"]
+
+
+@MODES
+def test_a_series_a_rewind_empties_disappears_from_the_server_too(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """A resume from the first step empties ``val_loss``: GET and snapshot() both drop it."""
+    first = reporter_for(server.url, use_extension)
+    train(first, range(1, 21), flush_every=20)
+    assert first.close(timeout=10)
+    second = reporter_for(server.url, use_extension)
+    second.report_train_step(step=1, epoch=1, metrics={"loss": 7.0, "lr": 1e-3})
+    assert second.close(timeout=10)
+    assert_server_holds(server.url, second)
+    assert {"train_loss", "train_lr"} == set(stored(server.url)["status_details"]["metrics"])
+
+
+@MODES
+def test_a_series_another_tool_wrote_backwards_is_never_overwritten(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """A stored series with steps going backwards stays as stored; train_loss resumes."""
+    train_points = [{"step": s, "epoch": 1, "value": 1.0 / s} for s in range(1, 1001)]
+    foreign = [{"step": s, "epoch": None, "value": float(s)} for s in (30, 20, 10)]
+    body = {"status_details": {"metrics": {"train_loss": train_points, "foreign": foreign}}}
+    response = urllib3.request(
+        "PATCH",
+        f"{server.url}/v1/jobs/{JOB}/tasks/train",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert 200 == response.status
+    reporter = reporter_for(server.url, use_extension)
+    train(reporter, range(1001, 1101), flush_every=50)
+    assert reporter.close(timeout=10)
+    task = stored(server.url)
+    assert list(range(1, 1101)) == steps_of(task, "train_loss")
+    assert foreign == task["status_details"]["metrics"]["foreign"]
+    assert_server_holds(server.url, reporter)
 
 
 # --- faults ----------------------------------------------------------------------------
@@ -367,6 +407,32 @@ def test_baseline_mode_stops_sending_metrics_after_a_413_and_logs_once(
     assert 1 == reporter.stats().drops["metrics_too_large"]
 
 
+@MODES
+def test_a_field_too_large_for_any_request_is_dropped_and_never_holds_back_the_curves(
+    start_server: Callable[..., ServerHandle], use_extension: bool
+) -> None:
+    """Hyperparameters over the 32 KiB body limit: dropped once, logged, curves all delivered."""
+    server = start_server(max_body_bytes=32 * 1024)
+    reporter = reporter_for(server.url, use_extension)
+    rng = random.Random(0)  # random digits: gzip cannot shrink them under the limit
+    huge = {f"layer_{i}": [rng.random() for _ in range(99)] for i in range(100)}
+    with capture_events() as events:
+        reporter.report_hyperparameters(params={"lr": 0.1})
+        assert reporter.flush(timeout=10)
+        reporter.report_hyperparameters(params=huge)
+        train(reporter, range(1, 201))
+        reporter.report_completed()
+        assert reporter.close(timeout=10)
+    task = stored(server.url)
+    assert list(range(1, 201)) == steps_of(task, "train_loss")
+    assert "completed" == task["status"]
+    assert {"lr": 0.1} == task["status_details"]["hyperparameters"]
+    assert_server_holds(server.url, reporter)
+    assert 1 == reporter.stats().drops["field_too_large"]
+    dropped = [e for e in events if e["event"] == "trainreport.field_too_large"]
+    assert ["hyperparameters"] == [e["field"] for e in dropped]
+
+
 @contextlib.contextmanager
 def _completed_with_metrics_too_large(
     start_server: Callable[..., ServerHandle],
@@ -454,3 +520,55 @@ def test_a_cancelled_job_sets_cancel_requested_after_the_next_send(
     reporter.report_cancelled(reason="cancelled by the job system")
     assert reporter.close(timeout=10)
     assert "cancelled" == stored(server.url)["status"]
+
+
+def test_a_zombie_of_an_earlier_attempt_that_opens_late_never_takes_the_task(
+    server: ServerHandle,
+) -> None:
+    """Attempt 1, partitioned at start, opens after attempt 2: refused (409), nothing changed."""
+    live = reporter_for(server.url, attempt=AttemptIdentity(number=2, started_at=2000.0))
+    train(live, range(1, 21), loss=lambda step: 7.0, flush_every=10)
+    zombie = reporter_for(server.url, attempt=AttemptIdentity(number=1, started_at=1000.0))
+    with capture_events() as events:
+        train(zombie, range(1, 31), loss=lambda step: -1.0)
+        assert not zombie.close(timeout=2)
+    train(live, range(21, 41), loss=lambda step: 7.0, flush_every=10)
+    assert live.close(timeout=10)
+    assert_server_holds(server.url, live)
+    task = stored(server.url)
+    assert list(range(1, 41)) == steps_of(task, "train_loss")
+    assert {7.0} == {p["value"] for p in task["status_details"]["metrics"]["train_loss"]}
+    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert 409 == rejected[0]["status_code"]
+    assert "stale_attempt" in rejected[0]["reason"]
+
+
+def test_a_process_start_time_orders_attempts_without_a_number(server: ServerHandle) -> None:
+    """Without attempt numbers, the writer whose process started earlier is the zombie."""
+    live = reporter_for(server.url, attempt=AttemptIdentity(started_at=2000.0))
+    train(live, range(1, 11), flush_every=10)
+    zombie = reporter_for(server.url, attempt=AttemptIdentity(started_at=1000.0))
+    train(zombie, range(1, 11), loss=lambda step: -1.0)
+    assert not zombie.close(timeout=2)
+    assert live.close(timeout=10)
+    assert_server_holds(server.url, live)
+
+
+@MODES
+def test_nothing_is_sent_after_close_returns(
+    server: ServerHandle, proxy: FaultProxy, use_extension: bool
+) -> None:
+    """A close that times out on a hung request sends nothing more once it has returned."""
+    reporter = reporter_for(proxy.url, use_extension, read_timeout_seconds=5.0)
+    train(reporter, range(1, 11), flush_every=10)
+    proxy.hang()
+    train(reporter, range(11, 21))
+    reporter.report_completed()
+    assert not reporter.close(timeout=1.0)
+    seen = proxy.requests_seen
+    proxy.pass_through()  # the held request is closed, never forwarded
+    worker = reporter._worker
+    assert worker is not None
+    worker.thread.join(5.0)
+    assert not worker.thread.is_alive()
+    assert seen == proxy.requests_seen

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import trainreport._naming as naming
 from trainreport._naming import (
     MAX_NAME_LENGTH,
+    MAX_PARAM_ITEMS,
     STRIPPED_PREFIXES,
     UNCONVERTIBLE,
     DatasetOrder,
@@ -29,6 +30,7 @@ from trainreport._naming import (
     canonical_prefix,
     check_name,
     flatten_params,
+    flatten_params_bounded,
     qualify,
     to_chartable,
     to_step,
@@ -291,10 +293,18 @@ def test_check_name(name: object, expected: str | None) -> None:
 # --------------------------------------------------------------------------- datasets
 
 
-def test_unnamed_validation_has_no_qualifier() -> None:
-    """dataset=None always means plain val_ names and is not remembered."""
+def test_the_unnamed_dataset_seen_first_keeps_plain_names_and_is_remembered() -> None:
+    """dataset=None is a dataset like any other: first seen, it keeps plain val_ names."""
     order = DatasetOrder()
-    assert (None, ()) == (order.qualifier(None), order.datasets)
+    assert [None, "heldout", None] == [order.qualifier(d) for d in [None, "heldout", None]]
+    assert ("unnamed", "heldout") == order.datasets
+
+
+def test_the_unnamed_dataset_after_a_named_one_is_qualified() -> None:
+    """A named dataset seen first keeps plain names; the unnamed one then gets its own."""
+    order = DatasetOrder()
+    assert [None, "unnamed", None] == [order.qualifier(d) for d in ["heldout", None, "heldout"]]
+    assert ("heldout", "unnamed") == order.datasets
 
 
 def test_first_named_dataset_keeps_plain_names_later_ones_are_qualified() -> None:
@@ -304,11 +314,11 @@ def test_first_named_dataset_keeps_plain_names_later_ones_are_qualified() -> Non
     assert ("a", "b", "c") == order.datasets
 
 
-def test_empty_dataset_name_is_like_none() -> None:
-    """An empty dataset name gives plain names and does not claim the first place."""
+def test_an_empty_or_unnamed_dataset_name_is_the_unnamed_dataset() -> None:
+    """``""`` and ``"unnamed"`` name the same dataset as ``None``."""
     order = DatasetOrder()
-    assert (None, None, "b") == (order.qualifier(""), order.qualifier("a"), order.qualifier("b"))
-    assert ("a", "b") == order.datasets
+    assert [None, "a", None, None] == [order.qualifier(d) for d in ["", "a", None, "unnamed"]]
+    assert ("unnamed", "a") == order.datasets
 
 
 def test_dataset_order_seeded_from_a_resumed_task_keeps_names() -> None:
@@ -322,6 +332,12 @@ def test_dataset_order_seed_skips_repeats_and_junk() -> None:
     """Malformed stored entries (repeats, empty, non-strings) are skipped when seeding."""
     order = DatasetOrder(["a", "", "a", 3, None, "b"])  # type: ignore[list-item]
     assert ("a", "b") == order.datasets
+
+
+def test_a_stored_order_with_the_unnamed_dataset_restores_its_place() -> None:
+    """Stored ``["heldout", "unnamed"]``: a resumed run keeps heldout plain, unnamed qualified."""
+    order = DatasetOrder(["heldout", "unnamed"])
+    assert ["unnamed", None] == [order.qualifier(d) for d in [None, "heldout"]]
 
 
 # --------------------------------------------------------------------------- caller_value
@@ -1093,3 +1109,21 @@ def test_floats_chart_as_themselves(value: float) -> None:
 def test_integers_in_range_are_their_own_step(value: int) -> None:
     """Every int from 0 to 2**53 is a step equal to itself."""
     assert value == to_step(value)
+
+
+def test_flattening_is_bounded_and_counts_what_it_left_out() -> None:
+    """1,500 keys of 1,000 floats: at most MAX_PARAM_ITEMS items flattened, the rest counted."""
+    params = {f"k{i}": [float(j) for j in range(1000)] for i in range(1500)}
+    flat, dropped = flatten_params_bounded(params, MAX_PARAM_ITEMS)
+    kept_items = sum(1 + (len(v) if isinstance(v, list) else 0) for v in flat.values())
+    assert kept_items <= MAX_PARAM_ITEMS
+    assert len(flat) >= 1
+    assert 1500 == len(flat) + dropped
+
+
+def test_flattening_within_the_budget_keeps_everything() -> None:
+    """A real run's hyperparameters (a few hundred keys) are far inside the budget."""
+    params = {"optimizer": {"lr": 0.1, "betas": [0.9, 0.999]}, **{f"k{i}": i for i in range(300)}}
+    flat, dropped = flatten_params_bounded(params, MAX_PARAM_ITEMS)
+    assert 0 == dropped
+    assert flat == flatten_params(params)

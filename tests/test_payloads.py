@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from array import array
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -127,22 +128,70 @@ def test_missing_task_is_an_empty_state() -> None:
     assert StoredState(series={}) == parse_stored_task(None)
 
 
+@pytest.mark.parametrize("task", [[], {"status_details": []}, "x"])
+def test_a_stored_task_that_is_not_a_task_gives_a_reason(task: object) -> None:
+    """A task or ``status_details`` that is not an object yields a reason string."""
+    assert isinstance(parse_stored_task(task), str)
+
+
 @pytest.mark.parametrize(
-    "task",
+    "points",
     [
-        [],
-        {"status_details": []},
-        {"status_details": {"metrics": []}},
-        {"status_details": {"metrics": {"a": {}}}},
-        {"status_details": {"metrics": {"a": [1]}}},
-        {"status_details": {"metrics": {"a": [{"step": "1", "value": 1}]}}},
-        {"status_details": {"metrics": {"a": [{"step": -1, "value": 1}]}}},
-        {"status_details": {"metrics": {"a": [{"step": 2, "value": 1}, {"step": 1, "value": 1}]}}},
-        {"status_details": {"metrics": {"a": [{"step": 1, "value": "x"}]}}},
-        {"status_details": {"metrics": {"a": [{"step": True, "value": 1}]}}},
-        {"status_details": {"val_datasets": "ab"}},
+        {},
+        [1],
+        [{"step": "1", "value": 1}],
+        [{"step": -1, "value": 1}],
+        [{"step": 2, "value": 1}, {"step": 1, "value": 1}],
+        [{"step": 1, "value": "x"}],
+        [{"step": True, "value": 1}],
     ],
 )
-def test_malformed_stored_task_gives_a_reason(task: object) -> None:
-    """Anything malformed yields a reason string (the caller then starts empty)."""
-    assert isinstance(parse_stored_task(task), str)
+def test_damage_is_judged_per_series(points: object) -> None:
+    """An unreadable series is kept exactly as stored, with a reason; the others parse."""
+    good = [{"step": 1, "epoch": 1, "value": 2.0}]
+    state = parse_stored_task({"status_details": {"metrics": {"good": good, "a": points}}})
+    assert isinstance(state, StoredState)
+    assert ["good"] == list(state.series)
+    assert {"a": points} == dict(state.damaged)
+    assert ["a"] == list(state.damage_reasons)
+    assert () == state.problems
+
+
+def test_a_series_with_an_unusable_name_is_kept_as_stored() -> None:
+    """A stored name the client could never send (a control character) is damaged, not dropped."""
+    points = [{"step": 1, "epoch": 1, "value": 2.0}]
+    state = parse_stored_task({"status_details": {"metrics": {"bad\x00": points}}})
+    assert isinstance(state, StoredState)
+    assert {} == dict(state.series)
+    assert {"bad\x00": points} == dict(state.damaged)
+
+
+@pytest.mark.parametrize(
+    ("details", "problem"),
+    [
+        ({"metrics": []}, "metrics"),
+        ({"val_datasets": "ab"}, "val_datasets"),
+    ],
+)
+def test_unreadable_metrics_or_datasets_are_a_problem_not_a_failure(
+    details: dict[str, Any], problem: str
+) -> None:
+    """A bad ``metrics`` or ``val_datasets`` is reported; the rest of the task still parses."""
+    state = parse_stored_task({"status": "failed", "status_details": {"owner": "x", **details}})
+    assert isinstance(state, StoredState)
+    assert "failed" == state.status
+    assert "x" == state.details["owner"]
+    assert () == state.val_datasets
+    assert any(problem in p for p in state.problems)
+
+
+def test_an_unreadable_series_is_kept_as_strict_json() -> None:
+    """A NaN token a lenient reader accepted becomes ``null``, so the series can be sent back."""
+    points = [{"step": 2, "value": math.nan}, {"step": 1, "value": 1.0}]
+    state = parse_stored_task({"status_details": {"metrics": {"a": points}}})
+    assert isinstance(state, StoredState)
+    assert [{"step": 2, "value": None}, {"step": 1, "value": 1.0}] == state.damaged["a"]
+    update = Update(None, {}, (), True, foreign_series=state.damaged)
+    assert {"a": state.damaged["a"]} == strict_loads(encode_patch_body(update))["status_details"][
+        "metrics"
+    ]

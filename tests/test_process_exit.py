@@ -55,6 +55,45 @@ def test_forgotten_close_on_normal_exit_keeps_the_status_and_logs(tmp_path: Path
     assert [1] == [p["step"] for p in task["status_details"]["metrics"]["train_loss"]]  # type: ignore[index]
 
 
+def test_a_completed_run_without_close_logs_no_missing_status(tmp_path: Path) -> None:
+    """The exit hook sees the completion still queued: no ``run_ended_without_status``."""
+    ending = "reporter.report_completed(); import logging; logging.basicConfig()"
+    task, stderr = run_script(tmp_path, ending)
+    assert "completed" == task["status"]
+    assert "trainreport.run_ended_without_status" not in stderr
+
+
+LOCAL_SCRIPT = """
+import gc, logging, trainreport
+logging.basicConfig()
+
+def main():
+    reporter = trainreport.Reporter(trainreport.FileSink("task.json"), rank=0).start()
+    for step in range(1, 301):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+
+main()
+gc.collect()
+"""
+
+
+def test_a_reporter_held_only_by_a_local_variable_is_closed_at_exit(tmp_path: Path) -> None:
+    """A started, unclosed reporter stays reachable: atexit delivers all 300 points."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LOCAL_SCRIPT],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 0 == proc.returncode, proc.stderr
+    task = json.loads((tmp_path / "task.json").read_text())
+    steps = [p["step"] for p in task["status_details"]["metrics"]["train_loss"]]
+    assert list(range(1, 301)) == steps
+    assert "trainreport.run_ended_without_status" in proc.stderr
+
+
 def test_heartbeat_sends_when_nothing_changed() -> None:
     """With no new data a send still goes every heartbeat_seconds (liveness, DESIGN §3)."""
     clock = FakeClock()

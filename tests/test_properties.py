@@ -66,18 +66,15 @@ class Model:
 
     def __init__(self) -> None:
         self.series: dict[str, list[tuple[int, float]]] = {}
-        self.last_train: int | None = None
 
     def point(self, name: str, step: int, value: float) -> None:
+        # A point at or before a series' last step replaces that series' tail (no stored
+        # task here, so there is never a run-wide purge).
         points = [p for p in self.series.setdefault(name, []) if p[0] < step]
         points.append((step, value))
         self.series[name] = points
 
     def train(self, step: int, metrics: object) -> None:
-        if self.last_train is not None and step < self.last_train:
-            for name, points in self.series.items():
-                self.series[name] = [p for p in points if p[0] <= step]
-        self.last_train = step
         self.record("train", step, metrics)
 
     def record(self, phase: str, step: int, metrics: object) -> None:

@@ -9,12 +9,15 @@ import sys
 import trainreport
 
 EXPECTED = [
+    "AttemptIdentity",
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -33,6 +36,8 @@ EXPECTED = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
     "read_task",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import pickle
@@ -21,6 +22,7 @@ from trainreport import (
     TransitionError,
 )
 from trainreport._payloads import decode_column
+from trainreport._recorder import REPORT_BYTES, queued_bytes
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -52,8 +54,8 @@ def test_run_of_23_steps_with_10s_interval_stores_every_step_and_debounces() -> 
         cycle(reporter)
     assert reporter.close(timeout=5)
     assert list(range(1, 24)) == [p[0] for p in curve(sink.task, "train_loss")]
-    # first at once, then one per 10 s of clock, plus the final flush
-    assert 2 <= len(sink.requests) <= 5
+    # first at once, the first point at once, then one per 10 s of clock, plus the final flush
+    assert 3 <= len(sink.requests) <= 6
     assert 23 == sink.task["status_details"]["step"]
     assert 100.0 == sink.task["status_details"]["percentage_done"]
 
@@ -541,18 +543,51 @@ def test_deep_queue_wakes_the_thread_to_drain_without_sending() -> None:
     while reporter.stats().queue_depth and time.monotonic() < deadline:
         cycle(reporter)
     assert 0 == reporter.stats().queue_depth
-    assert sent == len(sink.requests)  # the interval (fake clock) has not elapsed
+    # the first point went at once; the others wait: the interval (fake clock) has not elapsed
+    assert sent + 1 == len(sink.requests)
     reporter.close(timeout=5)
 
 
 def test_memory_guard_drops_with_a_counter_and_close_says_false() -> None:
-    """Beyond max_queue_items reports are dropped, counted, and close() returns False."""
-    reporter, _, _ = make(max_queue_items=10)
-    for step in range(20):
-        reporter.report_train_step(step=step, metrics={"loss": 1.0})
-    assert 10 == reporter.stats().drops["queue_full"]
+    """Beyond max_queue_bytes of queued reports, reports are dropped, counted, close() False."""
+    reporter, _, _ = make(max_queue_bytes=2**20)
+    for step in range(5000):  # ~1 KiB each with 14 metrics: about 1,100 fit in 1 MiB
+        reporter.report_train_step(step=step, metrics={f"m{i}": 1.0 for i in range(14)})
+    stats = reporter.stats()
+    assert 800 <= stats.queue_depth <= 1500
+    assert 5000 == stats.queue_depth + stats.drops["queue_full"]
     reporter.start()
     assert not reporter.close(timeout=5)
+
+
+def test_the_memory_guard_counts_bytes_not_reports() -> None:
+    """Steps of 100,000 metric names: the byte guard stops them after a few, not a million."""
+    reporter, _, _ = make(max_queue_bytes=16 * 2**20)
+    wide = {f"name_{i}": 1.0 for i in range(100_000)}
+    with capture_events() as events:
+        for step in range(300):
+            reporter.report_train_step(step=step, metrics=wide)
+            reporter.report_validation(step=step, metrics=wide)
+    stats = reporter.stats()
+    assert stats.queue_depth <= 8
+    assert 600 == stats.queue_depth + stats.drops["queue_full"]
+    full = [e for e in events if e["event"] == "trainreport.queue_full"]
+    assert 1 == len(full)
+    assert 16 * 2**20 == full[0]["max_queue_bytes"]
+    reporter.close(timeout=1)
+
+
+def test_the_byte_guard_frees_what_the_reporter_thread_drained() -> None:
+    """Reports the thread has applied no longer count: a long run under a small guard loses none."""
+    reporter, sink, _ = make(max_queue_bytes=2**20)
+    reporter.start()
+    for step in range(1, 5001):
+        reporter.report_train_step(step=step, metrics={f"m{i}": 1.0 for i in range(14)})
+        if step % 500 == 0:
+            cycle(reporter)
+    assert reporter.close(timeout=10)
+    assert "queue_full" not in reporter.stats().drops
+    assert 5000 == len(curve(sink.task, "train_m0"))
 
 
 def test_stats_histogram_counts_every_report_call() -> None:
@@ -676,3 +711,398 @@ def test_long_outage_at_start_bounds_the_queue_and_merges_the_stored_curves(
     assert expected_steps == [p[0] for p in points_stored]
     assert 100.0 + new_steps[0] == points_stored[new_steps[0] - 1][2]
     assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+@pytest.mark.parametrize("missing", [None, "", "   "], ids=["None", "empty", "blank"])
+def test_a_missing_checkpoint_path_is_never_sent_and_the_last_good_one_stays(
+    missing: object,
+) -> None:
+    """``path=None`` or an empty path is logged once and dropped; the stored path stays good."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_checkpoint_saved(path="ckpt/step-10", step=10)
+    with capture_events() as events:
+        reporter.report_checkpoint_saved(path=missing, step=20)
+        reporter.report_checkpoint_saved(path=missing, step=30)
+        assert reporter.close(timeout=5)
+    details = sink.task["status_details"]
+    assert ("ckpt/step-10", 10) == (details["checkpoint_path"], details["checkpoint_step"])
+    sent = {r["status_details"].get("checkpoint_path", "ckpt/step-10") for r in sink.requests}
+    assert {"ckpt/step-10"} == sent
+    dropped = [e for e in events if e["event"] == "trainreport.report_dropped"]
+    assert 1 == len(dropped)
+    assert "path" == dropped[0]["field"]
+    assert 2 == reporter.stats().drops["invalid_argument"]
+
+
+def test_threads_with_their_own_metrics_and_counters_lose_nothing() -> None:
+    """Eight threads report train steps with their own names and counters: every point stays."""
+    reporter, sink, _ = make(min_report_interval_seconds=0.0)
+    reporter.start()
+    barrier = threading.Barrier(8)
+
+    def report(k: int) -> None:
+        barrier.wait()
+        for step in range(1, 301):
+            reporter.report_train_step(step=step, metrics={f"w{k}_loss": float(step)})
+
+    threads = [threading.Thread(target=report, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert reporter.close(timeout=10)
+    for k in range(8):
+        assert list(range(1, 301)) == [p[0] for p in curve(sink.task, f"train_w{k}_loss")]
+    assert 0 == reporter.stats().rewinds
+
+
+def test_a_step_going_back_replaces_only_its_own_series_tail() -> None:
+    """Without a resume, a lower step replaces the tail of the series it reports into only."""
+    reporter, sink, _ = make()
+    reporter.start()
+    for step in range(1, 11):
+        reporter.report_train_step(step=step, metrics={"a": float(step)})
+        if step % 5 == 0:
+            reporter.report_validation(step=step, metrics={"loss": float(step)})
+    reporter.report_train_step(step=3, metrics={"b": 3.0})
+    reporter.report_train_step(step=7, metrics={"a": 70.0})
+    assert reporter.close(timeout=5)
+    assert [(s, float(s)) for s in range(1, 7)] + [(7, 70.0)] == [
+        (p[0], p[2]) for p in curve(sink.task, "train_a")
+    ]
+    assert [3] == [p[0] for p in curve(sink.task, "train_b")]
+    assert [5, 10] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert 1 == reporter.stats().rewinds
+
+
+def _stored_run(last_train: int, val_steps: list[int]) -> dict[str, Any]:
+    train = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, last_train + 1)]
+    val = [{"step": s, "epoch": 1, "value": float(s)} for s in val_steps]
+    return {
+        "status": "failed",
+        "status_details": {"metrics": {"train_loss": train, "val_loss": val}},
+    }
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_the_run_wide_purge_happens_once_at_the_first_training_step_after_a_resume(
+    series_suffix: bool,
+) -> None:
+    """First step 6 of 10 stored purges every series after 6; later lower steps purge nothing."""
+    sink = MemorySink(_stored_run(10, [5, 10]), series_suffix=series_suffix)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    for step in (6, 7, 8):
+        reporter.report_train_step(step=step, metrics={"loss": 100.0 + step})
+    reporter.report_validation(step=8, metrics={"loss": 0.8})
+    reporter.report_train_step(step=2, metrics={"grad_norm": 0.5})  # another series' own counter
+    assert reporter.close(timeout=5)
+    assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
+    assert [5, 8] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert [2] == [p[0] for p in curve(sink.task, "train_grad_norm")]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_first_step_at_the_stored_last_step_purges_the_later_validation(
+    series_suffix: bool,
+) -> None:
+    """At or below the stored last training step: validation after it is discarded too."""
+    sink = MemorySink(_stored_run(10, [5, 12]), series_suffix=series_suffix)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    reporter.report_train_step(step=10, metrics={"loss": 42.0})
+    assert reporter.close(timeout=5)
+    assert [5] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert (10, 42.0) == (
+        curve(sink.task, "train_loss")[-1][0],
+        curve(sink.task, "train_loss")[-1][2],
+    )
+    assert 10 == len(curve(sink.task, "train_loss"))
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_an_unnamed_and_a_named_validation_dataset_never_share_a_curve(
+    series_suffix: bool,
+) -> None:
+    """Unnamed first keeps ``val_loss``; ``heldout`` gets its own; a resumed run keeps both."""
+    sink = MemorySink(series_suffix=series_suffix)
+    reporter, _, _ = make(sink)
+    reporter.start()
+    reporter.report_validation(step=20, metrics={"loss": 1.5})
+    reporter.report_validation(step=20, metrics={"loss": 1.2}, dataset="heldout")
+    assert reporter.close(timeout=5)
+    assert [(20, 1, 1.5)] == curve(sink.task, "val_loss")
+    assert [(20, 1, 1.2)] == curve(sink.task, "val_heldout_loss")
+    assert ["unnamed", "heldout"] == sink.task["status_details"]["val_datasets"]
+    resumed, _, _ = make(sink)
+    resumed.start()
+    resumed.report_validation(step=30, metrics={"loss": 1.1}, dataset="heldout")
+    resumed.report_validation(step=30, metrics={"loss": 1.4})
+    assert resumed.close(timeout=5)
+    assert [20, 30] == [p[0] for p in curve(sink.task, "val_loss")]
+    assert [1.5, 1.4] == [p[2] for p in curve(sink.task, "val_loss")]
+    assert [1.2, 1.1] == [p[2] for p in curve(sink.task, "val_heldout_loss")]
+
+
+def test_a_named_dataset_first_leaves_the_unnamed_one_its_own_curve() -> None:
+    """``heldout`` first keeps ``val_loss``; the unnamed dataset goes to ``val_unnamed_loss``."""
+    reporter, sink, _ = make()
+    reporter.start()
+    reporter.report_validation(step=20, metrics={"loss": 1.2}, dataset="heldout")
+    reporter.report_validation(step=20, metrics={"loss": 1.5})
+    assert reporter.close(timeout=5)
+    assert [(20, 1, 1.2)] == curve(sink.task, "val_loss")
+    assert [(20, 1, 1.5)] == curve(sink.task, "val_unnamed_loss")
+    assert ["heldout", "unnamed"] == sink.task["status_details"]["val_datasets"]
+
+
+def _with_foreign_series(series_suffix: bool) -> MemorySink:
+    train = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 101)]
+    foreign = [{"step": s, "epoch": 1, "value": 0.5} for s in (3, 2, 1)]  # steps go backwards
+    stored = {
+        "status": "running",
+        "status_details": {"metrics": {"train_loss": train, "other_tool": foreign}},
+    }
+    return MemorySink(stored, series_suffix=series_suffix)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_series_the_client_cannot_parse_is_kept_and_the_rest_resumes(
+    series_suffix: bool,
+) -> None:
+    """Damage is judged per series: the unreadable one stays as stored, train_loss continues."""
+    sink = _with_foreign_series(series_suffix)
+    foreign = sink.task["status_details"]["metrics"]["other_tool"]
+    reporter, _, _ = make(sink)
+    with capture_events() as events:
+        reporter.start()
+        for step in range(101, 111):
+            reporter.report_train_step(step=step, metrics={"loss": float(step)})
+        assert reporter.close(timeout=5)
+    assert list(range(1, 111)) == [p[0] for p in curve(sink.task, "train_loss")]
+    assert foreign == sink.task["status_details"]["metrics"]["other_tool"]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+    unreadable = [e for e in events if e["event"] == "trainreport.stored_series_unreadable"]
+    assert ["other_tool"] == [e["series"] for e in unreadable]
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_series_this_run_records_replaces_the_unreadable_one_of_its_name(
+    series_suffix: bool,
+) -> None:
+    """This run's own ``other_tool`` curve replaces the unreadable stored one (logged)."""
+    sink = _with_foreign_series(series_suffix)
+    reporter, _, _ = make(sink)
+    with capture_events() as events:
+        reporter.start()
+        reporter.report_metrics(step=101, metrics={"tool": 1.0}, phase="other")
+        assert reporter.close(timeout=5)
+    assert [(101, 1, 1.0)] == curve(sink.task, "other_tool")
+    assert 100 == len(curve(sink.task, "train_loss"))
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+    assert any(e["event"] == "trainreport.stored_series_replaced" for e in events)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
+    series_suffix: bool,
+) -> None:
+    """Without history configured, and before the stored task is read: the stored curve goes on."""
+    points = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 4)]
+    stored = {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
+    sink = ScriptedSink(MemorySink(stored, series_suffix=series_suffix))
+    sink.open_results.extend(RetryLater("down") for _ in range(3))
+    reporter, _, clock = make(
+        sink, drain_queue_depth=2, time_series_metrics=[], backoff_initial_seconds=1.0
+    )
+    reporter.start()
+    for step in range(4, 9):
+        reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1})
+        cycle(reporter)
+    for _ in range(4):
+        clock.advance(10.0)
+        cycle(reporter)
+    assert reporter.close(timeout=5)
+    assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
+    assert "train_lr" not in sink.task["status_details"]["metrics"]
+    assert 0.1 == sink.task["status_details"]["train_lr"]
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+def test_a_checkpoint_every_3_s_never_starves_the_curves_in_full_state_mode() -> None:
+    """Events more often than the interval: curves still go every 10 s, not only at close."""
+    reporter, sink, clock = make()
+    reporter.start()
+    cycle(reporter)
+    for second in range(1, 61):
+        clock.advance(1.0)
+        reporter.report_train_step(step=second, metrics={"loss": 1.0 / second})
+        if second % 3 == 0:
+            reporter.report_checkpoint_saved(path=f"ckpt/{second}", step=second)
+        cycle(reporter)
+    curve_sends = [r for r in sink.requests if "metrics" in r["status_details"]]
+    assert len(curve_sends) >= 5
+    last = curve_sends[-1]["status_details"]["metrics"]["train_loss"]
+    assert last[-1]["step"] >= 50
+    reporter.close(timeout=5)
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+@pytest.mark.parametrize("kind", ["train", "validation"])
+def test_the_first_point_is_sent_at_once(series_suffix: bool, kind: str) -> None:
+    """The opening send does not hold back the first point for a whole interval."""
+    sink = MemorySink(series_suffix=series_suffix)
+    reporter, _, clock = make(sink)
+    reporter.start()
+    cycle(reporter)  # the opening send, at start()
+    opened = len(sink.requests)
+    clock.advance(1.0)
+    if kind == "train":
+        reporter.report_train_step(step=1, metrics={"loss": 2.0})
+    else:
+        reporter.report_validation(step=1, metrics={"loss": 2.0})
+    name = "train_loss" if kind == "train" else "val_loss"
+
+    def sent() -> bool:
+        task = sink.task
+        return task is not None and name in task["status_details"].get("metrics", {})
+
+    deadline = time.monotonic() + 5.0  # the worker polls every 10 s (real) otherwise
+    while not sent() and time.monotonic() < deadline:
+        threading.Event().wait(0.005)
+    assert sent()
+    assert len(sink.requests) == opened + 1
+    reporter.close(timeout=5)
+
+
+def test_logging_a_bad_name_is_bounded_however_many_distinct_names_arrive() -> None:
+    """20,000 distinct unusable names: a bounded number of lines, one limit line, one summary."""
+    reporter, _, _ = make(min_report_interval_seconds=0.0)
+    reporter.start()
+    with capture_events() as events:
+        for step in range(1, 201):
+            bad = {f"bad\x00{step}_{i}": 1.0 for i in range(100)}
+            reporter.report_train_step(step=step, metrics={**bad, "loss": 1.0})
+        assert reporter.close(timeout=10)
+    dropped = [e for e in events if e["event"] == "trainreport.report_dropped"]
+    assert len(dropped) <= 100
+    limit = [e for e in events if e["event"] == "trainreport.log_limit_reached"]
+    assert 1 == len(limit)
+    summary = [e for e in events if e["event"] == "trainreport.log_suppressed"]
+    assert 1 == len(summary)
+    assert 20_000 == len(dropped) + summary[0]["suppressed"]
+    assert 20_000 == reporter.stats().drops["invalid_name"]
+    recorder = reporter._recorder
+    assert recorder is not None
+    assert len(recorder.once._seen) <= 200
+
+
+def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() -> None:
+    """New phases and datasets past the name cap are refused before any per-name state grows."""
+    reporter, _, _ = make(max_metric_names=10, min_report_interval_seconds=0.0)
+    reporter.start()
+    for step in range(1, 5001):
+        reporter.report_metrics(step=step, metrics={"x": 1.0}, phase=f"p{step}")
+        reporter.report_validation(step=step, metrics={"x": 1.0}, dataset=f"d{step}")
+    assert reporter.close(timeout=10)
+    recorder = reporter._recorder
+    assert recorder is not None
+    assert len(recorder._names) <= 40
+    assert len(recorder.datasets.datasets) <= 10
+    assert len(recorder.once._seen) <= 200
+    assert reporter.stats().drops["name_cap"] >= 9_980
+
+
+def test_every_send_carries_a_newer_updated_at_than_the_one_before() -> None:
+    """updated_at strictly increases, to the millisecond, even for sends within one second.
+
+    A plain job API cannot fence a request delayed in the network; a strictly
+    newest ``updated_at`` on the final send is what a destination can order by.
+    """
+    reporter, sink, _ = make()
+    reporter.start()
+    for step in range(1, 31):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+        assert reporter.flush(timeout=5)
+    reporter.report_completed()
+    assert reporter.close(timeout=5)
+    stamps = [r["status_details"]["updated_at"] for r in sink.requests]
+    assert len(stamps) >= 31
+    assert all(a < b for a, b in itertools.pairwise(stamps))
+    assert all(len(s) == len("2026-11-29T16:03:39.120Z") and s.endswith("Z") for s in stamps)
+    assert stamps[-1] == sink.task["status_details"]["updated_at"]
+
+
+class _LosesResponses(ScriptedSink):
+    """Applies every send, but the next ``lose`` answers never arrive (a lost response)."""
+
+    def __init__(self, series_suffix: bool) -> None:
+        super().__init__(MemorySink(series_suffix=series_suffix))
+        self.lose = 0
+
+    def send(self, update: Any, *, timeout_seconds: float | None = None) -> Any:
+        result = super().send(update, timeout_seconds=timeout_seconds)
+        if self.lose:
+            self.lose -= 1
+            return RetryLater("connection lost after the write")
+        return result
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+@pytest.mark.parametrize("vanishing", ["eta_seconds", "current value"])
+def test_a_key_a_lost_response_delivered_is_still_in_the_snapshot(
+    series_suffix: bool, vanishing: str
+) -> None:
+    """Found by the stateful test: a details key sent in a request whose answer was lost,
+    and no longer computable afterwards (the ETA after a step goes back, the current value
+    of a metric that turned NaN), stays on the server: snapshot() must show it too."""
+    sink = _LosesResponses(series_suffix)
+    reporter, _, clock = make(sink)
+    reporter.start()
+    reporter.report_training_start(max_steps=100)
+    cycle(reporter)
+    for step in (1, 2):
+        clock.advance(1.0)
+        reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
+    sink.lose = 1
+    clock.advance(10.0)
+    cycle(reporter)  # applied by the destination, the answer lost
+    if vanishing == "eta_seconds":
+        reporter.report_train_step(step=1, metrics={"loss": 0.5})
+    else:
+        reporter.report_train_step(step=3, metrics={"loss": math.nan, "lr": math.nan})
+    assert reporter.close(timeout=5)
+    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
+
+
+def test_the_byte_estimate_of_every_report_kind_returns_to_zero_once_drained() -> None:
+    """The report calls add what queued_bytes() says; the reporter thread takes it all back."""
+    reporter, _, _ = make()
+    reporter.report_train_step(step=1, metrics={"a": 1.0, "b": 2})
+    reporter.report_train_step(step=2, metrics={"a": _Item(3.0)})  # converted on this thread
+    reporter.report_train_step(step=3, metrics=None)
+    reporter.report_train_step(step=4, metrics=[1, 2])  # type: ignore[arg-type]
+    reporter.report_validation(step=4, metrics={"loss": 1.0}, dataset="d")
+    reporter.report_metrics(step=4, metrics={"x": 1.0, "y": 2.0}, phase="test")
+    reporter.report_hyperparameters(params={"lr": 0.1, "layers": [1, 2, 3]})
+    reporter.report_checkpoint_saved(path="c", step=4)
+    reporter.report_completed()
+    expected = sum(queued_bytes(item) for item in reporter._queue)
+    assert expected == reporter.stats().queue_bytes
+    assert expected > 9 * REPORT_BYTES
+    reporter.start()
+    assert reporter.close(timeout=5)
+    assert 0 == reporter.stats().queue_bytes
+    assert 0 == reporter._queued_bytes
+
+
+class _Item:
+    """A 0-d tensor stand-in: a value with ``.item()``."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def item(self) -> float:
+        return self.value

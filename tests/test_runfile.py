@@ -70,10 +70,7 @@ def test_a_log_damaged_in_the_middle_gives_what_came_before_and_says_so(tmp_path
         (b"[1, 2, 3]", "JSON but not a task"),
         (MAGIC, "holds no task yet"),
         (MAGIC + encode_record(1, b"garbage")[:10], "nothing could be read"),
-        (
-            b'{"status": "running", "status_details": {"metrics": {"a": [{"step": -1}]}}}',
-            "curves are malformed",
-        ),
+        (b'{"status": "running", "status_details": []}', "JSON but not a task"),
     ],
 )
 def test_a_file_with_nothing_readable_raises_run_log_error(
@@ -84,6 +81,20 @@ def test_a_file_with_nothing_readable_raises_run_log_error(
     path.write_bytes(content)
     with pytest.raises(RunLogError, match=says):
         read_task(path)
+
+
+def test_a_record_with_one_unreadable_series_is_read_and_keeps_that_series_as_stored(
+    tmp_path: Path,
+) -> None:
+    """Damage is judged per series: the rest is read, the unreadable series is kept as it is."""
+    bad = [{"step": 5}, {"step": 2}]
+    good = [{"step": 1, "epoch": None, "value": 0.5}]
+    task = {"status": "running", "status_details": {"metrics": {"a": bad, "b": good}}}
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(task))
+    got = read_task(path)
+    assert bad == got["status_details"]["metrics"]["a"]
+    assert [(1, None, 0.5)] == curve(got, "b")
 
 
 def test_a_log_whose_first_record_is_from_a_newer_version_raises(tmp_path: Path) -> None:

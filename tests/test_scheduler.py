@@ -98,15 +98,42 @@ def test_heartbeat_is_due_when_nothing_changed() -> None:
     assert s.is_due(60.0)
 
 
-def test_partial_delivery_keeps_data_pending_for_the_next_window() -> None:
-    """An event send that left curves out keeps them due one interval later."""
+def test_partial_delivery_keeps_data_pending_for_the_curves_window() -> None:
+    """An event send that left curves out keeps them due when the curves' window ends."""
     s = scheduler()
     s.note_change(0.0)
     s.on_delivered(0.0)
     s.note_change(1.0, urgent=True)
-    s.on_delivered(1.0, everything_sent=False)
-    assert not s.is_due(10.9)
-    assert s.is_due(11.0)
+    s.on_delivered(1.0, everything_sent=False, carried_curves=False)
+    assert not s.is_due(9.9)
+    assert s.is_due(10.0)
+
+
+def test_events_more_often_than_the_interval_never_delay_the_curves() -> None:
+    """A checkpoint every 3 s at a 10 s interval: the curves are still due every 10 s."""
+    s = scheduler()
+    s.note_change(0.0)
+    s.on_delivered(0.0)
+    curve_sends = []
+    for tick in range(1, 61):
+        now = float(tick)
+        s.note_change(now, urgent=tick % 3 == 0)
+        if s.is_due(now):
+            carried = s.curves_due(now)
+            if carried:
+                curve_sends.append(tick)
+            s.on_delivered(now, everything_sent=carried, carried_curves=carried)
+    assert [10, 20, 30, 40, 50, 60] == curve_sends
+
+
+def test_the_curves_window_is_not_consumed_by_a_failed_send() -> None:
+    """A failed send leaves the curves' window where it was."""
+    s = scheduler(backoff_initial=1.0)
+    s.note_change(0.0)
+    s.on_delivered(0.0)
+    s.note_change(5.0)
+    s.on_retry_later(10.0)
+    assert s.curves_due(11.0)
 
 
 @pytest.mark.parametrize("failures", [1, 10, 10_000])

@@ -37,13 +37,16 @@ from trainreport.server import (
     create_app,
     start_in_thread,
 )
-from trainreport.server._db import Applied, Database, SeriesGap
+from trainreport.server._db import Applied, Database, SeriesGap, StaleAttempt, WriterOpened
+from trainreport.server._migrations import MIGRATIONS
+from trainreport.server._migrations import ddl as migration_ddl
 from trainreport.server._run import TOKEN_ENV_VAR
 from trainreport.server._sqlite import SqliteBackend
 from trainreport.server._wire import (
     ApiError,
     SeriesPoints,
     TaskUpdate,
+    WriterClaim,
     parse_json,
     validate_patch,
     validate_update,
@@ -275,10 +278,11 @@ def test_series_name_of_200_characters_is_accepted(api: Client, task: str) -> No
     """The name limit is inclusive: 200 characters (any non-control character) are fine."""
     name = "é" * 199 + "/"
 
-    reply = api.patch(task, {"status_details": {"metrics": {name: []}}})
+    point = {"step": 1, "epoch": 1, "value": 1.0}
+    reply = api.patch(task, {"status_details": {"metrics": {name: [point]}}})
 
     assert 200 == reply.status
-    assert {name: []} == api.get(task).body["status_details"]["metrics"]
+    assert {name: [point]} == api.get(task).body["status_details"]["metrics"]
 
 
 # -- extension: series-suffix-v1 -------------------------------------------------------
@@ -308,6 +312,94 @@ def test_opening_a_writer_increments_the_generation_without_creating_the_task(
     )
     assert 2 == second.body["writer_generation"]
     assert 404 == api.get(task).status
+
+
+def claim(number: int | None = None, started_at: float | None = None) -> dict[str, Any]:
+    """A writers body claiming with an attempt identity."""
+    return {"attempt": {"number": number, "started_at": started_at}}
+
+
+def test_a_claim_older_than_the_holders_attempt_is_refused_with_409(api: Client, task: str) -> None:
+    """Attempt 2 holds the task: attempt 1 opening late is refused; nothing is fenced."""
+    assert 1 == api.post(task + "/writers", claim(2, 100.0)).body["writer_generation"]
+
+    refused = api.post(task + "/writers", claim(1, 200.0))
+
+    assert 409 == refused.status
+    assert "stale_attempt" == refused.body["error"]
+    assert 1 == refused.body["writer_generation"]
+    assert {"number": 2, "started_at": 100.0} == refused.body["holder"]
+    update = {"writer_generation": 1, "sequence": 1, "series": {"a": columns(0, [1], [1.0])}}
+    assert 200 == api.post(task + "/updates", update).status  # the holder still writes
+
+
+@pytest.mark.parametrize(
+    ("holder", "claimant", "accepted"),
+    [
+        ((2, 100.0), (2, 100.0), True),  # the same attempt re-opens (after a resynchronise)
+        ((2, 100.0), (3, 50.0), True),  # a newer attempt number wins whatever the clock says
+        ((None, 100.0), (None, 50.0), False),  # no numbers: the process that started later
+        ((None, 100.0), (None, 150.0), True),
+        ((2, 100.0), (None, 50.0), False),  # one number only: the start times decide
+        ((2, 100.0), (None, None), True),  # a claim without identity (an older client)
+        ((None, None), (1, 10.0), True),
+    ],
+)
+def test_claims_follow_the_attempts_order_not_the_order_writers_open(
+    api: Client,
+    task: str,
+    holder: tuple[int | None, float | None],
+    claimant: tuple[int | None, float | None],
+    accepted: bool,
+) -> None:
+    """Attempt numbers decide when both have one, else process start times; ties re-open."""
+    api.post(task + "/writers", claim(*holder))
+
+    reply = api.post(task + "/writers", claim(*claimant))
+
+    assert (200 if accepted else 409) == reply.status
+    if accepted:
+        assert 2 == reply.body["writer_generation"]
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ({"attempt": "x"}, "$.attempt"),
+        ({"attempt": {"number": -1}}, "$.attempt.number"),
+        ({"attempt": {"number": 1.5}}, "$.attempt.number"),
+        ({"attempt": {"started_at": "now"}}, "$.attempt.started_at"),
+        ({"attempt": {"started_at": -3.0}}, "$.attempt.started_at"),
+    ],
+)
+def test_a_malformed_claim_is_422(api: Client, task: str, body: Any, path: str) -> None:
+    """A claim the server cannot order is refused, naming where."""
+    reply = api.post(task + "/writers", body)
+
+    assert (422, path) == (reply.status, reply.body["path"])
+
+
+def test_a_version_1_database_gains_attempt_claims(tmp_path: Path) -> None:
+    """A file of the first schema is migrated in place: its writers keep their generation."""
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    for statement in MIGRATIONS[0]:  # the first schema's tables, as a version-1 server made them
+        conn.execute(migration_ddl(statement, "sqlite"))
+    conn.execute("INSERT INTO writers VALUES ('j', 't', 4, 9)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+    db = Database(path)
+    try:
+        opened = db.open_writer("j", "t", WriterClaim(number=1, started_at=5.0))
+        assert isinstance(opened, WriterOpened)
+        assert 5 == opened.generation
+        assert isinstance(
+            db.open_writer("j", "t", WriterClaim(number=0, started_at=9.0)), StaleAttempt
+        )
+    finally:
+        db.close()
 
 
 def test_writer_open_returns_the_stored_task_and_lengths(api: Client, task: str) -> None:
@@ -419,6 +511,57 @@ def test_a_shorter_suffix_truncates_the_series_on_rewind(api: Client, task: str)
     task_reply = api.get(task)
     assert [(1, 1.0), (2, 2.0), (3, 9.0)] == curve(task_reply, "a")
     assert [(2, 0.5)] == curve(task_reply, "b")
+
+
+def test_a_series_emptied_by_a_suffix_is_dropped(api: Client, task: str) -> None:
+    """A suffix that leaves a series with no points removes it: GET and the lengths omit it.
+
+    A server keeps points, not names, so what ``GET`` returns equals the client's
+    record, where a series a rewind emptied does not exist either.
+    """
+    gen = open_writer(api, task)
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {
+                "a": columns(0, [1, 2], [1.0, 2.0]),
+                "b": columns(0, [2, 4], [0.5, 0.4]),
+            },
+        },
+    )
+
+    reply = api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 2, "series": {"b": columns(0, [], [])}},
+    )
+
+    assert {"a": 2} == reply.body["series_lengths"]
+    assert {"a"} == set(api.get(task).body["status_details"]["metrics"])
+    reply = api.post(
+        task + "/updates",
+        {"writer_generation": gen, "sequence": 3, "series": {"a": columns(0, [], [])}},
+    )
+    assert {} == reply.body["series_lengths"]
+    assert "metrics" not in api.get(task).body["status_details"]
+    assert {} == api.post(task + "/writers", {}).body["series_lengths"]
+
+
+def test_a_patch_stores_no_empty_series(api: Client, task: str) -> None:
+    """An empty list in a PATCH's ``metrics`` stores no series (nothing to keep)."""
+    api.patch(
+        task,
+        {
+            "status_details": {
+                "metrics": {"a": [], "b": [{"step": 1, "epoch": 1, "value": 2.0}]},
+            }
+        },
+    )
+
+    assert {"b": [{"step": 1, "epoch": 1, "value": 2.0}]} == api.get(task).body["status_details"][
+        "metrics"
+    ]
 
 
 def test_a_gap_is_409_with_the_lengths_and_applies_nothing(api: Client, task: str) -> None:
@@ -1186,7 +1329,9 @@ def test_the_cli_defaults_match_the_server_defaults() -> None:
         DEFAULT_HEAD_TIMEOUT_SECONDS,
         DEFAULT_MAX_CONNECTIONS,
     )
+    from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS  # noqa: PLC0415
 
+    assert DEFAULT_STALE_AFTER_SECONDS == cli.DEFAULT_STALE_AFTER_SECONDS
     assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
         cli.DEFAULT_MAX_BODY_BYTES,
         cli.DEFAULT_MAX_DECOMPRESSED_BYTES,
@@ -1315,10 +1460,12 @@ def test_suffix_updates_equal_a_list_model(
             continue
         model[offset:] = list(zip(steps, values, strict=True))
         assert isinstance(outcome, Applied)
-        assert {"s": len(model)} == outcome.series_lengths
+        assert ({"s": len(model)} if model else {}) == outcome.series_lengths
     stored = database.series_columns("prop", task_id, None)
-    if stored is not None:
+    if stored is not None and model:
         assert model == list(zip(stored["s"]["steps"], stored["s"]["values"], strict=True))
+    elif stored is not None:
+        assert "s" not in stored
 
 
 @given(st.binary(max_size=200))

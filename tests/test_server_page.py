@@ -29,6 +29,7 @@ import pytest
 import urllib3
 
 from browser import Browser
+from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
 from trainreport.server._page import downsample_indices
 
@@ -461,6 +462,46 @@ def test_a_page_with_a_wrong_token_says_the_token_was_refused(
         text = browser.evaluate("document.querySelector('main').innerText")
 
     assert "refused" in text
+    assert "no metric series yet" not in text
+
+
+_PAGE_SECRET = b"page-test-secret-0123456789abcdef0123"
+
+
+@needs_chromium
+def test_a_job_token_opens_its_task_page_and_its_job_in_the_list(
+    start_server: Any, pool: urllib3.PoolManager
+) -> None:
+    """A job token (``trainreport token``) is enough for its own job's pages."""
+    handle = start_server(token="admin-token", secret=_PAGE_SECRET)
+    write_demo_task(pool, handle.url, "admin-token")
+    token = issue_job_token(_PAGE_SECRET, JOB)
+
+    with Browser() as browser:
+        browser.open(f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={token}")
+        browser.wait_for("document.querySelector('.legend') !== null")
+        browser.open(f"{handle.url}/#token={token}")
+        browser.wait_for("document.querySelector('table.tasks') !== null")
+        listed = browser.evaluate("document.querySelector('main').innerText")
+
+    assert JOB in listed
+
+
+@needs_chromium
+def test_a_job_token_for_another_job_asks_for_a_token(
+    start_server: Any, pool: urllib3.PoolManager
+) -> None:
+    """A 403 (the token reads another job) asks for a token instead of an empty page."""
+    handle = start_server(token="admin-token", secret=_PAGE_SECRET)
+    write_demo_task(pool, handle.url, "admin-token")
+    token = issue_job_token(_PAGE_SECRET, "some-other-job")
+
+    with Browser() as browser:
+        browser.open(f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={token}")
+        browser.wait_for("document.querySelector('input[type=password]') !== null")
+        text = browser.evaluate("document.querySelector('main').innerText")
+
+    assert "another job" in text
     assert "no metric series yet" not in text
 
 

@@ -24,8 +24,8 @@ from trainreport.server._db import (
     Database,
     StaleWriter,
 )
+from trainreport.server._migrations import MIGRATIONS, SCHEMA_VERSION
 from trainreport.server._retention import RetentionWorker, cutoff_for
-from trainreport.server._schema import MIGRATIONS, SCHEMA_VERSION
 from trainreport.server._storage import open_backend
 from trainreport.server._wire import TASK_STATUSES, SeriesPoints, TaskPatch, TaskUpdate
 

@@ -3,6 +3,10 @@ config says: regular sends, events, retries and flush (driven by an injected clo
 
 from __future__ import annotations
 
+import itertools
+import time
+from typing import Any
+
 import pytest
 
 from helpers import ScriptedSink
@@ -108,3 +112,35 @@ def test_the_first_send_of_close_goes_at_once() -> None:
     reporter.report_completed()
     assert reporter.close(10)
     assert (2, "completed") == (len(sink.sent), sink.sent[-1].status)
+
+
+class TimedFlooredSink(ScriptedSink):
+    """A scripted sink with a 0.4 s floor that records when each send was attempted."""
+
+    min_interval_seconds = 0.4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def send(self, update: Any, *, timeout_seconds: float | None = None) -> Any:
+        self.times.append(time.monotonic())
+        return super().send(update, timeout_seconds=timeout_seconds)
+
+
+def test_close_retries_keep_the_floor_although_they_are_capped_shorter() -> None:
+    """``close_retry_max_seconds`` (0.05 s) caps the backoff, never the destination's floor."""
+    sink = TimedFlooredSink()
+    config = ReportingConfig(
+        backoff_initial_seconds=0.05, backoff_jitter=0.0, close_retry_max_seconds=0.05
+    )
+    reporter = Reporter(sink, config, rank=0).start()  # the real clock: close() waits for real
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert reporter.flush(timeout=5)
+    sink.fail_sends.extend(RetryLater("busy") for _ in range(3))
+    reporter.report_train_step(step=2, metrics={"loss": 0.5})
+    assert reporter.close(timeout=10)
+    first_failure = next(i for i, r in enumerate(sink.results) if isinstance(r, RetryLater))
+    closing = sink.times[first_failure:]  # close()'s first attempt went at once; retries wait
+    assert 4 == len(closing)
+    assert min(b - a for a, b in itertools.pairwise(closing)) >= 0.4

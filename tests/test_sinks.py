@@ -80,6 +80,17 @@ def test_suffix_mode_gap_asks_to_resynchronise() -> None:
     assert {} == result.series_lengths
 
 
+def test_a_series_emptied_by_a_suffix_is_dropped_like_the_server_does() -> None:
+    """An empty suffix at offset 0 removes the series: it is in neither the lengths nor the task."""
+    sink = MemorySink(series_suffix=True)
+    sink.open()
+    sink.send(Update(None, {}, (suffix("a", 0, [1, 2]), suffix("b", 0, [1])), False))
+    result = sink.send(Update(None, {}, (suffix("b", 0, []),), False))
+    assert isinstance(result, Delivered)
+    assert {"a": 2} == result.series_lengths
+    assert ["a"] == list(sink.task["status_details"]["metrics"])
+
+
 def test_suffix_resend_is_idempotent() -> None:
     """Resending the same suffix (a lost response) leaves the series unchanged."""
     sink = MemorySink(series_suffix=True)
@@ -104,6 +115,48 @@ def test_file_sink_writes_the_get_shape_and_resumes_from_it(tmp_path: Path) -> N
     second.report_train_step(step=3, metrics={"loss": 3.0})
     assert second.close(timeout=5)
     assert [1, 2, 3] == [p[0] for p in curve(json.loads(path.read_text()), "train_loss")]
+
+
+def test_a_series_a_rewind_empties_is_dropped_by_the_run_log_its_record_and_a_replay(
+    tmp_path: Path,
+) -> None:
+    """Resuming from step 1 empties ``val_loss``: snapshot(), the record and the log agree."""
+    path = tmp_path / "run.log"
+    first = Reporter(FileSink(path), rank=0).start()
+    for step in range(1, 11):
+        first.report_train_step(step=step, metrics={"loss": float(step)})
+    first.report_validation(step=10, metrics={"loss": 0.5})
+    assert first.close(timeout=5)
+    second = Reporter(FileSink(path), rank=0).start()
+    second.report_train_step(step=1, metrics={"loss": 7.0})
+    assert second.close(timeout=5)
+
+    record = json.loads(path.with_suffix(".json").read_text())
+    replayed = replay(path.read_bytes()).state
+    assert ["train_loss"] == list(record["status_details"]["metrics"])
+    assert {"train_loss": 1} == replayed.lengths()
+    assert without_updated_at(second.snapshot()) == without_updated_at(record)
+    assert without_updated_at(record) == without_updated_at(read_task(path))
+
+
+def test_a_stored_series_the_client_cannot_parse_survives_the_run_log_and_later_runs(
+    tmp_path: Path,
+) -> None:
+    """Another tool's series (steps going backwards) in an older record is never overwritten."""
+    path = tmp_path / "x.json"
+    foreign = [{"step": 30, "epoch": None, "value": 1.0}, {"step": 10, "epoch": None, "value": 2}]
+    stored = [{"step": s, "epoch": 1, "value": 1.0 / s} for s in range(1, 6)]
+    metrics = {"train_loss": stored, "foreign": foreign}
+    path.write_text(json.dumps({"status": "running", "status_details": {"metrics": metrics}}))
+    for step in (6, 7):  # a second run resumes from the log the first one wrote
+        reporter = Reporter(FileSink(path), rank=0).start()
+        reporter.report_train_step(step=step, metrics={"loss": 0.1})
+        assert reporter.close(timeout=5)
+
+    record = json.loads(path.read_text())
+    assert foreign == record["status_details"]["metrics"]["foreign"]
+    assert foreign == read_task(path.with_suffix(".log"))["status_details"]["metrics"]["foreign"]
+    assert 7 == len(record["status_details"]["metrics"]["train_loss"])
 
 
 def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Path) -> None:

@@ -35,17 +35,16 @@ def test_series_step_going_back_replaces_the_tail() -> None:
     assert [5, 10] == steps(s)
 
 
-def test_training_rewind_discards_later_points_in_every_series() -> None:
-    """A training step below the last one purges later points in all series (DESIGN §3)."""
+def test_purge_after_discards_later_points_in_every_series() -> None:
+    """The run-wide purge (a resume from an earlier checkpoint) cuts every series after a step."""
     store = MetricStore()
     store.admit("train_loss", as_series=True)
     store.admit("val_loss", as_series=True)
     for step in range(1, 11):
-        assert not store.begin_train_step(step)
         store.record("train_loss", step, 1, float(step))
         if step % 5 == 0:
             store.record("val_loss", step, 1, float(step))
-    assert store.begin_train_step(6)
+    assert 5 == store.purge_after(6)
     store.record("train_loss", 6, 1, 60.0)
     assert [1, 2, 3, 4, 5, 6] == steps(store.series["train_loss"])
     assert [5] == steps(store.series["val_loss"])
@@ -57,11 +56,10 @@ def test_truncation_lowers_what_is_known_delivered() -> None:
     store = MetricStore()
     store.admit("train_loss", as_series=True)
     for step in range(1, 6):
-        store.begin_train_step(step)
         store.record("train_loss", step, 1, 1.0)
     store.acknowledge({"train_loss": 5}, None)
     assert not store.series["train_loss"].needs_send
-    store.begin_train_step(2)
+    store.purge_after(2)
     series = store.series["train_loss"]
     assert 2 == series.delivered
     assert 5 == series.server_length

@@ -86,6 +86,20 @@ def test_plan_in_full_state_mode_sends_whole_merged_curves_and_every_stored_seri
     assert {"a": (0, [1, 2, 3]), "other": (0, [5, 6])} == sent
 
 
+def test_plan_in_full_state_mode_sends_back_a_stored_series_it_cannot_parse_as_stored() -> None:
+    """Damage is judged per series: an unreadable stored series is never overwritten."""
+    log = state_of(task_with({"a": [1, 2, 3]}))
+    stored = task_with({"a": [1]})
+    foreign = [{"step": 9}, {"step": 3}]  # another tool's series, steps going backwards
+    stored["status_details"]["metrics"]["other"] = foreign
+
+    plan = plan_sync(log, stored, full_state=True)
+
+    assert plan.update is not None
+    assert ["a"] == [s.name for s in plan.update.series or ()]
+    assert {"other": foreign} == dict(plan.update.foreign_series)
+
+
 def test_plan_never_shortens_a_longer_stored_series_nor_overwrites_newer_fields() -> None:
     """The service holds more of a: a is left as stored and the log's fields are not sent."""
     log = state_of(task_with({"a": [1, 2], "b": [1, 2]}, "completed"))

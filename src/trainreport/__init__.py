@@ -6,17 +6,22 @@ See ``README.md`` and ``docs/``.
 
 from __future__ import annotations
 
+from trainreport._attempt import AttemptIdentity
 from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Phase, TaskStatus
 from trainreport._reporter import Reporter, ReporterStats
 from trainreport.exceptions import (
+    ClientError,
     ConfigError,
+    NotFoundError,
     ProtocolError,
     RunLogError,
     SinkError,
     TrainReportError,
     TransitionError,
     TransportError,
+    UnauthorizedError,
+    UnreachableError,
 )
 from trainreport.sinks import (
     Delivered,
@@ -36,12 +41,15 @@ from trainreport.sinks import (
 from trainreport.sinks._runfile import read_task
 
 __all__ = [
+    "AttemptIdentity",
+    "ClientError",
     "ConfigError",
     "Delivered",
     "FileSink",
     "HttpSink",
     "KubeflowSink",
     "MemorySink",
+    "NotFoundError",
     "Opened",
     "Phase",
     "ProtocolError",
@@ -60,6 +68,8 @@ __all__ = [
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
     "Update",
     "read_task",
 ]

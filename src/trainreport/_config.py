@@ -59,6 +59,7 @@ class _Kind(enum.Enum):
     FRACTION = "fraction"  # float in [0, 1]
     FACTOR = "factor"  # float >= 1
     COUNT = "count"  # int >= 1
+    GUARD_BYTES = "guard bytes"  # int >= MIN_QUEUE_BYTES; below it would throw the run away
     FLAG = "flag"  # bool
     PATTERNS = "patterns"  # None, or a tuple of glob patterns
 
@@ -103,6 +104,16 @@ def _to_count(value: int) -> int:
     return max(1, _integer(value))
 
 
+MIN_QUEUE_BYTES: Final = 2**20
+"""The smallest queue memory guard accepted (1 MiB, about a thousand reports of 14
+metrics). A smaller one would drop most of a run's reports: lenient parsing falls
+back to the default instead, with a warning."""
+
+
+def _to_guard_bytes(value: int) -> int:
+    return max(MIN_QUEUE_BYTES, _integer(value))
+
+
 def _boolean(value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"expected a bool, got {type(value).__name__}")
@@ -132,6 +143,7 @@ _CONVERTERS: Final[Mapping[_Kind, Callable[[Any], object]]] = {
     _Kind.FRACTION: _to_fraction,
     _Kind.FACTOR: _to_factor,
     _Kind.COUNT: _to_count,
+    _Kind.GUARD_BYTES: _to_guard_bytes,
     _Kind.FLAG: _to_flag,
     _Kind.PATTERNS: _to_patterns,
 }
@@ -154,8 +166,8 @@ class ReportingConfig:
     Direct construction accepts ints for float fields, a bare string for
     ``time_series_metrics`` (one pattern) and any iterable of patterns (made a
     tuple, entries kept as given). Out-of-range numbers are clamped: durations
-    to >= 0, counts to >= 1, ``backoff_multiplier`` to >= 1, ``backoff_jitter``
-    into [0, 1].
+    to >= 0, counts to >= 1, ``max_queue_bytes`` to >= 1 MiB,
+    ``backoff_multiplier`` to >= 1, ``backoff_jitter`` into [0, 1].
 
     Attributes:
         min_report_interval_seconds: debounce; regular sends go at most this
@@ -184,11 +196,23 @@ class ReportingConfig:
             default 300.0. DESIGN §8.
         close_timeout_seconds: budget of ``Reporter.close()`` when no timeout
             is passed. Seconds, default 30.0. DESIGN §1, §8.
+        close_retry_max_seconds: while closing, attempts are at most this far
+            apart, whatever the backoff had grown to, and one last attempt is
+            made before the deadline when there is time for one. Seconds,
+            default 1.0.
+        close_unanswered_seconds: budget of ``close()`` while the destination
+            has never answered since ``start()`` (every attempt refused at
+            connect or its name unresolvable: a wrong URL); a destination that
+            answered once, or that accepts and hangs, gets the whole close
+            timeout. Seconds, default 2.0.
         atexit_timeout_seconds: budget of the ``atexit`` fallback close of a
             reporter the user forgot to close. Seconds, default 5.0. DESIGN §8.
-        max_queue_items: memory guard; reports beyond this many queued are
-            dropped and counted (and ``close()`` returns False). Count (>= 1),
-            default 1_000_000. DESIGN §8.
+        max_queue_bytes: the queue's memory guard, in bytes of queued reports
+            (estimated cheaply on the caller's thread: about 256 bytes a report
+            plus 48 a metric value); a report arriving past it is dropped and
+            counted (``queue_full``), and ``close()`` returns False. Bytes
+            (>= 1 MiB; a smaller value falls back to the default in lenient
+            parsing, with a warning), default 256 MiB.
         drain_queue_depth: the reporter thread wakes to drain (not send) when
             this many reports are queued. Count (>= 1), default 10_000.
             DESIGN §1, §8.
@@ -229,11 +253,17 @@ class ReportingConfig:
     close_timeout_seconds: float = attrs.field(
         default=30.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
     )
+    close_retry_max_seconds: float = attrs.field(
+        default=1.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
+    )
+    close_unanswered_seconds: float = attrs.field(
+        default=2.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
+    )
     atexit_timeout_seconds: float = attrs.field(
         default=5.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
     )
-    max_queue_items: int = attrs.field(
-        default=1_000_000, converter=_to_count, metadata={"kind": _Kind.COUNT}
+    max_queue_bytes: int = attrs.field(
+        default=256 * 2**20, converter=_to_guard_bytes, metadata={"kind": _Kind.GUARD_BYTES}
     )
     drain_queue_depth: int = attrs.field(
         default=10_000, converter=_to_count, metadata={"kind": _Kind.COUNT}
@@ -349,15 +379,16 @@ def _parse(kind: _Kind, value: object, *, strings: bool) -> object:
         return _parse_flag(value, strings=strings)
     if strings and isinstance(value, str):
         value = _number_from_text(value)
+    integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _FieldError("expected an integer" if kind is _Kind.COUNT else "expected a number")
+        raise _FieldError("expected an integer" if integral else "expected a number")
     try:
         number = float(value)
     except (OverflowError, ValueError):
         number = math.inf
     if not math.isfinite(number):
         raise _FieldError("expected a finite number")
-    if kind is not _Kind.COUNT:
+    if not integral:
         return number
     if isinstance(value, numbers.Integral):
         return int(value)
@@ -415,6 +446,14 @@ _LIMITS: Final[Mapping[_Kind, tuple[float, float]]] = {
     _Kind.FRACTION: (0.0, 1.0),
     _Kind.FACTOR: (1.0, math.inf),
     _Kind.COUNT: (1, math.inf),
+    _Kind.GUARD_BYTES: (MIN_QUEUE_BYTES, math.inf),
+}
+#: Kinds whose out-of-range value would throw the run away: lenient parsing falls
+#: back to the default (with a warning) instead of clamping.
+_DEFAULT_WHEN_OUT_OF_RANGE: Final = frozenset({_Kind.GUARD_BYTES})
+#: Variables that configured a field since replaced: set, they are ignored with a warning.
+_REPLACED_VARIABLES: Final[Mapping[str, str]] = {
+    "TRAINREPORT_MAX_QUEUE_ITEMS": "TRAINREPORT_MAX_QUEUE_BYTES",
 }
 
 
@@ -425,9 +464,10 @@ def _range_problem(kind: _Kind, value: object) -> str | None:
     low, high = _LIMITS[kind]
     if low <= value <= high:
         return None
-    noun = "an integer" if kind is _Kind.COUNT else "a number"
+    integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)
+    noun = "an integer" if integral else "a number"
     if high == math.inf:
-        return f"expected {noun} >= {low:g} (got {value!r})"
+        return f"expected {noun} >= {int(low) if integral else f'{low:g}'} (got {value!r})"
     return f"expected {noun} between {low:g} and {high:g} (got {value!r})"
 
 
@@ -480,6 +520,10 @@ def _lenient(data: object, *, env: bool) -> ReportingConfig:
             ]
         else:
             items = list(data.items())
+        if env:
+            for variable, use in _REPLACED_VARIABLES.items():
+                if variable in data:
+                    log.warning("trainreport.config_variable_replaced", variable=variable, use=use)
         values: dict[str, Any] = {}
         for key, raw in items:
             context = {"variable": _env_variable(key)} if env else {}
@@ -496,6 +540,11 @@ def _lenient(data: object, *, env: bool) -> ReportingConfig:
                 )
                 continue
             problem = _range_problem(kind, parsed)
+            if problem is not None and kind in _DEFAULT_WHEN_OUT_OF_RANGE:
+                log.warning(
+                    "trainreport.config_field_invalid", field=key, problem=problem, **context
+                )
+                continue
             if problem is not None:
                 parsed = _CONVERTERS[kind](parsed)
                 log.warning(

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from trainreport import HttpSink, Reporter, ReportingConfig
-from trainreport._summary import describe_task, fetch_task
+from trainreport import HttpSink, Reporter, ReportingConfig, client
+from trainreport._summary import describe_task
 
 __all__ = ["DemoResult", "run_demo", "train"]
 
@@ -197,7 +197,7 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     finally:
         closed = reporter.close(timeout=30.0)
     elapsed = time.monotonic() - started
-    task = fetch_task(url, job_id, "train", args.token)
+    task = client.read_task(url, job_id, "train", args.token)
     _print_summary(reporter, task, job_id, elapsed, final, closed)
     page = f"{url}/jobs/{job_id}/tasks/train"
     result = DemoResult(url, job_id, task, closed)

@@ -64,12 +64,41 @@ def describe_exception(exc: BaseException, limit: int = 300) -> str:
 class OnceLogger:
     """Logs an event at most once per key, for problems that would repeat every step.
 
-    Used for "dropped with one log event per name" rules (DESIGN §3). Not
-    thread-safe; each instance belongs to one thread (the reporter thread).
+    Used for "dropped with one log event per name" rules. The deduplication
+    itself is bounded: keys are grouped by kind (a tuple key's kind is all but
+    its last element, e.g. ``(reason, report)`` for ``(reason, report, name)``;
+    any other key is its own kind), and past ``max_keys_per_kind`` distinct
+    keys of one kind nothing more is kept or logged for it: one
+    ``trainreport.log_limit_reached`` line says so, and :meth:`summarize` logs
+    one ``trainreport.log_suppressed`` line per event with the count left out.
+    Not thread-safe; each instance belongs to one thread (the reporter thread).
+
+    Args:
+        max_keys_per_kind: distinct keys of one kind logged (and remembered).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_keys_per_kind: int = 100) -> None:
         self._seen: set[Hashable] = set()
+        self._limit = max_keys_per_kind
+        self._per_kind: dict[Hashable, int] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def _first(self, key: Hashable, event: str) -> bool:
+        if key in self._seen:
+            return False
+        kind = key[:-1] if isinstance(key, tuple) and len(key) > 1 else key
+        count = self._per_kind.get(kind, 0)
+        if count >= self._limit:
+            suppressed = self._suppressed.get(event, 0)
+            if suppressed == 0:
+                _logger.warning(
+                    "trainreport.log_limit_reached", event_name=event, limit=self._limit
+                )
+            self._suppressed[event] = suppressed + 1
+            return False
+        self._per_kind[kind] = count + 1
+        self._seen.add(key)
+        return True
 
     def warning(self, key: Hashable, event: str, **fields: Any) -> bool:
         """Log ``event`` at WARNING level unless ``key`` was logged before.
@@ -77,16 +106,20 @@ class OnceLogger:
         Returns:
             ``True`` when the event was logged now. Never raises.
         """
-        if key in self._seen:
+        if not self._first(key, event):
             return False
-        self._seen.add(key)
         _logger.warning(event, **fields)
         return True
 
     def info(self, key: Hashable, event: str, **fields: Any) -> bool:
         """Log ``event`` at INFO level unless ``key`` was logged before (see :meth:`warning`)."""
-        if key in self._seen:
+        if not self._first(key, event):
             return False
-        self._seen.add(key)
         _logger.info(event, **fields)
         return True
+
+    def summarize(self) -> None:
+        """Log one ``trainreport.log_suppressed`` line per event whose keys passed the limit."""
+        for event, count in self._suppressed.items():
+            _logger.warning("trainreport.log_suppressed", event_name=event, suppressed=count)
+        self._suppressed.clear()

@@ -40,9 +40,11 @@ __all__ = [
     "EXCLUDE_PREFIX",
     "MAX_CHARTED_LISTED",
     "MAX_NAME_LENGTH",
+    "MAX_PARAM_ITEMS",
     "MAX_SCALAR_NOTES",
     "STRIPPED_PREFIXES",
     "UNCONVERTIBLE",
+    "UNNAMED_DATASET",
     "DatasetOrder",
     "EpochRule",
     "NotChartable",
@@ -51,6 +53,7 @@ __all__ = [
     "canonical_prefix",
     "check_name",
     "flatten_params",
+    "flatten_params_bounded",
     "qualify",
     "to_chartable",
     "to_step",
@@ -167,13 +170,20 @@ def check_name(name: object) -> str | None:
         return "not a string"
 
 
+UNNAMED_DATASET: Final[str] = "unnamed"
+"""The name of the unnamed validation dataset (``dataset=None``) in ``val_datasets``
+and, when it is not the first dataset, in its metric names (``val_unnamed_<name>``)."""
+
+
 class DatasetOrder:
     """Order in which validation datasets were seen (stored with the task as ``val_datasets``).
 
-    The first named dataset keeps plain ``val_N`` names; every later distinct
-    dataset gets ``val_<dataset>_N``, so two datasets never share a curve
-    (DESIGN §3). Seeding from a resumed task keeps the names stable across
-    restarts. An empty dataset name is treated like ``None``.
+    The unnamed dataset (``None``) is a dataset like any other: whichever dataset
+    is seen first, named or not, keeps plain ``val_N`` names, and every later
+    distinct dataset gets ``val_<dataset>_N``, so two datasets never share a
+    curve. The unnamed dataset is called :data:`UNNAMED_DATASET` (``"unnamed"``)
+    in the order and in its names; ``""`` and ``"unnamed"`` name it too. Seeding
+    from a resumed task's ``val_datasets`` keeps the names stable across restarts.
 
     Args:
         seen: dataset names in first-seen order, e.g. the stored ``val_datasets``.
@@ -198,21 +208,25 @@ class DatasetOrder:
         """Return the qualifier for metrics of ``dataset``, remembering it if new.
 
         Args:
-            dataset: the ``dataset`` argument of a validation report.
+            dataset: the ``dataset`` argument of a validation report; ``None``
+                and ``""`` are the unnamed dataset.
 
         Returns:
-            ``None`` (plain ``val_`` names) for ``None``, ``""`` and the first
-            named dataset; the dataset name itself for every later one.
-            Never raises for ``str | None``.
+            ``None`` (plain ``val_`` names) for the first dataset seen, named
+            or not; the dataset's name (``"unnamed"`` for the unnamed one) for
+            every later one. Never raises for ``str | None``.
         """
-        if not dataset:
-            return None
-        self._remember(dataset)
-        return None if dataset == self._order[0] else dataset
+        name = dataset or UNNAMED_DATASET
+        self._remember(name)
+        return None if name == self._order[0] else name
+
+    def knows(self, dataset: str | None) -> bool:
+        """Whether ``dataset`` (``None``: the unnamed one) was seen already."""
+        return (dataset or UNNAMED_DATASET) in self._known
 
     @property
     def datasets(self) -> tuple[str, ...]:
-        """Named datasets in first-seen order (what is stored as ``val_datasets``)."""
+        """Datasets in first-seen order, the unnamed one included (stored as ``val_datasets``)."""
         return tuple(self._order)
 
 
@@ -659,6 +673,30 @@ _MAX_PARAM_LIST: Final[int] = 1000
 _MAX_PARAM_DEPTH: Final[int] = 64
 _CYCLE: Final[str] = "<cycle>"
 
+MAX_PARAM_ITEMS: Final[int] = 10_000
+"""Most items one ``report_hyperparameters`` call flattens on the caller's thread: each
+key and each element of a list value counts one (a real run has a few hundred)."""
+
+
+class _Budget:
+    """Items left to flatten, and keys left out once they ran out."""
+
+    __slots__ = ("dropped", "left")
+
+    def __init__(self, items: int | None) -> None:
+        self.left = items
+        self.dropped = 0
+
+    def take(self, value: object) -> bool:
+        if self.left is None:
+            return True
+        cost = 1 + (len(value) if isinstance(value, (list, tuple)) else 0)
+        if cost > self.left:
+            self.dropped += 1
+            return False
+        self.left -= cost
+        return True
+
 
 def _safe_str(value: object) -> str:
     try:
@@ -706,6 +744,7 @@ def _flatten_into(
     prefix: str,
     sep: str,
     path: list[int],
+    budget: _Budget,
 ) -> None:
     path.append(id(params))
     try:
@@ -718,8 +757,8 @@ def _flatten_into(
                     elif len(path) >= _MAX_PARAM_DEPTH:
                         out[name] = _safe_str(value)
                     else:
-                        _flatten_into(out, value, f"{name}{sep}", sep, path)
-                else:
+                        _flatten_into(out, value, f"{name}{sep}", sep, path, budget)
+                elif budget.take(value):
                     out[name] = _param_value(value)
             except Exception:
                 out[name] = _safe_str(value)
@@ -751,9 +790,29 @@ def flatten_params(params: Mapping[str, object], sep: str = "/") -> dict[str, ob
         A new flat ``dict``; ``{}`` when ``params`` is not a mapping.
         Never raises an ``Exception``.
     """
+    return flatten_params_bounded(params, None, sep)[0]
+
+
+def flatten_params_bounded(
+    params: Mapping[str, object], max_items: int | None, sep: str = "/"
+) -> tuple[dict[str, object], int]:
+    """:func:`flatten_params` with a bound on the work done (the caller's thread does it).
+
+    Args:
+        params: the hyperparameters, possibly nested mappings.
+        max_items: the most items flattened (each key and each element of a
+            list value counts one; :data:`MAX_PARAM_ITEMS` for report calls), or
+            ``None`` for no bound. A key that no longer fits is left out.
+        sep: the separator between the keys of nested mappings.
+
+    Returns:
+        ``(flat, dropped)``: the flat ``dict`` and how many keys were left out.
+        Never raises an ``Exception``.
+    """
     out: dict[str, object] = {}
+    budget = _Budget(max_items)
     # A mapping whose iteration fails keeps what was read before it failed.
     with contextlib.suppress(Exception):
         if isinstance(params, Mapping):
-            _flatten_into(out, params, "", sep, [])
-    return out
+            _flatten_into(out, params, "", sep, [], budget)
+    return out, budget.dropped

@@ -17,8 +17,8 @@ Two body shapes:
   with columns as base64 of little-endian int64 / int32 / float64 bytes.
 
 The stored task read back on resume is parsed leniently by
-:func:`parse_stored_task`: anything malformed yields a reason, and the caller
-treats the stored state as empty (DESIGN §3).
+:func:`parse_stored_task`, series by series: a series that cannot be parsed is
+kept as stored (never overwritten), the rest resume.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 import cattrs
 
+from trainreport._naming import check_name
 from trainreport._sink import SeriesUpdate, Update
 
 __all__ = [
@@ -122,8 +123,12 @@ def encode_patch_body(update: Update) -> bytes:
     """
     members = [encode_details(update.status_details)]
     if update.series is not None:
-        metrics = _object(f"{_dumps(s.name)}:{encode_points(s)}" for s in update.series)
-        members.append(f'"metrics":{metrics}')
+        pieces = [f"{_dumps(s.name)}:{encode_points(s)}" for s in update.series]
+        # Series the reporter could not parse go back exactly as they were stored.
+        pieces.extend(
+            f"{_dumps(name)}:{_dumps(raw)}" for name, raw in update.foreign_series.items()
+        )
+        members.append(f'"metrics":{_object(pieces)}')
     details = _object(members)
     status = f'"status":{_dumps(update.status)},' if update.status is not None else ""
     return f'{{{status}"status_details":{details}}}'.encode()
@@ -179,19 +184,32 @@ def decode_column(text: str, typecode: str) -> list[Any]:
 
 @attrs.frozen
 class StoredState:
-    """The parts of a stored task that seed a resumed run (DESIGN §3).
+    """The parts of a stored task that seed a resumed run.
+
+    Damage is judged per series: a series the client cannot parse (steps going
+    backwards, a value that is not a number, a name it could never send) is
+    kept in ``damaged`` exactly as stored, so the reporter never overwrites it;
+    the other series resume.
 
     Args:
         series: name -> (steps, epochs, values) columns, steps non-decreasing.
         val_datasets: validation dataset names in first-seen order.
         details: the stored ``status_details`` without ``metrics``.
         status: the stored status, or ``None`` (never used to seed the machine).
+        damaged: name -> the series' points exactly as stored (decoded JSON),
+            for every series that could not be parsed.
+        damage_reasons: name -> why that series could not be parsed.
+        problems: task-level problems that were survived (an unreadable
+            ``metrics`` or ``val_datasets``), for a log event.
     """
 
     series: Mapping[str, tuple[array[int], array[int], array[float]]]
     val_datasets: tuple[str, ...] = ()
     details: Mapping[str, Any] = attrs.field(factory=dict)
     status: str | None = None
+    damaged: Mapping[str, Any] = attrs.field(factory=dict)
+    damage_reasons: Mapping[str, str] = attrs.field(factory=dict)
+    problems: tuple[str, ...] = ()
 
 
 class _MalformedError(ValueError):
@@ -205,6 +223,9 @@ def _int(value: object, where: str) -> int:
 
 
 def _parse_series(name: str, points: object) -> tuple[array[int], array[int], array[float]]:
+    reason = check_name(name)
+    if reason is not None:
+        raise _MalformedError(f"metrics[{name!r}]: the name is unusable ({reason})")
     if not isinstance(points, list):
         raise _MalformedError(f"metrics[{name!r}] is not a list")
     steps: array[int] = array("q")
@@ -230,6 +251,17 @@ def _parse_series(name: str, points: object) -> tuple[array[int], array[int], ar
     return steps, epochs, values
 
 
+_PARSE_ERRORS = (_MalformedError, TypeError, ValueError, OverflowError, RecursionError)
+
+
+def _strict_json(value: Any) -> Any:
+    """``value`` with NaN and ±Inf (which a lenient JSON reader accepts) as ``None``."""
+    try:
+        return json.loads(json.dumps(value), parse_constant=lambda _token: None)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def parse_stored_task(task: object) -> StoredState | str:
     """Parse a stored task (the ``GET`` shape) for resuming.
 
@@ -237,9 +269,12 @@ def parse_stored_task(task: object) -> StoredState | str:
         task: the decoded JSON the destination returned, or ``None`` (no task).
 
     Returns:
-        a :class:`StoredState` (empty for ``None``), or a short reason string
-        when anything is malformed: the caller then treats the stored state as
-        empty and logs the reason once (DESIGN §3). Never raises.
+        a :class:`StoredState` (empty for ``None``); series that cannot be
+        parsed are in ``damaged`` as stored, and an unreadable ``metrics`` or
+        ``val_datasets`` is noted in ``problems`` (and read as empty). Only a
+        task or ``status_details`` that is not an object gives a short reason
+        string instead, and the caller treats the stored state as empty.
+        Never raises.
     """
     if task is None:
         return StoredState(series={})
@@ -251,27 +286,42 @@ def parse_stored_task(task: object) -> StoredState | str:
             details = {}
         if not isinstance(details, dict):
             raise _MalformedError("status_details is not an object")
-        metrics = details.get("metrics")
-        if metrics is None:
-            metrics = {}
-        if not isinstance(metrics, dict):
-            raise _MalformedError("status_details.metrics is not an object")
-        series = {str(name): _parse_series(str(name), pts) for name, pts in metrics.items()}
-        datasets = details.get("val_datasets")
-        if datasets is None:
-            datasets = []
-        if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
-            raise _MalformedError("status_details.val_datasets is not a list of strings")
-        status = task.get("status")
-        rest = {k: v for k, v in details.items() if k != "metrics"}
-        return StoredState(
-            series=series,
-            val_datasets=tuple(datasets),
-            details=rest,
-            status=status if isinstance(status, str) else None,
-        )
-    except (_MalformedError, TypeError, ValueError, OverflowError, RecursionError) as exc:
+    except _PARSE_ERRORS as exc:
         return str(exc) or type(exc).__name__
+    problems: list[str] = []
+    metrics = details.get("metrics")
+    if metrics is None:
+        metrics = {}
+    if not isinstance(metrics, dict):
+        problems.append("status_details.metrics is not an object")
+        metrics = {}
+    series: dict[str, tuple[array[int], array[int], array[float]]] = {}
+    damaged: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    for raw_name, points in metrics.items():
+        name = str(raw_name)
+        try:
+            series[name] = _parse_series(name, points)
+        except _PARSE_ERRORS as exc:
+            damaged[name] = _strict_json(points)
+            reasons[name] = (str(exc) or type(exc).__name__)[:300]
+    datasets = details.get("val_datasets")
+    if datasets is None:
+        datasets = []
+    if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
+        problems.append("status_details.val_datasets is not a list of strings")
+        datasets = []
+    status = task.get("status")
+    rest = {k: v for k, v in details.items() if k != "metrics"}
+    return StoredState(
+        series=series,
+        val_datasets=tuple(datasets),
+        details=rest,
+        status=status if isinstance(status, str) else None,
+        damaged=damaged,
+        damage_reasons=reasons,
+        problems=tuple(problems),
+    )
 
 
 # --- responses of the series-suffix extension (parsed by the one converter) ------------

@@ -18,7 +18,7 @@ import math
 import threading
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainreport._config import ReportingConfig
@@ -31,6 +31,7 @@ from trainreport._lifecycle import (
 )
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._naming import (
+    MAX_PARAM_ITEMS,
     DatasetOrder,
     EpochRule,
     NotChartable,
@@ -40,12 +41,12 @@ from trainreport._naming import (
     to_chartable,
     to_step,
 )
-from trainreport._payloads import StoredState
+from trainreport._payloads import StoredState, encode_details
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._store import MetricStore, Series
 from trainreport.exceptions import TransitionError
 
-__all__ = ["RESERVED_KEYS", "Recorder"]
+__all__ = ["REPORT_BYTES", "RESERVED_KEYS", "VALUE_BYTES", "Recorder", "queued_bytes"]
 
 (
     K_TRAIN,
@@ -105,6 +106,30 @@ _REPORT_NAME = {
 _MAX_TEXT = 4096
 _log = get_logger()
 
+#: The queue's memory guard estimates a queued report at this many bytes (the
+#: tuple, the copied dict's table and header, the numbers) ...
+REPORT_BYTES = 256
+#: ... plus this many per metric value it carries (measured: 912 B for 14 metrics).
+VALUE_BYTES = 48
+
+
+def queued_bytes(item: tuple[Any, ...]) -> int:
+    """The memory guard's estimate of one queued report, in bytes. Never raises.
+
+    ``Reporter.report_train_step`` inlines the same sum; the reporter thread
+    subtracts this for every report it drains, so the two must agree.
+    """
+    kind = item[0]
+    if kind in (K_TRAIN, K_VALIDATION):
+        values = item[4]
+    elif kind == K_METRICS:
+        values = item[3]
+    elif kind == K_HYPERPARAMETERS:
+        values = item[2]
+    else:
+        return REPORT_BYTES
+    return REPORT_BYTES + VALUE_BYTES * len(values) if type(values) is dict else REPORT_BYTES
+
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
@@ -136,6 +161,20 @@ def _json_safe(value: Any, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v, depth + 1) for v in value]
     return _json_safe(str(value))
+
+
+def _points_json(
+    steps: Iterable[int], epochs: Iterable[int], values: Iterable[float]
+) -> list[dict[str, Any]]:
+    """Points in the ``GET`` shape (a non-finite value is ``None``)."""
+    return [
+        {"step": st, "epoch": ep, "value": _finite(v)}
+        for st, ep, v in zip(steps, epochs, values, strict=True)
+    ]
+
+
+#: Unreadable stored series logged one by one before a single summary line.
+_MAX_LOGGED_SERIES = 20
 
 
 def _positive_int(value: object) -> int | NotChartable | None:
@@ -179,22 +218,34 @@ class Recorder:
         self.sticky_dirty: set[str] = set()
         self.core_dirty = True
         self.stored_details: dict[str, Any] = {}
+        # Stored series the client cannot parse, exactly as stored: never overwritten
+        # (sent back unchanged in full-state mode) unless this run records the name.
+        self.preserved: dict[str, Any] = {}
+        # Names admitted as series only because the stored task was not read yet:
+        # seeding makes them scalars again unless the stored task has them as series.
+        self._provisional: set[str] = set()
         self.seeded = False
         self.metrics_too_large = False
         self.last_updated_at: str | None = None
         self._first_step: tuple[float, int] | None = None
         self._first_train_step: int | None = None  # the first this process recorded
+        self._stored_last_train: int | None = None  # the stored task's, once seeded
         self._last_step_time: float | None = None
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
         ] = {}
-        # Refused names are cached only up to this many per phase, so a loop that logs
-        # metric_{step} cannot grow memory past the name cap (DESIGN §8).
+        # The name cap applies before anything per name is kept: refused names are
+        # cached only up to this many in all, and name tables (one per phase and
+        # dataset) only up to this many, so a loop that logs metric_{step}, or a
+        # new phase or dataset per step, cannot grow memory past the cap.
         self._max_cached_names = 4 * config.max_metric_names
+        self._refused_cached = 0
         # What the destination was last sent per details key: a shallow merge keeps
         # a key it was once sent, so snapshot() does too.
         self.delivered_details: dict[str, Any] = {}
         self._pending_details: dict[str, Any] = {}
+        # Every details key an update was built with (sticky fields aside), last value.
+        self._carried: dict[str, Any] = {}
 
     # --- seeding (resume) ----------------------------------------------------------
 
@@ -221,21 +272,29 @@ class Recorder:
         first = self._first_train_step
         cut = (
             first
-            if first is not None and stored_last_train is not None and first < stored_last_train
+            if first is not None and stored_last_train is not None and first <= stored_last_train
             else None
         )
+        if cut is not None:
+            store.rewinds += 1
+        self._stored_last_train = stored_last_train
         for name, (steps, epochs, values) in state.series.items():
-            if check_name(name) is not None or name in store.scalar_names:
-                continue
+            if name in store.scalar_names:  # a name stored as a series stays a series
+                store.make_series(name)
             keep = len(steps) if cut is None else bisect_right(steps, cut)
             current = store.series.get(name)
             if current is not None and current.steps:
                 keep = min(keep, bisect_left(steps, current.steps[0]))
             elif current is None and not store.admit(name, as_series=True):
+                # Past the name cap: kept on the destination as it is, never deleted.
+                self.preserved[name] = _points_json(steps, epochs, values)
                 continue
             store.seed(name, steps, epochs, values, keep)
-        if stored_last_train is not None and store.last_train_step is None:
-            store.last_train_step = stored_last_train
+        for name in self._provisional - set(state.series):
+            store.demote(name)  # a scalar after all: only its latest value is kept
+        self._provisional.clear()
+        self._names.clear()  # cached entries may hold series that were just replaced
+        self._keep_unreadable(state)
         if state.val_datasets:
             if self.datasets.datasets:  # names already given this process keep their curves
                 _log.info(
@@ -247,6 +306,26 @@ class Recorder:
                 self.datasets = DatasetOrder(state.val_datasets)
         self.stored_details = dict(state.details)
         self.seeded = True
+
+    def _keep_unreadable(self, state: StoredState) -> None:
+        """Keep stored series the client cannot parse; log each (bounded)."""
+        for count, (name, raw) in enumerate(state.damaged.items()):
+            if count < _MAX_LOGGED_SERIES:
+                _log.warning(
+                    "trainreport.stored_series_unreadable",
+                    series=name[:200],
+                    reason=state.damage_reasons.get(name, ""),
+                    kept=name not in self.store,
+                )
+            elif count == _MAX_LOGGED_SERIES:
+                _log.warning(
+                    "trainreport.stored_series_unreadable_more",
+                    more=len(state.damaged) - _MAX_LOGGED_SERIES,
+                )
+            if name in self.store:  # recorded by this run before the read: its curve wins
+                _log.warning("trainreport.stored_series_replaced", series=name[:200])
+            else:
+                self.preserved[name] = raw
 
     # --- applying reports ----------------------------------------------------------
 
@@ -267,9 +346,7 @@ class Recorder:
                 self._metrics(item[2], item[3], item[4])
                 return False
             if kind == K_HYPERPARAMETERS:
-                self._set_sticky(
-                    "hyperparameters", {**self.sticky.get("hyperparameters", {}), **item[2]}
-                )
+                self._hyperparameters(item[2], item[3] if len(item) > 3 else 0)
                 return False
             return self._event(kind, item)
         except TransitionError as exc:  # strict mode (tests): surfaced by Reporter.close()
@@ -310,7 +387,14 @@ class Recorder:
             if epoch is not None:
                 self.epoch = epoch
         elif kind == K_CHECKPOINT:
-            self._set_sticky("checkpoint_path", str(item[2])[:_MAX_TEXT])
+            path = item[2]
+            if not isinstance(path, str) or not path.strip():
+                # A missing path is never sent: the last good one stays on the destination.
+                self._drop_once(
+                    "invalid_argument", "path", "report_checkpoint_saved", "missing checkpoint path"
+                )
+                return True
+            self._set_sticky("checkpoint_path", path[:_MAX_TEXT])
             step = to_step(item[3]) if item[3] is not None else None
             if isinstance(step, int):
                 self._set_sticky("checkpoint_step", step)
@@ -321,6 +405,51 @@ class Recorder:
                 "error", {"type": str(item[2])[:200], "message": str(item[3])[:_MAX_TEXT]}
             )
         return True
+
+    def _hyperparameters(self, flat: dict[str, Any], left_out: int) -> None:
+        merged = {**self.sticky.get("hyperparameters", {}), **flat}
+        if len(merged) > MAX_PARAM_ITEMS:  # many calls: the merged record is bounded too
+            left_out += len(merged) - MAX_PARAM_ITEMS
+            merged = dict(list(merged.items())[:MAX_PARAM_ITEMS])
+        if left_out:
+            self._drop_once(
+                "hyperparameters_truncated",
+                "params",
+                "report_hyperparameters",
+                f"more than {MAX_PARAM_ITEMS} items; {left_out} keys left out",
+            )
+            self.drops["hyperparameters_truncated"] += left_out - 1
+        self._set_sticky("hyperparameters", merged)
+
+    def drop_field(self, key: str, size: int) -> None:
+        """Drop ``key`` from what is sent: it cannot fit any request to the destination.
+
+        The field goes back to its last delivered value (or to nothing), so a
+        later report merges into what the destination holds. Counted as
+        ``field_too_large`` and logged once per field.
+        """
+        self.drops["field_too_large"] += 1
+        self.once.warning(
+            ("field_too_large", key),
+            "trainreport.field_too_large",
+            field=key,
+            encoded_bytes=size,
+        )
+        if key in self.delivered_details:
+            self.sticky[key] = self.delivered_details[key]
+        else:
+            self.sticky.pop(key, None)
+        self.sticky_dirty.discard(key)
+
+    def largest_field(self, update: Update) -> tuple[str, int] | None:
+        """The largest once-sent field (``hyperparameters``, ...) in ``update``, encoded bytes."""
+        best: tuple[str, int] | None = None
+        for key in self.sticky_dirty:
+            if key in update.status_details:
+                size = len(encode_details({key: update.status_details[key]}).encode())
+                if best is None or size > best[1]:
+                    best = (key, size)
+        return best
 
     def _set_sticky(self, key: str, value: Any) -> None:
         self.sticky[key] = _json_safe(value)
@@ -363,15 +492,19 @@ class Recorder:
         epoch = self._resolve_epoch(raw_epoch, step, "report_train_step")
         if epoch is not None:
             self.epoch = epoch
-        if (
-            self.store.begin_train_step(step)
-            or self._first_step is None
-            or step <= self._first_step[1]
-        ):
+        if self._first_train_step is None:
+            # The run-wide purge: once per process, at its first training step,
+            # when it resumes at or below the stored last training step (a run
+            # resumed from an earlier checkpoint). Before the stored task is read,
+            # seed() applies the same cut.
+            self._first_train_step = step
+            stored = self._stored_last_train
+            if self.seeded and stored is not None and step <= stored:
+                self.store.purge_after(step)
+                self._first_step = None
+        if self._first_step is None or step <= self._first_step[1]:
             self._first_step = (t, step)
         self.step = step
-        if self._first_train_step is None:
-            self._first_train_step = step
         self._last_step_time = t
         self.core_dirty = True
         self._record(metrics, "train", None, step, self.epoch or 1, "report_train_step")
@@ -396,6 +529,10 @@ class Recorder:
             )
             cleaned = "".join(c if c.isprintable() else "_" for c in _json_safe(dataset))[:50]
             dataset = cleaned if cleaned and check_name(cleaned) is None else None
+        if not self.datasets.knows(dataset) and self.store.full:
+            # A new dataset could not have a curve past the name cap: remember nothing.
+            self._refuse_for_name_cap(metrics, f"val_{dataset}_*")
+            return
         before = len(self.datasets.datasets)
         qualifier = self.datasets.qualifier(dataset)
         if len(self.datasets.datasets) != before:
@@ -429,7 +566,9 @@ class Recorder:
             return
         names = self._names.get((phase, qualifier))
         if names is None:
-            names = self._names[(phase, qualifier)] = {}
+            names = {}
+            if len(self._names) < self._max_cached_names:
+                self._names[(phase, qualifier)] = names
         store = self.store
         # A step beyond every point recorded so far is a plain append in every series.
         fresh = step > store.max_step
@@ -442,8 +581,11 @@ class Recorder:
                 entry = names[raw_name]
             except KeyError:
                 entry = self._resolve_name(raw_name, phase, qualifier, report, names)
-                if entry is not None or len(names) < self._max_cached_names:
+                if entry is not None:
                     names[raw_name] = entry
+                elif self._refused_cached < self._max_cached_names:
+                    names[raw_name] = entry
+                    self._refused_cached += 1
             if entry is None:
                 continue
             name, series = entry
@@ -515,16 +657,30 @@ class Recorder:
             return None
         if name in self.store:
             return name
-        if not self.store.admit(name, as_series=self.selector.is_series(name)):
-            self.drops["name_cap"] += 1
-            self.once.warning(
-                "name_cap",
-                "trainreport.metric_name_cap_reached",
-                cap=self.store.max_names,
-                first_refused=name,
-            )
+        as_series = self.selector.is_series(name)
+        # Before the stored task is read every name keeps its points: a name stored
+        # as a series must stay one, whatever arrives first.
+        provisional = not as_series and not self.seeded
+        replaces = name in self.preserved  # a stored series this client cannot parse
+        if not self.store.admit(name, as_series=as_series or provisional or replaces):
+            self._refuse_for_name_cap(None, name)
             return None
+        if provisional and not replaces:
+            self._provisional.add(name)
+        if replaces:
+            del self.preserved[name]
+            _log.warning("trainreport.stored_series_replaced", series=name[:200])
         return name
+
+    def _refuse_for_name_cap(self, metrics: object, name: str) -> None:
+        """Count the names refused by the distinct-name cap (all of ``metrics``, or one)."""
+        self.drops["name_cap"] += len(metrics) if isinstance(metrics, dict) else 1
+        self.once.warning(
+            "name_cap",
+            "trainreport.metric_name_cap_reached",
+            cap=self.store.max_names,
+            first_refused=name[:200],
+        )
 
     # --- building updates ----------------------------------------------------------
 
@@ -553,14 +709,22 @@ class Recorder:
         return out
 
     def _details(self, wall: str, sticky_keys: set[str] | dict[str, Any]) -> dict[str, Any]:
-        details: dict[str, Any] = {"phase": self.machine.phase.value}
+        # Keys an earlier send carried and that cannot be computed now (the ETA after a
+        # step went back, the current value of a metric that turned NaN) keep their last
+        # value: the destination may hold them from a request whose answer was lost, so
+        # every send carries them and the last delivered one decides what it holds.
+        details: dict[str, Any] = dict(self._carried)
+        details["phase"] = self.machine.phase.value
         details.update(self.progress())
         details["updated_at"] = wall
         for key in sticky_keys:
             details[key] = self.sticky[key]
         for name, value in self.store.current_values():
-            if math.isfinite(value):  # DESIGN §5: never null; the curve shows the gap
+            if math.isfinite(value):  # never null; the curve shows the gap
                 details[name] = value
+        # A terminal write makes the destination drop what only a running task has
+        # (the ETA), so a finished run neither carries nor sends it.
+        forget_running_only_details(self.machine.status, details)
         return details
 
     def has_changes(self) -> bool:
@@ -600,6 +764,7 @@ class Recorder:
         """
         sticky = set(self.sticky_dirty)
         details = self._details(wall, sticky)
+        self._carried.update((k, v) for k, v in details.items() if k not in self.sticky)
         self._pending_details = details
         self.last_updated_at = wall
         series_updates: tuple[SeriesUpdate, ...] | None = None
@@ -636,6 +801,7 @@ class Recorder:
             status_details=details,
             series=series_updates,
             full_state=full_state,
+            foreign_series=dict(self.preserved) if full_state and series_updates else {},
         )
         return update, sent, frozenset(sticky)
 
@@ -664,15 +830,14 @@ class Recorder:
             del details["updated_at"]
         forget_running_only_details(self.machine.status, details)
         # A series with no points is not part of a stored task (a server keeps points, not names).
-        if any(self.store.series.values()):
-            details["metrics"] = {
-                name: [
-                    {"step": st, "epoch": ep, "value": _finite(v)}
-                    for st, ep, v in zip(s.steps, s.epochs, s.values, strict=True)
-                ]
+        if any(self.store.series.values()) or self.preserved:
+            metrics: dict[str, Any] = {
+                name: _points_json(s.steps, s.epochs, s.values)
                 for name, s in self.store.series.items()
                 if s
             }
+            metrics.update(self.preserved)
+            details["metrics"] = metrics
         return {"status": self.machine.status.value, "status_details": details}
 
     @property

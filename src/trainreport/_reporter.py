@@ -17,7 +17,6 @@ import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from types import TracebackType
@@ -29,7 +28,7 @@ from trainreport._config import ReportingConfig
 from trainreport._histogram import LatencyHistogram
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._naming import caller_value, flatten_params
+from trainreport._naming import MAX_PARAM_ITEMS, caller_value, flatten_params_bounded
 from trainreport._recorder import (
     K_CANCELLED,
     K_CHECKPOINT,
@@ -41,7 +40,10 @@ from trainreport._recorder import (
     K_TRAIN,
     K_TRAINING_START,
     K_VALIDATION,
+    REPORT_BYTES,
+    VALUE_BYTES,
     Recorder,
+    queued_bytes,
 )
 from trainreport._sink import Sink
 from trainreport._worker import Worker
@@ -126,6 +128,7 @@ class ReporterStats:
         points_delivered: points the destination is known to hold.
         points_unsent: points not yet known to be delivered.
         queue_depth: reports queued and not yet applied.
+        queue_bytes: the memory guard's estimate of those reports, in bytes.
         drops: dropped items by reason (``queue_full``, ``name_cap``,
             ``not_chartable``, ``invalid_step``, ``after_close``, ...).
         rewinds: training-step rewinds and series tail replacements (DESIGN §3).
@@ -147,6 +150,7 @@ class ReporterStats:
     points_delivered: int
     points_unsent: int
     queue_depth: int
+    queue_bytes: int
     drops: Mapping[str, int]
     rewinds: int
     last_error: str | None
@@ -158,13 +162,19 @@ class ReporterStats:
     report_total_seconds: float
 
 
-_live_reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
+#: Started, unclosed reporters. Strong references: a reporter held only by a local
+#: variable stays reachable until it is closed, so the exit hook can close it (the
+#: worker thread holds no reference to its reporter).
+_live_reporters: set[Reporter] = set()
 _hooks_installed = False
 _hooks_lock = threading.Lock()
+_TERMINAL_KINDS = frozenset({K_COMPLETED, K_CANCELLED, K_FAILED})
 
 
 def _after_fork_in_child() -> None:
-    for reporter in list(_live_reporters):
+    reporters = list(_live_reporters)
+    _live_reporters.clear()  # the child never sends
+    for reporter in reporters:
         reporter._after_fork_in_child()
 
 
@@ -252,13 +262,22 @@ class Reporter:
         self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
         self._machine = ReporterMachine()
         self._accepting = True
-        self._max_queue = self._config.max_queue_items
+        self._max_queue_bytes = self._config.max_queue_bytes
+        # Estimated bytes of the reports queued: added by report calls, subtracted by
+        # the reporter thread as it drains (each update is one indivisible step
+        # under the GIL; an estimate, not an exact count).
+        self._queued_bytes = 0
         self._drain_depth = self._config.drain_queue_depth
+        # A report that brings the queue to this depth wakes the reporter thread: 1
+        # until the run's first point was drained (the first point goes at once),
+        # then drain_queue_depth; past a wake, no more until the thread drained.
+        self._wake_depth = 1
         self._histogram = LatencyHistogram()
         self._queue_drops = 0
         self._after_close_drops = 0
         self._caller_drops = 0
         self._pending_wake = False
+        self._warned_undelivered = False
         self._worker: Worker | None = None
         self._recorder: Recorder | None = None
         self._cancel: threading.Event | None = None
@@ -366,6 +385,7 @@ class Reporter:
             self._machine.apply(ReporterInput.START_INERT)
             self._accepting = False
             self._queue.clear()
+            self._queued_bytes = 0
             _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
             return self
         self._pid = os.getpid()
@@ -378,6 +398,7 @@ class Reporter:
             config=self._config,
             clock=self._clock,
             cancel_requested=self.cancel_requested,
+            on_drained=self._drained,
         )
         self._machine.apply(ReporterInput.START)
         _install_process_hooks()
@@ -442,13 +463,37 @@ class Reporter:
         if os.getpid() == self._pid:
             worker.thread.join(max(deadline - time.monotonic(), 0.0))
         if worker.thread.is_alive():
-            _log.warning("trainreport.close_timed_out", timeout_seconds=budget)
+            self._warn_undelivered(worker, timed_out=True)
             return False
-        if self._machine.state is ReporterState.CLOSING:
+        first_close = self._machine.state is ReporterState.CLOSING
+        if first_close:
             self._machine.apply(ReporterInput.CLOSED)
             _live_reporters.discard(self)
         self._raise_strict_violations()
-        return self._delivered()
+        delivered = self._delivered()
+        if not delivered and first_close:
+            self._warn_undelivered(worker, timed_out=False)
+        return delivered
+
+    def _warn_undelivered(self, worker: Worker, *, timed_out: bool) -> None:
+        """One warning naming the destination and what it did not receive. Never raises."""
+        if self._warned_undelivered:  # close() is idempotent; so is its warning
+            return
+        self._warned_undelivered = True
+        try:
+            stats = self.stats()
+            _log.warning(
+                "trainreport.close_undelivered",
+                destination=_describe(self._sink),
+                undelivered_reports=stats.queue_depth,
+                undelivered_points=stats.points_unsent,
+                dropped=sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes")),
+                last_error=stats.last_error,
+                never_answered=not worker.answered,
+                timed_out=timed_out,
+            )
+        except Exception:  # noqa: S110 - a warning must never break close()
+            pass
 
     def _close_unstarted(self) -> bool:
         """``close()`` on a reporter whose ``start()`` was forgotten (docs/engine.md).
@@ -471,6 +516,7 @@ class Reporter:
         self._machine.apply(ReporterInput.CLOSE)
         self._accepting = False
         self._queue.clear()
+        self._queued_bytes = 0
         if queued:  # a forked child's copy: its parent holds and delivers these reports
             _log.info("trainreport.closed_in_forked_copy", reports_left_to_parent=queued)
         return False
@@ -514,6 +560,7 @@ class Reporter:
     def _after_fork_in_child(self) -> None:
         self._accepting = False
         self._queue = collections.deque()
+        self._queued_bytes = 0
         self._machine.apply(ReporterInput.FORKED)
         if self._recorder is not None:
             self._recorder.lock = threading.Lock()
@@ -524,7 +571,11 @@ class Reporter:
         if self._pid != os.getpid() or self._machine.state is not ReporterState.RUNNING:
             return
         recorder = self._recorder
-        terminal = recorder is not None and recorder.machine.is_terminal
+        # Reports made before the hook count even when still queued (a completion
+        # reported just before exit must not read as a run without status).
+        terminal = (recorder is not None and recorder.machine.is_terminal) or any(
+            item[0] in _TERMINAL_KINDS for item in list(self._queue)
+        )
         if not terminal:
             if isinstance(uncaught, KeyboardInterrupt):  # DESIGN §4: an interrupt is a cancel
                 self.report_cancelled(reason="interrupted")
@@ -574,6 +625,11 @@ class Reporter:
                 drops.update(recorder.drops)
                 recorded, rewinds = store.points_recorded, store.rewinds
                 delivered, unsent = store.delivered_points(), store.unsent_points()
+        # Reports still queued (not yet applied, e.g. the stored task was never read)
+        # are recorded but unsent: each metric value they carry counts as a point.
+        queued = sum(map(_queued_points, list(self._queue)))
+        recorded += queued
+        unsent += queued
         if self._queue_drops:
             drops["queue_full"] = self._queue_drops
         if self._after_close_drops:
@@ -590,6 +646,7 @@ class Reporter:
             points_delivered=delivered,
             points_unsent=unsent,
             queue_depth=len(self._queue),
+            queue_bytes=max(self._queued_bytes, 0),
             drops=drops,
             rewinds=rewinds,
             last_error=worker.last_error if worker else None,
@@ -604,14 +661,33 @@ class Reporter:
     # --- the hot path ----------------------------------------------------------------
 
     def _put(self, item: tuple[Any, ...], *, wake: bool) -> None:
-        """Append one report (every report method but the inlined report_train_step)."""
+        """Append one report (every report method but the inlined report_train_step).
+
+        ``wake``: an event report, sent at once.
+        """
         queue = self._queue
-        if not self._accepting or len(queue) >= self._max_queue:
+        if not self._accepting or self._queued_bytes >= self._max_queue_bytes:
             self._refuse_report()
             return
         queue.append(item)
-        if wake or len(queue) == self._drain_depth:
+        self._queued_bytes += queued_bytes(item)
+        if len(queue) >= self._wake_depth:
+            self._wake_for_depth()
+        elif wake:
             self._wake_worker()
+
+    def _drained(self, nbytes: int, deep_only: bool) -> None:
+        """The reporter thread took reports of ``nbytes`` (estimated) off the queue.
+
+        ``deep_only``: wake it again only at ``drain_queue_depth`` (else at the
+        next report: the run's first point is still to come).
+        """
+        self._queued_bytes -= nbytes
+        self._wake_depth = self._drain_depth if deep_only else 1
+
+    def _wake_for_depth(self) -> None:
+        self._wake_depth = sys.maxsize  # one wake per drain, not one per report
+        self._wake_worker()
 
     def _wake_worker(self) -> None:
         worker = self._worker
@@ -624,7 +700,11 @@ class Reporter:
             return
         self._queue_drops += 1
         if self._queue_drops == 1:
-            _log.error("trainreport.queue_full", max_queue_items=self._max_queue)
+            _log.error(
+                "trainreport.queue_full",
+                max_queue_bytes=self._max_queue_bytes,
+                queued_reports=len(self._queue),
+            )
 
     def _dropped_after_close(self) -> None:
         if self._machine.state is ReporterState.INERT:
@@ -660,9 +740,7 @@ class Reporter:
         """
         t0 = perf_counter_ns()
         try:  # the hot path, inlined: one copy, one append, no lock, no Event.set
-            queue = self._queue
-            depth = len(queue)
-            if self._accepting and depth < self._max_queue:
+            if self._accepting and self._queued_bytes < self._max_queue_bytes:
                 copied: object
                 if type(metrics) is dict:
                     copied = metrics.copy()
@@ -671,8 +749,16 @@ class Reporter:
                             copied = _copy_metrics(copied)
                     except Exception:
                         copied = _copy_metrics(copied)
+                    # as queued_bytes() says (a copy has as many values as metrics)
+                    cost = REPORT_BYTES + VALUE_BYTES * len(metrics)
                 else:
                     copied = _copy_metrics(metrics)
+                    cost = (
+                        REPORT_BYTES + VALUE_BYTES * len(copied)
+                        if isinstance(copied, dict)
+                        else REPORT_BYTES
+                    )
+                queue = self._queue
                 queue.append(
                     (
                         K_TRAIN,
@@ -682,8 +768,9 @@ class Reporter:
                         copied,
                     )
                 )
-                if depth + 1 == self._drain_depth:
-                    self._wake_worker()
+                self._queued_bytes += cost
+                if len(queue) >= self._wake_depth:  # the first point, or a deep queue
+                    self._wake_for_depth()
             else:
                 self._refuse_report()
         except Exception as exc:
@@ -774,12 +861,21 @@ class Reporter:
 
         Args:
             params: a (nested) mapping; values that are not JSON scalars are
-                stored as strings.
+                stored as strings. At most ``MAX_PARAM_ITEMS`` (10,000) items
+                are flattened on the caller's thread (each key and each element
+                of a list counts one); keys past that are left out, counted
+                (``hyperparameters_truncated``) and logged once. A value too
+                large for any request to the destination is dropped there
+                (``field_too_large``) and never holds back the curves.
 
         Never raises, never blocks on I/O.
         """
         given: object = params  # callers may pass anything; never trust the annotation
-        flat = flatten_params(given) if isinstance(given, Mapping) else None
+        if isinstance(given, Mapping):
+            # Bounded: the caller's thread never flattens more than MAX_PARAM_ITEMS items.
+            flat, left_out = flatten_params_bounded(given, MAX_PARAM_ITEMS)
+        else:
+            flat, left_out = None, 0
         if flat is None:
             self._once.warning(
                 "hyperparameters",
@@ -788,7 +884,7 @@ class Reporter:
                 reason="params is not a mapping",
             )
         else:
-            self._put((K_HYPERPARAMETERS, self._clock(), flat), wake=False)
+            self._put((K_HYPERPARAMETERS, self._clock(), flat, left_out), wake=False)
 
     @_report_call
     def report_epoch_end(self, *, epoch: float) -> None:
@@ -804,6 +900,8 @@ class Reporter:
 
         Args:
             path: where the checkpoint is (str or ``os.PathLike``; stored as text).
+                ``None`` or an empty path is never sent: the report is logged
+                once and the last good ``checkpoint_path`` stays.
             step: the step it holds.
 
         Never raises, never blocks on I/O.
@@ -812,7 +910,9 @@ class Reporter:
             (
                 K_CHECKPOINT,
                 self._clock(),
-                _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path),
+                None
+                if path is None
+                else _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path),
                 _copy_scalar(step),
             ),
             wake=True,
@@ -864,3 +964,18 @@ def _safe_str(value: object) -> str:
         return str(value)
     except Exception:
         return f"<unprintable {type(value).__name__}>"
+
+
+def _describe(sink: Sink) -> str:
+    """The destination for a log line: the sink's repr (``HttpSink`` shows URL, job, task)."""
+    try:
+        return repr(sink)[:300]
+    except Exception:
+        return f"<{type(sink).__name__}>"
+
+
+def _queued_points(item: tuple[Any, ...]) -> int:
+    """Metric values a queued report carries (each may become a point)."""
+    kind = item[0]
+    metrics = item[4] if kind in (K_TRAIN, K_VALIDATION) else item[3] if kind == K_METRICS else None
+    return len(metrics) if type(metrics) is dict else 0

@@ -2,9 +2,11 @@
 
 Rules (DESIGN §1, §3, §8):
 
-* Debounce: regular sends go at most every ``min_interval`` seconds after the
-  last *delivered* send; the first send and event reports (training start,
-  checkpoint, epoch end, terminal status) go at once.
+* Debounce: the curves go at most every ``min_interval`` seconds. The window
+  starts at the last delivered send that carried the curves; an event send
+  that leaves them out (full-state mode) never moves it, so events never delay
+  a curve. The first send, the first report that adds a point, and event
+  reports (training start, checkpoint, epoch end, terminal status) go at once.
 * A failed send never consumes the debounce window: the next attempt is due
   after the backoff delay, not after a whole interval.
 * Backoff: exponential with jitter (``initial * multiplier**(n-1)``, capped at
@@ -63,9 +65,13 @@ class SendScheduler:
     rng: random.Random = attrs.field(factory=random.Random)
 
     last_success: float | None = attrs.field(default=None, init=False)
+    #: When the last delivered send that carried the curves was made (the window's start).
+    curves_at: float | None = attrs.field(default=None, init=False)
     consecutive_failures: int = attrs.field(default=0, init=False)
     pending_since: float | None = attrs.field(default=None, init=False)
     urgent: bool = attrs.field(default=False, init=False)
+    #: The next send carries the curves whatever the window says (the first point).
+    force_curves: bool = attrs.field(default=False, init=False)
     _retry_at: float | None = attrs.field(default=None, init=False)
     #: The destination asked for no request before this time (Retry-After).
     not_before: float | None = attrs.field(default=None, init=False)
@@ -74,14 +80,28 @@ class SendScheduler:
     #: When the last attempt (delivered or not) was made, for ``min_request_gap``.
     last_attempt: float | None = attrs.field(default=None, init=False)
 
-    def note_change(self, now: float, *, urgent: bool = False) -> None:
-        """New data was recorded at ``now``; ``urgent`` for events that bypass the debounce."""
+    def note_change(self, now: float, *, urgent: bool = False, first_point: bool = False) -> None:
+        """New data was recorded at ``now``.
+
+        Args:
+            now: monotonic seconds.
+            urgent: an event report, which bypasses the debounce.
+            first_point: the run's first point: sent at once, curves included.
+        """
         if self.pending_since is None:
             self.pending_since = now
-        if urgent:
+        if urgent or first_point:
             self.urgent = True
+        if first_point:
+            self.force_curves = True
         if self._rejected:
             self._new_since_rejection = True
+
+    def curves_due(self, now: float) -> bool:
+        """Whether a send at ``now`` may carry the curves (full-state mode's debounce)."""
+        return (
+            self.force_curves or self.curves_at is None or now - self.curves_at >= self.min_interval
+        )
 
     def due_at(self) -> float | None:
         """The monotonic time at which a send is due, or ``None`` when none will be.
@@ -107,9 +127,9 @@ class SendScheduler:
         if self._retry_at is not None:
             return self._retry_at
         if self.pending_since is not None:
-            if self.urgent or self.last_success is None:
+            if self.urgent or self.curves_at is None:
                 return self.pending_since
-            return max(self.pending_since, self.last_success + self.min_interval)
+            return max(self.pending_since, self.curves_at + self.min_interval)
         if self.last_success is None:
             return None
         return self.last_success + self.heartbeat
@@ -119,18 +139,31 @@ class SendScheduler:
         due = self.due_at()
         return due is not None and due <= now
 
-    def on_delivered(self, now: float, *, everything_sent: bool = True) -> None:
-        """A send was delivered; resets backoff. ``everything_sent``: nothing is left pending."""
+    def on_delivered(
+        self, now: float, *, everything_sent: bool = True, carried_curves: bool = True
+    ) -> None:
+        """A send was delivered at ``now``; resets the backoff.
+
+        Args:
+            now: monotonic seconds.
+            everything_sent: nothing is left pending.
+            carried_curves: the send carried the curves (it starts a new
+                debounce window); ``False`` for a full-state event send that
+                left them out, which leaves the window where it was.
+        """
         self.last_success = now
         self.last_attempt = now
+        if carried_curves:
+            self.curves_at = now
+            self.force_curves = False
         self.consecutive_failures = 0
         self._retry_at = None
         self.not_before = None
         self._rejected = False
         self._new_since_rejection = False
         self.urgent = False
-        # Data left out of this send (full-state event sends omit curves) waits
-        # for the debounce window that starts now.
+        # Data left out of this send (a full-state event send omits the curves)
+        # waits for the end of the curves' window, which this send did not move.
         self.pending_since = None if everything_sent else now
 
     def on_retry_later(self, now: float, delay_seconds: float | None = None) -> float:

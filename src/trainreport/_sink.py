@@ -90,12 +90,18 @@ class Update:
         full_state: ``True`` when ``series`` is the complete set of curves
             (each with ``offset == 0``) and replaces the stored ``metrics``
             wholesale; ``False`` when each series is an idempotent suffix.
+        foreign_series: full-state mode only: stored series the reporter could
+            not parse (written by another tool), name -> points exactly as
+            stored (decoded JSON). They travel in ``metrics`` beside ``series``
+            unchanged, so replacing ``metrics`` wholesale never deletes them
+            (a run log's snapshot carries them the same way).
     """
 
     status: str | None
     status_details: Mapping[str, Any]
     series: tuple[SeriesUpdate, ...] | None
     full_state: bool
+    foreign_series: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def point_count(self) -> int:
@@ -149,10 +155,15 @@ class RetryLater:
         reason: short description for logs; never contains a token.
         delay_seconds: the delay the destination asked for (``Retry-After``),
             in seconds, or ``None`` to use the scheduler's backoff.
+        unreachable: nothing answered at all: the connection was refused or
+            the host name did not resolve (a wrong URL). A timeout, a reset or
+            any HTTP status is an answer. ``close()`` waits only
+            ``close_unanswered_seconds`` for a destination that never answered.
     """
 
     reason: str
     delay_seconds: float | None = None
+    unreachable: bool = False
 
 
 @attrs.frozen

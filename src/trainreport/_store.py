@@ -99,7 +99,6 @@ class MetricStore:
         self.series: dict[str, Series] = {}
         self.scalars: dict[str, float] = {}  # only names that have had a value
         self.scalar_names: set[str] = set()
-        self.last_train_step: int | None = None
         #: The largest step of any point recorded (-1: none); a later step appends plainly.
         self.max_step = -1
         self.rewinds = 0
@@ -108,6 +107,11 @@ class MetricStore:
 
     def __contains__(self, name: str) -> bool:
         return name in self.series or name in self.scalar_names
+
+    @property
+    def full(self) -> bool:
+        """Whether the distinct-name cap is reached (no new name can be admitted)."""
+        return len(self.series) + len(self.scalar_names) >= self.max_names
 
     def admit(self, name: str, *, as_series: bool) -> bool:
         """Register a new name as a series or a scalar; False when the name cap is reached."""
@@ -118,6 +122,21 @@ class MetricStore:
         else:
             self.scalar_names.add(name)
         return True
+
+    def make_series(self, name: str) -> Series:
+        """Turn the scalar ``name`` into an (empty) series: a stored series stays a series."""
+        self.scalar_names.discard(name)
+        self.scalars.pop(name, None)
+        series = self.series[name] = Series()
+        return series
+
+    def demote(self, name: str) -> None:
+        """Turn the series ``name`` into a scalar that keeps only its latest value."""
+        series = self.series.pop(name)
+        self.scalar_names.add(name)
+        self.points_recorded -= len(series)
+        if series.values:
+            self.scalars[name] = series.values[-1]
 
     def record(self, name: str, step: int, epoch: int, value: float) -> None:
         """Store a point (series) or the latest value (scalar) of an admitted name."""
@@ -132,25 +151,21 @@ class MetricStore:
         if rewound:
             self.rewinds += 1
 
-    def begin_train_step(self, step: int) -> bool:
-        """Apply the DESIGN §3 rewind rule before recording a training step.
+    def purge_after(self, step: int) -> int:
+        """Discard every point with a step later than ``step``, in every series.
 
-        A training step below the run's last training step (a run resumed from
-        an earlier checkpoint) discards every point with a later step, in every
-        series (TensorBoard's purge on restart). Points at the same step are
-        replaced by :meth:`record` as they arrive.
+        The run-wide purge of a run resumed from an earlier checkpoint
+        (TensorBoard's purge on restart); the recorder decides when it applies
+        (once per process, ``docs/engine.md``). Points at ``step`` itself are
+        replaced by :meth:`record` as they arrive. Counts one rewind.
 
         Returns:
-            True when this step rewound the run.
+            The number of points discarded.
         """
-        last = self.last_train_step
-        self.last_train_step = step
-        if last is None or step >= last:
-            return False
         discarded = sum(s.discard_after(step) for s in self.series.values())
         self.points_discarded += discarded
         self.rewinds += 1
-        return True
+        return discarded
 
     def seed(
         self,

@@ -2,7 +2,10 @@
 
 Readers follow the lifecycle's rule that a terminal status ends the phase
 (docs/lifecycle.md): a finished task is shown as phase ``done`` with no ETA,
-whatever an older writer stored, and the ETA is shown only while it runs.
+whatever an older writer stored, and the ETA is shown only while it runs. A
+task the reference server marks stale (running, silent past its
+``stale_after_seconds``: ``docs/protocol.md``) shows the server's message
+("no update for 4 min: the process may have died") in place of the ETA.
 """
 
 from __future__ import annotations
@@ -11,17 +14,10 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
-
-import urllib3
 
 __all__ = [
-    "ServiceAnswerError",
     "describe_jobs",
     "describe_task",
-    "fetch_job",
-    "fetch_jobs",
-    "fetch_task",
     "format_duration",
     "shown_phase",
     "sparkline",
@@ -29,7 +25,6 @@ __all__ = [
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
-_TIMEOUT_SECONDS = 10.0
 
 
 def sparkline(values: Sequence[float | None], width: int = 48) -> str:
@@ -105,6 +100,13 @@ def _aligned(
     return lines
 
 
+def _stale_message(task: Mapping[str, Any]) -> str | None:
+    """The reference server's stale message of a task or task summary, or ``None``."""
+    stale = task.get("stale")
+    message = stale.get("message") if isinstance(stale, Mapping) else None
+    return message if isinstance(message, str) and message else None
+
+
 def _status_line(task: Mapping[str, Any], details: Mapping[str, Any]) -> str:
     status = task.get("status", "-")
     parts = [
@@ -114,8 +116,11 @@ def _status_line(task: Mapping[str, Any], details: Mapping[str, Any]) -> str:
         f"epoch {_of(details.get('epoch'), details.get('num_epochs'))}",
         f"{_text(details.get('percentage_done', '-'))} % done",
     ]
+    stale = _stale_message(task)
     eta = format_duration(details.get("eta_seconds")) if status == "running" else None
-    if eta is not None:
+    if stale is not None:
+        parts.append(stale)
+    elif eta is not None:
         parts.append(f"ETA {eta}")
     parts.append(f"updated {_text(details.get('updated_at', '-'))}")
     return ", ".join(parts)
@@ -190,80 +195,9 @@ def describe_jobs(jobs: Sequence[Mapping[str, Any]]) -> str:
                     shown_phase(status, t.get("phase")),
                     _of(t.get("step"), t.get("max_steps")),
                     "-" if pct is None else f"{float(pct):.1f} %",
-                    _text(t.get("updated_at", "-")),
+                    " - ".join(
+                        x for x in (_text(t.get("updated_at", "-")), _stale_message(t)) if x
+                    ),
                 ]
             )
     return "\n".join(_aligned(rows))
-
-
-class ServiceAnswerError(RuntimeError):
-    """The job-status service answered something other than 200.
-
-    Attributes:
-        status: the HTTP status, e.g. 401 or 404.
-        message: the ``message`` of its JSON error body, or ``""``.
-    """
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"the server answered {status}" + (f": {message}" if message else ""))
-        self.status = status
-        self.message = message
-
-
-def _get(base_url: str, path: str, token: str | None) -> Any:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = base_url.rstrip("/") + path
-    response = urllib3.request("GET", url, headers=headers, timeout=_TIMEOUT_SECONDS, retries=False)
-    if response.status != 200:
-        message = ""
-        try:
-            body = json.loads(response.data)
-            if isinstance(body, dict) and isinstance(body.get("message"), str):
-                message = body["message"][:300]
-        except ValueError:
-            pass
-        raise ServiceAnswerError(response.status, message)
-    return json.loads(response.data)
-
-
-def fetch_task(
-    base_url: str, job_id: str, task_id: str = "train", token: str | None = None
-) -> dict[str, Any]:
-    """``GET`` a stored task from a job-status service (10 s timeout, no retries).
-
-    Args:
-        base_url: the service's base URL, e.g. ``http://127.0.0.1:8321``.
-        job_id: the job.
-        task_id: the task (default ``train``).
-        token: bearer token, or ``None``.
-
-    Raises:
-        urllib3.exceptions.HTTPError: the service could not be reached.
-        ServiceAnswerError: it answered anything but 200.
-        ValueError: the body is not JSON.
-    """
-    task: dict[str, Any] = _get(
-        base_url, f"/v1/jobs/{quote(job_id, safe='')}/tasks/{quote(task_id, safe='')}", token
-    )
-    return task
-
-
-def fetch_job(base_url: str, job_id: str, token: str | None = None) -> dict[str, Any]:
-    """``GET /v1/jobs/{job_id}`` (reference server): the job and its task summaries.
-
-    Raises:
-        urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
-    """
-    job: dict[str, Any] = _get(base_url, f"/v1/jobs/{quote(job_id, safe='')}", token)
-    return job
-
-
-def fetch_jobs(base_url: str, token: str | None = None) -> list[dict[str, Any]]:
-    """``GET /v1/jobs`` (reference server): the newest jobs, each with its task summaries.
-
-    Raises:
-        urllib3.exceptions.HTTPError, ServiceAnswerError, ValueError: as :func:`fetch_task`.
-    """
-    body = _get(base_url, "/v1/jobs", token)
-    jobs: list[dict[str, Any]] = body["jobs"] if isinstance(body, dict) else []
-    return jobs

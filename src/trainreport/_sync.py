@@ -16,7 +16,8 @@ a run with trainreport sync"):
 - **Task fields.** The log's status and ``status_details`` are sent when they
   differ from the stored ones, unless the service looks newer: its
   ``updated_at`` is later than the log's, or it holds more points of a series
-  (``updated_at`` has one-second resolution, so a tie is decided by the points).
+  (``updated_at`` from earlier versions has one-second resolution, so a tie is
+  decided by the points).
 """
 
 from __future__ import annotations
@@ -195,10 +196,13 @@ def plan_sync(
     details = log.task.details
     send_details, note = _details_decision(log, stored, stored_task is not None, outcomes)
     series: tuple[SeriesUpdate, ...] | None = None
+    foreign: dict[str, Any] = {}
     if suffixes:
         if full_state:
             curves = {**held, **merged}
             series = tuple(SeriesUpdate(n, 0, *c) for n, c in curves.items() if len(c[0]))
+            # A stored series this client cannot parse goes back exactly as stored.
+            foreign = {n: raw for n, raw in stored.damaged.items() if n not in curves}
         else:
             series = tuple(suffixes)
     update = None
@@ -208,6 +212,7 @@ def plan_sync(
             dict(details) if send_details else {},
             series,
             full_state,
+            foreign_series=foreign,
         )
     return SyncPlan(update, tuple(outcomes), send_details, note)
 

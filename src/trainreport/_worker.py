@@ -25,24 +25,35 @@ from typing import Any
 from trainreport._config import ReportingConfig
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import StoredState, parse_stored_task
-from trainreport._recorder import Recorder
+from trainreport._recorder import Recorder, queued_bytes
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,
+    Rejected,
     Resynchronise,
     RetryLater,
     Sink,
     Split,
+    Update,
 )
 
 __all__ = ["Worker", "utc_now_iso"]
 
 _log = get_logger()
+#: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
+#: to compare the curves with a large field when the destination refuses a size.
+_POINT_JSON_BYTES = 45
+#: A field smaller than this (bytes) is never dropped for size: leaving it out cannot help.
+_MIN_DROPPED_FIELD_BYTES = 1024
 #: The longest single wait of the reporter thread (a day): bounded so that a huge
 #: configured interval never overflows ``Event.wait``.
 _MAX_SLEEP_SECONDS = 86_400.0
+#: While closing, the last attempt starts at least this long (seconds) before the
+#: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
+#: half the time left when less remains.
+_LAST_ATTEMPT_LEAD_SECONDS = 0.1
 
 
 def _floor_of(sink: Sink) -> float:
@@ -54,9 +65,30 @@ def _floor_of(sink: Sink) -> float:
 
 
 def utc_now_iso() -> str:
-    """The wall-clock time as ISO 8601 UTC with a ``Z`` suffix, to the second."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    return now.isoformat().replace("+00:00", "Z")
+    """The wall-clock time as ISO 8601 UTC with milliseconds and a ``Z`` suffix."""
+    return _iso_from_ms(int(time.time() * 1000))
+
+
+def _iso_from_ms(ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Stamps:
+    """``updated_at`` values that strictly increase, one millisecond apart at least.
+
+    A plain job API cannot fence a request delayed in the network; every send
+    carrying a strictly newer ``updated_at`` than the one before makes the final
+    send the newest of the run, which a destination can order by.
+    """
+
+    def __init__(self) -> None:
+        self._last_ms = 0
+
+    def __call__(self) -> str:
+        ms = max(int(time.time() * 1000), self._last_ms + 1)
+        self._last_ms = ms
+        return _iso_from_ms(ms)
 
 
 class Worker:
@@ -68,8 +100,14 @@ class Worker:
         queue: the deque the training thread appends report tuples to.
         config: scheduling configuration.
         clock: monotonic clock (seconds) that drives scheduling; injectable.
-        wall_clock: returns ``updated_at`` strings; injectable.
+        wall_clock: returns ``updated_at`` strings (default: ISO 8601 UTC to the
+            millisecond, strictly increasing from one send to the next); injectable.
         cancel_requested: set when the destination asks the run to stop.
+        on_drained: called after each drain with the estimated bytes
+            (``queued_bytes``) of the reports it took off the queue (the memory
+            guard's count) and whether a report call should wake the thread only
+            at ``drain_queue_depth`` (the first point was applied, or the
+            stored task is not read yet) rather than at once.
     """
 
     def __init__(
@@ -80,16 +118,18 @@ class Worker:
         queue: collections.deque[tuple[Any, ...]],
         config: ReportingConfig,
         clock: Callable[[], float],
-        wall_clock: Callable[[], str] = utc_now_iso,
+        wall_clock: Callable[[], str] | None = None,
         cancel_requested: threading.Event,
+        on_drained: Callable[[int, bool], None] | None = None,
     ) -> None:
         self.recorder = recorder
         self.sink = sink
         self.queue = queue
         self.config = config
         self.clock = clock
-        self.wall_clock = wall_clock
+        self.wall_clock = wall_clock if wall_clock is not None else _Stamps()
         self.cancel_requested = cancel_requested
+        self.on_drained = on_drained
         # A destination's own floor (Sink.min_interval_seconds, e.g. Kubeflow
         # Trainer's 5 s) holds whatever the config says: for regular sends, and
         # as a gap between any two attempts (events, retries, flush).
@@ -115,11 +155,17 @@ class Worker:
         self.last_error: str | None = None
         self.last_success_at: str | None = None
         self.finished_cleanly = False
+        #: The destination answered at least once (anything but a refused or
+        #: unresolvable connection); until then close() waits only briefly.
+        self.answered = False
         self._stopping = False
         self._deadline = float("inf")
+        self._close_started = float("inf")
+        self._send_deadline = float("inf")
         self._flush_waiters: list[threading.Event] = []
         self._flush_requested = False
         self._resyncs = 0
+        self._had_point = False
         self._last_unsent_warning: float | None = None
         self._cycle = threading.Condition()
         self._cycles_started = 0
@@ -134,6 +180,7 @@ class Worker:
     def stop(self, deadline: float) -> None:
         """Ask the thread to drain, send the tail and exit by ``deadline`` (time.monotonic)."""
         self._deadline = deadline
+        self._close_started = time.monotonic()
         self._stopping = True
         self.wake.set()
 
@@ -216,6 +263,7 @@ class Worker:
     def _survive(self, exc: Exception) -> None:
         """A sink or engine error: log it once per type, count it, and back off."""
         self.requests_failed += 1
+        self.answered = True  # something ran: not known to be a wrong URL
         self.once.warning(
             ("cycle", type(exc).__name__),
             "trainreport.reporter_error",
@@ -257,31 +305,46 @@ class Worker:
         # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        if not queue or (
-            self.opened is None
-            and not self.recorder.seeded
-            and len(queue) < self.config.drain_queue_depth
-        ):
+        waiting = self.opened is None and not self.recorder.seeded
+        if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
+            if self.on_drained is not None:
+                # Re-arm the report calls' wake: at the first point once the destination
+                # is open (it goes at once), otherwise at drain_queue_depth.
+                self.on_drained(0, self._had_point or waiting)
             return
         urgent = False
         recorder = self.recorder
+        released = 0
         with recorder.lock:
             apply = recorder.apply
             popleft = queue.popleft
             for _ in range(len(queue)):
-                urgent |= apply(popleft())
-        self.scheduler.note_change(self.clock(), urgent=urgent)
+                item = popleft()
+                urgent |= apply(item)
+                released += queued_bytes(item)
+            store = recorder.store
+            first_point = not self._had_point and bool(store.points_recorded or store.scalars)
+        if first_point:  # the first point goes at once, curves included
+            self._had_point = True
+        if self.on_drained is not None:
+            self.on_drained(released, self._had_point)
+        self.scheduler.note_change(self.clock(), urgent=urgent, first_point=first_point)
 
     # --- open and send -------------------------------------------------------------
 
     def _timeout(self, closing: bool) -> float | None:
-        if not closing or self._deadline == float("inf"):
+        if not closing or self._send_deadline == float("inf"):
             return None
-        return max(self._deadline - time.monotonic(), 0.001)
+        return max(self._send_deadline - time.monotonic(), 0.001)
+
+    def _note_answer(self, result: object) -> None:
+        if not (isinstance(result, RetryLater) and result.unreachable):
+            self.answered = True
 
     def _open(self, now: float, closing: bool) -> bool:
         self.requests_sent += 1  # reading the stored task is a request too
         result = self.sink.open(timeout_seconds=self._timeout(closing))
+        self._note_answer(result)
         if not isinstance(result, Opened):
             self._failed(now, result)
             return False
@@ -292,6 +355,8 @@ class Worker:
         if isinstance(state, str):
             _log.warning("trainreport.stored_task_malformed", reason=state[:300])
             state = StoredState(series={})
+        for problem in state.problems:
+            _log.warning("trainreport.stored_task_malformed", reason=problem[:300])
         with self.recorder.lock:
             if first:
                 self.recorder.seed(state)
@@ -317,13 +382,14 @@ class Worker:
             self._drain()
         scheduler = self.scheduler
         full_state = not self.suffix_mode
+        # Only a send that carries the curves consumes their window: a full-state
+        # event send inside it leaves them out, and never delays them.
         include_metrics = (
             not full_state
             or closing
             or complete
             or not scheduler.urgent
-            or scheduler.last_success is None
-            or now - scheduler.last_success >= scheduler.min_interval
+            or scheduler.curves_due(now)
         )
         with self.recorder.lock:
             update, sent, sticky = self.recorder.build_update(
@@ -331,6 +397,7 @@ class Worker:
             )
         self.requests_sent += 1
         result = self.sink.send(update, timeout_seconds=self._timeout(closing))
+        self._note_answer(result)
         if isinstance(result, Delivered):
             self._resyncs = 0
             self.bytes_sent += result.bytes_sent
@@ -339,7 +406,9 @@ class Worker:
                     sent, sticky, None if full_state else result.series_lengths
                 )
                 left = bool(self.queue) or self.recorder.has_changes()
-            scheduler.on_delivered(self.clock(), everything_sent=not left)
+            scheduler.on_delivered(
+                self.clock(), everything_sent=not left, carried_curves=include_metrics
+            )
             self.last_success_at = self.wall_clock()
             if self.last_error is not None and scheduler.consecutive_failures == 0:
                 _log.info("trainreport.send_recovered")
@@ -348,17 +417,8 @@ class Worker:
                 _log.warning("trainreport.cancel_requested")
                 self.cancel_requested.set()
             return True
-        if isinstance(result, Split) and update.series is not None and full_state:
-            with self.recorder.lock:
-                self.recorder.metrics_too_large = True
-                self.recorder.drops["metrics_too_large"] += 1
-            _log.warning(
-                "trainreport.metrics_too_large",
-                reason=result.reason[:300],
-                points=update.point_count,
-            )
-            scheduler.note_change(now, urgent=True)
-            self.requests_failed += 1
+        if isinstance(result, Split):
+            self._too_large(now, update, result)
             return False
         if isinstance(result, Resynchronise):
             self.requests_failed += 1
@@ -378,6 +438,39 @@ class Worker:
             return False
         self._failed(now, result)
         return False
+
+    def _too_large(self, now: float, update: Update, result: Split) -> None:
+        """The destination refused the update's size (413): leave out what cannot fit.
+
+        A once-sent field (``hyperparameters``, ...) larger than the curves is
+        dropped (counted, logged once) and the rest is resent at once; it never
+        holds back the curves. Otherwise, in full-state mode, ``metrics`` is
+        what does not fit: it cannot be split under a shallow merge, so the
+        reporter goes on without it. With nothing left to leave out, the
+        refusal is a rejection.
+        """
+        with self.recorder.lock:
+            field = self.recorder.largest_field(update)
+        metrics_bytes = update.point_count * _POINT_JSON_BYTES if update.full_state else 0
+        if field is not None and field[1] >= max(metrics_bytes, _MIN_DROPPED_FIELD_BYTES):
+            self.requests_failed += 1
+            with self.recorder.lock:
+                self.recorder.drop_field(*field)
+            self.scheduler.note_change(now, urgent=True)
+            return
+        if update.series is not None and update.full_state:
+            self.requests_failed += 1
+            with self.recorder.lock:
+                self.recorder.metrics_too_large = True
+                self.recorder.drops["metrics_too_large"] += 1
+            _log.warning(
+                "trainreport.metrics_too_large",
+                reason=result.reason[:300],
+                points=update.point_count,
+            )
+            self.scheduler.note_change(now, urgent=True)
+            return
+        self._failed(now, Rejected(result.reason, 413))
 
     def _failed(self, now: float, result: object) -> float:
         self.requests_failed += 1
@@ -437,16 +530,63 @@ class Worker:
             last_error=self.last_error,
         )
 
+    def _close_deadline(self) -> float:
+        """The deadline closing works to: the whole one, or a short one for a wrong URL."""
+        if self.answered:
+            return self._deadline
+        return min(self._deadline, self._close_started + self.config.close_unanswered_seconds)
+
+    def _close_wait(self, now: float, deadline: float) -> tuple[float, bool]:
+        """Seconds to wait before the next attempt while closing, and whether it is the last.
+
+        The backoff is capped at ``close_retry_max_seconds``; a delay the
+        destination asked for (``Retry-After``) is honoured, but never past one
+        last attempt made shortly before ``deadline``, so a destination that
+        comes back within the deadline still receives everything. The
+        destination's own floor between requests (``Sink.min_interval_seconds``)
+        always holds.
+        """
+        scheduler = self.scheduler
+        cap = self.config.close_retry_max_seconds
+        due = scheduler.due_at()
+        backoff = 0.0 if due is None else max(due - now, 0.0)
+        asked = 0.0 if scheduler.not_before is None else max(scheduler.not_before - now, 0.0)
+        wait = max(min(backoff, cap), asked)
+        remaining = deadline - time.monotonic()
+        # The last attempt starts this long before the deadline, to have time to finish.
+        lead = min(max(cap / 4, _LAST_ATTEMPT_LEAD_SECONDS), remaining / 2)
+        last = wait >= remaining - lead
+        if last:
+            wait = max(remaining - lead, 0.0)
+        # The destination's own floor between requests holds even for the last
+        # attempt: when it ends past the deadline, no attempt is left.
+        gap = scheduler.min_request_gap
+        if gap > 0 and scheduler.last_attempt is not None:
+            wait = max(wait, scheduler.last_attempt + gap - now)
+            last = last or wait >= remaining
+        return min(wait, max(remaining, 0.0)), last
+
     def _finish(self) -> None:
         try:
             self._drain()
+            last = False
+            attempted = False
             while True:
-                remaining = self._deadline - time.monotonic()
-                if remaining <= 0:
+                deadline = self._close_deadline()
+                self._send_deadline = deadline
+                if deadline - time.monotonic() <= 0:
                     break
                 if self.opened is not None and not self.recorder.has_changes() and not self.queue:
                     break
                 now = self.clock()
+                if attempted and not self.scheduler.gap_allows(now):
+                    # Only close()'s first send skips the destination's floor.
+                    floor_at = (self.scheduler.last_attempt or now) + self.scheduler.min_request_gap
+                    self.wake.wait(min(floor_at - now, max(deadline - time.monotonic(), 0.0)))
+                    self.wake.clear()
+                    self._drain()
+                    continue
+                attempted = True
                 try:
                     delivered = self._attempt(now, closing=True)
                 except Exception as exc:  # a raising sink gets the backoff, as while running
@@ -454,12 +594,14 @@ class Worker:
                     delivered = False
                 if delivered:
                     self._drain()
+                    last = False
                     continue
-                due = self.scheduler.due_at()
-                if due is None:  # rejected: the same data will not be accepted
+                if last and self._close_deadline() <= deadline:
+                    break  # the last attempt failed (unless the destination answered at last)
+                if self.scheduler.due_at() is None:  # rejected: the same data will not be taken
                     break
-                delay = max(due - now, 0.0)
-                self.wake.wait(min(delay, max(self._deadline - time.monotonic(), 0.0)))
+                wait, last = self._close_wait(now, self._close_deadline())
+                self.wake.wait(wait)
                 self.wake.clear()
                 self._drain()
         finally:
@@ -469,6 +611,8 @@ class Worker:
                     self.opened is not None and not self.queue and self.recorder.all_delivered()
                 )
             self.recorder.selector.log_unmatched(arrived)
+            self.recorder.once.summarize()
+            self.once.summarize()
             try:
                 self.sink.close()
             except Exception as exc:

@@ -1,4 +1,4 @@
-"""The ``trainreport`` command line: ``trainreport serve | demo | show | sync`` and ``--version``.
+"""The ``trainreport`` command line: ``serve | token | demo | show | sync`` and ``--version``.
 
 Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainreport.exceptions import ClientError, NotFoundError, UnauthorizedError, UnreachableError
+
 if TYPE_CHECKING:
-    from trainreport._summary import ServiceAnswerError
     from trainreport.sinks._runfile import RunFile
 
 __all__ = ["build_parser", "main"]
@@ -39,6 +40,7 @@ DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
 DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 100
+DEFAULT_STALE_AFTER_SECONDS = 180.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,7 +164,15 @@ def _add_serve(subparsers: Any) -> None:
             f"list: prefer --token-file or ${_TOKEN_ENV_VAR})"
         ),
     )
-    token.add_argument("--token-file", type=Path, help="read the token from this file")
+    token.add_argument("--token-file", type=Path, help="read the admin token from this file")
+    serve.add_argument(
+        "--secret-file",
+        type=Path,
+        help=(
+            "accept per-job tokens issued with `trainreport token JOB_ID --secret-file` from "
+            "this secret (at least 32 bytes; e.g. openssl rand -hex 32)"
+        ),
+    )
     serve.add_argument(
         "--max-body-bytes",
         type=_positive_int,
@@ -227,6 +237,16 @@ def _add_serve(subparsers: Any) -> None:
         ),
     )
     serve.add_argument(
+        "--stale-after",
+        type=_positive_seconds,
+        default=DEFAULT_STALE_AFTER_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "a running task without an update for this long is shown as stale (its process "
+            f"may have died) (default: {DEFAULT_STALE_AFTER_SECONDS:g}, three heartbeats)"
+        ),
+    )
+    serve.add_argument(
         "--access-log", action="store_true", help="log every request (off by default)"
     )
     serve.set_defaults(handler=_serve)
@@ -256,6 +276,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from trainreport._job_tokens import read_secret_file  # noqa: PLC0415
     from trainreport.server._app import create_app  # noqa: PLC0415 - needs the server extra
     from trainreport.server._run import (  # noqa: PLC0415
         bind_socket,
@@ -271,8 +292,17 @@ def _serve(args: argparse.Namespace) -> int:
     db: str = args.db or os.environ.get(_DB_ENV_VAR) or _DEFAULT_DB
     try:
         token = _read_token(args)
+        secret = None if args.secret_file is None else read_secret_file(args.secret_file)
     except (OSError, ValueError) as exc:
         print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    if token is None and secret is None and not _is_loopback(args.host):
+        print(
+            f"trainreport serve: refusing to listen on {args.host} without a token: anyone who "
+            "can reach it could read and write every job; give --token-file and/or "
+            "--secret-file, or listen on loopback",
+            file=sys.stderr,
+        )
         return 2
     # The port first: a busy port must not leave an empty database behind.
     try:
@@ -287,12 +317,14 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(
             db,
             token=token,
+            secret=secret,
             max_body_bytes=args.max_body_bytes,
             max_decompressed_bytes=args.max_decompressed_bytes,
             body_budget_bytes=args.body_budget_bytes,
             allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
             retain_days=args.retain_days,
             retention_interval_seconds=args.retention_interval,
+            stale_after_seconds=args.stale_after,
         )
     except (OSError, ValueError, RuntimeError, sqlite3.Error, StorageUnavailable) as exc:
         sock.close()
@@ -308,17 +340,17 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     url = format_url(args.host, sock.getsockname()[1])
     shown = app.state.database.description if is_postgres_url(db) else Path(db).resolve()
+    auth = ", ".join(name for name, on in (("admin token", token), ("job tokens", secret)) if on)
     print(
-        f"trainreport server listening on {url}/ (db: {shown}, "
-        f"token: {'required' if token else 'none'})",
+        f"trainreport server listening on {url}/ (db: {shown}, tokens: {auth or 'none'})",
         flush=True,
     )
-    if token:
+    if token or secret:
         print("open the page with #token=<your token> at the end of the URL", flush=True)
-    elif not _is_loopback(args.host):
+    else:
         print(
-            f"warning: listening on {args.host} without a token: anyone who can reach it can "
-            "read and write jobs (use --token-file)",
+            "WARNING: no token and no secret: any process on this machine can read and write "
+            "every job; loopback only (give --token-file and/or --secret-file to protect it)",
             file=sys.stderr,
             flush=True,
         )
@@ -343,6 +375,47 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     finally:
         sock.close()
+    return 0
+
+
+# -- token ------------------------------------------------------------------------------
+
+
+def _add_token(subparsers: Any) -> None:
+    token = subparsers.add_parser(
+        "token",
+        help="issue a token that reads and writes one job of the reference server",
+        description=(
+            "Print a job token for JOB_ID, signed with the secret that `trainreport serve "
+            "--secret-file` was given. It reads and writes that job only; the server stores "
+            "nothing per token (rotate the secret to revoke every token). See docs/server.md."
+        ),
+    )
+    token.add_argument("job_id", metavar="JOB_ID", help="the job the token is for")
+    token.add_argument(
+        "--secret-file", type=Path, required=True, help="the server's secret (see serve)"
+    )
+    token.add_argument(
+        "--expires-in",
+        type=_positive_int,
+        metavar="SECONDS",
+        help="the token stops working this many seconds from now (default: never)",
+    )
+    token.set_defaults(handler=_token)
+
+
+def _token(args: argparse.Namespace) -> int:
+    import time  # noqa: PLC0415
+
+    from trainreport._job_tokens import issue_job_token, read_secret_file  # noqa: PLC0415
+
+    try:
+        secret = read_secret_file(args.secret_file)
+        expires_at = None if args.expires_in is None else int(time.time()) + args.expires_in
+        print(issue_job_token(secret, args.job_id, expires_at=expires_at))
+    except (OSError, ValueError) as exc:
+        print(f"trainreport token: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -461,15 +534,8 @@ def _show_token(args: argparse.Namespace) -> str | None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import urllib3  # noqa: PLC0415
-
-    from trainreport._summary import (  # noqa: PLC0415
-        ServiceAnswerError,
-        describe_jobs,
-        describe_task,
-        fetch_jobs,
-        fetch_task,
-    )
+    from trainreport import client  # noqa: PLC0415
+    from trainreport._summary import describe_jobs, describe_task  # noqa: PLC0415
 
     if args.file is not None:
         return _show_file(args.file)
@@ -481,18 +547,23 @@ def _show(args: argparse.Namespace) -> int:
         return 2
     try:
         if not args.job_id:
-            print(describe_jobs(fetch_jobs(url, token)))
-            print(f"\nshow a task: trainreport show --url {url} JOB_ID [--task TASK_ID]")
+            print(describe_jobs(client.list_jobs(url, token)))
+            print(
+                f"\nshow a task: trainreport show --url {_shown_url(url)} JOB_ID [--task TASK_ID]"
+            )
             return 0
-        task = fetch_task(url, args.job_id, args.task, token)
-    except urllib3.exceptions.HTTPError as exc:
-        print(f"trainreport show: {type(exc).__name__}: cannot reach {url}", file=sys.stderr)
+        task = client.read_task(url, args.job_id, args.task, token)
+    except UnreachableError as exc:
+        print(f"trainreport show: cannot reach {exc.url} ({exc})", file=sys.stderr)
         return 1
-    except ServiceAnswerError as exc:
-        print(f"trainreport show: {_explain(exc, args, url, token)}", file=sys.stderr)
+    except UnauthorizedError as exc:
+        print(f"trainreport show: {_explain_unauthorized(exc, token)}", file=sys.stderr)
         return 1
-    except ValueError as exc:
-        print(f"trainreport show: {url} did not answer JSON: {exc}", file=sys.stderr)
+    except NotFoundError as exc:
+        print(f"trainreport show: {_explain_not_found(exc, url, token)}", file=sys.stderr)
+        return 1
+    except ClientError as exc:
+        print(f"trainreport show: {exc}", file=sys.stderr)
         return 1
     print(describe_task(task))
     return 0
@@ -560,36 +631,38 @@ def _show_file(path: Path) -> int:
     return 0
 
 
-def _explain(exc: ServiceAnswerError, args: argparse.Namespace, url: str, token: str | None) -> str:
+def _shown_url(url: str) -> str:
+    """``url`` as shown to the user: any userinfo replaced by ``***``. Never raises."""
+    from trainreport.client import _redacted  # noqa: PLC0415
+
+    return _redacted(url)
+
+
+def _explain_unauthorized(exc: ClientError, token: str | None) -> str:
     """What a refused ``show --url`` means and what to do about it (never the token)."""
-    if exc.status == 401:
-        if token is None:
-            return (
-                f"{url} requires a token: pass --token-file FILE (a file holding the token) "
-                "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
-            )
+    if exc.status == 403:
+        return f"{exc}; a job token reads its own job only: use that job's token or the admin token"
+    if token is None:
         return (
-            f"{url} refused the token (401): check the token given by --token-file, "
-            "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
+            f"{exc.url} requires a token: pass --token-file FILE (a file holding the token) "
+            "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
         )
-    if exc.status == 404 and args.job_id:
-        return _explain_not_found(args.job_id, args.task, url, token)
-    return str(exc)
+    return (
+        f"{exc.url} refused the token (401): check the token given by --token-file, "
+        "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
+    )
 
 
-def _explain_not_found(job_id: str, task_id: str, url: str, token: str | None) -> str:
+def _explain_not_found(exc: ClientError, base_url: str, token: str | None) -> str:
     """A 404 for a task: is the job missing, or only the task? Name both."""
-    import urllib3  # noqa: PLC0415
+    from trainreport import client  # noqa: PLC0415
 
-    from trainreport._summary import ServiceAnswerError, fetch_job  # noqa: PLC0415
-
+    url, job_id, task_id = exc.url, str(exc.job_id), str(exc.task_id)
     try:
-        job = fetch_job(url, job_id, token)
-    except ServiceAnswerError as exc:
-        if exc.status == 404:
+        job = client.read_job(base_url, job_id, token)
+    except ClientError as inner:
+        if inner.status == 404:
             return f"no job {job_id!r} at {url}; `trainreport show --url {url}` lists the jobs"
-        return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
-    except (urllib3.exceptions.HTTPError, ValueError):
         return f"no task {task_id!r} in job {job_id!r} at {url} (404)"
     tasks = [str(t.get("task_id")) for t in job.get("tasks") or [] if isinstance(t, dict)]
     listed = f"its tasks: {', '.join(tasks)} (pick one with --task)" if tasks else "it has no tasks"
@@ -688,7 +761,13 @@ def _sync(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS: tuple[Callable[[Any], None], ...] = (_add_serve, _add_demo, _add_show, _add_sync)
+_COMMANDS: tuple[Callable[[Any], None], ...] = (
+    _add_serve,
+    _add_token,
+    _add_demo,
+    _add_show,
+    _add_sync,
+)
 
 
 if __name__ == "__main__":

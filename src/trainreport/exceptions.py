@@ -6,14 +6,18 @@ Every exception trainreport raises derives from :class:`TrainReportError`::
     ├── ConfigError            a configuration mapping or file failed to parse (strict mode)
     ├── TransitionError        a refused status or phase transition (strict mode only)
     ├── RunLogError            a run log or task record file holds nothing readable
-    └── SinkError              a sink could not talk to its destination
-        ├── TransportError     connection refused, reset, timed out, DNS failure
-        └── ProtocolError      the server answered something that is not the protocol
+    ├── SinkError              a sink could not talk to its destination
+    │   ├── TransportError     connection refused, reset, timed out, DNS failure
+    │   └── ProtocolError      the server answered something that is not the protocol
+    └── ClientError            trainreport.client could not read what it was asked for
+        ├── UnreachableError   connection refused, reset, timed out, DNS or TLS failure
+        ├── UnauthorizedError  no token, a refused one (401), or one that may not read it (403)
+        └── NotFoundError      no such job or task (404)
 
 Report calls (``Reporter.report_*``) never raise any of these: problems on the
 training path are log events on the ``trainreport`` logger. Lower-level errors
-(urllib3, OSError) are mapped to this tree at the sink boundary, ``from`` the
-original exception.
+(urllib3, OSError) are mapped to this tree at the sink and client boundaries,
+``from`` the original exception.
 """
 
 from __future__ import annotations
@@ -21,13 +25,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "ClientError",
     "ConfigError",
+    "NotFoundError",
     "ProtocolError",
     "RunLogError",
     "SinkError",
     "TrainReportError",
     "TransitionError",
     "TransportError",
+    "UnauthorizedError",
+    "UnreachableError",
 ]
 
 
@@ -80,3 +88,46 @@ class TransportError(SinkError):
 
 class ProtocolError(SinkError):
     """The destination answered, but not in the shape the protocol specifies."""
+
+
+class ClientError(TrainReportError):
+    """:mod:`trainreport.client` could not read a job or task.
+
+    The message names the URL (any user and password in it replaced by
+    ``***``) and the job (and task) asked for; it never contains a token.
+    Also raised as such when the service answers another error status or
+    something that is not JSON.
+
+    Attributes:
+        url: the service's base URL, userinfo redacted.
+        job_id: the job asked for, or ``None`` (listing the jobs).
+        task_id: the task asked for, or ``None``.
+        status: the HTTP status the service answered, or ``None`` when it did not.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        job_id: str | None = None,
+        task_id: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.job_id = job_id
+        self.task_id = task_id
+        self.status = status
+
+
+class UnreachableError(ClientError):
+    """The service could not be reached: connection refused or reset, timeout, DNS, TLS."""
+
+
+class UnauthorizedError(ClientError):
+    """The service wants a token or refused the one given (401), or it may not read this (403)."""
+
+
+class NotFoundError(ClientError):
+    """The job or task does not exist (404)."""

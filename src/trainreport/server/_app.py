@@ -1,9 +1,7 @@
 """The Starlette application of the reference job-status service (``docs/protocol.md``).
 
 Request handling is the thin I/O shell around two pure layers: ``_wire``
-(strict JSON and validation) and ``_db`` (transactions on SQLite or
-PostgreSQL; a database that cannot be reached is answered 503 with
-``Retry-After``). Parsing,
+(strict JSON and validation) and ``_db`` (SQLite transactions). Parsing,
 validation, storage and the encoding of large responses run in the thread
 pool, so a big request never stalls the event loop. The shell enforces the
 browser rules (``_security``: Host, Origin, JSON-only writes), the body limits
@@ -15,12 +13,15 @@ in the protocol (``_connections``).
 from __future__ import annotations
 
 import contextlib
-import hmac
+import functools
+import math
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -31,29 +32,60 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from trainreport._job_tokens import check_secret
 from trainreport._logging import get_logger
 from trainreport.server import _page
+from trainreport.server._auth import (
+    WWW_AUTHENTICATE,
+    Access,
+    Authentication,
+    Authenticator,
+    principal_of,
+)
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
+from trainreport.server._contract import openapi_document, to_json
 from trainreport.server._db import (
     Applied,
     Database,
     SeriesGap,
+    StaleAttempt,
     StaleWriter,
-    Stored,
     UpdateOutcome,
 )
+from trainreport.server._metrics import (
+    DATABASE_ERRORS,
+    RequestMetrics,
+    ServerMetrics,
+    is_database_error,
+)
 from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS, RetentionWorker
+from trainreport.server._routes import (
+    ENDPOINTS,
+    LIMIT,
+    MAX_POINTS,
+    METRICS,
+    NAME,
+    NAMES,
+    Endpoint,
+)
 from trainreport.server._security import RequestGuard, allowed_host_names
+from trainreport.server._stale import (
+    DEFAULT_STALE_AFTER_SECONDS,
+    STALE_KEY,
+    staleness,
+)
 from trainreport.server._storage import StorageUnavailable
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
     EXTENSION_SERIES_SUFFIX,
     ApiError,
+    SeriesPoints,
     TaskUpdate,
     parse_json,
     validate_id,
     validate_patch,
     validate_update,
+    validate_writer_claim,
 )
 
 __all__ = [
@@ -70,9 +102,6 @@ DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 #: Default budget of request body bytes (after decompression) held at once, server-wide.
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
-#: ``GET /v1/jobs`` returns at most this many jobs unless ``?limit=`` says otherwise.
-_DEFAULT_JOB_LIMIT = 100
-_MAX_JOB_LIMIT = 1000
 #: Seconds a client is asked to wait when the database cannot be reached (503).
 DATABASE_RETRY_AFTER_SECONDS = 1
 
@@ -83,22 +112,30 @@ def create_app(
     db_path: str | os.PathLike[str],
     *,
     token: str | None = None,
+    secret: bytes | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
     allowed_hosts: Iterable[str] = (),
+    clock: Callable[[], float] | None = None,
+    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
     retain_days: float | None = None,
     retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
 ) -> Starlette:
-    """Build the reference server's ASGI app on a SQLite file or a PostgreSQL database.
+    """Build the reference server's ASGI app on a SQLite file.
 
     Args:
         db_path: the SQLite database file (created with its tables if missing),
             or a ``postgresql://`` URL (the ``postgres`` extra; the schema is
             migrated at start, see ``docs/server.md``).
-        token: when set, every ``/v1`` request except ``GET /v1/capabilities``
-            needs ``Authorization: Bearer <token>`` (reads too), else 401.
-            The token is never logged.
+        token: the admin token: it reads and writes every job and cancels.
+            When it or ``secret`` is set, every ``/v1`` request except
+            ``GET /v1/capabilities`` and ``GET /v1/openapi.json`` needs
+            ``Authorization: Bearer <token>`` (reads too), else 401. Tokens
+            are never logged.
+        secret: the server secret that per-job tokens (``trainreport token``)
+            are verified with, at least 32 bytes; a job token reads and writes
+            its own job only (403 elsewhere). ``None``: no job tokens.
         max_body_bytes: limit on the request body bytes received (after
             transfer decoding, before gzip decompression), in bytes; larger -> 413.
         max_decompressed_bytes: limit on a gzip body after decompression, in
@@ -111,8 +148,17 @@ def create_app(
             ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
             Requests from another ``Origin`` are always 403, and writes need
             ``Content-Type: application/json`` (415), see ``_security``.
+        clock: wall-clock seconds since the Unix epoch (``time.time`` when
+            ``None``): job token expiries, the time stored with every write,
+            and staleness.
+        stale_after_seconds: a ``running`` task without a write for longer
+            than this, in seconds, is reported stale (its process may have
+            died): a ``stale`` object in ``GET`` of the task and in the job's
+            task summaries, and the ``trainreport_stale_tasks`` gauge
+            (``server/_stale.py``). Default 180 s, three heartbeats.
         retain_days: delete finished jobs (no task pending or running) this
-            many days after their last write; ``None`` keeps every job.
+            many days after their last write; ``None`` keeps every job
+            (``server/_retention.py``).
         retention_interval_seconds: seconds between two retention passes.
 
     Returns:
@@ -121,14 +167,21 @@ def create_app(
         :class:`~trainreport.server._db.Database`.
 
     Raises:
-        ValueError: an empty token, a limit below 1 byte, an allowed host
-            that is not a plain name, or a retention setting that is not positive.
+        ValueError: an empty token, a secret under 32 bytes, a limit below 1
+            byte, ``stale_after_seconds`` not a positive number, or an allowed
+            host that is not a plain name.
         sqlite3.Error: the database file cannot be opened.
         StorageUnavailable: the PostgreSQL database cannot be reached.
         RuntimeError: the database was written by a newer server.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty string or None")
+    if secret is not None:
+        check_secret(secret)
+    wall_clock = time.time if clock is None else clock
+    authenticator = Authenticator(token, secret, wall_clock)
+    if not (math.isfinite(stale_after_seconds) and stale_after_seconds > 0):
+        raise ValueError("stale_after_seconds must be a positive number of seconds")
     if max_body_bytes < 1 or max_decompressed_bytes < 1 or body_budget_bytes < 1:
         raise ValueError("body limits must be at least 1 byte")
     hosts = allowed_host_names(None, allowed_hosts)
@@ -138,12 +191,35 @@ def create_app(
     db = Database(db_path)
     try:
         retention = RetentionWorker(
-            db, retain_days=retain_days, interval_seconds=retention_interval_seconds
+            db,
+            retain_days=retain_days,
+            interval_seconds=retention_interval_seconds,
+            clock=lambda: datetime.fromtimestamp(wall_clock(), timezone.utc),
         )
     except ValueError:
         db.close()
         raise
-    api = _Api(db, limits, BodyBudget(body_budget_bytes), retention)
+
+    def count_stale() -> int:
+        now = wall_clock()
+        return sum(
+            staleness("running", t, now=now, stale_after_seconds=stale_after) is not None
+            for t in db.running_task_update_times()
+        )
+
+    stale_after = stale_after_seconds
+    metrics = ServerMetrics(db.count_tasks_by_status, count_stale)
+    api = _Api(
+        db,
+        limits,
+        BodyBudget(body_budget_bytes),
+        authenticator,
+        metrics,
+        clock=wall_clock,
+        stale_after_seconds=stale_after_seconds,
+        retention=retention,
+    )
+    routes = api.routes() + _page.routes()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -154,52 +230,116 @@ def create_app(
             retention.stop()
             db.close()
 
-    middleware = [Middleware(_SecurityHeaders), Middleware(RequestGuard, allowed_hosts=hosts)]
-    if token is not None:
-        middleware.append(Middleware(_BearerAuth, token=token))
-    middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
+    middleware = [
+        Middleware(RequestMetrics, metrics=metrics, routes=routes),
+        Middleware(_SecurityHeaders),
+        Middleware(RequestGuard, allowed_hosts=hosts),
+        Middleware(
+            Authentication,
+            authenticator=authenticator,
+            protected=lambda path: _protected(path, authenticator.has_admin_token),
+        ),
+        Middleware(GZipMiddleware, minimum_size=1024),
+    ]
     app = Starlette(
-        routes=api.routes() + _page.routes(),
+        routes=routes,
         middleware=middleware,
         exception_handlers={
             ApiError: _api_error_response,
             HTTPException: _http_error_response,
+            # Database errors are answered where Starlette does not re-raise (a re-raised
+            # error closes the connection, which a client may see as a reset, not a 500).
+            **dict.fromkeys(DATABASE_ERRORS, _internal_error_response),
             StorageUnavailable: _unavailable_response,
             Exception: _internal_error_response,
         },
         lifespan=lifespan,
     )
     app.state.database = db
+    app.state.metrics = metrics
     app.state.retention = retention
     return app
 
 
+#: ``/v1`` paths that need no token (discovery and the contract).
+_OPEN_V1_PATHS = frozenset(e.path for e in ENDPOINTS if e.access is Access.OPEN)
+
+
+def _protected(path: str, has_admin_token: bool) -> bool:
+    """Whether a request path needs a token (when the server has any token or secret).
+
+    Every ``/v1`` path but the open ones, unknown ones included (so a 404
+    tells an anonymous client nothing), and ``/metrics`` when an admin token
+    is set. Health checks and the page's HTML shells stay open.
+    """
+    if path == "/v1" or path.startswith("/v1/"):
+        return path not in _OPEN_V1_PATHS
+    return path == "/metrics" and has_admin_token
+
+
 class _Api:
-    """The ``/v1`` endpoints; each validates, then runs one storage call in the thread pool."""
+    """The endpoints of :data:`ENDPOINTS`; each validates, then runs one storage call off-loop."""
 
     def __init__(
-        self, db: Database, limits: BodyLimits, budget: BodyBudget, retention: RetentionWorker
+        self,
+        db: Database,
+        limits: BodyLimits,
+        budget: BodyBudget,
+        auth: Authenticator,
+        metrics: ServerMetrics,
+        *,
+        clock: Callable[[], float],
+        stale_after_seconds: float,
+        retention: RetentionWorker,
     ) -> None:
         self._db = db
+        self._retention = retention
+        self._clock = clock
+        self._stale_after = stale_after_seconds
         self._limits = limits
         self._budget = budget
-        self._retention = retention
+        self._auth = auth
+        self._metrics = metrics
 
     def routes(self) -> list[Route]:
-        task = "/v1/jobs/{job_id}/tasks/{task_id}"
+        """One route per endpoint, each behind its access rule."""
         return [
-            Route("/v1/capabilities", self.capabilities, methods=["GET"]),
-            Route("/v1/jobs", self.list_jobs, methods=["GET"]),
-            Route("/v1/jobs/{job_id}", self.get_job, methods=["GET"]),
-            Route("/v1/jobs/{job_id}", self.put_job, methods=["PUT"]),
-            Route("/v1/jobs/{job_id}", self.delete_job, methods=["DELETE"]),
-            Route("/v1/jobs/{job_id}/cancel", self.cancel_job, methods=["POST"]),
-            Route(task, self.get_task, methods=["GET"]),
-            Route(task, self.patch_task, methods=["PATCH"]),
-            Route(task + "/writers", self.open_writer, methods=["POST"]),
-            Route(task + "/updates", self.post_update, methods=["POST"]),
-            Route(task + "/series", self.get_series, methods=["GET"]),
+            Route(e.path, self._guarded(e), methods=[e.method], name=e.handler) for e in ENDPOINTS
         ]
+
+    def _guarded(self, endpoint: Endpoint) -> Handler:
+        """The endpoint's handler behind its access rule, checked before any body is read."""
+        handler: Handler = getattr(self, endpoint.handler)
+        access = endpoint.access
+
+        async def guarded(request: Request) -> Response:
+            raw_job = request.path_params.get("job_id")
+            job_id = None if raw_job is None else validate_id(raw_job, "job_id")
+            self._auth.authorize(principal_of(request), access, job_id)
+            return await handler(request)
+
+        return guarded
+
+    def _utc_now(self) -> str:
+        """The server's clock as ISO 8601 UTC with milliseconds (stored with every write)."""
+        moment = datetime.fromtimestamp(self._clock(), timezone.utc)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def _stale(self, status: str, updated_at: str) -> dict[str, Any] | None:
+        return staleness(
+            status, updated_at, now=self._clock(), stale_after_seconds=self._stale_after
+        )
+
+    def _with_stale(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A job document whose stale task summaries carry their ``stale`` object."""
+        for task in job["tasks"]:
+            stale = self._stale(task["status"], task["updated_at"])
+            if stale is not None:
+                task[STALE_KEY] = stale
+        return job
+
+    async def openapi(self, _request: Request) -> Response:
+        return Response(_openapi_bytes(), media_type="application/json")
 
     async def capabilities(self, _request: Request) -> Response:
         return JSONResponse(
@@ -212,35 +352,44 @@ class _Api:
         )
 
     async def list_jobs(self, request: Request) -> Response:
-        limit = _int_query(request, "limit", _DEFAULT_JOB_LIMIT, 1, _MAX_JOB_LIMIT)
-        return await run_in_threadpool(
-            lambda: JSONResponse({"jobs": self._db.list_jobs(limit=limit)})
-        )
+        limit = LIMIT.read_int(request.query_params)
+        principal = principal_of(request)
+        own_job = None if principal is None or principal.admin else principal.job_id
+
+        def read() -> Response:
+            if own_job is None:
+                jobs = self._db.list_jobs(limit=limit)
+            else:
+                job = self._db.get_job(own_job)  # a job token lists its own job, if it exists
+                jobs = [] if job is None else [job]
+            return JSONResponse({"jobs": [self._with_stale(job) for job in jobs]})
+
+        return await run_in_threadpool(read)
 
     async def get_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
         job = await run_in_threadpool(self._db.get_job, job_id)
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
-        return JSONResponse(job)
+        return JSONResponse(self._with_stale(job))
 
     async def put_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
-        now = _utc_now()
+        now = self._utc_now()
         created, job = await run_in_threadpool(lambda: self._db.put_job(job_id, now=now))
-        return JSONResponse(job, status_code=201 if created else 200)
+        return JSONResponse(self._with_stale(job), status_code=201 if created else 200)
 
     async def cancel_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
-        now = _utc_now()
+        now = self._utc_now()
         job = await run_in_threadpool(lambda: self._db.cancel_job(job_id, now=now))
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
-        return JSONResponse(job)
+        return JSONResponse(self._with_stale(job))
 
     async def delete_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
-        now = _utc_now()
+        now = self._utc_now()
         deleted = await run_in_threadpool(lambda: self._db.delete_job(job_id, now=now))
         if not deleted:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
@@ -249,36 +398,53 @@ class _Api:
 
     async def get_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        include = _bool_query(request, "metrics", default=True)
+        include = METRICS.read_bool(request.query_params)
 
         def read() -> Response:
-            task = self._db.get_task(job_id, task_id, include_metrics=include)
-            if task is None:
+            found = self._db.read_task(job_id, task_id, include_metrics=include)
+            if found is None:
                 raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+            task, updated_at = found
+            stale = self._stale(task["status"], updated_at)
+            if stale is not None:  # outside status_details: a plain job API never sends it
+                task[STALE_KEY] = stale
             return JSONResponse(task)  # encoded here, off the event loop
 
         return await run_in_threadpool(read)
 
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        now = _utc_now()
+        now = self._utc_now()
 
-        def store(body: bytearray) -> Stored:  # one trip to the thread pool: parse to commit
+        def store(body: bytearray) -> _Patched:  # one trip to the thread pool: parse to commit
             patch = validate_patch(check_text(parse_json(body), body))
-            return self._db.patch_task(job_id, task_id, patch, now=now)
+            stored = self._db.patch_task(job_id, task_id, patch, now=now)
+            return _Patched(stored.status, stored.cancel_requested, _points(patch.metrics or ()))
 
         async with held_body(request, self._limits, self._budget) as body:
             stored = await run_in_threadpool(store, body)
+        self._metrics.points_stored.inc(stored.points)
         return JSONResponse({"status": stored.status, "cancel_requested": stored.cancel_requested})
 
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         async with held_body(request, self._limits, self._budget) as body:
-            if body.strip() and not isinstance(check_text(parse_json(body), body), dict):
-                raise ApiError(422, "invalid_body", "expected an object @ $", {"path": "$"})
+            claim = validate_writer_claim(
+                check_text(parse_json(body), body) if body.strip() else None
+            )
 
         def open_writer() -> Response:
-            opened = self._db.open_writer(job_id, task_id)
+            opened = self._db.open_writer(job_id, task_id, claim)
+            if isinstance(opened, StaleAttempt):
+                raise ApiError(
+                    409,
+                    "stale_attempt",
+                    "an earlier attempt cannot take the task from a later one; stop writing",
+                    {
+                        "writer_generation": opened.current_generation,
+                        "holder": opened.holder.to_json(),
+                    },
+                )
             return JSONResponse(
                 {
                     "writer_generation": opened.generation,
@@ -292,7 +458,7 @@ class _Api:
 
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
-        now = _utc_now()
+        now = self._utc_now()
 
         def apply(body: bytearray) -> tuple[TaskUpdate, UpdateOutcome]:  # one trip, as above
             update = validate_update(check_text(parse_json(body), body))
@@ -316,15 +482,18 @@ class _Api:
                 "a series offset is beyond the stored length; resend from series_lengths",
                 {"series_lengths": outcome.series_lengths},
             )
+        if not outcome.duplicate:
+            self._metrics.points_stored.inc(_points(update.series))
         return JSONResponse(_applied_body(outcome))
 
     async def get_series(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
         names: list[str] | None = None
-        if "names" in request.query_params or "name" in request.query_params:
-            names = [n for v in request.query_params.getlist("names") for n in v.split(",")]
-            names += request.query_params.getlist("name")
-        max_points = _int_query(request, "max_points", 0, 0, 1_000_000)
+        params = request.query_params
+        if NAMES.name in params or NAME.name in params:
+            names = [n for v in params.getlist(NAMES.name) for n in v.split(",")]
+            names += params.getlist(NAME.name)
+        max_points = MAX_POINTS.read_int(request.query_params)
 
         def read() -> Response:
             columns = self._db.series_columns(job_id, task_id, names)
@@ -333,6 +502,51 @@ class _Api:
             return JSONResponse({"series": _page.shape_columns(columns, max_points)})
 
         return await run_in_threadpool(read)
+
+    # -- operations -----------------------------------------------------------------------
+
+    async def healthz(self, _request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, _request: Request) -> Response:
+        try:
+            await run_in_threadpool(self._db.check_ready)
+        except Exception as exc:  # any failure means "not ready"; the probe must answer
+            if is_database_error(exc):
+                self._metrics.database_errors.inc()
+            get_logger().warning("trainreport.not_ready", error=type(exc).__name__)
+            # A StorageUnavailable names the database without its password.
+            reason = (
+                str(exc)
+                if isinstance(exc, (RuntimeError, StorageUnavailable))
+                else "the database did not answer"
+            )
+            return JSONResponse(
+                {"status": "unavailable", "reason": reason},
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, _request: Request) -> Response:
+        body = await run_in_threadpool(self._metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+class _Patched(NamedTuple):
+    status: str
+    cancel_requested: bool
+    points: int
+
+
+def _points(series: Iterable[SeriesPoints]) -> int:
+    return sum(len(s) for s in series)
+
+
+@functools.cache
+def _openapi_bytes() -> bytes:
+    """The contract, generated once per process (it depends on the code only)."""
+    return to_json(openapi_document()).encode("utf-8")
 
 
 def _applied_body(outcome: Applied) -> dict[str, Any]:
@@ -350,11 +564,6 @@ def _applied_body(outcome: Applied) -> dict[str, Any]:
 # -- request helpers --------------------------------------------------------------------
 
 
-def _utc_now() -> str:
-    """The server's wall clock as ISO 8601 UTC with milliseconds (the I/O shell's clock)."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _task_ids(request: Request) -> tuple[str, str]:
     return (
         validate_id(request.path_params["job_id"], "job_id"),
@@ -362,36 +571,12 @@ def _task_ids(request: Request) -> tuple[str, str]:
     )
 
 
-def _int_query(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise ApiError(400, "invalid_query", f"{name} must be an integer in [{low}, {high}]")
-    return value
-
-
-def _bool_query(request: Request, name: str, *, default: bool) -> bool:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if raw.lower() in ("1", "true", "yes"):
-        return True
-    if raw.lower() in ("0", "false", "no"):
-        return False
-    raise ApiError(400, "invalid_query", f"{name} must be true or false")
-
-
 # -- errors -----------------------------------------------------------------------------
 
 
 async def _api_error_response(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    headers = {"WWW-Authenticate": 'Bearer realm="trainreport"'} if exc.status_code == 401 else None
+    headers = {"WWW-Authenticate": WWW_AUTHENTICATE} if exc.status_code == 401 else None
     retry_after = exc.extra.get("retry_after_seconds")
     if exc.status_code == 503 and isinstance(retry_after, int):
         headers = {"Retry-After": str(retry_after)}
@@ -412,6 +597,8 @@ async def _http_error_response(_request: Request, exc: Exception) -> Response:
 
 
 async def _unavailable_response(request: Request, exc: Exception) -> Response:
+    """503 with ``Retry-After``: the database cannot be reached now; the client retries."""
+    request.app.state.metrics.database_errors.inc()
     get_logger().warning(
         "trainreport.database_unavailable",
         method=request.method,
@@ -429,6 +616,8 @@ async def _unavailable_response(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error_response(request: Request, exc: Exception) -> Response:
+    if is_database_error(exc):
+        request.app.state.metrics.database_errors.inc()
     get_logger().error(
         "trainreport.server_error",
         method=request.method,
@@ -441,37 +630,6 @@ async def _internal_error_response(request: Request, exc: Exception) -> Response
 
 
 # -- middleware -------------------------------------------------------------------------
-
-
-class _BearerAuth:
-    """Requires ``Authorization: Bearer <token>`` on every ``/v1`` path but capabilities."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if (
-            scope["type"] == "http"
-            and (path == "/v1" or path.startswith("/v1/"))
-            and path != "/v1/capabilities"
-            and not self._authorized(scope)
-        ):
-            error = ApiError(401, "unauthorized", "a valid 'Authorization: Bearer' token is needed")
-            response = await _api_error_response(Request(scope), error)
-            await response(scope, receive, send)
-            return
-        await self._app(scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, credentials = value.strip().partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(
-                    credentials.strip(), self._token
-                )
-        return False
 
 
 class _SecurityHeaders:

@@ -25,15 +25,16 @@ from typing import Any, TypeAlias
 import attrs
 
 from trainreport._lifecycle import forget_running_only_details
-from trainreport.server._schema import SCHEMA_VERSION, migrate
+from trainreport.server._migrations import SCHEMA_VERSION, migrate, stored_version
 from trainreport.server._storage import Backend, Connection, open_backend
-from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate
+from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate, WriterClaim
 
 __all__ = [
     "SCHEMA_VERSION",
     "Applied",
     "Database",
     "SeriesGap",
+    "StaleAttempt",
     "StaleWriter",
     "Stored",
     "UpdateOutcome",
@@ -106,6 +107,19 @@ class StaleWriter:
 
 
 @attrs.frozen
+class StaleAttempt:
+    """A writer claimed the task with an older attempt than the holder's; nothing changed.
+
+    Args:
+        holder: the attempt identity of the task's current writer.
+        current_generation: the task's current writer generation.
+    """
+
+    holder: WriterClaim
+    current_generation: int
+
+
+@attrs.frozen
 class SeriesGap:
     """A suffix starts beyond the stored length of its series; nothing applied.
 
@@ -153,6 +167,44 @@ class Database:
         """Close every connection. Idempotent; never raises."""
         self.backend.close()
 
+    # -- operations (readiness, metrics) ------------------------------------------------
+
+    def check_ready(self) -> None:
+        """Raise unless the database answers and holds this server's schema (``/readyz``).
+
+        Cheap: one read of the ``schema_version`` table.
+
+        Raises:
+            sqlite3.Error: the SQLite database cannot be read.
+            StorageUnavailable: the PostgreSQL database cannot be reached.
+            RuntimeError: the database is closed, or its schema version is not
+                :data:`SCHEMA_VERSION` (migrations not applied).
+        """
+        with self.backend.read() as conn:
+            version = stored_version(conn)
+        if version != SCHEMA_VERSION:
+            raise RuntimeError(f"schema version {version}; this server needs {SCHEMA_VERSION}")
+
+    def count_tasks_by_status(self) -> dict[str, int]:
+        """The number of tasks per stored status (``/metrics``); statuses without tasks are absent.
+
+        Raises:
+            sqlite3.Error, StorageUnavailable: the database cannot be read.
+        """
+        with self.backend.read() as conn:
+            rows = conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall()
+        return {str(status): int(count) for status, count in rows}
+
+    def running_task_update_times(self) -> list[str]:
+        """The server's ``updated_at`` of every task whose status is ``running`` (``/metrics``).
+
+        Raises:
+            sqlite3.Error, StorageUnavailable: the database cannot be read.
+        """
+        with self.backend.read() as conn:
+            rows = conn.execute("SELECT updated_at FROM tasks WHERE status = 'running'")
+            return [str(row[0]) for row in rows]
+
     # -- baseline ---------------------------------------------------------------------
 
     def get_task(
@@ -168,6 +220,24 @@ class Database:
         """
         with self.backend.read() as conn:
             return _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+
+    def read_task(
+        self, job_id: str, task_id: str, *, include_metrics: bool = True
+    ) -> tuple[dict[str, Any], str] | None:
+        """:meth:`get_task` and the server's time of the task's last write, in one snapshot.
+
+        Returns:
+            ``(task, updated_at)`` (ISO 8601 UTC), or ``None`` when the task does
+            not exist.
+        """
+        with self.backend.read() as conn:
+            task = _task_document(conn, job_id, task_id, include_metrics=include_metrics)
+            row = conn.execute(
+                "SELECT updated_at FROM tasks WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+            ).fetchone()
+        if task is None or row is None:
+            return None
+        return task, str(row[0])
 
     def patch_task(self, job_id: str, task_id: str, patch: TaskPatch, *, now: str) -> Stored:
         """Apply a baseline ``PATCH``: shallow merge of details, ``metrics`` replaces all series.
@@ -197,21 +267,40 @@ class Database:
 
     # -- series-suffix-v1 -------------------------------------------------------------
 
-    def open_writer(self, job_id: str, task_id: str) -> WriterOpened:
-        """Issue the task's next writer generation; fences every older writer.
+    def open_writer(
+        self, job_id: str, task_id: str, claim: WriterClaim | None = None
+    ) -> WriterOpened | StaleAttempt:
+        """Issue the task's next writer generation, unless the claim is of an older attempt.
 
+        Generations follow the attempts' order, not the order in which writers
+        open: a claim older than the current holder's (``WriterClaim.is_older_than``)
+        is refused and fences nobody; any other claim issues the next
+        generation, which fences every older writer, and becomes the holder.
         Does not create the task or the job.
 
         Args:
             job_id: a validated job id.
             task_id: a validated task id.
+            claim: the writer's attempt identity (``None``: no identity).
         """
+        claim = claim if claim is not None else WriterClaim()
         with self.backend.write(job_id) as conn:
-            conn.execute(
-                "INSERT INTO writers (job_id, task_id, generation, last_sequence) "
-                "VALUES (?, ?, 1, 0) ON CONFLICT (job_id, task_id) "
-                "DO UPDATE SET generation = writers.generation + 1, last_sequence = 0",
+            row = conn.execute(
+                "SELECT generation, attempt_number, attempt_started_at FROM writers "
+                "WHERE job_id = ? AND task_id = ?",
                 (job_id, task_id),
+            ).fetchone()
+            if row is not None:
+                holder = WriterClaim(number=row[1], started_at=row[2])
+                if claim.is_older_than(holder):
+                    return StaleAttempt(holder=holder, current_generation=row[0])
+            conn.execute(
+                "INSERT INTO writers (job_id, task_id, generation, last_sequence, "
+                "attempt_number, attempt_started_at) VALUES (?, ?, 1, 0, ?, ?) "
+                "ON CONFLICT (job_id, task_id) DO UPDATE SET generation = writers.generation + 1, "
+                "last_sequence = 0, attempt_number = excluded.attempt_number, "
+                "attempt_started_at = excluded.attempt_started_at",
+                (job_id, task_id, claim.number, claim.started_at),
             )
             generation = conn.execute(
                 "SELECT generation FROM writers WHERE job_id = ? AND task_id = ?",
@@ -572,7 +661,11 @@ def _write_suffix(
     series: SeriesPoints,
     lengths: dict[str, int],
 ) -> None:
-    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place."""
+    """Truncate ``series`` to its offset and append its points; updates ``lengths`` in place.
+
+    A series left with no points is removed (a task keeps points, not names), so
+    ``GET`` never shows an empty series and the client's record agrees with it.
+    """
     name, offset = series.name, series.offset
     if name in lengths:
         if offset < lengths[name]:
@@ -580,10 +673,19 @@ def _write_suffix(
                 "DELETE FROM points WHERE job_id = ? AND task_id = ? AND series = ? AND idx >= ?",
                 (job_id, task_id, name, offset),
             )
+        if offset + len(series) == 0:
+            conn.execute(
+                "DELETE FROM series WHERE job_id = ? AND task_id = ? AND series = ?",
+                (job_id, task_id, name),
+            )
+            del lengths[name]
+            return
         conn.execute(
             "UPDATE series SET length = ? WHERE job_id = ? AND task_id = ? AND series = ?",
             (offset + len(series), job_id, task_id, name),
         )
+    elif offset + len(series) == 0:
+        return
     else:
         conn.execute(
             "INSERT INTO series (job_id, task_id, series, ord, length) VALUES (?, ?, ?, "

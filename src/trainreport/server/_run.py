@@ -32,6 +32,7 @@ from trainreport.server._app import (
 )
 from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS
 from trainreport.server._security import allowed_host_names
+from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS
 from trainreport.server._storage import is_postgres_url
 
 __all__ = [
@@ -207,6 +208,7 @@ def start_in_thread(
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
+    secret: bytes | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
@@ -214,6 +216,8 @@ def start_in_thread(
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+    clock: Callable[[], float] | None = None,
     access_log: bool = False,
     startup_timeout_seconds: float = 10.0,
     retain_days: float | None = None,
@@ -225,7 +229,8 @@ def start_in_thread(
         db_path: the SQLite database file, or a ``postgresql://`` URL.
         host: the address to listen on (loopback by default, DESIGN §7).
         port: the TCP port; 0 picks a free one (see :attr:`ServerHandle.url`).
-        token: the bearer token required on ``/v1`` (see ``create_app``).
+        token: the admin token required on ``/v1`` (see ``create_app``).
+        secret: the secret job tokens are verified with (see ``create_app``).
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
         body_budget_bytes: request body bytes (after decompression) held at
@@ -234,6 +239,10 @@ def start_in_thread(
         head_timeout_seconds: time to receive a request's head, in seconds.
         body_timeout_seconds: time to receive a request's body, in seconds.
         max_connections: open connections served at once.
+        stale_after_seconds: silence after which a running task is stale, in
+            seconds (see ``create_app``).
+        clock: the server's wall clock, seconds since the epoch (see
+            ``create_app``; tests inject one).
         access_log: log every request through the ``uvicorn.access`` logger.
         startup_timeout_seconds: how long to wait for the server to accept
             connections, in seconds.
@@ -251,12 +260,15 @@ def start_in_thread(
     app = create_app(
         db_path,
         token=token,
+        secret=secret,
         max_body_bytes=max_body_bytes,
         max_decompressed_bytes=max_decompressed_bytes,
         body_budget_bytes=body_budget_bytes,
         allowed_hosts=sorted(allowed_host_names(host, allowed_hosts)),
         retain_days=retain_days,
         retention_interval_seconds=retention_interval_seconds,
+        clock=clock,
+        stale_after_seconds=stale_after_seconds,
     )
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
@@ -309,6 +321,7 @@ def start_subprocess(
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
+    secret_file: str | os.PathLike[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
@@ -316,6 +329,7 @@ def start_subprocess(
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
     access_log: bool = False,
     startup_timeout_seconds: float = 30.0,
     retain_days: float | None = None,
@@ -332,7 +346,9 @@ def start_subprocess(
             may hold a password).
         host: the address to listen on.
         port: the TCP port; 0 picks a free one before starting the child.
-        token: the bearer token required on ``/v1``.
+        token: the admin token required on ``/v1``.
+        secret_file: a file holding the secret job tokens are verified with
+            (``--secret-file``; the path is on the command line, the secret is not).
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
         body_budget_bytes: request body bytes held at once across all requests.
@@ -340,6 +356,7 @@ def start_subprocess(
         head_timeout_seconds: time to receive a request's head, in seconds.
         body_timeout_seconds: time to receive a request's body, in seconds.
         max_connections: open connections served at once.
+        stale_after_seconds: ``--stale-after``, in seconds.
         access_log: pass ``--access-log``.
         startup_timeout_seconds: how long to wait for ``GET /v1/capabilities``
             to answer, in seconds.
@@ -375,9 +392,13 @@ def start_subprocess(
         repr(float(body_timeout_seconds)),
         "--max-connections",
         str(max_connections),
+        "--stale-after",
+        repr(float(stale_after_seconds)),
     ]
     for name in allowed_hosts:
         argv += ["--allowed-hosts", name]
+    if secret_file is not None:
+        argv += ["--secret-file", os.fspath(secret_file)]
     if access_log:
         argv.append("--access-log")
     if retain_days is not None:

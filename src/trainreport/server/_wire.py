@@ -5,34 +5,60 @@ already read within the limits (``_app``), is parsed as strict JSON, and is
 validated into frozen values that the storage layer (``_db``) applies. Every
 refusal is an :class:`ApiError` carrying the HTTP status and the error code of
 ``docs/protocol.md``.
+
+Each request body is declared once, as a tree of ``_schema`` nodes
+(:data:`TASK_PATCH`, :data:`TASK_UPDATE`, :data:`WRITER_OPEN`, and
+:data:`STATUS_DETAILS` within them): the tree validates requests and
+generates the published JSON Schemas and OpenAPI document (``_contract``).
 """
 
 from __future__ import annotations
 
-import array
-import base64
 import json
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import attrs
 
+from trainreport.server._errors import ApiError
+from trainreport.server._schema import (
+    Column,
+    Enum,
+    Field,
+    Forbidden,
+    Integer,
+    List,
+    MapOf,
+    Nullable,
+    Number,
+    Open,
+    Record,
+    Text,
+    invalid,
+)
+
 __all__ = [
     "EXTENSION_SERIES_SUFFIX",
     "MAX_SERIES_NAME_CHARS",
+    "REQUEST_BODIES",
+    "STATUS_DETAILS",
+    "TASK_PATCH",
     "TASK_STATUSES",
+    "TASK_UPDATE",
+    "WRITER_OPEN",
     "ApiError",
     "SeriesPoints",
     "TaskPatch",
     "TaskUpdate",
+    "WriterClaim",
     "parse_json",
     "validate_id",
     "validate_patch",
     "validate_series_name",
     "validate_update",
+    "validate_writer_claim",
 ]
 
 #: The extension this server implements (``docs/protocol.md``).
@@ -41,45 +67,10 @@ EXTENSION_SERIES_SUFFIX = "series-suffix-v1"
 TASK_STATUSES = frozenset({"pending", "running", "completed", "failed", "cancelled"})
 #: Longest series (metric) name accepted, in characters.
 MAX_SERIES_NAME_CHARS = 200
-#: Largest step, epoch, offset, generation or sequence accepted (SQLite's INTEGER).
-MAX_INT = 2**63 - 1
+#: The rule of job and task ids (``docs/protocol.md``).
+ID_PATTERN = "[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 
-_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_POINT_KEYS = frozenset({"step", "epoch", "value"})
-_SERIES_KEYS = frozenset({"offset", "steps", "epochs", "values"})
-_PATCH_KEYS = frozenset({"status", "status_details"})
-_UPDATE_KEYS = frozenset({"writer_generation", "sequence", "status", "status_details", "series"})
-
-
-class ApiError(Exception):
-    """A request the server refuses; rendered as ``{"error": code, "message": ...}``.
-
-    Args:
-        status_code: the HTTP status, e.g. 400, 413, 422.
-        code: the machine-readable error code (``docs/protocol.md``), e.g.
-            ``"invalid_id"``.
-        message: human-readable text; never contains a token.
-        extra: further JSON fields of the error body (e.g. ``"path"``,
-            ``"series_lengths"``).
-    """
-
-    def __init__(
-        self,
-        status_code: int,
-        code: str,
-        message: str,
-        extra: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.code = code
-        self.message = message
-        self.extra: dict[str, Any] = dict(extra or {})
-
-    def body(self) -> dict[str, Any]:
-        """The JSON error body. Never raises."""
-        return {"error": self.code, "message": self.message, **self.extra}
+_ID_RE = re.compile(ID_PATTERN)
 
 
 @attrs.frozen
@@ -140,6 +131,38 @@ class TaskUpdate:
     series: tuple[SeriesPoints, ...]
 
 
+@attrs.frozen
+class WriterClaim:
+    """The attempt identity a writer claims a task with (``POST .../writers``).
+
+    Args:
+        number: the attempt number the job system gave the process
+            (``TRAINREPORT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``, ...), or ``None``.
+        started_at: the process's start time, seconds since the Unix epoch, or ``None``.
+    """
+
+    number: int | None = None
+    started_at: float | None = None
+
+    def is_older_than(self, holder: WriterClaim) -> bool:
+        """Whether this claim belongs to an earlier attempt than ``holder``'s.
+
+        Attempt numbers decide when both claims have one and they differ;
+        otherwise process start times decide when both have one. A claim equal
+        to the holder's (the same attempt re-opening) or one that cannot be
+        ordered (no identity) is not older.
+        """
+        if self.number is not None and holder.number is not None and self.number != holder.number:
+            return self.number < holder.number
+        if self.started_at is not None and holder.started_at is not None:
+            return self.started_at < holder.started_at
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        """The claim as the ``holder`` field of a 409 ``stale_attempt`` body."""
+        return {"number": self.number, "started_at": self.started_at}
+
+
 def validate_id(value: str, what: str) -> str:
     """Check a job or task id against ``^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$``.
 
@@ -162,6 +185,159 @@ def validate_id(value: str, what: str) -> str:
     return value
 
 
+#: Characters a series name may hold: anything but control characters (C0, DEL, C1).
+_NAME_CHARS = "[^\\u0000-\\u001f\\u007f-\\u009f]*"
+_STATUS = Enum(
+    tuple(sorted(TASK_STATUSES)),
+    description="the task's status; absent keeps the stored one (null is refused)",
+)
+SERIES_NAME = Text(
+    min_length=1,
+    max_length=MAX_SERIES_NAME_CHARS,
+    pattern=_NAME_CHARS,
+    message=(
+        f"a series name must be 1..{MAX_SERIES_NAME_CHARS} characters without control characters"
+    ),
+    description="a series (metric) name, e.g. train_loss",
+)
+_STEP = Integer(0, description="the optimizer step the point was recorded at")
+_EPOCH = Integer(0, nullable=True, description="the 1-based epoch of the step, or null")
+_VALUE = Number(nullable=True, description="the value; null for a non-finite one (NaN, ±Inf)")
+POINT = Record(
+    (Field("step", _STEP, required=True), Field("epoch", _EPOCH), Field("value", _VALUE, True)),
+    description="one point of a series",
+)
+
+#: ``status_details`` as a plain job API stores it (the baseline shape). The server merges
+#: it shallowly and stores any JSON value under any key; the keys below are the ones
+#: trainreport writes, with the types it writes (documented, not enforced), except
+#: ``metrics``, whose shape is enforced.
+STATUS_DETAILS = Record(
+    (
+        Field("phase", Open("setup, training, validation, checkpointing (a string)")),
+        Field("step", Open("the last step reported (an integer >= 0)", 120)),
+        Field("epoch", Open("the current 1-based epoch (an integer >= 1)", 1)),
+        Field("max_steps", Open("the planned number of steps (an integer)", 500)),
+        Field("num_epochs", Open("the planned number of epochs (an integer)", 3)),
+        Field("percentage_done", Open("100 * step / max_steps, in [0, 100] (a number)", 24.0)),
+        Field("eta_seconds", Open("seconds left while running (a number)", 1810.5)),
+        Field("updated_at", Open("the client's clock, ISO 8601 UTC (a string)")),
+        Field("checkpoint_path", Open("the last checkpoint saved (a string)")),
+        Field("hyperparameters", Open("flattened with '/' (an object)")),
+        Field("val_datasets", Open("validation datasets in the order seen (an array)")),
+        Field("error", Open("a failed run's error: {type, message} (an object)")),
+        Field("cancel_reason", Open("why a cancelled run stopped, e.g. preempted (a string)")),
+        Field(
+            "metrics",
+            MapOf(
+                SERIES_NAME,
+                List(POINT),
+                description=(
+                    "every series of the task, each in full (a PATCH that sends it replaces "
+                    "every stored series)"
+                ),
+            ),
+        ),
+    ),
+    extra=Open("any other detail, e.g. a current metric value such as train_loss"),
+    description=(
+        "Task details, merged shallowly: a key sent replaces the stored value, a key not "
+        "sent is kept."
+    ),
+)
+
+#: ``PATCH /v1/jobs/{job_id}/tasks/{task_id}`` (the baseline).
+TASK_PATCH = Record(
+    (Field("status", _STATUS), Field("status_details", STATUS_DETAILS)),
+    description="A baseline write of a task; unknown top-level keys are refused.",
+)
+
+
+def _equal_lengths(columns: Mapping[str, Any], path: str) -> None:
+    lengths = {len(columns.get(key, ())) for key in ("steps", "epochs", "values")}
+    if len(lengths) > 1:
+        invalid("steps, epochs and values must have the same length", path)
+
+
+SERIES_SUFFIX = Record(
+    (
+        Field("offset", Integer(0, description="the index of the first point given"), True),
+        Field("steps", Column("q", _STEP)),
+        Field("epochs", Column("i", _EPOCH)),
+        Field("values", Column("d", _VALUE)),
+    ),
+    rule=_equal_lengths,
+    rule_text="steps, epochs and values (each [] when absent) must have the same length.",
+    description="From index offset on, the series is exactly these points.",
+)
+
+#: ``POST /v1/jobs/{job_id}/tasks/{task_id}/updates`` (extension ``series-suffix-v1``).
+TASK_UPDATE = Record(
+    (
+        Field("writer_generation", Integer(1, description="from POST .../writers"), True),
+        Field("sequence", Integer(1, description="increases within a generation"), True),
+        Field("status", _STATUS),
+        Field(
+            "status_details",
+            attrs.evolve(
+                STATUS_DETAILS,
+                fields=(
+                    *(f for f in STATUS_DETAILS.fields if f.name != "metrics"),
+                    Field("metrics", Forbidden("series travel in $.series in an update")),
+                ),
+            ),
+        ),
+        Field("series", MapOf(SERIES_NAME, SERIES_SUFFIX)),
+    ),
+    description="A series-suffix-v1 update: fenced by writer_generation, ordered by sequence.",
+)
+
+
+def _started_at_not_negative(attempt: Mapping[str, Any], path: str) -> None:
+    started_at = attempt.get("started_at")
+    if started_at is not None and started_at < 0:
+        invalid("expected a number >= 0 or null", f"{path}.started_at")
+
+
+#: ``POST /v1/jobs/{job_id}/tasks/{task_id}/writers``: an object (or no body at all).
+WRITER_OPEN = Record(
+    (
+        Field(
+            "attempt",
+            Nullable(
+                Record(
+                    (
+                        Field(
+                            "number",
+                            Integer(
+                                0, nullable=True, description="the job system's attempt number"
+                            ),
+                        ),
+                        Field(
+                            "started_at",
+                            Number(description="process start, seconds since the Unix epoch"),
+                        ),
+                    ),
+                    extra=Open("ignored (forward compatibility)"),
+                    rule=_started_at_not_negative,
+                    rule_text="started_at, when given, is >= 0.",
+                    description="The claiming attempt's identity; an older claim gets 409.",
+                )
+            ),
+        ),
+    ),
+    extra=Open("ignored (forward compatibility)"),
+    description="Opens a writer; the body may be absent.",
+)
+
+#: Every request body, by the name the OpenAPI document gives it.
+REQUEST_BODIES: dict[str, Record] = {
+    "TaskPatch": TASK_PATCH,
+    "TaskUpdate": TASK_UPDATE,
+    "WriterOpen": WRITER_OPEN,
+}
+
+
 def validate_series_name(name: object, path: str) -> str:
     """Check a series name: a string of 1..200 characters without control characters.
 
@@ -175,11 +351,7 @@ def validate_series_name(name: object, path: str) -> str:
     Raises:
         ApiError: 422 ``invalid_body`` naming ``path``.
     """
-    if not isinstance(name, str) or not 1 <= len(name) <= MAX_SERIES_NAME_CHARS:
-        _invalid(f"a series name must be 1..{MAX_SERIES_NAME_CHARS} characters", path)
-    if _CONTROL_RE.search(name) is not None:
-        _invalid("a series name must not contain control characters", path)
-    return name
+    return SERIES_NAME.check(name, path)
 
 
 def _reject_constant(token: str) -> NoReturn:
@@ -212,7 +384,7 @@ def parse_json(body: bytes | bytearray) -> Any:
 
 
 def validate_patch(doc: Any) -> TaskPatch:
-    """Validate a baseline ``PATCH /v1/jobs/{job_id}/tasks/{task_id}`` body.
+    """Validate a baseline ``PATCH /v1/jobs/{job_id}/tasks/{task_id}`` body (:data:`TASK_PATCH`).
 
     Args:
         doc: the parsed body: ``{"status"?: str, "status_details"?: object}``.
@@ -223,22 +395,25 @@ def validate_patch(doc: Any) -> TaskPatch:
     Raises:
         ApiError: 422 ``invalid_body`` with ``path`` naming the first problem.
     """
-    obj = _object(doc, "$")
-    _known_keys(obj, _PATCH_KEYS, "$")
-    status = _status(obj)
-    details = dict(_object(obj.get("status_details", {}), "$.status_details"))
+    body = TASK_PATCH.check(doc, "$")
+    details = dict(body.get("status_details", {}))
     metrics: tuple[SeriesPoints, ...] | None = None
     if "metrics" in details:
-        raw = _object(details.pop("metrics"), "$.status_details.metrics")
         metrics = tuple(
-            _point_list(validate_series_name(name, "$.status_details.metrics"), points)
-            for name, points in raw.items()
+            SeriesPoints(
+                name=name,
+                offset=0,
+                steps=[p["step"] for p in points],
+                epochs=[p.get("epoch") for p in points],
+                values=[p["value"] for p in points],
+            )
+            for name, points in details.pop("metrics").items()
         )
-    return TaskPatch(status=status, details=details, metrics=metrics)
+    return TaskPatch(status=body.get("status"), details=details, metrics=metrics)
 
 
 def validate_update(doc: Any) -> TaskUpdate:
-    """Validate a ``POST .../updates`` body of the ``series-suffix-v1`` extension.
+    """Validate a ``POST .../updates`` body of ``series-suffix-v1`` (:data:`TASK_UPDATE`).
 
     Args:
         doc: the parsed body: ``{"writer_generation": int, "sequence": int,
@@ -253,158 +428,39 @@ def validate_update(doc: Any) -> TaskUpdate:
             (a ``metrics`` key in ``status_details`` is one: series travel in
             ``series``).
     """
-    obj = _object(doc, "$")
-    _known_keys(obj, _UPDATE_KEYS, "$")
-    generation = _int(obj.get("writer_generation"), "$.writer_generation", minimum=1)
-    sequence = _int(obj.get("sequence"), "$.sequence", minimum=1)
-    status = _status(obj)
-    details = _object(obj.get("status_details", {}), "$.status_details")
-    if "metrics" in details:
-        _invalid("series travel in $.series in an update, not in metrics", "$.status_details")
-    raw_series = _object(obj.get("series", {}), "$.series")
+    body = TASK_UPDATE.check(doc, "$")
     series = tuple(
-        _columns(validate_series_name(name, "$.series"), columns)
-        for name, columns in raw_series.items()
+        SeriesPoints(
+            name=name,
+            offset=columns["offset"],
+            steps=columns.get("steps", []),
+            epochs=columns.get("epochs", []),
+            values=columns.get("values", []),
+        )
+        for name, columns in body.get("series", {}).items()
     )
     return TaskUpdate(
-        writer_generation=generation,
-        sequence=sequence,
-        status=status,
-        details=dict(details),
+        writer_generation=body["writer_generation"],
+        sequence=body["sequence"],
+        status=body.get("status"),
+        details=body.get("status_details", {}),
         series=series,
     )
 
 
-def _invalid(message: str, path: str) -> NoReturn:
-    raise ApiError(422, "invalid_body", f"{message} @ {path}", {"path": path})
+def validate_writer_claim(doc: Any) -> WriterClaim:
+    """Validate a ``POST .../writers`` body (:data:`WRITER_OPEN`) into the writer's claim.
 
+    ``{}``, ``{"attempt": null}`` and ``None`` (no body) are a claim without identity;
+    other keys are ignored (forward compatibility).
 
-def _object(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        _invalid("expected an object", path)
-    return value
-
-
-def _known_keys(obj: Mapping[str, Any], known: frozenset[str], path: str) -> None:
-    unknown = sorted(set(obj) - known)
-    if unknown:
-        _invalid(f"unknown key {unknown[0]!r}", path)
-
-
-def _status(obj: Mapping[str, Any]) -> str | None:
-    status = obj.get("status")
-    if status is None and "status" not in obj:
-        return None
-    if not isinstance(status, str) or status not in TASK_STATUSES:
-        _invalid(f"status must be one of {', '.join(sorted(TASK_STATUSES))}", "$.status")
-    return str(status)
-
-
-def _int(value: Any, path: str, *, minimum: int) -> int:
-    if type(value) is not int or not minimum <= value <= MAX_INT:
-        _invalid(f"expected an integer >= {minimum}", path)
-    return value
-
-
-def _number(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    if type(value) is float:
-        if not math.isfinite(value):
-            _invalid("expected a finite number or null", path)
-        return value
-    if type(value) is int:
-        try:
-            return float(value)
-        except OverflowError:
-            _invalid("number out of range", path)
-    _invalid("expected a number or null", path)
-
-
-def _epoch(value: Any, path: str) -> int | None:
-    if value is None:
-        return None
-    return _int(value, path, minimum=0)
-
-
-def _key(name: str) -> str:
-    return f"[{json.dumps(name, ensure_ascii=False)}]"
-
-
-def _point_list(name: str, points: Any) -> SeriesPoints:
-    base = f"$.status_details.metrics{_key(name)}"
-    if not isinstance(points, list):
-        _invalid("expected an array of points", base)
-    steps: list[int] = []
-    epochs: list[int | None] = []
-    values: list[float | None] = []
-    for i, point in enumerate(points):
-        path = f"{base}[{i}]"
-        if not isinstance(point, dict):
-            _invalid("expected a point object", path)
-        if point.keys() - _POINT_KEYS:
-            _known_keys(point, _POINT_KEYS, path)
-        if "step" not in point or "value" not in point:
-            _invalid("a point needs 'step' and 'value'", path)
-        steps.append(_int(point["step"], f"{path}.step", minimum=0))
-        epochs.append(_epoch(point.get("epoch"), f"{path}.epoch"))
-        values.append(_number(point["value"], f"{path}.value"))
-    return SeriesPoints(name=name, offset=0, steps=steps, epochs=epochs, values=values)
-
-
-def _binary_column(text: str, typecode: str, path: str) -> list[Any]:
-    """Decode a base64 column of little-endian int64 (q), int32 (i) or float64 (d) values.
-
-    The client sends columns this way because formatting floats as decimal text
-    costs the reporter thread far more GIL time than copying their bytes
-    (``docs/protocol.md``). Non-finite float64 values become ``None`` (null).
-    The result is fully validated (integers >= 0, floats finite or ``None``),
-    with checks that run over the whole array in C (``min``, ``sum``): no
-    Python code runs per point unless a value is out of range.
+    Raises:
+        ApiError: 422 ``invalid_body`` naming the path (``$.attempt.number`` must be an
+            integer >= 0 or null, ``$.attempt.started_at`` a finite number >= 0 or null).
     """
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (ValueError, UnicodeEncodeError):
-        _invalid("expected base64 text", path)
-    column: array.array[Any] = array.array(typecode)
-    if len(raw) % column.itemsize:
-        _invalid(f"expected a multiple of {column.itemsize} bytes", path)
-    column.frombytes(raw)
-    if sys.byteorder == "big":
-        column.byteswap()
-    if typecode == "d":
-        if math.isfinite(sum(column)):  # a NaN or an infinity makes the sum non-finite
-            return column.tolist()
-        return [v if math.isfinite(v) else None for v in column]
-    if column and min(column) < 0:
-        first = next(i for i, v in enumerate(column) if v < 0)
-        _invalid("expected an integer >= 0", f"{path}[{first}]")
-    return column.tolist()
-
-
-def _columns(name: str, columns: Any) -> SeriesPoints:
-    base = f"$.series{_key(name)}"
-    obj = _object(columns, base)
-    _known_keys(obj, _SERIES_KEYS, base)
-    offset = _int(obj.get("offset"), f"{base}.offset", minimum=0)
-    lists = []
-    decoded = []  # binary columns come back validated: they are not checked twice
-    for key, typecode in (("steps", "q"), ("epochs", "i"), ("values", "d")):
-        column = obj.get(key, [])
-        if isinstance(column, str):
-            column = _binary_column(column, typecode, f"{base}.{key}")
-        elif not isinstance(column, list):
-            _invalid("expected an array or a base64 string", f"{base}.{key}")
-        decoded.append(isinstance(obj.get(key), str))
-        lists.append(column)
-    raw_steps, raw_epochs, raw_values = lists
-    if not len(raw_steps) == len(raw_epochs) == len(raw_values):
-        _invalid("steps, epochs and values must have the same length", base)
-    steps, epochs, values = raw_steps, raw_epochs, raw_values
-    if not decoded[0]:
-        steps = [_int(v, f"{base}.steps[{i}]", minimum=0) for i, v in enumerate(raw_steps)]
-    if not decoded[1]:
-        epochs = [_epoch(v, f"{base}.epochs[{i}]") for i, v in enumerate(raw_epochs)]
-    if not decoded[2]:
-        values = [_number(v, f"{base}.values[{i}]") for i, v in enumerate(raw_values)]
-    return SeriesPoints(name=name, offset=offset, steps=steps, epochs=epochs, values=values)
+    if doc is None:
+        return WriterClaim()
+    attempt = WRITER_OPEN.check(doc, "$").get("attempt")
+    if attempt is None:
+        return WriterClaim()
+    return WriterClaim(number=attempt.get("number"), started_at=attempt.get("started_at"))

@@ -44,6 +44,7 @@ import attrs
 import cattrs
 import urllib3
 
+from trainreport._attempt import AttemptIdentity, current_attempt
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._payloads import (
     UpdateResponse,
@@ -189,7 +190,7 @@ def _classify_failure(response: _Response, now: datetime.datetime) -> SendResult
     if status == 409:
         if code == "series_gap":
             return Resynchronise(reason, _lengths(body.get("series_lengths")))
-        if code == "stale_writer":
+        if code in ("stale_writer", "stale_attempt"):  # a later attempt owns the task
             return Rejected(reason, status)
         return Resynchronise(reason)
     return Rejected(reason, status)
@@ -273,6 +274,14 @@ class HttpSink(Sink):
             is always on (the system's CAs when ``None``).
         use_extension: ``False`` forces the baseline ``PATCH`` mode even when
             the server offers ``series-suffix-v1``.
+        attempt: the attempt identity this writer claims the task with
+            (series-suffix mode): a server refuses a claim older than the
+            current writer's (409 ``stale_attempt``), so a zombie of an earlier
+            attempt that opens late never takes the task. ``None`` reads it at
+            the first :meth:`open`: the attempt number from
+            ``TRAINREPORT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``,
+            ``SLURM_RESTART_COUNT`` or ``AWS_BATCH_JOB_ATTEMPT``, and the
+            process's start time.
 
     Raises:
         ConfigError: a non-positive timeout or request cap, or a ``task_path``
@@ -295,6 +304,7 @@ class HttpSink(Sink):
         max_request_bytes: int = 1 << 20,
         ca_certs: str | None = None,
         use_extension: bool = True,
+        attempt: AttemptIdentity | None = None,
     ) -> None:
         problems = []
         for name, value in (
@@ -327,6 +337,7 @@ class HttpSink(Sink):
         self.max_request_bytes = int(max_request_bytes)
         self.ca_certs = ca_certs
         self.use_extension = use_extension
+        self.attempt = attempt
         self._token = token
         self._token_file = os.fspath(token_file) if token_file is not None else None
         self._token_cache: tuple[tuple[int, int, int], str] | None = None
@@ -454,7 +465,7 @@ class HttpSink(Sink):
         try:
             return self._scrubbed(self._open(deadline))
         except SinkError as exc:
-            return RetryLater(self._scrub(str(exc)))
+            return RetryLater(self._scrub(str(exc)), unreachable=isinstance(exc, _UnreachableError))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
             return Rejected(self._scrub(f"invalid URL: {type(e).__name__}: {e}"))
         except Exception as exc:  # a sink never raises into the reporter (DESIGN §7)
@@ -488,7 +499,7 @@ class HttpSink(Sink):
                 return self._scrubbed(self._send_patch(update, deadline))
             return self._scrubbed(self._send_suffix(update, self._generation, deadline))
         except SinkError as exc:
-            return RetryLater(self._scrub(str(exc)))
+            return RetryLater(self._scrub(str(exc)), unreachable=isinstance(exc, _UnreachableError))
         except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
             return Rejected(self._scrub(f"invalid URL: {type(e).__name__}: {e}"))
         except Exception as exc:  # a sink never raises into the reporter (DESIGN §7)
@@ -520,7 +531,10 @@ class HttpSink(Sink):
             return failure
         caps = frozenset({CAPABILITY_GZIP}) if self._gzip else frozenset()
         if extension and self.use_extension:
-            response = self._request("POST", "/writers", b"{}", deadline)
+            if self.attempt is None:  # read once: every re-open claims as the same attempt
+                self.attempt = current_attempt()
+            claim = json.dumps({"attempt": self.attempt.to_json()}).encode()
+            response = self._request("POST", "/writers", claim, deadline)
             if 200 <= response.status < 300:
                 try:
                     writer = structure_response(json.loads(response.data), WriterResponse)
@@ -607,6 +621,10 @@ class HttpSink(Sink):
                 continue
             response = self._request("POST", "/updates", body, deadline)
             sent += self._last_bytes
+            carries_series = bool(update.series) if series is None else bool(series)
+            if response.status == 413 and not carries_series:
+                # Details alone are too large: splitting cannot help; the reporter drops the field.
+                return _classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
             if response.status == 413 and len(body) > MIN_SPLIT_BYTES and refusals < _MAX_413:
                 refusals += 1
                 self._cap = max(min(self._cap, len(body)) // 2, MIN_SPLIT_BYTES)
@@ -741,11 +759,10 @@ class HttpSink(Sink):
                 redirect=False,
                 preload_content=True,
             )
-        except (
-            urllib3.exceptions.NewConnectionError,  # before TimeoutError: it subclasses it
-            urllib3.exceptions.SSLError,
-            urllib3.exceptions.ProxyError,
-        ) as exc:
+        except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
+            # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
+            raise _UnreachableError(f"{method} failed to connect: {_cause(exc)}") from exc
+        except (urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError) as exc:
             raise TransportError(f"{method} failed to connect: {_cause(exc)}") from exc
         except urllib3.exceptions.TimeoutError as exc:
             raise TransportError(f"{method} timed out: {type(exc).__name__}") from exc
@@ -857,6 +874,10 @@ class HttpSink(Sink):
             if secret:
                 text = text.replace(secret, "***")
         return text[:500]
+
+
+class _UnreachableError(TransportError):
+    """Nothing answered: the connection was refused or the host name did not resolve."""
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:

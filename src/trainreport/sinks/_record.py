@@ -42,16 +42,22 @@ class TaskRecord:
         self.status: str = "pending"
         self.details: dict[str, Any] = {}
         self.series: dict[str, tuple[array[int], array[int], array[float]]] = {}
+        # Series a client could not parse (another tool wrote them), kept as stored.
+        self.foreign: dict[str, Any] = {}
         if task is not None:
             state = parse_stored_task(dict(task))
             if not isinstance(state, str):
                 self.details = dict(state.details)
                 self.series = {n: (s, e, v) for n, (s, e, v) in state.series.items()}
+                self.foreign = dict(state.damaged)
                 self.status = state.status or "pending"
 
     def lengths(self) -> dict[str, int]:
         """Points held per series."""
-        return {name: len(cols[0]) for name, cols in self.series.items()}
+        held = {name: len(cols[0]) for name, cols in self.series.items()}
+        for name, raw in self.foreign.items():
+            held[name] = len(raw) if isinstance(raw, list) else 0
+        return held
 
     def apply(self, update: Update) -> dict[str, int]:
         """Merge one update; returns the series lengths now held.
@@ -61,8 +67,9 @@ class TaskRecord:
                 of the update is applied then).
         """
         if update.series is not None and not update.full_state:
+            lengths = self.lengths()
             for s in update.series:
-                held = len(self.series[s.name][0]) if s.name in self.series else 0
+                held = lengths.get(s.name, 0)
                 if s.offset > held:
                     raise SeriesGapError(s.name, s.offset, held)
         self.exists = True
@@ -73,11 +80,13 @@ class TaskRecord:
         if update.series is not None:
             if update.full_state:
                 self.series = {}
+                self.foreign = dict(update.foreign_series)
             for s in update.series:
                 self._apply_series(s)
         return self.lengths()
 
     def _apply_series(self, s: SeriesUpdate) -> None:
+        self.foreign.pop(s.name, None)  # a suffix replaces a series nobody could parse
         cols = self.series.get(s.name)
         if cols is None:
             cols = self.series[s.name] = (array("q"), array("i"), array("d"))
@@ -87,6 +96,8 @@ class TaskRecord:
         steps.extend(s.steps)
         epochs.extend(s.epochs)
         values.extend(s.values)
+        if not steps:  # a series left with no points is removed, as the server does
+            del self.series[s.name]
 
     def _series_update(self, name: str) -> SeriesUpdate:
         steps, epochs, values = self.series[name]
@@ -97,8 +108,8 @@ class TaskRecord:
         if not self.exists:
             return None
         details = dict(self.details)
-        if any(cols[0] for cols in self.series.values()):
-            details["metrics"] = {
+        if any(cols[0] for cols in self.series.values()) or self.foreign:
+            metrics: dict[str, Any] = {
                 name: [
                     {"step": st, "epoch": ep, "value": v}
                     for st, ep, v in zip(cols[0], cols[1], finite_or_none(cols[2]), strict=True)
@@ -106,6 +117,8 @@ class TaskRecord:
                 for name, cols in self.series.items()
                 if cols[0]
             }
+            metrics.update(self.foreign)
+            details["metrics"] = metrics
         return {"status": self.status, "status_details": details}
 
     def encode_chunks(self) -> Iterator[str]:
@@ -113,10 +126,13 @@ class TaskRecord:
         yield '{"status":' + json.dumps(self.status) + ',"status_details":{'
         inner = encode_details(self.details)
         yield inner
-        if self.series:
+        if self.series or self.foreign:
             yield ("," if inner else "") + '"metrics":{'
             for i, name in enumerate(self.series):
                 prefix = "," if i else ""
                 yield f"{prefix}{json.dumps(name)}:{encode_points(self._series_update(name))}"
+            for i, (name, raw) in enumerate(self.foreign.items(), start=len(self.series)):
+                prefix = "," if i else ""
+                yield f"{prefix}{json.dumps(name)}:{json.dumps(raw)}"
             yield "}"
         yield "}}"

@@ -18,7 +18,11 @@ Layout (all integers little-endian)::
     head     = {"status": str (only when it changed),
                 "details": {changed status_details keys},
                 "full_state": true (only for a full-state update),
-                "series": [[name, offset, count], ...] (absent: no metrics)}
+                "series": [[name, offset, count], ...] (absent: no metrics),
+                "foreign": {name: points as stored} (only when there are any:
+                           series another tool wrote that this client cannot
+                           parse, kept exactly as read; a reader that does not
+                           know the key drops them and reads the rest)}
     columns  = per series of the head, in order: count int64 steps,
                count int32 epochs, count float64 values
     body of RUN = UTF-8 JSON object: {"job_id": ..., "task_id": ...}
@@ -140,6 +144,7 @@ def _body(
     details: Mapping[str, Any],
     series: tuple[SeriesUpdate, ...] | None,
     full_state: bool,
+    foreign: Mapping[str, Any] | None = None,
 ) -> list[bytes]:
     head: dict[str, Any] = {}
     if status is not None:
@@ -149,6 +154,8 @@ def _body(
         head["full_state"] = True
     if series is not None:
         head["series"] = [[s.name, s.offset, len(s.values)] for s in series]
+    if foreign:
+        head["foreign"] = dict(foreign)
     encoded = _dumps(head).encode("utf-8")
     pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
     for s in series or ():
@@ -200,7 +207,8 @@ def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[by
     Raises:
         ValueError: a detail is not strict JSON, or text is not encodable as UTF-8.
     """
-    body = _body(update.status, changed_details, update.series, update.full_state)
+    foreign = update.foreign_series if update.full_state else None
+    body = _body(update.status, changed_details, update.series, update.full_state, foreign)
     return _frame(RecordKind.UPDATE, body)
 
 
@@ -223,7 +231,7 @@ def append_record(state: LogState, update: Update) -> list[bytes]:
     if status is not None and task.exists and status == task.status:
         status = None
     pieces = encode_update(
-        Update(status, {}, update.series, update.full_state),
+        Update(status, {}, update.series, update.full_state, update.foreign_series),
         changed_details(task.details, update.status_details),
     )
     state.apply(update)
@@ -245,7 +253,8 @@ def encode_snapshot(state: LogState) -> list[bytes]:
     """
     task = state.task
     return _frame(
-        RecordKind.SNAPSHOT, _body(task.status, task.details, _snapshot_series(state), False)
+        RecordKind.SNAPSHOT,
+        _body(task.status, task.details, _snapshot_series(state), False, task.foreign),
     )
 
 
@@ -254,6 +263,8 @@ def snapshot_bytes(state: LogState) -> int:
     task = state.task
     head: dict[str, Any] = {"status": task.status, "details": task.details}
     head["series"] = [[n, state.bases.get(n, 0), len(c[0])] for n, c in task.series.items()]
+    if task.foreign:
+        head["foreign"] = task.foreign
     try:
         head_bytes = len(_dumps(head).encode("utf-8"))
     except ValueError:

@@ -118,6 +118,9 @@ def _decode_update(body: memoryview) -> Update:
         raise _InvalidRecordError("the head is not an object")
     status, details = head.get("status"), head.get("details", {})
     full_state, listed = head.get("full_state", False), head.get("series")
+    foreign = head.get("foreign", {})
+    if not isinstance(foreign, dict):
+        raise _InvalidRecordError("foreign is not an object")
     if status is not None and not isinstance(status, str):
         raise _InvalidRecordError("status is not text")
     if not isinstance(details, dict) or "metrics" in details:
@@ -127,7 +130,7 @@ def _decode_update(body: memoryview) -> Update:
     if listed is None:
         if end != len(body):
             raise _InvalidRecordError("columns without series")
-        return Update(status, details, None, full_state)
+        return Update(status, details, None, full_state, foreign)
     if not isinstance(listed, list):
         raise _InvalidRecordError("series is not a list")
     series = []
@@ -151,7 +154,7 @@ def _decode_update(body: memoryview) -> Update:
         position = stop
     if position != len(body):
         raise _InvalidRecordError("bytes after the last column")
-    return Update(status, details, tuple(series), full_state)
+    return Update(status, details, tuple(series), full_state, foreign)
 
 
 def _records(data: memoryview, start: int) -> Iterator[tuple[int, int, int, memoryview]]:

@@ -8,12 +8,13 @@ before (a journal). Offsets in records count from index 0 of the whole series.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from array import array
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
-from trainreport._sink import Update
+from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import TaskRecord
 
 __all__ = ["LogState"]
@@ -45,7 +46,10 @@ class LogState:
     def lengths(self) -> dict[str, int]:
         """Points per series, counted from index 0 of the whole series."""
         bases = self.bases
-        return {name: bases.get(name, 0) + len(c[0]) for name, c in self.task.series.items()}
+        held = {name: bases.get(name, 0) + len(c[0]) for name, c in self.task.series.items()}
+        for name, raw in self.task.foreign.items():  # kept as stored, counted as the server does
+            held[name] = len(raw) if isinstance(raw, list) else 0
+        return held
 
     def point_count(self) -> int:
         """Points held (what a snapshot would write)."""
@@ -78,7 +82,18 @@ class LogState:
                 bases[name] = base
             else:
                 bases.pop(name, None)
+        self._keep_trimmed(update.series)
         return self.lengths()
+
+    def _keep_trimmed(self, series: Iterable[SeriesUpdate]) -> None:
+        """Keep a series that holds no points here but has points before its base.
+
+        The record drops a series left with no points (as the server does); one
+        trimmed past all its points still has them, acknowledged by a service.
+        """
+        for s in series:
+            if s.name not in self.task.series and s.offset + len(s) > 0:
+                self.task.series[s.name] = (array("q"), array("i"), array("d"))
 
     def reset(self, snapshot: Update) -> None:
         """Replace everything with ``snapshot`` (series at their offsets, details whole)."""
@@ -86,6 +101,8 @@ class LogState:
         self.bases = {s.name: s.offset for s in snapshot.series or () if s.offset}
         local = tuple(attrs.evolve(s, offset=0) for s in snapshot.series or ())
         self.task.apply(attrs.evolve(snapshot, series=local, full_state=False))
+        self.task.foreign = dict(snapshot.foreign_series)
+        self._keep_trimmed(snapshot.series or ())
 
     def trim(self, keep_from: Mapping[str, int]) -> None:
         """Drop each named series' points before index ``keep_from[name]`` (clamped)."""

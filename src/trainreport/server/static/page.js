@@ -49,11 +49,14 @@
     if (error.status === 401) {
       return token ? "the token was refused" : "this server requires a token";
     }
+    if (error.status === 403) return "this token may not read this job";
     return "error: " + error.message;
   }
+  // 401 (no token, or a refused one) and 403 (a job token for another job) ask for a token.
+  function needsToken(error) { return error.status === 401 || error.status === 403; }
   // A 401: ask for the token instead of showing an empty page. The token goes into the
   // URL fragment (#token=...), which browsers never send to a server, and the page reloads.
-  function askForToken(container) {
+  function askForToken(container, error) {
     const card = el("section", "card token");
     const input = el("input");
     input.type = "password";
@@ -67,13 +70,16 @@
     };
     button.addEventListener("click", open);
     input.addEventListener("keydown", (ev) => { if (ev.key === "Enter") open(); });
+    const forbidden = error && error.status === 403;
     append(card,
-      el("h2", null, token ? "The token was refused" : "This server requires a token"),
-      el("p", "muted", (token ? "The server refused the token in this page's address. " :
-        "Its API answers only requests that carry its token. ") +
-        "Enter the token trainreport serve was given (--token-file or " +
-        "TRAINREPORT_SERVER_TOKEN). It is kept in this page's address after #, which the " +
-        "browser never sends to the server."),
+      el("h2", null, forbidden ? "This token is for another job" :
+        token ? "The token was refused" : "This server requires a token"),
+      el("p", "muted", (forbidden ? "The token in this page's address reads one job only. " :
+        token ? "The server refused the token in this page's address. " :
+        "Its API answers only requests that carry a token. ") +
+        "Enter the admin token trainreport serve was given (--token-file or " +
+        "TRAINREPORT_SERVER_TOKEN) or a job token from `trainreport token`. It is kept in " +
+        "this page's address after #, which the browser never sends to the server."),
       append(el("div", "row"), input, button));
     container.replaceChildren(card);
     input.focus();
@@ -151,6 +157,16 @@
     });
     return node;
   }
+  // The server marks a running task that has gone silent (docs/protocol.md, "Stale
+  // tasks"); its message replaces the live ETA and the "updated" time.
+  function staleMessage(task) {
+    const stale = task.stale;
+    return stale && typeof stale.message === "string" ? stale.message : null;
+  }
+  function updatedCell(task) {
+    const stale = staleMessage(task);
+    return stale ? el("td", "stale", stale) : el("td", "muted", fmtAgo(task.updated_at));
+  }
   function stepText(step, max) {
     if (step === null || step === undefined) return "–";
     return isNum(max) ? fmtValue(step) + " / " + fmtValue(max) : fmtValue(step);
@@ -195,7 +211,7 @@
               el("td", null, phaseText(task.status, task.phase)),
               el("td", "num", stepText(task.step, task.max_steps)),
               append(el("td"), progressBar(task.percentage_done, false)),
-              el("td", "muted", fmtAgo(task.updated_at)));
+              updatedCell(task));
             append(body, tr);
           }
           append(table, body);
@@ -207,8 +223,8 @@
       setLive(true, "live · " + new Date().toLocaleTimeString());
     } catch (error) {
       setLive(false, describeError(error));
-      if (error.status === 401) {
-        askForToken(main);
+      if (needsToken(error)) {
+        askForToken(main, error);
         return;
       }
     }
@@ -475,7 +491,8 @@
       stat("epoch", stepText(d.epoch, d.num_epochs)),
       stat("progress", isNum(d.percentage_done) ? d.percentage_done.toFixed(1) + " %" : "–",
         null),
-      stat("eta", task.status === "running" ? fmtDuration(d.eta_seconds) : "–"),
+      staleMessage(task) ? stat("eta", staleMessage(task), null, "stale") :
+        stat("eta", task.status === "running" ? fmtDuration(d.eta_seconds) : "–"),
       checkpointStat(d.checkpoint_path),
       stat("updated", fmtAgo(d.updated_at) || "–", typeof d.updated_at === "string" ?
         d.updated_at : null));
@@ -533,9 +550,9 @@
       parts.noCharts.style.display = groups.length ? "none" : "block";
       setLive(true, "live · " + new Date().toLocaleTimeString());
     } catch (error) {
-      if (error.status === 401) {
+      if (needsToken(error)) {
         setLive(false, describeError(error));
-        askForToken(parts.details);
+        askForToken(parts.details, error);
         return;  // nothing to poll for until a token is given (the page reloads then)
       }
       if (error.status === 404) {

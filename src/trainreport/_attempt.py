@@ -1,0 +1,115 @@
+"""Which attempt of a job this process is: the identity a writer claims a task with.
+
+A job system that restarts a failed run starts a new *attempt*. An old attempt
+can outlive its replacement (a zombie: partitioned at start, it reaches the
+service later), so the service orders writers by their attempts, not by the
+order in which they open (``docs/protocol.md``, ``POST .../writers``). The
+identity is an attempt number when the job system gives one, read from
+:data:`ATTEMPT_VARIABLES` (first one set wins), and the process's start time,
+which orders attempts that have no number.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+import attrs
+
+from trainreport._logging import get_logger
+
+__all__ = ["ATTEMPT_VARIABLES", "AttemptIdentity", "current_attempt", "process_started_at"]
+
+#: Environment variables read, in order, for the attempt number (a non-negative integer).
+#: ``TRAINREPORT_ATTEMPT`` is for job systems that know the attempt but set none of
+#: the others (or whose count restarts, such as torchrun's in a replaced pod).
+ATTEMPT_VARIABLES = (
+    "TRAINREPORT_ATTEMPT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "SLURM_RESTART_COUNT",
+    "AWS_BATCH_JOB_ATTEMPT",
+)
+
+_log = get_logger()
+#: Wall-clock time at which this module was first imported: the start time where
+#: the operating system does not tell (seconds since the Unix epoch).
+_IMPORTED_AT = time.time()
+
+
+@attrs.frozen
+class AttemptIdentity:
+    """The attempt a writer belongs to.
+
+    Args:
+        number: the attempt number from the job system, or ``None``.
+        started_at: the process's start time, seconds since the Unix epoch, or ``None``.
+    """
+
+    number: int | None = None
+    started_at: float | None = None
+
+    def to_json(self) -> dict[str, int | float | None]:
+        """The ``attempt`` object of a ``POST .../writers`` body."""
+        return {"number": self.number, "started_at": self.started_at}
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            for line in stat:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def process_started_at() -> float:
+    """This process's start time, seconds since the Unix epoch. Never raises.
+
+    From ``/proc`` on Linux (boot time plus the process's start in clock ticks,
+    10 ms resolution); elsewhere the time trainreport was first imported.
+    """
+    boot = _boot_time()
+    if boot is None:
+        return _IMPORTED_AT
+    try:
+        with open(f"/proc/{os.getpid()}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return round(boot + int(fields[19]) / ticks, 3)
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_AT
+
+
+def attempt_number(environ: Mapping[str, str]) -> int | None:
+    """The attempt number: the first of :data:`ATTEMPT_VARIABLES` that holds an integer >= 0.
+
+    A variable that is set to anything else is skipped with one warning
+    (``trainreport.attempt_unreadable``). Never raises.
+    """
+    for name in ATTEMPT_VARIABLES:
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            number = int(raw)
+        except ValueError:
+            number = -1
+        if number >= 0:
+            return number
+        _log.warning("trainreport.attempt_unreadable", variable=name, value=raw[:50])
+    return None
+
+
+def current_attempt(environ: Mapping[str, str] | None = None) -> AttemptIdentity:
+    """The identity of this process's attempt: its number (when set) and start time.
+
+    Args:
+        environ: the environment (default ``os.environ``).
+
+    Never raises.
+    """
+    env = os.environ if environ is None else environ
+    return AttemptIdentity(number=attempt_number(env), started_at=process_started_at())

@@ -1,0 +1,288 @@
+"""Read jobs and tasks back from a job-status service: the reference server or a plain job API.
+
+::
+
+    from trainreport import client
+
+    task = client.read_task("http://127.0.0.1:8321", "job-1", "train", token=None)
+    task["status"], task["status_details"]["step"]
+    frame = client.to_pandas(task)        # columns series, step, epoch, value
+
+    for job in client.list_jobs("http://127.0.0.1:8321"):
+        print(job["job_id"], [t["status"] for t in job["tasks"]])
+
+Each call is one ``GET`` (10 s timeout by default, no retries) over urllib3,
+with TLS verification on. Failures are :class:`~trainreport.exceptions.ClientError`
+subclasses whose message names the URL (userinfo redacted) and the job:
+:class:`~trainreport.exceptions.UnreachableError`,
+:class:`~trainreport.exceptions.UnauthorizedError`,
+:class:`~trainreport.exceptions.NotFoundError`. The shapes returned are those
+of ``docs/protocol.md``. For a local run log written by ``FileSink``, read
+the file instead.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import urllib3
+
+from trainreport.exceptions import (
+    ClientError,
+    NotFoundError,
+    UnauthorizedError,
+    UnreachableError,
+)
+from trainreport.sinks._http import _split_userinfo
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["list_jobs", "read_job", "read_task", "to_pandas"]
+
+#: Seconds a read may take (connect and read each) unless the caller says otherwise.
+DEFAULT_TIMEOUT_SECONDS = 10.0
+_MESSAGE_CHARS = 300
+
+
+def read_task(
+    url: str,
+    job_id: str,
+    task_id: str,
+    token: str | None = None,
+    *,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
+    """``GET /v1/jobs/{job_id}/tasks/{task_id}``: the stored task with every point.
+
+    Args:
+        url: the service's base URL, e.g. ``http://127.0.0.1:8321`` (a
+            ``user:password@`` in it is sent as Basic auth when there is no token).
+        job_id: the job.
+        task_id: the task, e.g. ``"train"``.
+        token: a bearer token (the admin token or the job's token), or ``None``.
+        timeout_seconds: the connect and the read timeout, in seconds.
+
+    Returns:
+        The task in the ``GET`` shape: ``{"status": str, "status_details":
+        {..., "metrics": {name: [{"step", "epoch", "value"}, ...]}}}``.
+
+    Raises:
+        UnreachableError: the service could not be reached.
+        UnauthorizedError: 401 or 403.
+        NotFoundError: 404 (no such task, or no such job).
+        ClientError: another error status, or an answer that is not a JSON object.
+    """
+    path = f"/v1/jobs/{_quote(job_id)}/tasks/{_quote(task_id)}"
+    task = _get(url, path, token, timeout_seconds, job_id=job_id, task_id=task_id)
+    if not isinstance(task, dict):
+        raise _error(ClientError, "the answer is not a task object", url, job_id, task_id, 200)
+    return task
+
+
+def read_job(
+    url: str,
+    job_id: str,
+    token: str | None = None,
+    *,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
+    """``GET /v1/jobs/{job_id}`` (reference server): the job and a summary of each task.
+
+    Args:
+        url: the service's base URL.
+        job_id: the job.
+        token: a bearer token, or ``None``.
+        timeout_seconds: the connect and the read timeout, in seconds.
+
+    Returns:
+        ``{"job_id", "created_at", "updated_at", "cancel_requested", "tasks": [...]}``.
+
+    Raises:
+        UnreachableError, UnauthorizedError, NotFoundError, ClientError: as
+            :func:`read_task`.
+    """
+    job = _get(url, f"/v1/jobs/{_quote(job_id)}", token, timeout_seconds, job_id=job_id)
+    if not isinstance(job, dict):
+        raise _error(ClientError, "the answer is not a job object", url, job_id, None, 200)
+    return job
+
+
+def list_jobs(
+    url: str,
+    token: str | None = None,
+    *,
+    limit: int | None = None,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> list[dict[str, Any]]:
+    """``GET /v1/jobs`` (reference server): the newest jobs first, each with its task summaries.
+
+    With a job token, the server lists that job only.
+
+    Args:
+        url: the service's base URL.
+        token: a bearer token, or ``None``.
+        limit: the most jobs returned (1..1000; the server's default, 100, when ``None``).
+        timeout_seconds: the connect and the read timeout, in seconds.
+
+    Raises:
+        UnreachableError, UnauthorizedError, ClientError: as :func:`read_task`
+            (``ClientError`` with status 400 for a limit out of range).
+    """
+    path = "/v1/jobs" if limit is None else f"/v1/jobs?limit={int(limit)}"
+    body = _get(url, path, token, timeout_seconds)
+    jobs = body.get("jobs") if isinstance(body, dict) else None
+    if not isinstance(jobs, list):
+        raise _error(ClientError, "the answer is not a list of jobs", url, None, None, 200)
+    return jobs
+
+
+def to_pandas(task: Mapping[str, Any]) -> pd.DataFrame:
+    """Every point of a task as one tidy frame: one row per point, series in stored order.
+
+    Needs pandas (``pip install "trainreport[pandas]"``).
+
+    Args:
+        task: a task in the ``GET`` shape (from :func:`read_task`, ``MemorySink.task``
+            or ``Reporter.snapshot()``).
+
+    Returns:
+        A ``pandas.DataFrame`` with columns ``series`` (str), ``step`` (int64),
+        ``epoch`` (nullable Int64: a point may have none) and ``value``
+        (float64, NaN for a non-finite point, stored as ``null``). A task
+        without series gives an empty frame with these columns.
+
+    Raises:
+        ImportError: pandas is not installed (the message names the extra).
+        KeyError: a point without a ``step``.
+    """
+    try:
+        import pandas as pd  # noqa: PLC0415 - an optional dependency
+    except ImportError as exc:
+        raise ImportError(
+            'to_pandas needs pandas: pip install "trainreport[pandas]"', name="pandas"
+        ) from exc
+    details = task.get("status_details") or {}
+    metrics: Mapping[str, Any] = details.get("metrics") or {}
+    names, steps, epochs, values = [], [], [], []
+    for name, points in metrics.items():
+        for point in points:
+            names.append(name)
+            steps.append(point["step"])
+            epochs.append(point.get("epoch"))
+            value = point.get("value")
+            values.append(float("nan") if value is None else float(value))
+    return pd.DataFrame(
+        {
+            "series": pd.Series(names, dtype="object"),
+            "step": pd.Series(steps, dtype="int64"),
+            "epoch": pd.Series(epochs, dtype="Int64"),
+            "value": pd.Series(values, dtype="float64"),
+        }
+    )
+
+
+# -- HTTP -------------------------------------------------------------------------------
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(str(segment), safe="")
+
+
+def _redacted(url: str) -> str:
+    """The base URL as shown in messages: no trailing slash, userinfo replaced by ``***``."""
+    bare, userinfo = _split_userinfo(url.rstrip("/"))
+    return bare if userinfo is None else bare.replace("://", "://***@", 1)
+
+
+def _what(job_id: str | None, task_id: str | None) -> str:
+    if job_id is None:
+        return "the jobs"
+    if task_id is None:
+        return f"job {job_id!r}"
+    return f"task {task_id!r} of job {job_id!r}"
+
+
+def _error(
+    kind: type[ClientError],
+    reason: str,
+    url: str,
+    job_id: str | None,
+    task_id: str | None,
+    status: int | None,
+) -> ClientError:
+    shown = _redacted(url)
+    return kind(
+        f"reading {_what(job_id, task_id)} at {shown}: {reason}",
+        url=shown,
+        job_id=job_id,
+        task_id=task_id,
+        status=status,
+    )
+
+
+def _get(
+    url: str,
+    path: str,
+    token: str | None,
+    timeout_seconds: float,
+    *,
+    job_id: str | None = None,
+    task_id: str | None = None,
+) -> Any:
+    base, userinfo = _split_userinfo(url.rstrip("/"))
+    headers = {"Accept": "application/json", "User-Agent": "trainreport"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    elif userinfo is not None:
+        headers.update(urllib3.util.make_headers(basic_auth=userinfo))
+    timeout = urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)
+    try:
+        response = urllib3.request(
+            "GET", base + path, headers=headers, timeout=timeout, retries=False
+        )
+    except (urllib3.exceptions.HTTPError, ValueError) as exc:  # ValueError: an unusable URL
+        raise _error(
+            UnreachableError, f"cannot reach it ({type(exc).__name__})", url, job_id, task_id, None
+        ) from exc
+    if response.status != 200:
+        raise _status_error(response, url, job_id, task_id, token)
+    try:
+        return json.loads(response.data)
+    except ValueError as exc:
+        raise _error(
+            ClientError, "the answer is not JSON", url, job_id, task_id, response.status
+        ) from exc
+
+
+def _status_error(
+    response: urllib3.BaseHTTPResponse,
+    url: str,
+    job_id: str | None,
+    task_id: str | None,
+    token: str | None,
+) -> ClientError:
+    message = ""
+    try:
+        body = json.loads(response.data)
+        if isinstance(body, dict) and isinstance(body.get("message"), str):
+            message = body["message"][:_MESSAGE_CHARS]
+    except ValueError:
+        pass
+    if token:
+        message = message.replace(token, "***")
+    status = response.status
+    said = f" ({message})" if message else ""
+    if status == 401:
+        reason = "the service refused the token" if token else "the service requires a token"
+        return _error(UnauthorizedError, f"{reason} (401){said}", url, job_id, task_id, status)
+    if status == 403:
+        return _error(
+            UnauthorizedError, f"the token may not read this (403){said}", url, job_id, task_id, 403
+        )
+    if status == 404:
+        return _error(NotFoundError, f"not found (404){said}", url, job_id, task_id, status)
+    return _error(ClientError, f"the service answered {status}{said}", url, job_id, task_id, status)

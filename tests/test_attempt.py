@@ -1,0 +1,59 @@
+"""The attempt identity a writer claims a task with: number from the environment, start time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from trainreport._attempt import (
+    ATTEMPT_VARIABLES,
+    AttemptIdentity,
+    attempt_number,
+    current_attempt,
+    process_started_at,
+)
+from trainreport.testing import capture_events
+
+
+def test_the_first_variable_set_gives_the_attempt_number() -> None:
+    """TRAINREPORT_ATTEMPT wins over the job systems' own counters."""
+    environ = {"TORCHELASTIC_RESTART_COUNT": "4", "TRAINREPORT_ATTEMPT": "7"}
+    assert 7 == attempt_number(environ)
+    assert 4 == attempt_number({"TORCHELASTIC_RESTART_COUNT": "4", "SLURM_RESTART_COUNT": "1"})
+    assert 2 == attempt_number({"AWS_BATCH_JOB_ATTEMPT": " 2 "})
+    assert attempt_number({}) is None
+
+
+@pytest.mark.parametrize("raw", ["x", "-1", "1.5"])
+def test_an_unreadable_attempt_variable_is_skipped_with_a_warning(raw: str) -> None:
+    """A bad value is logged once and the next variable is read."""
+    with capture_events() as events:
+        number = attempt_number({"TRAINREPORT_ATTEMPT": raw, "SLURM_RESTART_COUNT": "3"})
+    assert 3 == number
+    assert ["TRAINREPORT_ATTEMPT"] == [
+        e["variable"] for e in events if e["event"] == "trainreport.attempt_unreadable"
+    ]
+
+
+def test_the_variables_are_the_documented_ones() -> None:
+    """The list docs/protocol.md gives, in its order."""
+    assert (
+        "TRAINREPORT_ATTEMPT",
+        "TORCHELASTIC_RESTART_COUNT",
+        "SLURM_RESTART_COUNT",
+        "AWS_BATCH_JOB_ATTEMPT",
+    ) == ATTEMPT_VARIABLES
+
+
+def test_the_process_start_time_is_before_now_and_stable() -> None:
+    """The start time is in the past (this process is running) and the same at every call."""
+    started = process_started_at()
+    assert started <= time.time()
+    assert started > time.time() - 24 * 3600
+    assert started == process_started_at()
+
+
+def test_current_attempt_combines_both() -> None:
+    """The identity holds the number from the environment and the process start time."""
+    assert AttemptIdentity(5, process_started_at()) == current_attempt({"TRAINREPORT_ATTEMPT": "5"})

@@ -1,0 +1,252 @@
+"""close(): the retry cap, the last attempt before the deadline, and a destination never reached.
+
+Scheduling runs on an injected clock, so the backoff can be driven to any length
+without waiting; ``close()`` deadlines are real time (they bound process exit),
+so the tests here check them with generous upper bounds, as a deadline is the
+behaviour itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from faults import black_hole_server, closed_port
+from helpers import ScriptedSink, curve
+from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
+from trainreport._sink import SendResult, Update
+from trainreport.testing import FakeClock, capture_events
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class DownUntil(ScriptedSink):
+    """A MemorySink that answers 503 (``RetryLater``) to every send until a real-time moment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.healthy_at = float("inf")
+        self.attempts: list[float] = []
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        now = time.monotonic()
+        self.attempts.append(now)
+        if now < self.healthy_at:
+            self.sent.append(update)
+            return RetryLater("HTTP 503")
+        return super().send(update, timeout_seconds=timeout_seconds)
+
+
+def started(sink: Any, **config: Any) -> tuple[Reporter, FakeClock]:
+    clock = FakeClock()
+    settings = {"min_report_interval_seconds": 10.0, "backoff_jitter": 0.0, **config}
+    reporter = Reporter(sink, ReportingConfig(**settings), clock=clock, rank=0)
+    reporter.start()
+    return reporter, clock
+
+
+def cycle(reporter: Reporter) -> None:
+    worker = reporter._worker
+    assert worker is not None
+    assert worker.run_cycle(10.0)
+
+
+def fail_mid_run(reporter: Reporter, clock: FakeClock, failures: int) -> int:
+    """Report steps while every send fails, until ``failures`` failures; returns the last step."""
+    step = 0
+    while reporter.stats().consecutive_failures < failures:
+        step += 1
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        clock.advance(100.0)  # past any backoff: every cycle makes one attempt
+        cycle(reporter)
+    return step
+
+
+def test_close_retries_a_service_that_comes_back_after_six_failures() -> None:
+    """After 6 failed sends (a 32 s backoff), a service back 1 s into close gets everything."""
+    sink = DownUntil()
+    reporter, clock = started(sink, close_retry_max_seconds=0.2)
+    last = fail_mid_run(reporter, clock, 6)
+    reporter.report_completed()
+    sink.healthy_at = time.monotonic() + 1.0
+    started_at = time.monotonic()
+    assert reporter.close(timeout=10)
+    assert time.monotonic() - started_at < 5.0
+    assert "completed" == sink.task["status"]
+    assert list(range(1, last + 1)) == [p[0] for p in curve(sink.task, "train_loss")]
+    gaps = [b - a for a, b in zip(sink.attempts[-4:], sink.attempts[-3:], strict=False)]
+    assert all(gap < 0.2 + 0.15 for gap in gaps)
+
+
+def test_a_last_attempt_is_made_before_the_deadline() -> None:
+    """Attempts 1 s apart would miss a service back at 1.6 s of a 2 s close: one goes before."""
+    sink = DownUntil()
+    reporter, clock = started(sink, close_retry_max_seconds=1.0)
+    fail_mid_run(reporter, clock, 6)
+    started_at = time.monotonic()
+    sink.healthy_at = started_at + 1.6
+    assert reporter.close(timeout=2.0)
+    assert time.monotonic() - started_at < 2.5
+    closing = [t - started_at for t in sink.attempts if t >= started_at]
+    assert closing[-1] < 2.0
+
+
+def test_close_holds_its_deadline_against_a_service_that_never_comes_back() -> None:
+    """The cap never stretches the deadline: close(timeout=1.5) returns False by then."""
+    sink = DownUntil()
+    reporter, clock = started(sink, close_retry_max_seconds=0.3)
+    fail_mid_run(reporter, clock, 3)
+    started_at = time.monotonic()
+    assert not reporter.close(timeout=1.5)
+    elapsed = time.monotonic() - started_at
+    assert 1.0 <= elapsed < 2.5
+    closing = [t for t in sink.attempts if t >= started_at]
+    assert 3 <= len(closing) <= 8
+
+
+def test_a_retry_after_while_closing_is_honoured_up_to_the_last_attempt() -> None:
+    """A 429 asking for 60 s during close(timeout=2): one last attempt before the deadline."""
+    sink = DownUntil()
+    reporter, _ = started(sink, close_retry_max_seconds=0.2)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    sink.fail_sends.append(RetryLater("HTTP 429", delay_seconds=60.0))
+    sink.healthy_at = 0.0
+    original = sink.send
+
+    def send(update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        if sink.fail_sends:
+            sink.attempts.append(time.monotonic())
+            return sink.fail_sends.popleft()
+        return original(update, timeout_seconds=timeout_seconds)
+
+    sink.send = send  # type: ignore[method-assign]
+    started_at = time.monotonic()
+    assert reporter.close(timeout=2.0)
+    assert 1.0 < time.monotonic() - started_at < 2.0
+
+
+# --- a destination that never answered (issue: a wrong URL) ------------------------------
+
+
+def refused_reporter(port: int, **config: Any) -> Reporter:
+    sink = HttpSink(
+        f"http://127.0.0.1:{port}",
+        "job-wrong-url",
+        "train",
+        token="t0ps3cret",
+        connect_timeout_seconds=1.0,
+        read_timeout_seconds=1.0,
+    )
+    settings = {"backoff_initial_seconds": 0.05, "backoff_max_seconds": 0.2, **config}
+    return Reporter(sink, ReportingConfig(**settings), rank=0).start()
+
+
+def wait_for_failures(reporter: Reporter, n: int) -> None:
+    deadline = time.monotonic() + 10.0
+    while reporter.stats().consecutive_failures < n and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert reporter.stats().consecutive_failures >= n
+
+
+def test_a_url_nobody_listens_on_costs_a_short_close_and_one_clear_warning() -> None:
+    """Connection refused from start to end: close waits close_unanswered_seconds, not 30 s."""
+    with closed_port() as port:
+        reporter = refused_reporter(port, close_unanswered_seconds=0.5)
+        for step in range(1, 11):
+            reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
+        wait_for_failures(reporter, 2)
+        with capture_events() as events:
+            started_at = time.monotonic()
+            assert not reporter.close(timeout=30.0)
+            elapsed = time.monotonic() - started_at
+    assert elapsed < 3.0
+    warnings = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert 1 == len(warnings)
+    warning = warnings[0]
+    assert f"127.0.0.1:{port}" in warning["destination"]
+    assert "job-wrong-url" in warning["destination"]
+    assert "train" in warning["destination"]
+    assert warning["undelivered_reports"] >= 10
+    assert 20 == warning["undelivered_points"]
+    assert warning["never_answered"] is True
+    assert all("t0ps3cret" not in repr(e) for e in events)
+
+
+def test_stats_count_queued_reports_as_recorded_and_unsent() -> None:
+    """Reports still queued (the stored task was never read) count as recorded, unsent points."""
+    with closed_port() as port:
+        reporter = refused_reporter(port, close_unanswered_seconds=0.2)
+        for step in range(1, 11):
+            reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
+        wait_for_failures(reporter, 1)
+        stats = reporter.stats()
+        reporter.close(timeout=1.0)
+    assert 10 == stats.queue_depth
+    assert 20 == stats.points_recorded
+    assert 20 == stats.points_unsent
+    assert 0 == stats.points_delivered
+
+
+def test_a_hanging_destination_still_gets_the_whole_deadline() -> None:
+    """A destination that accepts and never answers is not "never answered": full deadline."""
+    with black_hole_server() as url:
+        sink = HttpSink(url, "job-hang", connect_timeout_seconds=1.0, read_timeout_seconds=0.3)
+        config = ReportingConfig(
+            backoff_initial_seconds=0.05, backoff_max_seconds=0.2, close_unanswered_seconds=0.2
+        )
+        reporter = Reporter(sink, config, rank=0).start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        wait_for_failures(reporter, 1)
+        started_at = time.monotonic()
+        assert not reporter.close(timeout=1.5)
+        assert 1.2 <= time.monotonic() - started_at < 3.0
+
+
+def test_a_destination_that_answered_before_gets_the_whole_deadline(server: Any) -> None:
+    """Reached once, then refusing (an outage): close keeps trying until its deadline."""
+    from faults import FaultProxy  # noqa: PLC0415 - next to its only use
+
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-outage", connect_timeout_seconds=1.0)
+        config = ReportingConfig(
+            min_report_interval_seconds=0.01,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.2,
+            close_unanswered_seconds=0.2,
+        )
+        reporter = Reporter(sink, config, rank=0).start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        assert reporter.flush(timeout=10)
+        proxy.refuse()
+        reporter.report_train_step(step=2, metrics={"loss": 0.5})
+        started_at = time.monotonic()
+        assert not reporter.close(timeout=1.5)
+        assert 1.2 <= time.monotonic() - started_at < 3.0
+
+
+class Hanging(ScriptedSink):
+    """A destination whose sends hang until released (past any close deadline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        self.release.wait(10.0)
+        return super().send(update, timeout_seconds=timeout_seconds)
+
+
+def test_repeated_closes_warn_once() -> None:
+    """close() is idempotent, and so is its warning about what was not delivered."""
+    sink = Hanging()
+    reporter, _ = started(sink)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        assert not reporter.close(timeout=0.2)
+        assert not reporter.close(timeout=0.2)
+    sink.release.set()
+    warnings = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert [True] == [e["timed_out"] for e in warnings]
