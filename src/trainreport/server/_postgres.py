@@ -27,7 +27,8 @@ ONLY`` so that a task's lengths and points come from one snapshot.
 Failures: a refused or lost connection, a server shutting down or an exhausted
 pool raise :class:`~trainreport.server._storage.StorageUnavailable` (the app
 answers 503 with ``Retry-After``); the broken connection is dropped by the
-pool and replaced on a later request.
+pool, the pool's idle connections are tested at once (after a database
+restart they are all dead), and new ones are made as requests need them.
 """
 
 from __future__ import annotations
@@ -189,6 +190,10 @@ class PostgresBackend:
                     conn.execute(sql, params or None)
                 yield _Connection(conn)
         except _UNAVAILABLE as exc:
+            # The other idle connections most likely died with this one (a restart):
+            # test them now, so that the next requests get live ones, not one 503 each.
+            with contextlib.suppress(Exception):
+                self._pool.check()
             raise self._unavailable("lost the connection", exc) from exc
 
     @contextlib.contextmanager
