@@ -7,8 +7,8 @@ tests run as root the cluster's directory is given to the ``postgres`` system
 user (Debian's package creates it) and the server programs run through
 ``runuser -u postgres --``.
 
-The binaries come from ``$TRAINREPORT_PG_BIN``, else the newest
-``/usr/lib/postgresql/*/bin`` (Debian's layout), else ``PATH``.
+The binaries come from ``$TRAINREPORT_PG_BIN`` when it is set (only there),
+else the newest ``/usr/lib/postgresql/*/bin`` (Debian's layout), else ``PATH``.
 """
 
 from __future__ import annotations
@@ -38,12 +38,16 @@ def find_bin_dir() -> Path:
     """
     configured = os.environ.get("TRAINREPORT_PG_BIN")
     candidates = [Path(configured)] if configured else []
-    candidates += sorted(
-        (Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-        reverse=True,
+    candidates += (
+        []
+        if configured
+        else sorted(
+            (Path(p) for p in glob.glob("/usr/lib/postgresql/*/bin")),
+            key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+            reverse=True,
+        )
     )
-    on_path = shutil.which("initdb")
+    on_path = None if configured else shutil.which("initdb")
     if on_path:
         candidates.append(Path(on_path).parent)
     for directory in candidates:

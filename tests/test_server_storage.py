@@ -7,6 +7,9 @@ runs real server processes. Every test runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -355,3 +358,46 @@ def test_the_cutoff_is_n_days_before_now_in_the_stored_format() -> None:
     """Stored times compare as text: the cutoff uses the same ISO 8601 form."""
     now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc) + timedelta(milliseconds=5)
     assert "2026-02-27T12:00:00.005Z" == cutoff_for(now, 2)
+
+
+# -- the PostgreSQL half of the suite ------------------------------------------------------
+
+
+def _run_one_postgres_test(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """This module's first PostgreSQL test, in a child pytest with no PostgreSQL binaries."""
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("CI", "TRAINREPORT_SKIP_POSTGRES")
+    }
+    environment.update(TRAINREPORT_PG_BIN=str(tmp_path), **env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            f"{__file__}::test_migrations_run_once_and_a_second_start_changes_nothing[postgresql]",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_without_postgres_binaries_the_postgres_tests_fail_in_ci(tmp_path: Path) -> None:
+    """CI must not pass by skipping half the suite: no initdb means failures, even when
+    TRAINREPORT_SKIP_POSTGRES is set."""
+    result = _run_one_postgres_test(tmp_path, CI="true", TRAINREPORT_SKIP_POSTGRES="1")
+    assert 1 == result.returncode, result.stdout
+    assert "PostgreSQL server binaries (initdb, pg_ctl) not found" in result.stdout
+
+
+def test_a_local_run_may_skip_them_when_asked(tmp_path: Path) -> None:
+    """Outside CI, TRAINREPORT_SKIP_POSTGRES=1 turns the failure into a visible skip."""
+    result = _run_one_postgres_test(tmp_path, TRAINREPORT_SKIP_POSTGRES="1")
+    assert 0 == result.returncode, result.stdout
+    assert "1 skipped" in result.stdout
