@@ -20,7 +20,8 @@ The invariant, after the final ``close()`` with the proxy healthy: the server's
 exactly once, in step order, rewinds applied, status and checkpoint path right.
 
 Scheduling runs on injected clocks (:class:`~trainreport.testing.FakeClock`,
-advanced by the rules) and the worker is stepped with ``run_cycle``; real time
+advanced by the rules) and the worker is stepped on the test's thread
+(``Worker.cycle``, no reporter thread); real time
 is spent only in the short configured HTTP timeouts, the close retry cap and
 the faults' own bounded durations. Nothing sleeps and hopes.
 
@@ -59,6 +60,7 @@ from hypothesis.stateful import (
 )
 
 from faults import FaultProxy
+from helpers import drive
 from trainreport import AttemptIdentity, HttpSink, Reporter, ReportingConfig
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock
@@ -168,7 +170,7 @@ class Process:
         self.clock.advance(seconds)
         worker = self.reporter._worker
         assert worker is not None
-        assert worker.run_cycle(30.0)
+        worker.cycle()
 
 
 # --- the machine -----------------------------------------------------------------------
@@ -213,7 +215,9 @@ class StatefulFaults(RuleBasedStateMachine):
             use_extension=self.suffix_mode,
             attempt=AttemptIdentity(started_at=started_at),
         )
-        return Reporter(sink, CONFIG, clock=clock, rank=0).start(), clock
+        reporter = Reporter(sink, CONFIG, clock=clock, rank=0)
+        drive(reporter)
+        return reporter, clock
 
     def heal(self) -> None:
         self.proxy.pass_through()
@@ -462,12 +466,7 @@ class StatefulFaults(RuleBasedStateMachine):
     def restart_after_an_abandoned_process(self, resume: float | None) -> None:
         """The process dies (no final send); the next one resumes from what the server holds."""
         reporter = self.live.reporter
-        worker = reporter._worker
-        assert worker is not None
-        worker.stop(deadline=0.0)  # a crash: nothing more is sent
-        worker.thread.join(10.0)
-        assert not worker.thread.is_alive()
-        reporter.close(timeout=0.0)
+        reporter.close(timeout=0.0)  # a crash: nothing more is sent
         self.closed.append(reporter)
         self.heal()
         task = self.stored()
@@ -482,7 +481,7 @@ class StatefulFaults(RuleBasedStateMachine):
             self.suffix_mode
             and self.proc is not None
             and self.proc.reporter._worker is not None
-            and self.proc.reporter._worker.opened is not None
+            and self.proc.reporter._worker.destinations[0].opened is not None
         )
     )
     @rule(n=st.integers(1, 20))
@@ -496,7 +495,7 @@ class StatefulFaults(RuleBasedStateMachine):
         assert worker is not None
         for _ in range(3):
             clock.advance(10.0)
-            assert worker.run_cycle(30.0)
+            worker.cycle()
         assert not reporter.close(timeout=0.3)
         self.closed.append(reporter)
 
@@ -507,7 +506,7 @@ class StatefulFaults(RuleBasedStateMachine):
         if self.proc is not None:
             worker = self.proc.reporter._worker
             assert worker is not None
-            assert worker.thread.is_alive()
+            assert worker.alive
 
     def check_record(self, reporter: Reporter) -> None:
         """After a close that returned True: GET == snapshot() == the model."""
