@@ -14,11 +14,19 @@ use none of them run without the ``server`` extra.
   (``start_server(max_body_bytes=1024)``); each is stopped at teardown.
 - ``module_server``: one in-thread server shared by a test module; tests using
   it must use their own job ids.
+
+Backends: every server fixture stores in ``storage``'s database, SQLite unless
+the module is marked ``pytest.mark.both_backends``, which runs each of its
+tests on SQLite and on PostgreSQL (a throwaway cluster for the session,
+``tests/postgres.py``, a fresh schema for every database a fixture asks for).
+Without PostgreSQL binaries the PostgreSQL tests fail, unless
+``TRAINREPORT_SKIP_POSTGRES=1`` is set outside CI (then they are skipped).
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +35,67 @@ import pytest
 
 if TYPE_CHECKING:
     from trainreport.server import ServerHandle
+    from trainreport.server._db import Database, WriterOpened
 
 SERVER_TOKEN = "s3cret-token"
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Modules marked ``both_backends`` run every server test on each backend."""
+    if "storage" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "both_backends"
+    ):
+        metafunc.parametrize("storage", BACKENDS, scope="module")
+
+
+@pytest.fixture(scope="session")
+def storage() -> str:
+    """The backend the server fixtures use: ``"sqlite"`` unless parametrized."""
+    return "sqlite"
+
+
+@pytest.fixture(scope="session")
+def postgres_instance() -> Iterator[Any]:
+    """A PostgreSQL cluster of this session's own (``tests/postgres.py``), started on first use.
+
+    ``fsync=off``: the tests kill server processes, never the machine, so what
+    PostgreSQL committed is still in the page cache; the benchmark runs with
+    the default (``fsync=on``).
+    """
+    from postgres import PostgresInstance, PostgresMissing  # noqa: PLC0415
+
+    try:
+        instance = PostgresInstance({"fsync": "off", "full_page_writes": "off"})
+    except PostgresMissing as exc:
+        if os.environ.get("TRAINREPORT_SKIP_POSTGRES") == "1" and not os.environ.get("CI"):
+            pytest.skip(f"TRAINREPORT_SKIP_POSTGRES=1: {exc}")
+        pytest.fail(f"{exc} (set TRAINREPORT_SKIP_POSTGRES=1 to skip them locally)")
+    yield instance
+    instance.destroy()
+
+
+def new_database(request: pytest.FixtureRequest, storage: str, directory: Path) -> str | Path:
+    """A fresh, empty database of the ``storage`` backend: a file in ``directory`` or a URL."""
+    if storage == "postgresql":
+        url: str = request.getfixturevalue("postgres_instance").new_schema()
+        return url
+    return directory / f"{uuid.uuid4().hex[:12]}.db"
+
+
+def opened_writer(db: Database, job_id: str, task_id: str) -> WriterOpened:
+    """``db.open_writer(job_id, task_id)`` for a test that expects no stale attempt."""
+    from trainreport.server._db import WriterOpened  # noqa: PLC0415 - the server extra
+
+    opened = db.open_writer(job_id, task_id)
+    assert isinstance(opened, WriterOpened), opened
+    return opened
+
+
+@pytest.fixture
+def database_target(request: pytest.FixtureRequest, storage: str, tmp_path: Path) -> str | Path:
+    """A fresh database of the test's backend (a SQLite path or a PostgreSQL URL)."""
+    return new_database(request, storage, tmp_path)
 
 
 @pytest.fixture
@@ -38,7 +105,9 @@ def server_token() -> str:
 
 
 @pytest.fixture
-def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerHandle]]:
+def start_server(
+    request: pytest.FixtureRequest, storage: str, tmp_path: Path
+) -> Iterator[Callable[..., ServerHandle]]:
     """A factory ``start_server(db_path=None, **options) -> ServerHandle`` for in-thread servers.
 
     ``options`` are those of :func:`trainreport.server.start_in_thread` (``token``,
@@ -49,7 +118,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerHandle]]:
     handles: list[ServerHandle] = []
 
     def start(db_path: str | os.PathLike[str] | None = None, **options: Any) -> ServerHandle:
-        path = db_path if db_path is not None else tmp_path / f"server-{len(handles)}.db"
+        path = db_path if db_path is not None else new_database(request, storage, tmp_path)
         handle = start_in_thread(path, **options)
         handles.append(handle)
         return handle
@@ -60,14 +129,16 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerHandle]]:
 
 
 @pytest.fixture
-def start_server_process(tmp_path: Path) -> Iterator[Callable[..., ServerHandle]]:
+def start_server_process(
+    request: pytest.FixtureRequest, storage: str, tmp_path: Path
+) -> Iterator[Callable[..., ServerHandle]]:
     """A factory ``start_server_process(db_path=None, **options)`` for subprocess servers."""
     from trainreport.server import start_subprocess  # noqa: PLC0415 - needs the server extra
 
     handles: list[ServerHandle] = []
 
     def start(db_path: str | os.PathLike[str] | None = None, **options: Any) -> ServerHandle:
-        path = db_path if db_path is not None else tmp_path / f"process-{len(handles)}.db"
+        path = db_path if db_path is not None else new_database(request, storage, tmp_path)
         handle = start_subprocess(path, **options)
         handles.append(handle)
         return handle
@@ -96,9 +167,12 @@ def server_process(start_server_process: Callable[..., ServerHandle]) -> ServerH
 
 
 @pytest.fixture(scope="module")
-def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def module_server(
+    request: pytest.FixtureRequest, storage: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerHandle]:
     """One in-thread server shared by a whole test module (use distinct job ids per test)."""
     from trainreport.server import start_in_thread  # noqa: PLC0415 - needs the server extra
 
-    with start_in_thread(tmp_path_factory.mktemp("module-server") / "server.db") as handle:
+    target = new_database(request, storage, tmp_path_factory.mktemp("module-server"))
+    with start_in_thread(target) as handle:
         yield handle

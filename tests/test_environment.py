@@ -57,6 +57,12 @@ def test_every_variable_the_library_reads_is_known(
     )
 
 
+def test_the_reference_servers_variables_are_not_taken_for_misspellings() -> None:
+    """``TRAINREPORT_DB`` (``serve --db``) and ``TRAINREPORT_SERVER_TOKEN`` get no warning."""
+    served = {"TRAINREPORT_DB": "postgresql://db/trainreport", "TRAINREPORT_SERVER_TOKEN": "t"}
+    assert [] == environment.unknown_variables(served)
+
+
 def test_http_settings_are_a_frozen_value_parsed_by_the_config_converter() -> None:
     """Every variable lands in its field; the token stays out of the repr."""
     settings = environment.read_http_destination(

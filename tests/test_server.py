@@ -28,6 +28,7 @@ import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import new_database
 from trainreport import cli
 from trainreport.server import (
     DEFAULT_MAX_BODY_BYTES,
@@ -37,7 +38,10 @@ from trainreport.server import (
     start_in_thread,
 )
 from trainreport.server._db import Applied, Database, SeriesGap, StaleAttempt, WriterOpened
+from trainreport.server._migrations import MIGRATIONS
+from trainreport.server._migrations import ddl as migration_ddl
 from trainreport.server._run import TOKEN_ENV_VAR
+from trainreport.server._sqlite import SqliteBackend
 from trainreport.server._wire import (
     ApiError,
     SeriesPoints,
@@ -47,6 +51,8 @@ from trainreport.server._wire import (
     validate_patch,
     validate_update,
 )
+
+pytestmark = pytest.mark.both_backends
 
 # -- client helpers ---------------------------------------------------------------------
 
@@ -377,11 +383,8 @@ def test_a_version_1_database_gains_attempt_claims(tmp_path: Path) -> None:
     """A file of the first schema is migrated in place: its writers keep their generation."""
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    conn.execute(
-        "CREATE TABLE writers (job_id TEXT NOT NULL, task_id TEXT NOT NULL, "
-        "generation INTEGER NOT NULL, last_sequence INTEGER NOT NULL, "
-        "PRIMARY KEY (job_id, task_id)) WITHOUT ROWID"
-    )
+    for statement in MIGRATIONS[0]:  # the first schema's tables, as a version-1 server made them
+        conn.execute(migration_ddl(statement, "sqlite"))
     conn.execute("INSERT INTO writers VALUES ('j', 't', 4, 9)")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
@@ -1308,7 +1311,8 @@ def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
     """WAL plus synchronous=FULL: an acknowledged commit is fsynced (docs/server.md)."""
     db = Database(tmp_path / "d.db")
     try:
-        conn = db._conn()
+        assert isinstance(db.backend, SqliteBackend)
+        conn = db.backend._conn()
         assert ("wal", 2) == (
             conn.execute("PRAGMA journal_mode").fetchone()[0],
             conn.execute("PRAGMA synchronous").fetchone()[0],
@@ -1418,8 +1422,10 @@ def test_the_cli_refuses_an_empty_token_file(tmp_path: Path, capsys: Any) -> Non
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    db = Database(tmp_path_factory.mktemp("property") / "p.db")
+def database(
+    request: pytest.FixtureRequest, storage: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Database]:
+    db = Database(new_database(request, storage, tmp_path_factory.mktemp("property")))
     yield db
     db.close()
 

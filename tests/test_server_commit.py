@@ -182,11 +182,13 @@ def test_the_write_ahead_log_stays_bounded_without_sqlite_autocheckpoint(tmp_pat
     not one that grew with everything written.
     """
     from trainreport.server._db import Database, WriterOpened  # noqa: PLC0415
+    from trainreport.server._sqlite import SqliteBackend  # noqa: PLC0415
     from trainreport.server._wire import SeriesPoints, TaskUpdate  # noqa: PLC0415
 
-    db = Database(tmp_path / "wal.db")
+    backend = SqliteBackend(tmp_path / "wal.db")
+    db = Database(backend)
     threshold = 128 * 1024
-    db._commits._checkpoint_wal_bytes = threshold
+    backend._commits._checkpoint_wal_bytes = threshold
     try:
         opened = db.open_writer("j", "t")
         assert isinstance(opened, WriterOpened)

@@ -8,7 +8,6 @@ and sit behind the admin token when one is set.
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
+from trainreport.server._migrations import SCHEMA_VERSION
+from trainreport.server._storage import open_backend
+
+pytestmark = pytest.mark.both_backends
 
 ADMIN = "ops-admin-token"
 SECRET = b"operations-test-secret-0123456789abcdef"
@@ -102,14 +105,15 @@ def test_healthz_and_readyz_answer_ok_without_a_token(
 
 def test_readyz_is_503_when_the_schema_is_not_this_servers(server: ServerHandle) -> None:
     """Migrations not applied (another schema version): not ready, saying why; alive still."""
-    with sqlite3.connect(server.db_path) as conn:
-        conn.execute("PRAGMA user_version = 0")
-    conn.close()
+    backend = open_backend(server.db_path)
+    with backend.write(None) as conn:
+        conn.execute("DELETE FROM schema_version WHERE version = ?", (SCHEMA_VERSION,))
+    backend.close()
 
     response = _get(server.url, "/readyz")
 
     assert 503 == response.status
-    assert "schema version 0" in json.loads(response.data)["reason"]
+    assert f"schema version {SCHEMA_VERSION - 1}" in json.loads(response.data)["reason"]
     assert response.headers["Retry-After"]
     assert 200 == _get(server.url, "/healthz").status
 
@@ -157,9 +161,10 @@ def test_metrics_count_refusals_by_the_browser_rules(server: ServerHandle) -> No
 def test_metrics_count_database_errors(server: ServerHandle) -> None:
     """A failing database (a table gone) is a 500 to the client and a counted error."""
     job = f"e-{uuid.uuid4().hex[:8]}"
-    with sqlite3.connect(server.db_path) as conn:
+    backend = open_backend(server.db_path)
+    with backend.write(None) as conn:
         conn.execute("DROP TABLE tasks")
-    conn.close()
+    backend.close()
 
     assert 500 == _send(server.url, "PATCH", f"/v1/jobs/{job}/tasks/t", {"status": "running"})
     first = _samples(server.url)

@@ -43,6 +43,7 @@ from trainreport._logging import get_logger
 __all__ = [
     "CA_CERTS",
     "CONNECT_TIMEOUT",
+    "DB",
     "DISABLED",
     "JOB_ID",
     "KNOWN_VARIABLES",
@@ -90,6 +91,9 @@ READ_TIMEOUT: Final = "TRAINREPORT_READ_TIMEOUT_SECONDS"
 DISABLED: Final = "TRAINREPORT_DISABLED"
 #: The reference server's write token (``trainreport serve``).
 SERVER_TOKEN: Final = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name
+#: The reference server's database (``trainreport serve --db``): a SQLite file or a
+#: ``postgresql://`` URL (which may hold a password: kept off ``ps``).
+DB: Final = "TRAINREPORT_DB"
 #: Kubeflow Trainer's TrainJob status endpoint (the full URL), injected into every container.
 KUBEFLOW_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
 #: Path of the CA certificate that signs the Kubeflow endpoint's TLS certificate.
@@ -102,7 +106,7 @@ KUBEFLOW_TOKEN: Final = "KUBEFLOW_TRAINER_SERVER_TOKEN"  # noqa: S105 - a variab
 #: ``ReportingConfig.from_env`` names the replacement of).
 KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
     {URL, JOB_ID, TASK_ID, TOKEN, TOKEN_FILE, CA_CERTS, CONNECT_TIMEOUT, READ_TIMEOUT}
-    | {DISABLED, SERVER_TOKEN}
+    | {DISABLED, SERVER_TOKEN, DB}
     | {env_variable(field.name) for field in attrs.fields(ReportingConfig)}
     | {name for name in ATTEMPT_VARIABLES if name.startswith(ENV_PREFIX)}
     | set(REPLACED_VARIABLES)

@@ -32,6 +32,9 @@ Handler = Callable[[argparse.Namespace], int]
 _TOKEN_ENV_VAR = _environment.SERVER_TOKEN
 # The same values as in trainreport.server (pinned by tests/test_server.py); repeated here
 # so that building the parser does not import Starlette.
+_DB_ENV_VAR = _environment.DB
+_DEFAULT_DB = "trainreport.db"
+DEFAULT_RETENTION_INTERVAL_SECONDS = 300.0
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
@@ -131,9 +134,30 @@ def _add_serve(subparsers: Any) -> None:
     )
     serve.add_argument(
         "--db",
-        type=Path,
-        default=Path("trainreport.db"),
-        help="SQLite database file, created if missing (default: ./trainreport.db)",
+        help=(
+            "SQLite database file, created if missing, or a postgresql://user@host/dbname URL "
+            f"(needs the 'postgres' extra; put a password in ${_DB_ENV_VAR} or ~/.pgpass, not "
+            f"on the command line) (default: ${_DB_ENV_VAR}, else ./{_DEFAULT_DB})"
+        ),
+    )
+    serve.add_argument(
+        "--retain-days",
+        type=_positive_seconds,
+        metavar="DAYS",
+        help=(
+            "delete finished jobs (no task pending or running) this many days after their "
+            "last write, in small batches (default: keep every job)"
+        ),
+    )
+    serve.add_argument(
+        "--retention-interval",
+        type=_positive_seconds,
+        default=DEFAULT_RETENTION_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "seconds between two retention passes "
+            f"(default: {DEFAULT_RETENTION_INTERVAL_SECONDS:g})"
+        ),
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
@@ -269,7 +293,12 @@ def _serve(args: argparse.Namespace) -> int:
         make_uvicorn_server,
     )
     from trainreport.server._security import allowed_host_names  # noqa: PLC0415
+    from trainreport.server._storage import (  # noqa: PLC0415
+        StorageUnavailable,
+        is_postgres_url,
+    )
 
+    db: str = args.db or os.environ.get(_DB_ENV_VAR) or _DEFAULT_DB
     try:
         token = _read_token(args)
         secret = None if args.secret_file is None else read_secret_file(args.secret_file)
@@ -295,24 +324,34 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         extra_hosts = [name for value in args.allowed_hosts for name in value.split(",")]
         app = create_app(
-            args.db,
+            db,
             token=token,
             secret=secret,
             max_body_bytes=args.max_body_bytes,
             max_decompressed_bytes=args.max_decompressed_bytes,
             body_budget_bytes=args.body_budget_bytes,
             allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
+            retain_days=args.retain_days,
+            retention_interval_seconds=args.retention_interval,
             stale_after_seconds=args.stale_after,
         )
-    except (OSError, ValueError, RuntimeError, sqlite3.Error) as exc:
+    except (OSError, ValueError, RuntimeError, sqlite3.Error, StorageUnavailable) as exc:
         sock.close()
         print(f"trainreport serve: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        sock.close()
+        print(
+            f"trainreport serve: a PostgreSQL database needs the 'postgres' extra "
+            f"(pip install 'trainreport[postgres]'): {exc}",
+            file=sys.stderr,
+        )
+        return 2
     url = format_url(args.host, sock.getsockname()[1])
+    shown = app.state.database.description if is_postgres_url(db) else Path(db).resolve()
     auth = ", ".join(name for name, on in (("admin token", token), ("job tokens", secret)) if on)
     print(
-        f"trainreport server listening on {url}/ (db: {args.db.resolve()}, "
-        f"tokens: {auth or 'none'})",
+        f"trainreport server listening on {url}/ (db: {shown}, tokens: {auth or 'none'})",
         flush=True,
     )
     if token or secret:

@@ -59,6 +59,7 @@ from trainreport.server._metrics import (
     ServerMetrics,
     is_database_error,
 )
+from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS, RetentionWorker
 from trainreport.server._routes import (
     ENDPOINTS,
     LIMIT,
@@ -74,6 +75,7 @@ from trainreport.server._stale import (
     STALE_KEY,
     staleness,
 )
+from trainreport.server._storage import StorageUnavailable
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
     ApiError,
@@ -100,6 +102,8 @@ DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 #: Default budget of request body bytes (after decompression) held at once, server-wide.
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
+#: Seconds a client is asked to wait when the database cannot be reached (503).
+DATABASE_RETRY_AFTER_SECONDS = 1
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -115,11 +119,15 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     clock: Callable[[], float] | None = None,
     stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
+    retain_days: float | None = None,
+    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
 ) -> Starlette:
     """Build the reference server's ASGI app on a SQLite file.
 
     Args:
-        db_path: the SQLite database file; created with its tables if missing.
+        db_path: the SQLite database file (created with its tables if missing),
+            or a ``postgresql://`` URL (the ``postgres`` extra; the schema is
+            migrated at start, see ``docs/server.md``).
         token: the admin token: it reads and writes every job and cancels.
             When it or ``secret`` is set, every ``/v1`` request except
             ``GET /v1/capabilities`` and ``GET /v1/openapi.json`` needs
@@ -148,6 +156,10 @@ def create_app(
             died): a ``stale`` object in ``GET`` of the task and in the job's
             task summaries, and the ``trainreport_stale_tasks`` gauge
             (``server/_stale.py``). Default 180 s, three heartbeats.
+        retain_days: delete finished jobs (no task pending or running) this
+            many days after their last write; ``None`` keeps every job
+            (``server/_retention.py``).
+        retention_interval_seconds: seconds between two retention passes.
 
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
@@ -159,6 +171,8 @@ def create_app(
             byte, ``stale_after_seconds`` not a positive number, or an allowed
             host that is not a plain name.
         sqlite3.Error: the database file cannot be opened.
+        StorageUnavailable: the PostgreSQL database cannot be reached.
+        RuntimeError: the database was written by a newer server.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty string or None")
@@ -175,6 +189,16 @@ def create_app(
         max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
     )
     db = Database(db_path)
+    try:
+        retention = RetentionWorker(
+            db,
+            retain_days=retain_days,
+            interval_seconds=retention_interval_seconds,
+            clock=lambda: datetime.fromtimestamp(wall_clock(), timezone.utc),
+        )
+    except ValueError:
+        db.close()
+        raise
 
     def count_stale() -> int:
         now = wall_clock()
@@ -193,14 +217,17 @@ def create_app(
         metrics,
         clock=wall_clock,
         stale_after_seconds=stale_after_seconds,
+        retention=retention,
     )
     routes = api.routes() + _page.routes()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        retention.start()
         try:
             yield
         finally:
+            retention.stop()
             db.close()
 
     middleware = [
@@ -223,12 +250,14 @@ def create_app(
             # Database errors are answered where Starlette does not re-raise (a re-raised
             # error closes the connection, which a client may see as a reset, not a 500).
             **dict.fromkeys(DATABASE_ERRORS, _internal_error_response),
+            StorageUnavailable: _unavailable_response,
             Exception: _internal_error_response,
         },
         lifespan=lifespan,
     )
     app.state.database = db
     app.state.metrics = metrics
+    app.state.retention = retention
     return app
 
 
@@ -261,8 +290,10 @@ class _Api:
         *,
         clock: Callable[[], float],
         stale_after_seconds: float,
+        retention: RetentionWorker,
     ) -> None:
         self._db = db
+        self._retention = retention
         self._clock = clock
         self._stale_after = stale_after_seconds
         self._limits = limits
@@ -355,6 +386,15 @@ class _Api:
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
         return JSONResponse(self._with_stale(job))
+
+    async def delete_job(self, request: Request) -> Response:
+        job_id = validate_id(request.path_params["job_id"], "job_id")
+        now = self._utc_now()
+        deleted = await run_in_threadpool(lambda: self._db.delete_job(job_id, now=now))
+        if not deleted:
+            raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
+        self._retention.wake()  # its points go in the background, in bounded batches
+        return JSONResponse({"job_id": job_id, "deleted": True})
 
     async def get_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
@@ -475,7 +515,12 @@ class _Api:
             if is_database_error(exc):
                 self._metrics.database_errors.inc()
             get_logger().warning("trainreport.not_ready", error=type(exc).__name__)
-            reason = str(exc) if isinstance(exc, RuntimeError) else "the database did not answer"
+            # A StorageUnavailable names the database without its password.
+            reason = (
+                str(exc)
+                if isinstance(exc, (RuntimeError, StorageUnavailable))
+                else "the database did not answer"
+            )
             return JSONResponse(
                 {"status": "unavailable", "reason": reason},
                 status_code=503,
@@ -548,6 +593,25 @@ async def _http_error_response(_request: Request, exc: Exception) -> Response:
         {"error": code, "message": str(exc.detail)},
         status_code=exc.status_code,
         headers=exc.headers,
+    )
+
+
+async def _unavailable_response(request: Request, exc: Exception) -> Response:
+    """503 with ``Retry-After``: the database cannot be reached now; the client retries."""
+    request.app.state.metrics.database_errors.inc()
+    get_logger().warning(
+        "trainreport.database_unavailable",
+        method=request.method,
+        path=request.url.path,
+        error=str(exc),  # names the database without its password
+    )
+    return JSONResponse(
+        {
+            "error": "database_unavailable",
+            "message": "the database cannot be reached now; retry later",
+        },
+        status_code=503,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
     )
 
 

@@ -143,6 +143,12 @@ RESPONSES: dict[str, Node] = {
     ),
     "Job": _JOB,
     "JobList": Record((Field("jobs", List(_JOB), True),)),
+    "JobDeleted": Record(
+        (
+            Field("job_id", Text(pattern=ID_PATTERN), True),
+            Field("deleted", Boolean(), True),
+        ),
+    ),
     "SeriesColumns": Record((Field("series", MapOf(SERIES_NAME, _SERIES_COLUMNS), True),)),
     "Health": Record(
         (

@@ -1,47 +1,33 @@
-"""SQLite storage of the reference server: jobs, tasks, series points and writer fences.
+"""The reference server's storage rules, on SQLite or PostgreSQL (``_storage.Backend``).
 
-Layout (``docs/server.md``)::
+The schema is in ``_schema``. Points have their own rows, so appending a
+suffix costs the new points (one ``executemany``), not a rewrite of the whole
+curve. Every write is one transaction of the backend, committed before the
+caller answers the request, and exclusive per job across every server process
+on the database (``Backend.write``): the writer fence (generation), the
+sequence check and the suffix offsets are read and written inside it, so they
+hold with several replicas on one PostgreSQL database as with one process on
+one SQLite file (docs/design.md#guarantees: never lose an acknowledged write).
 
-    jobs    (job_id PK, created_at, updated_at, cancel_requested)
-    tasks   ((job_id, task_id) PK, status, details JSON without "metrics", created_at, updated_at)
-    series  ((job_id, task_id, series) PK, ord, length)          lengths without counting points
-    points  ((job_id, task_id, series, idx) PK, step, epoch, value)
-    writers ((job_id, task_id) PK, generation, last_sequence,
-             attempt_number, attempt_started_at)                 exists before the task does
-
-Points have their own rows, so appending a suffix costs the new points (one
-``executemany``), not a rewrite of the whole curve. Every write is one
-transaction opened with ``BEGIN IMMEDIATE`` and committed before the caller
-answers the request; the database runs in WAL mode with ``synchronous=FULL``,
-so an acknowledged write survives a process crash and a power loss (docs/design.md#guarantees:
-never lose an acknowledged write).
-
-Thread-safety: a :class:`Database` is shared by every request thread. Each
-thread reads on its own connection; writes are serialised on one writer
-connection by an in-process lock (so writers queue instead of spinning in
-SQLite's busy handler) and by ``BEGIN IMMEDIATE`` (against other processes on
-the same file), and the writes that queue up together are committed together
-(``_commit``: one fsync for a group of requests, each acknowledged only once
-its group is committed).
+Thread-safety: a :class:`Database` is shared by every request thread; the
+backend owns the connections.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sqlite3
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from itertools import count, repeat
-from pathlib import Path
 from typing import Any, TypeAlias
 
 import attrs
 
 from trainreport._lifecycle import forget_running_only_details
 from trainreport._protocol import TaskStatus
-from trainreport.server._commit import GroupCommit
+from trainreport.server._migrations import SCHEMA_VERSION, migrate, stored_version
+from trainreport.server._storage import Backend, Connection, open_backend
 from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate, WriterClaim
 
 __all__ = [
@@ -58,60 +44,10 @@ __all__ = [
 
 #: A task created without a status holds this one (docs/protocol.md).
 _PENDING = TaskStatus.PENDING.value
-
-#: Stored in ``PRAGMA user_version``; a file written by a newer server is refused.
-#: Version 2 added the writers' attempt identity (a version-1 file is migrated in place).
-SCHEMA_VERSION = 2
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS jobs (
-        job_id TEXT PRIMARY KEY,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        cancel_requested INTEGER NOT NULL DEFAULT 0)""",
-    """CREATE TABLE IF NOT EXISTS tasks (
-        job_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        details TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        PRIMARY KEY (job_id, task_id)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS series (
-        job_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        series TEXT NOT NULL,
-        ord INTEGER NOT NULL,
-        length INTEGER NOT NULL,
-        PRIMARY KEY (job_id, task_id, series)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS points (
-        job_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        series TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        step INTEGER NOT NULL,
-        epoch INTEGER,
-        value REAL,
-        PRIMARY KEY (job_id, task_id, series, idx)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS writers (
-        job_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        generation INTEGER NOT NULL,
-        last_sequence INTEGER NOT NULL,
-        attempt_number INTEGER,
-        attempt_started_at REAL,
-        PRIMARY KEY (job_id, task_id)) WITHOUT ROWID""",
-)
-#: Version 1 -> 2: the holder's attempt identity.
-_MIGRATE_TO_2 = (
-    "ALTER TABLE writers ADD COLUMN attempt_number INTEGER",
-    "ALTER TABLE writers ADD COLUMN attempt_started_at REAL",
-)
-
-#: Seconds a connection waits for another process's write lock before failing.
-_BUSY_TIMEOUT_SECONDS = 30.0
-#: Page cache of the writer connection, KiB: the points B-tree of many live tasks stays hot.
-_WRITER_CACHE_KIB = 32 * 1024
+#: The statuses of a task that is not over (retention keeps its job), in the order
+#: the SQL below binds them (``status IN (?, ?)``).
+_UNFINISHED = (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
+UNFINISHED_STATUSES = frozenset(_UNFINISHED)
 
 
 @attrs.frozen
@@ -202,119 +138,54 @@ UpdateOutcome: TypeAlias = Applied | StaleWriter | SeriesGap
 
 
 class Database:
-    """The server's storage on one SQLite file.
+    """The server's storage: a SQLite file or a PostgreSQL database.
 
     Args:
-        path: the database file; created (with its tables) when missing.
+        target: a SQLite file path (created with its tables when missing), a
+            ``postgresql://`` URL, or a backend.
+        now: the wall-clock time recorded with the migrations, ISO 8601 UTC
+            (default: the system clock's).
 
     Raises:
-        sqlite3.Error: the file cannot be opened or is not a database.
-        RuntimeError: the file was written by a newer schema version.
+        sqlite3.Error: the SQLite file cannot be opened or is not a database.
+        StorageUnavailable: the PostgreSQL database cannot be reached.
+        RuntimeError: the database was written by a newer schema version.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._connections_lock = threading.Lock()
-        self._commits = GroupCommit(self._connect_writer, self._checkpoint, self._wal_size)
-        self._closed = False
-        self._create_schema()
-
-    # -- connections and transactions -------------------------------------------------
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path,
-            timeout=_BUSY_TIMEOUT_SECONDS,
-            isolation_level=None,
-            check_same_thread=False,  # only so that close() may close it from another thread
+    def __init__(self, target: str | os.PathLike[str] | Backend, *, now: str | None = None) -> None:
+        self.backend: Backend = (
+            open_backend(target) if isinstance(target, (str, os.PathLike)) else target
         )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        with self._connections_lock:
-            if self._closed:
-                conn.close()
-                raise RuntimeError("the database is closed")
-            self._connections.append(conn)
-        return conn
-
-    def _connect_writer(self) -> sqlite3.Connection:
-        """The one writer connection: a larger cache, checkpoints left to ``_checkpoint``."""
-        conn = self._connect()
-        conn.execute(f"PRAGMA cache_size = -{_WRITER_CACHE_KIB}")
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        return conn
-
-    def _checkpoint(self) -> None:
-        """A passive WAL checkpoint on the calling thread's own connection (no write lock)."""
-        self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-
-    def _wal_size(self) -> int:
         try:
-            return os.stat(f"{self.path}-wal").st_size
-        except OSError:
-            return 0
+            migrate(self.backend, now=now or utc_now())
+        except BaseException:
+            self.backend.close()
+            raise
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-        return conn
-
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write, committed (with whatever writes queued beside it) on exit."""
-        with self._commits.transaction() as conn:
-            yield conn
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            conn.execute("COMMIT")
-
-    def _create_schema(self) -> None:
-        with self._write() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{self.path} has schema version {version}; this server knows {SCHEMA_VERSION}"
-                )
-            if version == 1:
-                for statement in _MIGRATE_TO_2:
-                    conn.execute(statement)
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    @property
+    def description(self) -> str:
+        """The database for messages: a path, or a URL without its password."""
+        return self.backend.description
 
     def close(self) -> None:
-        """Close every connection (checkpointing the WAL). Idempotent; never raises."""
-        with self._connections_lock:
-            self._closed = True
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        """Close every connection. Idempotent; never raises."""
+        self.backend.close()
 
     # -- operations (readiness, metrics) ------------------------------------------------
 
     def check_ready(self) -> None:
         """Raise unless the database answers and holds this server's schema (``/readyz``).
 
-        Cheap: one read of the schema version.
+        Cheap: one read of the ``schema_version`` table.
 
         Raises:
-            sqlite3.Error: the database cannot be read.
+            sqlite3.Error: the SQLite database cannot be read.
+            StorageUnavailable: the PostgreSQL database cannot be reached.
             RuntimeError: the database is closed, or its schema version is not
                 :data:`SCHEMA_VERSION` (migrations not applied).
         """
-        with self._read() as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        with self.backend.read() as conn:
+            version = stored_version(conn)
         if version != SCHEMA_VERSION:
             raise RuntimeError(f"schema version {version}; this server needs {SCHEMA_VERSION}")
 
@@ -322,9 +193,9 @@ class Database:
         """The number of tasks per stored status (``/metrics``); statuses without tasks are absent.
 
         Raises:
-            sqlite3.Error: the database cannot be read.
+            sqlite3.Error, StorageUnavailable: the database cannot be read.
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             rows = conn.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status").fetchall()
         return {str(status): int(count) for status, count in rows}
 
@@ -332,9 +203,9 @@ class Database:
         """The server's ``updated_at`` of every task whose status is ``running`` (``/metrics``).
 
         Raises:
-            sqlite3.Error: the database cannot be read.
+            sqlite3.Error, StorageUnavailable: the database cannot be read.
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             rows = conn.execute("SELECT updated_at FROM tasks WHERE status = 'running'")
             return [str(row[0]) for row in rows]
 
@@ -351,7 +222,7 @@ class Database:
             include_metrics: add ``status_details.metrics`` (every point of
                 every series) when the task has series.
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             return _task_document(conn, job_id, task_id, include_metrics=include_metrics)
 
     def read_task(
@@ -363,7 +234,7 @@ class Database:
             ``(task, updated_at)`` (ISO 8601 UTC), or ``None`` when the task does
             not exist.
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             task = _task_document(conn, job_id, task_id, include_metrics=include_metrics)
             row = conn.execute(
                 "SELECT updated_at FROM tasks WHERE job_id = ? AND task_id = ?", (job_id, task_id)
@@ -383,7 +254,7 @@ class Database:
             patch: the validated body.
             now: the server's wall-clock time, ISO 8601 UTC.
         """
-        with self._write() as conn:
+        with self.backend.write(job_id) as conn:
             _touch_job(conn, job_id, now)
             status = _merge_task(conn, job_id, task_id, patch.status, patch.details, now)
             if patch.metrics is not None:
@@ -417,7 +288,7 @@ class Database:
             claim: the writer's attempt identity (``None``: no identity).
         """
         claim = claim if claim is not None else WriterClaim()
-        with self._write() as conn:
+        with self.backend.write(job_id) as conn:
             row = conn.execute(
                 "SELECT generation, attempt_number, attempt_started_at FROM writers "
                 "WHERE job_id = ? AND task_id = ?",
@@ -430,7 +301,7 @@ class Database:
             conn.execute(
                 "INSERT INTO writers (job_id, task_id, generation, last_sequence, "
                 "attempt_number, attempt_started_at) VALUES (?, ?, 1, 0, ?, ?) "
-                "ON CONFLICT (job_id, task_id) DO UPDATE SET generation = generation + 1, "
+                "ON CONFLICT (job_id, task_id) DO UPDATE SET generation = writers.generation + 1, "
                 "last_sequence = 0, attempt_number = excluded.attempt_number, "
                 "attempt_started_at = excluded.attempt_started_at",
                 (job_id, task_id, claim.number, claim.started_at),
@@ -441,7 +312,7 @@ class Database:
             ).fetchone()[0]
         # The read needs no write lock: the new writer has not written yet, and
         # every older one is fenced by the committed generation.
-        with self._read() as conn:
+        with self.backend.read() as conn:
             return WriterOpened(
                 generation=generation,
                 task=_task_document(conn, job_id, task_id, include_metrics=True),
@@ -467,7 +338,7 @@ class Database:
             update: the validated body.
             now: the server's wall-clock time, ISO 8601 UTC.
         """
-        with self._write() as conn:
+        with self.backend.write(job_id) as conn:
             writer = conn.execute(
                 "SELECT generation, last_sequence FROM writers WHERE job_id = ? AND task_id = ?",
                 (job_id, task_id),
@@ -515,7 +386,7 @@ class Database:
         Returns:
             The columns in the task's series order, or ``None`` when the task is absent.
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             if _task_row(conn, job_id, task_id) is None:
                 return None
             wanted = list(_lengths(conn, job_id, task_id))
@@ -544,10 +415,11 @@ class Database:
         Returns:
             ``(created, job)``: whether this call created it, and the job document.
         """
-        with self._write() as conn:
+        with self.backend.write(job_id) as conn:
             created = (
                 conn.execute(
-                    "INSERT OR IGNORE INTO jobs (job_id, created_at, updated_at) VALUES (?, ?, ?)",
+                    "INSERT INTO jobs (job_id, created_at, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (job_id) DO NOTHING",
                     (job_id, now, now),
                 ).rowcount
                 == 1
@@ -562,7 +434,7 @@ class Database:
         Args:
             job_id: a validated job id.
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             return _job_document(conn, job_id)
 
     def list_jobs(self, *, limit: int) -> list[dict[str, Any]]:
@@ -571,7 +443,7 @@ class Database:
         Args:
             limit: the most jobs returned (>= 1).
         """
-        with self._read() as conn:
+        with self.backend.read() as conn:
             ids = [
                 row[0]
                 for row in conn.execute(
@@ -592,25 +464,116 @@ class Database:
             job_id: a validated job id.
             now: the server's wall-clock time, ISO 8601 UTC.
         """
-        with self._write() as conn:
+        with self.backend.write(job_id) as conn:
             conn.execute(
                 "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE job_id = ?",
                 (now, job_id),
             )
             return _job_document(conn, job_id)
 
+    # -- retention --------------------------------------------------------------------
+
+    def delete_job(self, job_id: str, *, now: str, finished_before: str | None = None) -> bool:
+        """Remove a job, its tasks, series and writers in one transaction; queue its points.
+
+        The job vanishes at once for every reader and writer: a writer of one of
+        its tasks gets ``stale_writer`` on its next update (its fence row is
+        gone), a baseline ``PATCH`` creates the task anew. The points are left
+        for :meth:`purge_points`, in bounded batches (``docs/server.md``).
+
+        Args:
+            job_id: a validated job id.
+            now: the server's wall-clock time, ISO 8601 UTC.
+            finished_before: when set (retention), remove the job only if it was
+                last written before this time (ISO 8601 UTC) and has no task
+                ``pending`` or ``running``, checked inside the transaction so a
+                write that got in first wins.
+
+        Returns:
+            Whether the job was removed.
+        """
+        with self.backend.write(job_id) as conn:
+            row = conn.execute("SELECT updated_at FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                return False
+            if finished_before is not None and (
+                row[0] >= finished_before or _has_unfinished_task(conn, job_id)
+            ):
+                return False
+            conn.execute(
+                "INSERT INTO purges (job_id, task_id, queued_at) "
+                "SELECT job_id, task_id, ? FROM tasks WHERE job_id = ? "
+                "ON CONFLICT (job_id, task_id) DO NOTHING",
+                (now, job_id),
+            )
+            for table in ("series", "tasks", "writers", "jobs"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))  # noqa: S608
+            return True
+
+    def expired_jobs(self, finished_before: str, *, limit: int) -> list[str]:
+        """Jobs last written before ``finished_before`` with no unfinished task, oldest first.
+
+        A hint for retention: :meth:`delete_job` checks again under the lock.
+
+        Args:
+            finished_before: ISO 8601 UTC.
+            limit: the most ids returned (>= 1).
+        """
+        with self.backend.read() as conn:
+            rows = conn.execute(
+                "SELECT job_id FROM jobs WHERE updated_at < ? AND NOT EXISTS ("
+                "SELECT 1 FROM tasks WHERE tasks.job_id = jobs.job_id "
+                "AND tasks.status IN (?, ?)) "
+                "ORDER BY updated_at LIMIT ?",
+                (finished_before, *_UNFINISHED, limit),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def purge_points(self, *, limit: int) -> int | None:
+        """Delete at most ``limit`` points of one deleted task (one short transaction).
+
+        Args:
+            limit: the most points deleted (>= 1).
+
+        Returns:
+            The points deleted (maybe 0), or ``None`` when no deleted task has points left.
+        """
+        with self.backend.read() as conn:
+            queued = conn.execute("SELECT job_id, task_id FROM purges LIMIT 1").fetchone()
+        if queued is None:
+            return None
+        job_id, task_id = str(queued[0]), str(queued[1])
+        with self.backend.write(job_id) as conn:
+            still = conn.execute(
+                "SELECT 1 FROM purges WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+            ).fetchone()
+            if still is None:  # a writer re-created the task and cleared them meanwhile
+                return 0
+            deleted = int(
+                conn.execute(
+                    "DELETE FROM points WHERE job_id = ? AND task_id = ? AND (series, idx) IN ("
+                    "SELECT series, idx FROM points WHERE job_id = ? AND task_id = ? LIMIT ?)",
+                    (job_id, task_id, job_id, task_id, limit),
+                ).rowcount
+            )
+            if deleted < limit:
+                conn.execute(
+                    "DELETE FROM purges WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+                )
+            return deleted
+
 
 # -- helpers (run inside a transaction) -----------------------------------------------
 
 
-def _task_row(conn: sqlite3.Connection, job_id: str, task_id: str) -> tuple[str, str] | None:
+def _task_row(conn: Connection, job_id: str, task_id: str) -> tuple[str, str] | None:
     row: tuple[str, str] | None = conn.execute(
         "SELECT status, details FROM tasks WHERE job_id = ? AND task_id = ?", (job_id, task_id)
     ).fetchone()
     return row
 
 
-def _lengths(conn: sqlite3.Connection, job_id: str, task_id: str) -> dict[str, int]:
+def _lengths(conn: Connection, job_id: str, task_id: str) -> dict[str, int]:
     return dict(
         conn.execute(
             "SELECT series, length FROM series WHERE job_id = ? AND task_id = ? ORDER BY ord",
@@ -619,23 +582,24 @@ def _lengths(conn: sqlite3.Connection, job_id: str, task_id: str) -> dict[str, i
     )
 
 
-def _cancel_requested(conn: sqlite3.Connection, job_id: str) -> bool:
+def _cancel_requested(conn: Connection, job_id: str) -> bool:
     row = conn.execute("SELECT cancel_requested FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
     return bool(row and row[0])
 
 
 def _point_rows(
-    conn: sqlite3.Connection, job_id: str, task_id: str, series: str
+    conn: Connection, job_id: str, task_id: str, series: str
 ) -> list[tuple[int, int | None, float | None]]:
-    return conn.execute(
+    rows: list[tuple[int, int | None, float | None]] = conn.execute(
         "SELECT step, epoch, value FROM points WHERE job_id = ? AND task_id = ? AND series = ? "
         "ORDER BY idx",
         (job_id, task_id, series),
     ).fetchall()
+    return rows
 
 
 def _task_document(
-    conn: sqlite3.Connection, job_id: str, task_id: str, *, include_metrics: bool
+    conn: Connection, job_id: str, task_id: str, *, include_metrics: bool
 ) -> dict[str, Any] | None:
     row = _task_row(conn, job_id, task_id)
     if row is None:
@@ -654,7 +618,7 @@ def _task_document(
     return {"status": row[0], "status_details": details}
 
 
-def _touch_job(conn: sqlite3.Connection, job_id: str, now: str) -> None:
+def _touch_job(conn: Connection, job_id: str, now: str) -> None:
     conn.execute(
         "INSERT INTO jobs (job_id, created_at, updated_at) VALUES (?, ?, ?) "
         "ON CONFLICT (job_id) DO UPDATE SET updated_at = excluded.updated_at",
@@ -663,7 +627,7 @@ def _touch_job(conn: sqlite3.Connection, job_id: str, now: str) -> None:
 
 
 def _merge_task(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job_id: str,
     task_id: str,
     status: str | None,
@@ -672,6 +636,7 @@ def _merge_task(
 ) -> str:
     row = _task_row(conn, job_id, task_id)
     if row is None:
+        _forget_purged_points(conn, job_id, task_id)
         stored_status = status or _PENDING
         created = dict(details)
         forget_running_only_details(stored_status, created)
@@ -694,7 +659,7 @@ def _merge_task(
 
 
 def _write_suffix(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job_id: str,
     task_id: str,
     series: SeriesPoints,
@@ -747,7 +712,7 @@ def _write_suffix(
     lengths[name] = offset + len(series)
 
 
-def _job_document(conn: sqlite3.Connection, job_id: str) -> dict[str, Any] | None:
+def _job_document(conn: Connection, job_id: str) -> dict[str, Any] | None:
     job = conn.execute(
         "SELECT created_at, updated_at, cancel_requested FROM jobs WHERE job_id = ?", (job_id,)
     ).fetchone()
@@ -782,3 +747,24 @@ def _job_document(conn: sqlite3.Connection, job_id: str) -> dict[str, Any] | Non
 
 def _dumps(value: Mapping[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _has_unfinished_task(conn: Connection, job_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM tasks WHERE job_id = ? AND status IN (?, ?) LIMIT 1",
+        (job_id, *_UNFINISHED),
+    ).fetchone()
+    return row is not None
+
+
+def _forget_purged_points(conn: Connection, job_id: str, task_id: str) -> None:
+    """Before a task is created: drop the points of a deleted namesake not yet purged."""
+    if conn.execute(
+        "DELETE FROM purges WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+    ).rowcount:
+        conn.execute("DELETE FROM points WHERE job_id = ? AND task_id = ?", (job_id, task_id))
+
+
+def utc_now() -> str:
+    """The system's wall clock as ISO 8601 UTC with milliseconds (how the database stores time)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

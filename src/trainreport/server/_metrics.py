@@ -24,6 +24,7 @@ Metrics (``docs/server.md``, "Metrics"):
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,11 +37,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
 from trainreport._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH
+from trainreport.server._storage import StorageUnavailable
 
 __all__ = ["DATABASE_ERRORS", "ServerMetrics", "is_database_error"]
 
 #: Exceptions that mean "the database failed" (the storage layer's errors).
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error,)
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, StorageUnavailable)
+with contextlib.suppress(ImportError):  # the postgres extra
+    import psycopg
+
+    DATABASE_ERRORS += (psycopg.Error,)
 #: Routes whose request duration is the update latency histogram.
 _UPDATE_ROUTES = frozenset(
     {

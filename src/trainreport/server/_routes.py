@@ -221,6 +221,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         tags=("jobs",),
     ),
     Endpoint(
+        "DELETE",
+        JOB_PATH_TEMPLATE,
+        "delete_job",
+        Access.ADMIN,
+        "Delete a job, its tasks and their curves at once, whatever their state (admin "
+        "token only); its writers are fenced (409 stale_writer)",
+        replies=(
+            Reply(200, "deleted (its points are purged in the background)", "JobDeleted"),
+            _NOT_FOUND_JOB,
+        ),
+        tags=("jobs",),
+    ),
+    Endpoint(
         "POST",
         JOB_PATH_TEMPLATE + "/cancel",
         "cancel_job",

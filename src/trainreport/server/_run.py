@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import urllib3
 
-from trainreport._environment import SERVER_TOKEN
+from trainreport._environment import DB, SERVER_TOKEN
 from trainreport._protocol import CAPABILITIES_PATH
 from trainreport.server._app import (
     DEFAULT_BODY_BUDGET_BYTES,
@@ -32,13 +32,16 @@ from trainreport.server._app import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     create_app,
 )
+from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS
 from trainreport.server._security import allowed_host_names
 from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS
+from trainreport.server._storage import is_postgres_url
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_SECONDS",
     "DEFAULT_HEAD_TIMEOUT_SECONDS",
     "DEFAULT_MAX_CONNECTIONS",
+    "DB_ENV_VAR",
     "TOKEN_ENV_VAR",
     "ServerHandle",
     "bind_socket",
@@ -50,6 +53,9 @@ __all__ = [
 
 #: The environment variable ``trainreport serve`` reads its token from (keeps it off ``ps``).
 TOKEN_ENV_VAR = SERVER_TOKEN
+#: The environment variable ``trainreport serve`` reads ``--db`` from when the flag is absent
+#: (a PostgreSQL URL may hold a password: keep it off ``ps``).
+DB_ENV_VAR = DB
 #: Seconds a client has to send a request's head (request line and headers).
 DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 #: Seconds a client has to send a request's body, once its head is in.
@@ -66,7 +72,8 @@ class ServerHandle:
 
     Attributes:
         url: the base URL, e.g. ``"http://127.0.0.1:54321"`` (no trailing slash).
-        db_path: the SQLite file the server writes.
+        db_path: the SQLite file the server writes (a ``Path``), or its
+            ``postgresql://`` URL (a ``str``; never shown by ``repr``).
         pid: the server's process id when it runs as a subprocess, else ``None``.
 
     Not thread-safe; :meth:`stop` is idempotent.
@@ -75,7 +82,7 @@ class ServerHandle:
     def __init__(
         self,
         url: str,
-        db_path: Path,
+        db_path: Path | str,
         stop: Callable[[float], None],
         pid: int | None = None,
     ) -> None:
@@ -86,7 +93,8 @@ class ServerHandle:
         self._stopped = False
 
     def __repr__(self) -> str:
-        return f"ServerHandle(url={self.url!r}, db_path={str(self.db_path)!r}, pid={self.pid})"
+        db = "postgresql://..." if isinstance(self.db_path, str) else str(self.db_path)
+        return f"ServerHandle(url={self.url!r}, db_path={db!r}, pid={self.pid})"
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
         """Shut the server down and wait for it, bounded by ``timeout_seconds``.
@@ -110,6 +118,11 @@ class ServerHandle:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _db_target(db_path: str | os.PathLike[str]) -> Path | str:
+    """A PostgreSQL URL as given, anything else as a ``Path``."""
+    return db_path if is_postgres_url(db_path) else Path(db_path)  # type: ignore[return-value]
 
 
 def format_url(host: str, port: int) -> str:
@@ -209,11 +222,13 @@ def start_in_thread(
     clock: Callable[[], float] | None = None,
     access_log: bool = False,
     startup_timeout_seconds: float = 10.0,
+    retain_days: float | None = None,
+    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
 ) -> ServerHandle:
     """Serve the reference app with uvicorn in a daemon thread of this process.
 
     Args:
-        db_path: the SQLite database file.
+        db_path: the SQLite database file, or a ``postgresql://`` URL.
         host: the address to listen on (loopback by default, docs/design.md#guarantees).
         port: the TCP port; 0 picks a free one (see :attr:`ServerHandle.url`).
         token: the admin token required on ``/v1`` (see ``create_app``).
@@ -233,6 +248,9 @@ def start_in_thread(
         access_log: log every request through the ``uvicorn.access`` logger.
         startup_timeout_seconds: how long to wait for the server to accept
             connections, in seconds.
+        retain_days: delete finished jobs this many days after their last
+            write (``None``: keep every job).
+        retention_interval_seconds: seconds between retention passes.
 
     Returns:
         The handle, once the server accepts connections.
@@ -249,6 +267,8 @@ def start_in_thread(
         max_decompressed_bytes=max_decompressed_bytes,
         body_budget_bytes=body_budget_bytes,
         allowed_hosts=sorted(allowed_host_names(host, allowed_hosts)),
+        retain_days=retain_days,
+        retention_interval_seconds=retention_interval_seconds,
         clock=clock,
         stale_after_seconds=stale_after_seconds,
     )
@@ -288,7 +308,7 @@ def start_in_thread(
             thread.join(timeout_seconds)
         sock.close()
 
-    return ServerHandle(format_url(host, bound_port), Path(db_path), stop)
+    return ServerHandle(format_url(host, bound_port), _db_target(db_path), stop)
 
 
 def _free_port(host: str) -> int:
@@ -314,6 +334,8 @@ def start_subprocess(
     stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
     access_log: bool = False,
     startup_timeout_seconds: float = 30.0,
+    retain_days: float | None = None,
+    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
 ) -> ServerHandle:
     """Run ``python -m trainreport.cli serve`` in a child process and wait until it answers.
 
@@ -321,7 +343,9 @@ def start_subprocess(
     variable, never on the command line (which ``ps`` shows).
 
     Args:
-        db_path: the SQLite database file.
+        db_path: the SQLite database file, or a ``postgresql://`` URL (passed
+            to the child in ``TRAINREPORT_DB``, off the command line, since it
+            may hold a password).
         host: the address to listen on.
         port: the TCP port; 0 picks a free one before starting the child.
         token: the admin token required on ``/v1``.
@@ -338,6 +362,8 @@ def start_subprocess(
         access_log: pass ``--access-log``.
         startup_timeout_seconds: how long to wait for ``GET /v1/capabilities``
             to answer, in seconds.
+        retain_days: ``--retain-days``.
+        retention_interval_seconds: ``--retention-interval``.
 
     Returns:
         The handle (``pid`` set), once the server answers.
@@ -352,8 +378,6 @@ def start_subprocess(
         "-m",
         "trainreport.cli",
         "serve",
-        "--db",
-        os.fspath(db_path),
         "--host",
         host,
         "--port",
@@ -379,8 +403,12 @@ def start_subprocess(
         argv += ["--secret-file", os.fspath(secret_file)]
     if access_log:
         argv.append("--access-log")
+    if retain_days is not None:
+        argv += ["--retain-days", repr(float(retain_days))]
+    argv += ["--retention-interval", repr(float(retention_interval_seconds))]
     env = dict(os.environ)
     env.pop(TOKEN_ENV_VAR, None)
+    env[DB_ENV_VAR] = os.fspath(db_path)
     if token is not None:
         env[TOKEN_ENV_VAR] = token
     stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
@@ -407,7 +435,7 @@ def start_subprocess(
         output = stderr.read().decode(errors="replace")
         stderr.close()
         raise RuntimeError(f"the trainreport server did not start at {url}:\n{output}")
-    return ServerHandle(url, Path(db_path), stop, pid=process.pid)
+    return ServerHandle(url, _db_target(db_path), stop, pid=process.pid)
 
 
 def _wait_until_answering(url: str, process: subprocess.Popen[bytes], timeout: float) -> bool:
