@@ -31,6 +31,14 @@ if TYPE_CHECKING:
 SERVER_TOKEN = "s3cret-token"
 
 
+@pytest.fixture(autouse=True)
+def _no_journal_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TRAINREPORT_JOURNAL=0`` for every test: journals are kept per job and task under the
+    working directory, and tests reuse job ids. Tests of the journal delete the variable
+    and give ``journal_dir`` a temporary directory."""
+    monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
+
+
 @pytest.fixture
 def server_token() -> str:
     """The token ``token_server`` requires."""

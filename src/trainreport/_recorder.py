@@ -727,6 +727,14 @@ class Recorder:
         forget_running_only_details(self.machine.status, details)
         return details
 
+    def task_fields(self, wall: str) -> tuple[str, dict[str, Any]]:
+        """The status and every ``status_details`` key an update built now would carry.
+
+        For the journal, which records what the destination should hold
+        (``updated_at`` is ``wall``). Call under :attr:`lock`; changes nothing.
+        """
+        return self.machine.status.value, self._details(wall, self.sticky)
+
     def has_changes(self) -> bool:
         """True when something recorded could still be sent and is not known delivered.
 

@@ -26,6 +26,7 @@ import attrs
 
 from trainreport._config import ReportingConfig
 from trainreport._histogram import LatencyHistogram
+from trainreport._journal_feed import JournalKeeper, journal_identity
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._naming import MAX_PARAM_ITEMS, caller_value, flatten_params_bounded
@@ -46,7 +47,9 @@ from trainreport._recorder import (
     queued_bytes,
 )
 from trainreport._sink import Sink
-from trainreport._worker import Worker
+from trainreport.sinks._file import FileSink
+from trainreport.sinks._journal import Journal
+from trainreport._worker import Worker, utc_now_iso
 from trainreport.exceptions import TransitionError
 
 __all__ = ["RANK_VARIABLES", "Reporter", "ReporterStats"]
@@ -217,6 +220,11 @@ def _global_rank(environ: Mapping[str, str]) -> int:
             _log.warning("trainreport.rank_unreadable", variable=name, value=raw[:50])
             return 0
     return 0
+
+
+def _journal_off(environ: Mapping[str, str]) -> bool:
+    """``TRAINREPORT_JOURNAL`` says off (``0``, ``false``, ``no``, ``off``, any case)."""
+    return environ.get("TRAINREPORT_JOURNAL", "").strip().lower() in ("0", "false", "no", "off")
 
 
 def _disabled(environ: Mapping[str, str]) -> bool:
@@ -395,16 +403,67 @@ class Reporter:
             recorder=recorder,
             sink=self._sink,
             queue=self._queue,
-            config=self._config,
+            config=self._thread_config(),
             clock=self._clock,
             cancel_requested=self.cancel_requested,
             on_drained=self._drained,
+            open_journal=self._journal_opener(),
         )
         self._machine.apply(ReporterInput.START)
         _install_process_hooks()
         _live_reporters.add(self)
         self._worker.start()
         return self
+
+    def _thread_config(self) -> ReportingConfig:
+        """The config the reporter thread schedules with.
+
+        A sink that is itself the local run log (``FileSink``: the embedded
+        default) is its own journal: with the journal on, it is sent to at
+        least every ``journal_interval_seconds``, so a killed process loses
+        no more than a journal would.
+        """
+        config = self._config
+        if not isinstance(self._sink, FileSink) or not config.journal or _journal_off(os.environ):
+            return config
+        interval = min(config.min_report_interval_seconds, config.journal_interval_seconds)
+        return config.evolve(min_report_interval_seconds=interval)
+
+    def _journal_opener(self) -> Callable[[Recorder], JournalKeeper | None] | None:
+        """What opens this reporter's journal on its thread, or ``None`` for no journal.
+
+        A journal is kept when the config's ``journal`` is on, ``TRAINREPORT_JOURNAL``
+        is not ``0`` and the sink has a job and a task and is not itself a
+        local file (:func:`~trainreport._journal_feed.journal_identity`).
+        """
+        config = self._config
+        if not config.journal or _journal_off(os.environ):
+            return None
+        identity = journal_identity(self._sink)
+        if identity is None:
+            return None
+        job_id, task_id = identity
+        clock = self._clock
+
+        def open_journal(recorder: Recorder) -> JournalKeeper | None:
+            journal = Journal.claim(
+                config.journal_dir,
+                job_id,
+                task_id,
+                fsync_seconds=config.journal_fsync_seconds,
+                clock=clock,
+            )
+            if journal is None:
+                return None
+            return JournalKeeper(
+                journal,
+                recorder,
+                interval_seconds=config.journal_interval_seconds,
+                clock=clock,
+                wall_clock=utc_now_iso,
+            )
+
+        return open_journal
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything recorded now, ignoring the debounce, and wait for delivery.

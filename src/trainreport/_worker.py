@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainreport._config import ReportingConfig
+from trainreport._journal_feed import JournalKeeper
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import StoredState, parse_stored_task
 from trainreport._recorder import Recorder, queued_bytes
@@ -108,6 +109,13 @@ class Worker:
             guard's count) and whether a report call should wake the thread only
             at ``drain_queue_depth`` (the first point was applied, or the
             stored task is not read yet) rather than at once.
+        open_journal: called once on the reporter thread before anything
+            else, with the recorder; returns the journal keeper, or ``None``
+            for no journal (``docs/engine.md``, "The journal in front of a
+            service"). The journal hooks into the thread at four places: a
+            record after each drain when due (and the thread wakes at least
+            every ``journal_interval_seconds``), recovery at the first open,
+            a trim after each delivered send, and the close.
     """
 
     def __init__(
@@ -121,6 +129,7 @@ class Worker:
         wall_clock: Callable[[], str] | None = None,
         cancel_requested: threading.Event,
         on_drained: Callable[[int, bool], None] | None = None,
+        open_journal: Callable[[Recorder], JournalKeeper | None] | None = None,
     ) -> None:
         self.recorder = recorder
         self.sink = sink
@@ -130,6 +139,8 @@ class Worker:
         self.wall_clock = wall_clock if wall_clock is not None else _Stamps()
         self.cancel_requested = cancel_requested
         self.on_drained = on_drained
+        self.open_journal = open_journal
+        self.journal: JournalKeeper | None = None
         # A destination's own floor (Sink.min_interval_seconds, e.g. Kubeflow
         # Trainer's 5 s) holds whatever the config says: for regular sends, and
         # as a gap between any two attempts (events, retries, flush).
@@ -218,6 +229,8 @@ class Worker:
 
     def _run(self) -> None:
         try:
+            if self.open_journal is not None:
+                self.journal = self.open_journal(self.recorder)
             with self.recorder.lock:
                 self.recorder.start_attempt()
             self.scheduler.note_change(self.clock(), urgent=True)
@@ -246,6 +259,9 @@ class Worker:
         try:
             self._drain()
             now = self.clock()
+            journal = self.journal
+            if journal is not None and journal.due(now):
+                journal.record()
             # flush() sends now, even during a backoff, and keeps sending while its
             # waiters wait and sends succeed (a short acknowledgement needs a resend).
             forced = self._flush_wants_a_send(now)
@@ -295,6 +311,8 @@ class Worker:
         poll = min(max(self.config.min_report_interval_seconds, 0.05), _MAX_SLEEP_SECONDS)
         if self._flush_wants_a_send(now):
             return 0.0
+        if self.journal is not None:
+            poll = min(poll, max(self.journal.next_due() - now, 0.0))
         if due is None:
             return poll
         return min(max(due - now, 0.0), poll)
@@ -305,7 +323,9 @@ class Worker:
         # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        waiting = self.opened is None and not self.recorder.seeded
+        # A journal drains at every wake whatever the destination does: what a
+        # killed process loses is bounded by the journal interval.
+        waiting = self.opened is None and not self.recorder.seeded and self.journal is None
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
                 # Re-arm the report calls' wake: at the first point once the destination
@@ -349,6 +369,12 @@ class Worker:
             self._failed(now, result)
             return False
         first = self.opened is None and not self.recorder.seeded
+        if first and self.journal is not None and self.journal.journal.left_over:
+            # Journals a dead process left go first, before this process's first send.
+            result = self.journal.recover(self.sink, result, self._timeout(closing))
+            if not isinstance(result, Opened):
+                self._failed(now, result)
+                return False
         self.opened = result
         self.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities
         state = parse_stored_task(result.stored_task)
@@ -406,6 +432,8 @@ class Worker:
                     sent, sticky, None if full_state else result.series_lengths
                 )
                 left = bool(self.queue) or self.recorder.has_changes()
+            if self.journal is not None:
+                self.journal.acknowledged()
             scheduler.on_delivered(
                 self.clock(), everything_sent=not left, carried_curves=include_metrics
             )
@@ -613,6 +641,8 @@ class Worker:
             self.recorder.selector.log_unmatched(arrived)
             self.recorder.once.summarize()
             self.once.summarize()
+            if self.journal is not None:
+                self.journal.close(delivered=self.finished_cleanly)
             try:
                 self.sink.close()
             except Exception as exc:
