@@ -2,7 +2,8 @@
 
 Run by ``tests/test_kill.py`` as ``python tests/kill_child.py SPEC`` where SPEC is
 JSON: ``{"sink": "http" | "file", "url", "job", "extension", "path",
-"journal_dir", "interval", "side", "steps", "step_seconds", "recover_only"}``.
+"journal_dir", "interval", "side", "steps", "step_seconds", "first_step",
+"send_interval", "recover_only"}``.
 
 Each line of the side file is ``<step> <time.time() after the report call
 returned>``, written with one unbuffered ``os.write`` (the kernel has it
@@ -56,9 +57,10 @@ def main(spec: dict[str, object]) -> None:
     if spec.get("recover_only"):
         sys.exit(0 if reporter.close() else 3)
     side = os.open(str(spec["side"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    reporter.report_training_start(max_steps=int(spec["steps"]), num_epochs=1)  # type: ignore[call-overload]
+    reporter.report_training_start(max_steps=10**8, num_epochs=1)
     pause = float(spec["step_seconds"])  # type: ignore[arg-type]
-    for step in range(1, int(spec["steps"]) + 1):  # type: ignore[call-overload]
+    first = int(spec.get("first_step", 1))  # type: ignore[call-overload]
+    for step in range(first, first + int(spec["steps"])):  # type: ignore[call-overload]
         reporter.report_train_step(
             step=step, epoch=1, metrics={name: value_of(step, name) for name in METRICS}
         )

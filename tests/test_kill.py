@@ -50,6 +50,8 @@ KILLS = int(os.environ.get("TRAINREPORT_KILLS", "2"))
 INTERVAL = 0.25
 #: Time for the reporter thread to be scheduled and write, on top of the interval (seconds).
 SLACK_SECONDS = 0.25
+#: Steps an earlier attempt stored before the killed one started with the service down.
+PRIOR = 40
 CHILD = Path(__file__).with_name("kill_child.py")
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES: list[dict[str, Any]] = []
@@ -154,17 +156,24 @@ def test_a_killed_run_loses_nothing_recorded_a_journal_interval_before_the_kill(
             "side": str(tmp_path / f"{job}.side"),
             "steps": 10**7,
             "step_seconds": 0.002,
-            # Sends far apart: the service alone would lose up to 2 s; the journal must not.
-            "send_interval": 2.0,
+            # Sends farther apart than the kill comes: without the journal, the service
+            # would hold only what the first send carried.
+            "send_interval": 5.0,
         }
         if service == "up":
             spec["url"] = server.url
             kill_time, reports = _run_and_kill(spec, rng)
         else:
+            # An earlier attempt stored steps 1..PRIOR; the killed one resumes after it
+            # with the service down, so its journal never learns the stored lengths.
+            earlier = {**spec, "url": server.url, "steps": PRIOR, "step_seconds": 0.0}
+            earlier["side"] = f"{spec['side']}.earlier"
+            assert 0 == _spawn(earlier).wait(60), _errors(earlier)
+            spec["first_step"] = PRIOR + 1
             with closed_port() as port:
                 spec["url"] = f"http://127.0.0.1:{port}"
                 kill_time, reports = _run_and_kill(spec, rng)
-            assert _stored(server.url, job) is None  # nothing reached the service
+            reports = [(step, 0.0) for step in range(1, PRIOR + 1)] + reports
         by_sync = kill % 2 == 1
         journal = journal_dir / job / "train.log"
         assert journal.exists()
