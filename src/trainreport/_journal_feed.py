@@ -48,12 +48,23 @@ from trainreport._sync import SyncError, plan_recovery
 from trainreport.exceptions import RunLogError
 from trainreport.sinks._journal import Journal
 from trainreport.sinks._runfile import load_run_file
+from trainreport.sinks._runlog_replay import DamageKind, replay
 from trainreport.sinks._runlog_state import LogState
 
 __all__ = ["JournalKeeper", "journal_identity"]
 
 _log = get_logger()
 _MISSING = object()
+
+
+def _recorded_nothing(path: Path) -> bool:
+    """True for a run log that holds no task and no damage but a torn tail. Never raises."""
+    try:
+        replayed = replay(path.read_bytes())
+    except OSError:
+        return False
+    damage = replayed.damage
+    return not replayed.state.exists and (damage is None or damage.kind is DamageKind.TORN_TAIL)
 
 
 def journal_identity(sink: Sink) -> tuple[str, str] | None:
@@ -205,10 +216,12 @@ class JournalKeeper:
         journal = self.journal
         try:
             run = load_run_file(path)
-        except RunLogError as exc:  # nothing readable: a journal that recorded nothing
-            _log.info("trainreport.journal_left_over_empty", path=str(path), reason=str(exc)[:300])
-            journal.delivered_left_over(path)
-            return None
+        except RunLogError as exc:
+            if _recorded_nothing(path):  # a process killed before its first record
+                _log.info("trainreport.journal_left_over_empty", path=str(path))
+                journal.delivered_left_over(path)
+                return None
+            return self._give_up(path, str(exc))  # kept: a newer trainreport may read it
         except OSError as exc:
             return self._give_up(path, f"cannot read it: {describe_exception(exc)}")
         full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
