@@ -117,7 +117,8 @@ def test_a_journal_left_by_a_dead_process_is_moved_aside_for_recovery(tmp_path: 
     assert 1 == len(journal.left_over)
     assert journal.left_over[0].parent == tmp_path / "job-1" / "train.left"
     assert [1, 2, 3] == [
-        p["step"] for p in read_task(journal.left_over[0])["status_details"]["metrics"]["train_loss"]
+        p["step"]
+        for p in read_task(journal.left_over[0])["status_details"]["metrics"]["train_loss"]
     ]
     assert not journal.state.exists
 
@@ -169,7 +170,9 @@ def test_trimming_forgets_acknowledged_points_and_compacts_when_due(tmp_path: Pa
     journal.append(update("train_loss", 5000, [5001]))
     journal.close(delivered=False)
     task = read_task(tmp_path / "job-1" / "train.log")
-    assert steps[4990:] + [5001] == [p["step"] for p in task["status_details"]["metrics"]["train_loss"]]
+    assert [*steps[4990:], 5001] == [
+        p["step"] for p in task["status_details"]["metrics"]["train_loss"]
+    ]
 
 
 def test_a_clean_close_with_everything_delivered_removes_the_journal(

@@ -1,4 +1,4 @@
-"""kill -9 at a random moment: after recovery, every point recorded a journal interval before is kept.
+"""kill -9 at a random moment: after recovery, every point recorded an interval before is kept.
 
 A child process (``tests/kill_child.py``) runs a training loop and writes the
 wall time of every report call to a side file; the test kills it with
@@ -66,7 +66,7 @@ def _env() -> dict[str, str]:
 def _spawn(spec: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start the child; its stderr goes to ``<side>.err`` (read by :func:`_errors`)."""
     with open(f"{spec['side']}.err", "ab") as err:
-        return subprocess.Popen(  # noqa: S603 - our own script
+        return subprocess.Popen(
             [sys.executable, str(CHILD), json.dumps(spec)], env=_env(), stderr=err
         )
 
@@ -75,8 +75,14 @@ def _errors(spec: dict[str, Any]) -> str:
     return Path(f"{spec['side']}.err").read_text(errors="replace")[-3000:]
 
 
-def _run_and_kill(spec: dict[str, Any], rng: random.Random) -> tuple[float, list[tuple[int, float]]]:
-    """Start the child, kill it at a random moment after its first report; return (kill time, reports)."""
+def _run_and_kill(
+    spec: dict[str, Any], rng: random.Random
+) -> tuple[float, list[tuple[int, float]]]:
+    """Start the child, kill it at a random moment after its first report.
+
+    Returns:
+        the kill's wall time and ``(step, wall time)`` of every report.
+    """
     side = Path(spec["side"])
     child = _spawn(spec)
     deadline = time.monotonic() + 30
@@ -129,7 +135,7 @@ def _sync(journal: Path, url: str, extension: bool) -> None:
     args = [sys.executable, "-m", "trainreport.cli", "sync", str(journal), "--url", url]
     if not extension:
         args.append("--full-state")
-    done = subprocess.run(args, env=_env(), capture_output=True, timeout=60, check=False)  # noqa: S603
+    done = subprocess.run(args, env=_env(), capture_output=True, timeout=60, check=False)
     assert 0 == done.returncode, done.stderr.decode()
 
 
@@ -221,7 +227,7 @@ def teardown_module() -> None:
         for key in ("expected", "lost", "lost_strict", "duplicates"):
             c[key] += f[key]
     for label, c in sorted(by_label.items()):
-        print(  # noqa: T201 - the figures are the output
+        print(
             f"\n[kill figures] {label}: kills={c['kills']} points_expected={c['expected']} "
             f"lost_beyond_window={c['lost']} lost_strict_interval="
             f"{c['lost_strict']} duplicates={c['duplicates']}"

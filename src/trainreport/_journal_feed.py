@@ -126,7 +126,10 @@ class JournalKeeper:
         return self._last + self.interval_seconds
 
     def record(self) -> None:
-        """Append what the store holds past the journal's lengths (one ``write()``). Never raises."""
+        """Append what the store holds past the journal's lengths, with one ``write()``.
+
+        Never raises.
+        """
         self._last = self.clock()
         journal = self.journal
         if journal.failed:
@@ -221,15 +224,18 @@ class JournalKeeper:
                 _log.info("trainreport.journal_left_over_empty", path=str(path))
                 journal.delivered_left_over(path)
                 return None
-            return self._give_up(path, str(exc))  # kept: a newer trainreport may read it
+            self._give_up(path, str(exc))  # kept: a newer trainreport may read it
+            return None
         except OSError as exc:
-            return self._give_up(path, f"cannot read it: {describe_exception(exc)}")
+            self._give_up(path, f"cannot read it: {describe_exception(exc)}")
+            return None
         full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
         for attempt in range(2):
             try:
                 plan = plan_recovery(run.state, run.run, opened.stored_task, full_state=full_state)
             except SyncError as exc:
-                return self._give_up(path, str(exc))
+                self._give_up(path, str(exc))
+                return None
             if plan.update is None:
                 journal.delivered_left_over(path)
                 return None
@@ -247,7 +253,8 @@ class JournalKeeper:
                     return reopened
                 opened = reopened
                 continue
-            return self._give_up(path, getattr(result, "reason", type(result).__name__))
+            self._give_up(path, getattr(result, "reason", type(result).__name__))
+            return None
         return None  # pragma: no cover - the loop returns
 
     def _give_up(self, path: Path, reason: str) -> None:
@@ -261,8 +268,7 @@ class JournalKeeper:
         )
 
     def close(self, *, delivered: bool) -> None:
-        """Write what is left, then close; the journal is removed when ``delivered``. Never raises."""
+        """Write what is left, then close; removed when ``delivered``. Never raises."""
         if not delivered:
             self.record()
         self.journal.close(delivered=delivered)
-

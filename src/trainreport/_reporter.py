@@ -47,10 +47,10 @@ from trainreport._recorder import (
     queued_bytes,
 )
 from trainreport._sink import Sink
-from trainreport.sinks._file import FileSink
-from trainreport.sinks._journal import Journal
 from trainreport._worker import Worker, utc_now_iso
 from trainreport.exceptions import TransitionError
+from trainreport.sinks._file import FileSink
+from trainreport.sinks._journal import Journal
 
 __all__ = ["RANK_VARIABLES", "Reporter", "ReporterStats"]
 
