@@ -55,6 +55,9 @@ _MAX_SLEEP_SECONDS = 86_400.0
 #: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
 #: half the time left when less remains.
 _LAST_ATTEMPT_LEAD_SECONDS = 0.1
+#: The shortest wait between two journal records (seconds): a journal interval of 0
+#: means a record at every wake, never a busy loop.
+_MIN_JOURNAL_WAIT_SECONDS = 0.001
 
 
 def _floor_of(sink: Sink) -> float:
@@ -229,8 +232,7 @@ class Worker:
 
     def _run(self) -> None:
         try:
-            if self.open_journal is not None:
-                self.journal = self.open_journal(self.recorder)
+            self._open_journal()
             with self.recorder.lock:
                 self.recorder.start_attempt()
             self.scheduler.note_change(self.clock(), urgent=True)
@@ -254,6 +256,15 @@ class Worker:
                 waiters, self._flush_waiters = self._flush_waiters, []
             for w in waiters:
                 w.set()
+
+    def _open_journal(self) -> None:
+        """Claim the journal (``open_journal``): a failure means no journal, not a dead thread."""
+        if self.open_journal is None:
+            return
+        try:
+            self.journal = self.open_journal(self.recorder)
+        except Exception as exc:
+            _log.warning("trainreport.journal_unavailable", reason=describe_exception(exc, 300))
 
     def _cycle_once(self) -> None:
         try:
@@ -312,7 +323,7 @@ class Worker:
         if self._flush_wants_a_send(now):
             return 0.0
         if self.journal is not None:
-            poll = min(poll, max(self.journal.next_due() - now, 0.0))
+            poll = min(poll, max(self.journal.next_due() - now, _MIN_JOURNAL_WAIT_SECONDS))
         if due is None:
             return poll
         return min(max(due - now, 0.0), poll)
