@@ -23,7 +23,7 @@ from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
 from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog import MAGIC
-from trainreport.testing import capture_events
+from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,15 +41,15 @@ def down_url() -> Iterator[str]:
 
 
 def config_for(journal_dir: Path, **changes: Any) -> ReportingConfig:
-    return ReportingConfig(
-        min_report_interval_seconds=0.02,
-        journal_interval_seconds=0.02,
-        journal_dir=str(journal_dir),
-        backoff_initial_seconds=0.02,
-        backoff_max_seconds=0.1,
-        close_unanswered_seconds=0.3,
-        **changes,
-    )
+    fields: dict[str, Any] = {
+        "min_report_interval_seconds": 0.02,
+        "journal_interval_seconds": 0.02,
+        "journal_dir": str(journal_dir),
+        "backoff_initial_seconds": 0.02,
+        "backoff_max_seconds": 0.1,
+        "close_unanswered_seconds": 0.3,
+    }
+    return ReportingConfig(**{**fields, **changes})
 
 
 def train(url: str, journal_dir: Path, steps: range, *, job: str = "job-1") -> bool:
@@ -300,3 +300,39 @@ def test_a_local_file_or_a_memory_sink_gets_no_journal(tmp_path: Path, sink_kind
     assert reporter.close(timeout=5.0)
 
     assert not journal_dir.exists()
+
+
+# --- the reporter thread's cadence (injected clock) -------------------------------------
+
+
+def test_the_thread_appends_to_the_journal_every_interval_while_sends_are_far_apart(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """Sends a minute apart, journal every second: points reach the journal within the interval."""
+    clock = FakeClock()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0).start()
+    worker = reporter._worker
+    assert worker is not None
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    assert worker.run_cycle(10.0)  # the first point goes at once; the journal starts
+    for step in range(2, 11):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    path = tmp_path / "job-1" / "train.log"
+
+    def journaled() -> list[int]:
+        task = read_task(path)
+        points = task["status_details"].get("metrics", {}).get("train_loss", [])
+        return [p["step"] for p in points]
+
+    clock.advance(0.5)
+    assert worker.run_cycle(10.0)
+    before = journaled()
+    clock.advance(0.5)
+    assert worker.run_cycle(10.0)
+    after = journaled()
+    reporter.close(timeout=10.0)
+
+    assert 10 not in before  # not due yet: drained, not written
+    assert 10 == after[-1]  # due: written (the service acknowledged only step 1)
+    assert [1] == stored_steps(server.url)[:1]
