@@ -50,6 +50,7 @@ except ImportError:  # pragma: no cover - Windows: no advisory lock
     _flock, _LOCK_FLAGS = None, 0
 
 __all__ = [
+    "JOURNAL_MIN_COMPACT_BYTES",
     "JOURNAL_RUN_KEY",
     "LOCAL_OFFSETS",
     "Journal",
@@ -62,6 +63,10 @@ JOURNAL_RUN_KEY = "journal"
 #: The RUN record's ``offsets`` while the journal's indices are this process's own.
 LOCAL_OFFSETS = "local"
 _ABSOLUTE_OFFSETS = "absolute"
+#: A journal is compacted only past this size (bytes; and past twice what it holds):
+#: trimmed at every delivered send, it would otherwise be rewritten, with two ``fsync``
+#: calls, every 64 KiB of appends. Its memory is trimmed at once whatever the file's size.
+JOURNAL_MIN_COMPACT_BYTES = 8 * 2**20
 #: Job and task ids: the protocol's id rule (docs/protocol.md), so each is a safe file name.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _log = get_logger()
@@ -235,6 +240,7 @@ class Journal:
                 reason=describe_exception(exc),
             )
             return None
+        writer.min_compact_bytes = JOURNAL_MIN_COMPACT_BYTES
         return cls(paths, lock_fd, writer, fsync_seconds=fsync_seconds, clock=clock)
 
     # --- writing ----------------------------------------------------------------------
