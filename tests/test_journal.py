@@ -155,24 +155,28 @@ def test_an_unwritable_directory_costs_one_event_and_the_run_goes_on(
 
 
 def test_trimming_forgets_acknowledged_points_and_compacts_when_due(tmp_path: Path) -> None:
-    """What the service holds is trimmed; the file is rewritten once it is twice what it holds."""
+    """Trimmed in memory at once; the file is rewritten once past 8 MiB and twice what it holds."""
     journal = Journal.claim(tmp_path, "job-1", "train")
     assert journal is not None
-    steps = list(range(1, 5001))
+    steps = list(range(1, 300_001))  # 6 MB of points: below the journal's compaction floor
     journal.append(update("train_loss", 0, steps))
+    journal.trim({"train_loss": 299_990})
+
+    assert {"train_loss": 299_990} == journal.state.bases
+    assert 0 == journal.writer.compactions  # the file keeps the trimmed points for now
+    assert 10 == len(journal.state.task.series["train_loss"][0])
+
+    journal.append(update("train_loss", 300_000, list(range(300_001, 450_001))))
     size = journal.writer.size
+    journal.trim({"train_loss": 449_990})
 
-    journal.trim({"train_loss": 4990})
-
-    assert {"train_loss": 4990} == journal.state.bases
-    assert 1 == journal.writer.compactions
-    assert journal.writer.size < size / 10
-    journal.append(update("train_loss", 5000, [5001]))
+    assert 1 == journal.writer.compactions  # past 8 MiB and twice what it holds
+    assert journal.writer.size < size / 1000
+    journal.append(update("train_loss", 450_000, [450_001]))
     journal.close(delivered=False)
     task = read_task(tmp_path / "job-1" / "train.log")
-    assert [*steps[4990:], 5001] == [
-        p["step"] for p in task["status_details"]["metrics"]["train_loss"]
-    ]
+    points = task["status_details"]["metrics"]["train_loss"]
+    assert list(range(449_991, 450_002)) == [p["step"] for p in points]
 
 
 def test_a_clean_close_with_everything_delivered_removes_the_journal(
