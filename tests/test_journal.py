@@ -340,3 +340,33 @@ def test_the_thread_appends_to_the_journal_every_interval_while_sends_are_far_ap
     assert 10 not in before  # not due yet: drained, not written
     assert 10 == after[-1]  # due: written (the service acknowledged only step 1)
     assert [1] == stored_steps(server.url)[:1]
+
+
+# --- trainreport sync of a journal --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not a log"])
+def test_sync_of_a_damaged_journal_says_what_was_unreadable(
+    tmp_path: Path, server: ServerHandle, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Intact records are uploaded (exit 0, the damage on stderr); nothing readable: exit 1."""
+    from trainreport.cli import main  # noqa: PLC0415
+
+    dead = Journal.claim(tmp_path, "job-1", "train")
+    assert dead is not None
+    for start in range(1, 31, 10):
+        dead.append(update("train_loss", start - 1, list(range(start, start + 10))))
+    dead._release(remove_files=False)
+    path = tmp_path / "job-1" / "train.log"
+    path.write_bytes(_damaged(kind, path.read_bytes()))
+
+    status = main(["sync", str(path), "--url", server.url])
+
+    err = capsys.readouterr().err
+    if kind == "not a log":
+        assert 1 == status
+        assert "neither a run log" in err
+    else:
+        assert 0 == status
+        assert "is damaged" in err
+        assert list(range(1, 21)) == stored_steps(server.url)  # the two intact records
