@@ -317,6 +317,60 @@ def test_show_of_an_unreachable_server_names_the_url() -> None:
     assert f"cannot reach {url}" in proc.stderr
 
 
+def test_show_without_a_source_reads_the_service_of_trainreport_url(server: Any) -> None:
+    """``trainreport show JOB`` uses ``$TRAINREPORT_URL``, as the run that wrote it did."""
+    report_run(server.url, "j1")
+
+    proc = run_cli("show", "j1", env=clean_env(TRAINREPORT_URL=server.url))
+
+    assert 0 == proc.returncode, proc.stderr
+    assert "status completed, phase done, step 3 of 3" in proc.stdout
+
+
+def test_show_without_a_source_or_url_names_the_local_server_it_tried() -> None:
+    """No --url, --file or $TRAINREPORT_URL: the local reference server's address."""
+    proc = run_cli("show", "j1", env=clean_env())
+
+    assert "http://127.0.0.1:8321" in proc.stdout + proc.stderr
+
+
+def test_show_of_a_url_ending_in_v1_says_to_drop_it(server: Any) -> None:
+    """A base URL given with the API prefix gets a hint instead of a bare 404."""
+    report_run(server.url, "j1")
+
+    for args in (("j1",), ()):
+        proc = run_cli("show", "--url", f"{server.url}/v1", *args, env=clean_env())
+
+        assert 1 == proc.returncode
+        assert f"the base URL without /v1: --url {server.url}" in proc.stderr, proc.stderr
+
+
+def test_show_file_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
+    """``show --file LOG | head -1``: the reader going away is not an error to report."""
+    path = write_task(
+        tmp_path,
+        {
+            "status": "running",
+            "status_details": {
+                "metrics": {f"train_m{i}": points(*range(1, 50)) for i in range(200)}
+            },
+        },
+    )
+    proc = subprocess.run(
+        f"{sys.executable} -m trainreport.cli show --file {path} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env=clean_env(),
+    )
+
+    assert "Traceback" not in proc.stderr
+    assert "BrokenPipeError" not in proc.stderr
+    assert 1 == len(proc.stdout.splitlines())
+
+
 # -- the command itself -----------------------------------------------------------------
 
 

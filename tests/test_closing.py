@@ -175,6 +175,25 @@ def test_a_url_nobody_listens_on_costs_a_short_close_and_one_clear_warning() -> 
     assert all("t0ps3cret" not in repr(e) for e in events)
 
 
+def test_an_https_url_of_a_plain_http_server_costs_a_short_close(server: Any) -> None:
+    """A TLS handshake that fails from start to end (wrong scheme) is a wrong URL too."""
+    url = server.url.replace("http://", "https://", 1)
+    sink = HttpSink(url, "job-wrong-scheme", connect_timeout_seconds=1.0, read_timeout_seconds=1.0)
+    config = ReportingConfig(
+        backoff_initial_seconds=0.05, backoff_max_seconds=0.2, close_unanswered_seconds=0.5
+    )
+    reporter = Reporter(sink, config, rank=0).start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    wait_for_failures(reporter, 1)
+    with capture_events() as events:
+        started_at = time.monotonic()
+        assert not reporter.close(timeout=30.0)
+        elapsed = time.monotonic() - started_at
+    assert elapsed < 5.0
+    (warning,) = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert warning["never_answered"] is True
+
+
 def test_stats_count_queued_reports_as_recorded_and_unsent() -> None:
     """Reports still queued (the stored task was never read) count as recorded, unsent points."""
     with closed_port() as port:

@@ -8,6 +8,7 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -1106,3 +1107,35 @@ class _Item:
 
     def item(self) -> float:
         return self.value
+
+
+@pytest.mark.parametrize(
+    ("first_run_epochs", "resumed_epoch_of"),
+    [
+        # 0-based `for epoch in range(n)`: stored epochs 1, 2; the resumed process
+        # reports index 1 first, which alone would read as 1-based epoch 1.
+        (lambda s: (s - 1) // 100, lambda s: (s - 1) // 100),
+        # 1-based counting: index 2 is epoch 2 either way the rule is chosen.
+        (lambda s: (s - 1) // 100 + 1, lambda s: (s - 1) // 100 + 1),
+    ],
+    ids=["zero_based", "one_based"],
+)
+def test_a_resumed_process_keeps_the_stored_epochs_continuous(
+    first_run_epochs: Callable[[int], int], resumed_epoch_of: Callable[[int], int]
+) -> None:
+    """The int-epoch base is read from the stored curve, not from the first index alone."""
+    sink = MemorySink(series_suffix=True)
+    first, _, _ = make(sink)
+    first.start()
+    for step in range(1, 151):
+        first.report_train_step(step=step, epoch=first_run_epochs(step), metrics={"loss": 1.0})
+    assert first.close(timeout=5)
+
+    resumed, _, _ = make(sink)
+    resumed.start()
+    for step in range(121, 201):
+        resumed.report_train_step(step=step, epoch=resumed_epoch_of(step), metrics={"loss": 2.0})
+    assert resumed.close(timeout=5)
+    epochs = {step: epoch for step, epoch, _ in curve(sink.task, "train_loss")}
+    assert [1] == sorted({epochs[s] for s in range(1, 101)})
+    assert [2] == sorted({epochs[s] for s in range(101, 201)})

@@ -215,7 +215,8 @@ class ReportingConfig:
             default 1.0.
         close_unanswered_seconds: budget of ``close()`` while the destination
             has never answered since ``start()`` (every attempt refused at
-            connect or its name unresolvable: a wrong URL); a destination that
+            connect, its name unresolvable or its TLS handshake failed: a wrong
+            URL); a destination that
             answered once, or that accepts and hangs, gets the whole close
             timeout. Seconds, default 2.0.
         atexit_timeout_seconds: budget of the ``atexit`` fallback close of a

@@ -15,7 +15,9 @@ monotonic clock reading (seconds) and ``kind`` one of the ``K_*`` constants.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -230,6 +232,9 @@ class Recorder:
         self._first_step: tuple[float, int] | None = None
         self._first_train_step: int | None = None  # the first this process recorded
         self._stored_last_train: int | None = None  # the stored task's, once seeded
+        # (steps, epochs) of the longest stored training series: the int-epoch base
+        # of a resumed process is read from it (see _decide_epoch_base).
+        self._stored_epochs: tuple[array[int], array[int]] | None = None
         self._last_step_time: float | None = None
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
@@ -278,6 +283,10 @@ class Recorder:
         if cut is not None:
             store.rewinds += 1
         self._stored_last_train = stored_last_train
+        train = [cols for n, cols in state.series.items() if n.startswith("train_") and cols[0]]
+        if train:
+            steps, epochs, _ = max(train, key=lambda cols: len(cols[0]))
+            self._stored_epochs = (steps, epochs)
         for name, (steps, epochs, values) in state.series.items():
             if name in store.scalar_names:  # a name stored as a series stays a series
                 store.make_series(name)
@@ -465,7 +474,49 @@ class Recorder:
             reason=detail,
         )
 
+    def _decide_epoch_base(self, raw: object, step: int) -> None:
+        """Choose the int-epoch base of a resumed process from the stored curve.
+
+        The first int epoch alone cannot tell ``range(n)`` counting (0-based) from
+        1-based counting once a run resumes past its first epoch: index 1 is epoch 2
+        of a 0-based loop and epoch 1 of a 1-based one. When the stored task has a
+        training point at or before ``step``, the base is the one whose epoch is not
+        below that point's (epochs never go back within a run), the smaller of the
+        two when both qualify. Otherwise :class:`EpochRule` decides as for a new run.
+        """
+        stored = self._stored_epochs
+        if stored is None or isinstance(raw, bool) or not isinstance(raw, numbers.Integral):
+            return
+        steps, epochs = stored
+        at = bisect_right(steps, step) - 1
+        if at < 0 or epochs[at] < 1:
+            return
+        try:
+            index = int(raw)
+        except Exception:  # a hostile Integral: EpochRule drops it
+            return
+        if index < 0:
+            return
+        candidates = [
+            (value, zero_based)
+            for value, zero_based in ((index + 1, True), (max(1, index), False))
+            if value >= epochs[at]
+        ]
+        if not candidates:  # below the stored epoch either way: the new-run rule
+            return
+        _, zero_based = min(candidates, key=lambda c: (c[0], not c[1]))
+        self.epoch_rule = EpochRule(zero_based=zero_based)
+        _log.info(
+            "trainreport.epoch_rule",
+            zero_based=zero_based,
+            first_epoch=index,
+            stored_epoch=epochs[at],
+            stored_step=steps[at],
+        )
+
     def _resolve_epoch(self, raw: object, step: int, report: str) -> int | None:
+        if self.epoch_rule.zero_based is None:
+            self._decide_epoch_base(raw, step)
         epoch = self.epoch_rule.resolve(raw, step=step, num_epochs=self.num_epochs)
         if isinstance(epoch, NotChartable):
             self._drop_once("invalid_epoch", "epoch", report, epoch.reason)

@@ -52,7 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        # The reader went away (``trainreport show ... | head``): what it read was what
+        # it wanted. Python's documented recipe: point stdout at devnull so the flush
+        # at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -404,7 +412,10 @@ def _add_demo(subparsers: Any) -> None:
     demo.add_argument(
         "--token",
         default=os.environ.get("TRAINREPORT_TOKEN"),
-        help="bearer token for --url (default: $TRAINREPORT_TOKEN)",
+        help=(
+            "bearer token for --url (default: $TRAINREPORT_TOKEN; visible in the process "
+            "list: prefer the variable)"
+        ),
     )
     demo.add_argument(
         "--interval",
@@ -455,13 +466,17 @@ def _add_show(subparsers: Any) -> None:
         description=(
             "Print a task stored by a job-status service (--url URL JOB_ID) or by a FileSink "
             "(--file: a run log, or the task record written at close). --url URL without a "
-            "job id lists the jobs of the reference server. "
+            "job id lists the jobs of the reference server. Without --url or --file, the "
+            f"service is $TRAINREPORT_URL, else the local reference server ({_LOCAL_URL}). "
             "A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
             "$TRAINREPORT_TOKEN_FILE, in that order."
         ),
     )
-    source = show.add_mutually_exclusive_group(required=True)
-    source.add_argument("--url", help="base URL of the job-status service")
+    source = show.add_mutually_exclusive_group()
+    source.add_argument(
+        "--url",
+        help=f"base URL of the job-status service (default: $TRAINREPORT_URL or {_LOCAL_URL})",
+    )
     source.add_argument(
         "--file",
         type=Path,
@@ -478,6 +493,10 @@ def _add_show(subparsers: Any) -> None:
         help="bearer token (visible in the process list: prefer --token-file)",
     )
     show.set_defaults(handler=_show)
+
+
+#: Where ``trainreport serve`` listens by default: ``show``'s service when none is named.
+_LOCAL_URL = "http://127.0.0.1:8321"
 
 
 def _show_token(args: argparse.Namespace) -> str | None:
@@ -500,7 +519,7 @@ def _show(args: argparse.Namespace) -> int:
 
     if args.file is not None:
         return _show_file(args.file)
-    url = args.url.rstrip("/")
+    url = (args.url or os.environ.get("TRAINREPORT_URL") or _LOCAL_URL).rstrip("/")
     try:
         token = _show_token(args)
     except OSError as exc:
@@ -521,7 +540,13 @@ def _show(args: argparse.Namespace) -> int:
         print(f"trainreport show: {_explain_unauthorized(exc, token)}", file=sys.stderr)
         return 1
     except NotFoundError as exc:
-        print(f"trainreport show: {_explain_not_found(exc, url, token)}", file=sys.stderr)
+        if url.endswith("/v1"):
+            explained = f"{exc}; give the base URL without /v1: --url {_shown_url(url[:-3])}"
+        elif exc.job_id is None:
+            explained = f"{exc}; is {_shown_url(url)} a trainreport job-status service?"
+        else:
+            explained = _explain_not_found(exc, url, token)
+        print(f"trainreport show: {explained}", file=sys.stderr)
         return 1
     except ClientError as exc:
         print(f"trainreport show: {exc}", file=sys.stderr)

@@ -762,7 +762,12 @@ class HttpSink(Sink):
         except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
             # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
             raise _UnreachableError(f"{method} failed to connect: {_cause(exc)}") from exc
-        except (urllib3.exceptions.SSLError, urllib3.exceptions.ProxyError) as exc:
+        except urllib3.exceptions.SSLError as exc:
+            # The TLS handshake failed (an https URL of a plain-HTTP server, a certificate
+            # that does not verify): no request reached the service, and retrying will
+            # not change it, so it counts as unreachable for close_unanswered_seconds.
+            raise _UnreachableError(f"{method} failed the TLS handshake: {_cause(exc)}") from exc
+        except urllib3.exceptions.ProxyError as exc:
             raise TransportError(f"{method} failed to connect: {_cause(exc)}") from exc
         except urllib3.exceptions.TimeoutError as exc:
             raise TransportError(f"{method} timed out: {type(exc).__name__}") from exc
@@ -877,7 +882,8 @@ class HttpSink(Sink):
 
 
 class _UnreachableError(TransportError):
-    """Nothing answered: the connection was refused or the host name did not resolve."""
+    """Nothing answered: the connection was refused, the host name did not resolve, or
+    the TLS handshake failed."""
 
 
 def _split_userinfo(url: str) -> tuple[str, str | None]:
