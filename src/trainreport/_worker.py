@@ -180,6 +180,7 @@ class Worker:
         self._flush_requested = False
         self._resyncs = 0
         self._had_point = False
+        self._open_failed = False
         self._last_unsent_warning: float | None = None
         self._cycle = threading.Condition()
         self._cycles_started = 0
@@ -334,9 +335,14 @@ class Worker:
         # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        # A journal drains at every wake whatever the destination does: what a
-        # killed process loses is bounded by the journal interval.
-        waiting = self.opened is None and not self.recorder.seeded and self.journal is None
+        # With a journal, once an open has failed (the destination down at start) the
+        # queue is drained at every wake, so the journal bounds what a kill loses; until
+        # then reports wait as without one, so that seeding stays exact.
+        waiting = (
+            self.opened is None
+            and not self.recorder.seeded
+            and not (self.journal is not None and self._open_failed)
+        )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
                 # Re-arm the report calls' wake: at the first point once the destination
@@ -377,6 +383,7 @@ class Worker:
         result = self.sink.open(timeout_seconds=self._timeout(closing))
         self._note_answer(result)
         if not isinstance(result, Opened):
+            self._open_failed = True
             self._failed(now, result)
             return False
         first = self.opened is None and not self.recorder.seeded
@@ -384,6 +391,7 @@ class Worker:
             # Journals a dead process left go first, before this process's first send.
             result = self.journal.recover(self.sink, result, self._timeout(closing))
             if not isinstance(result, Opened):
+                self._open_failed = True
                 self._failed(now, result)
                 return False
         self.opened = result
