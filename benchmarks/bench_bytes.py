@@ -37,8 +37,9 @@ import urllib3
 from _workload import metrics_for
 from trainreport import HttpSink, Reporter, ReportingConfig
 from trainreport._config import ReportingConfig as _Config
-from trainreport._payloads import encode_details, encode_points, encode_suffix_body
-from trainreport._recorder import K_TRAIN, Recorder
+from trainreport._payloads import StoredState, encode_details, encode_points, encode_suffix_body
+from trainreport._recorder import Recorder
+from trainreport._reports import train
 
 SEND_EVERY = 50
 HEADER_BYTES = 350  # request line + headers per request, as HttpSink counts them (measured below)
@@ -48,24 +49,25 @@ def simulate(steps: int) -> dict[str, float]:
     """Exact body bytes of every send of a run, both modes, with and without gzip."""
     recorder = Recorder(_Config())
     recorder.start_attempt()
-    recorder.seeded = True
+    recorder.seed(StoredState(series={}))
     suffix_raw = suffix_gz = 0
     full_raw = 0
     sends = 0
     point_bytes = 0  # running size of every series' points in the baseline encoding
     for start in range(1, steps + 1, SEND_EVERY):
         for step in range(start, min(start + SEND_EVERY, steps + 1)):
-            recorder.apply((K_TRAIN, 0.0, step, 1, metrics_for(step)))
-        update, sent, sticky = recorder.build_update(wall="2026-11-29T00:00:00Z", full_state=False)
+            recorder.apply(train(0.0, step, 1, metrics_for(step)))
+        build = recorder.build_update(0, wall="2026-11-29T00:00:00Z", full_state=False)
+        update = build.update
         body = encode_suffix_body(update, writer_generation=1, sequence=sends + 1)
         suffix_raw += len(body)
         suffix_gz += len(gzip.compress(body, compresslevel=6))
         assert update.series is not None
         point_bytes += sum(len(encode_points(s)) - 2 + 1 for s in update.series)
         # the full-state PATCH at this send: details + every series' points so far
-        names = sum(len(name) + 4 for name in recorder.store.series)
+        names = sum(len(name) + 4 for name in recorder._store.series)
         full_raw += len(encode_details(update.status_details)) + point_bytes + names + 60
-        recorder.on_delivered(sent, sticky, None)
+        recorder.on_delivered(0, build, None)
         sends += 1
     return {
         "sends": sends,

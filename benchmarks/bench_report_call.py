@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload import metrics_for, percentile
 from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport._config import ReportingConfig as _Config
-from trainreport._payloads import encode_patch_body, encode_suffix_body
-from trainreport._recorder import K_TRAIN, Recorder
+from trainreport._payloads import StoredState, encode_patch_body, encode_suffix_body
+from trainreport._recorder import Recorder
+from trainreport._reports import train
 
 STEPS = 20_000
 SEND_EVERY = 50
@@ -66,7 +67,7 @@ def measure_report_call(steps: int = STEPS, busy_us: float = 200.0) -> dict[str,
 
 
 def _recorded_items(steps: int) -> list[tuple[Any, ...]]:
-    return [(K_TRAIN, 0.0, s, 1, metrics_for(s)) for s in range(1, steps + 1)]
+    return [train(0.0, s, 1, metrics_for(s)) for s in range(1, steps + 1)]
 
 
 def measure_reporter_cpu(steps: int = STEPS, *, suffix: bool = True) -> dict[str, float]:
@@ -74,23 +75,22 @@ def measure_reporter_cpu(steps: int = STEPS, *, suffix: bool = True) -> dict[str
     items = _recorded_items(steps)
     recorder = Recorder(_Config())
     recorder.start_attempt()
-    recorder.seeded = True
+    recorder.seed(StoredState(series={}))
     points = 0
     gc.collect()
     t0 = time.process_time()
     for start in range(0, steps, SEND_EVERY):
-        for item in items[start : start + SEND_EVERY]:
-            recorder.apply(item)
-        update, sent, sticky = recorder.build_update(
-            wall="2026-11-29T00:00:00Z", full_state=not suffix
-        )
+        # as the reporter thread drains: the whole queue under one acquisition of the lock
+        recorder.apply_all(collections.deque(items[start : start + SEND_EVERY]))
+        build = recorder.build_update(0, wall="2026-11-29T00:00:00Z", full_state=not suffix)
+        update = build.update
         points += update.point_count
         body = (
             encode_suffix_body(update, writer_generation=1, sequence=start)
             if suffix
             else encode_patch_body(update)
         )
-        recorder.on_delivered(sent, sticky, None)
+        recorder.on_delivered(0, build, None)
         del body
     elapsed = time.process_time() - t0
     recorded = steps * 14
@@ -113,12 +113,12 @@ def measure_memory(steps: int = STEPS) -> dict[str, float]:
         recorder.apply(item)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    retained = recorder.store.retained_points()
+    retained = recorder._store.retained_points()
     # The queue: the same reports waiting in a deque (copied dicts, as the hot path makes).
     tracemalloc.start()
     q0 = tracemalloc.get_traced_memory()[0]
     queue: collections.deque[tuple[Any, ...]] = collections.deque(
-        (K_TRAIN, 0.0, s, 1, metrics_for(s)) for s in range(1, 1001)
+        train(0.0, s, 1, metrics_for(s)) for s in range(1, 1001)
     )
     q1 = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()

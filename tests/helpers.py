@@ -62,3 +62,17 @@ def curve(task: dict[str, Any] | None, name: str) -> list[tuple[int, int, float 
     """A stored series as (step, epoch, value) tuples."""
     assert task is not None
     return [(p["step"], p["epoch"], p["value"]) for p in task["status_details"]["metrics"][name]]
+
+
+def drive(reporter: Any) -> Any:
+    """Start ``reporter`` without its thread; return the worker the test steps with ``cycle()``.
+
+    Each ``worker.cycle()`` is one pass of the reporter thread (drain, settle,
+    send what is due) run on the test's thread, at the reporter's clock's
+    ``now``; ``close()`` and ``flush()`` run the closing pass and one cycle
+    on the caller's thread.
+    """
+    reporter._start(threaded=False)
+    worker = reporter._worker
+    assert worker is not None
+    return worker

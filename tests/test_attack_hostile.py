@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import curve
+from helpers import curve, drive
 from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport.testing import FakeClock
 
@@ -66,11 +66,11 @@ def test_a_key_whose_repr_raises_an_unprintable_error_does_not_kill_the_reporter
     died: list[Any] = []
     monkeypatch.setattr(threading, "excepthook", died.append)
     reporter, sink = make()
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={_KeyWithBadRepr(): 1.0})  # type: ignore[dict-item]
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(10.0)
+    worker.cycle()
     reporter.report_train_step(step=2, metrics={"loss": 2.0})
     assert reporter.close(timeout=5)
     assert [] == died

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve, without_updated_at
+from helpers import ScriptedSink, curve, drive, without_updated_at
 from trainreport import Delivered, MemorySink, Reporter, ReportingConfig, RetryLater
 from trainreport.testing import FakeClock
 
@@ -65,10 +65,11 @@ def test_a_very_long_heartbeat_does_not_kill_the_reporter_thread() -> None:
     reporter = make(MemorySink(), min_report_interval_seconds=1e10, heartbeat_seconds=1e10)
     reporter.start()
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    assert reporter.flush(timeout=5)  # a cycle ran, and the wait after it
+    reporter.report_train_step(step=2, metrics={"loss": 1.0})
+    assert reporter.flush(timeout=5)
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(5.0)
-    assert worker.run_cycle(5.0)
     alive = worker.thread.is_alive()
     reporter.close(timeout=5)
     assert alive
@@ -111,12 +112,12 @@ def test_stats_never_show_more_failed_requests_than_requests() -> None:
     sink.open_results.extend([RetryLater("down")] * 3)
     clock = FakeClock()
     reporter = make(sink, clock)
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     worker = reporter._worker
     assert worker is not None
     for _ in range(3):
-        assert worker.run_cycle(5.0)
+        worker.cycle()
         clock.advance(100.0)
     assert reporter.close(timeout=5)
     stats = reporter.stats()
@@ -227,10 +228,10 @@ def test_an_exception_from_send_during_close_is_retried_within_the_budget() -> N
     sink = _SinkThatRaisesOnce()
     reporter = make(sink, backoff_initial_seconds=0.01)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    reporter.start()
+    drive(reporter)
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(5.0)  # the first send raises; the frozen clock holds the backoff
+    worker.cycle()  # the first send raises; the frozen clock holds the backoff
     sink.armed = True
     assert reporter.close(timeout=2)
     assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")

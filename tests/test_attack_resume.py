@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve
+from helpers import ScriptedSink, curve, drive
 from trainreport import MemorySink, Reporter, ReportingConfig, RetryLater
 from trainreport.testing import FakeClock
 
@@ -46,14 +46,14 @@ def test_a_slow_first_read_never_overwrites_the_stored_curve(series_suffix: bool
     clock = FakeClock()
     config = ReportingConfig(min_report_interval_seconds=10.0, backoff_jitter=0.0)
     reporter = Reporter(sink, config, clock=clock, rank=0)
-    reporter.start()
+    drive(reporter)
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(10.0)  # the read fails: backoff
+    worker.cycle()  # the read fails: backoff
     reporter.report_train_step(step=4, metrics={"loss": 4.0})
-    assert worker.run_cycle(10.0)  # drains step 4 while not yet opened
+    worker.cycle()  # drains step 4 while not yet opened
     clock.advance(5.0)
-    assert worker.run_cycle(10.0)  # the read succeeds now and the first send goes
+    worker.cycle()  # the read succeeds now and the first send goes
     assert reporter.close(timeout=5)
     assert [1, 2, 3, 4] == [p[0] for p in curve(sink.task, "train_loss")]
 

@@ -3,15 +3,16 @@
 DESIGN §8: "A failed send is not retried in a loop: the scheduler backs off
 (exponential with jitter, reset on success ...)". With a clock that does not
 move, no backoff can ever elapse, so a handful of reporter cycles must make at
-most the first send and one immediate retry. (``Worker.run_cycle`` waits for one
-whole cycle; a spinning thread makes many sends per cycle we wait for.)
+most the first send and one immediate retry. (``Worker.cycle`` runs one
+whole pass on the test's thread; a scheduler that let a send through on
+every pass would make one send per cycle.)
 """
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import ScriptedSink
+from helpers import ScriptedSink, drive
 from trainreport import Reporter, ReportingConfig, Resynchronise, RetryLater
 from trainreport._sink import SendResult
 from trainreport.testing import FakeClock
@@ -25,13 +26,13 @@ def sends_in_five_cycles(answer: SendResult) -> int:
     sink.fail_sends.extend([answer] * 1_000_000)
     config = ReportingConfig(min_report_interval_seconds=10.0, backoff_jitter=0.0)
     reporter = Reporter(sink, config, clock=FakeClock(), rank=0)
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     worker = reporter._worker
     assert worker is not None
     try:
         for _ in range(5):
-            assert worker.run_cycle(10.0)
+            worker.cycle()
         return len(sink.sent)
     finally:
         reporter.close(timeout=0.2)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from helpers import drive
 from kubeflow_conformance import KubeflowConformanceServer, status_path
 from trainreport import (
     Delivered,
@@ -78,7 +79,7 @@ def make(sink: KubeflowSink, **config: Any) -> tuple[Reporter, FakeClock]:
 def cycle(reporter: Reporter) -> None:
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(30.0)
+    worker.cycle()
 
 
 def metrics_of(status: dict[str, Any]) -> dict[str, str]:
@@ -101,7 +102,7 @@ def test_a_run_posts_progress_eta_and_current_values_series_first(
 ) -> None:
     """Progress, ETA and every current value reach the TrainJob status; series come first."""
     reporter, clock = make(sink_for(kubeflow, token_file))
-    reporter.start()
+    drive(reporter)
     reporter.report_training_start(max_steps=10, num_epochs=2)
     for step in range(1, 5):
         clock.advance(6.0)
@@ -141,7 +142,7 @@ def test_each_post_replaces_the_stored_status(
 ) -> None:
     """The endpoint keeps the last post only; every post carries the whole current state."""
     reporter, clock = make(sink_for(kubeflow, token_file))
-    reporter.start()
+    drive(reporter)
     reporter.report_training_start(max_steps=4, num_epochs=None)
     for step in range(1, 4):
         clock.advance(6.0)
@@ -183,7 +184,7 @@ def test_a_non_finite_series_value_is_shown_as_such(
 ) -> None:
     """A diverged loss reads ``NaN`` on the TrainJob, not its last finite value."""
     reporter, clock = make(sink_for(kubeflow, token_file))
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 0.5})
     cycle(reporter)
     clock.advance(6.0)
@@ -205,7 +206,7 @@ def test_posts_are_at_least_five_seconds_apart_whatever_the_config_says(
     """Config says 0.01 s, the sink says 1 s: events every second still post every 5 s."""
     sink = sink_for(kubeflow, token_file, min_interval_seconds=1.0)
     reporter, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     posted_at = [clock()]
     for step in range(1, 13):
@@ -228,7 +229,7 @@ def test_a_rotated_token_file_is_read_again_mid_run(
 ) -> None:
     """The kubelet rotates the token in place; the next post carries the new one."""
     reporter, clock = make(sink_for(kubeflow, token_file))
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     cycle(reporter)
     kubeflow.rotate_token(JOB, ROTATED)
@@ -250,7 +251,7 @@ def test_a_refused_token_is_a_rejection_then_the_new_file_is_used(
 ) -> None:
     """Server rotated first: one 403 (logged once, long backoff), then the new file's token."""
     reporter, clock = make(sink_for(kubeflow, token_file))
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     cycle(reporter)
     kubeflow.rotate_token(JOB, ROTATED)
@@ -316,7 +317,7 @@ def test_refused_requests_are_rejections_not_busy_loops(
     reporter, clock = make(sink)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})  # queued: part of the first post
     with capture_events() as events:
-        reporter.start()
+        drive(reporter)
         cycle(reporter)
         for _ in range(10):  # 50 s, past the 30 s rejected backoff, but no new data
             clock.advance(5.0)
@@ -369,7 +370,7 @@ def test_a_reporter_recovers_after_an_outage(
     """Three 503s, then the endpoint is back: the latest state is posted."""
     reporter, clock = make(sink_for(kubeflow, token_file))
     kubeflow.fail_next(503, count=3)
-    reporter.start()
+    drive(reporter)
     for step in range(1, 8):
         reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
         clock.advance(6.0)
@@ -385,7 +386,7 @@ def test_a_hanging_endpoint_cannot_hold_close_past_its_timeout(
 ) -> None:
     """The endpoint accepts the connection and never answers: close(2) returns False in time."""
     reporter, clock = make(sink_for(kubeflow, token_file))
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     cycle(reporter)
     kubeflow.hang()
@@ -489,7 +490,7 @@ def test_left_out_metrics_are_logged_once_by_name(
     reporter, clock = make(sink_for(kubeflow, token_file))
     metrics = {f"m{i:03d}": float(i) for i in range(300)}
     with capture_events() as events:
-        reporter.start()
+        drive(reporter)
         for step in (1, 2, 3):
             reporter.report_train_step(step=step, metrics=metrics)
             clock.advance(6.0)
@@ -588,15 +589,15 @@ def test_reporter_from_env_picks_kubeflow_when_it_is_the_only_destination(tmp_pa
     assert isinstance(Reporter.from_env(kubeflow_env(tmp_path)).sink, KubeflowSink)
 
 
-def test_with_both_urls_the_job_status_service_wins_and_says_kubeflow_is_not_used(
+def test_with_both_urls_the_reporter_sends_to_both_the_job_status_service_first(
     tmp_path: Path,
 ) -> None:
-    """Both set: HttpSink as before, and one clear event that Kubeflow gets nothing yet."""
+    """Both set: the HttpSink (first: a resume reads its curves) and the KubeflowSink beside it."""
     env = kubeflow_env(tmp_path, TRAINREPORT_URL="http://127.0.0.1:8321", TRAINREPORT_JOB_ID="j")
     with capture_events() as events:
         reporter = Reporter.from_env(env)
-    not_used = [e for e in events if e["event"] == "trainreport.kubeflow_not_used"]
-    assert (True, 1) == (isinstance(reporter.sink, HttpSink), len(not_used))
+    assert [HttpSink, KubeflowSink] == [type(s) for s in reporter.sinks]
+    assert [] == [e for e in events if e["event"] == "trainreport.kubeflow_not_used"]
 
 
 def test_an_unusable_kubeflow_url_falls_back_to_the_file(

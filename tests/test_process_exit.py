@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ScriptedSink
+from helpers import ScriptedSink, drive
 from trainreport import MemorySink, Reporter, ReportingConfig, RetryLater
 from trainreport.testing import FakeClock, capture_events
 
@@ -100,16 +100,16 @@ def test_heartbeat_sends_when_nothing_changed() -> None:
     sink = MemorySink()
     reporter = Reporter(sink, ReportingConfig(heartbeat_seconds=60.0), clock=clock, rank=0)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    reporter.start()
+    drive(reporter)
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(5)
+    worker.cycle()
     sent = len(sink.requests)
     clock.advance(59.0)
-    assert worker.run_cycle(5)
+    worker.cycle()
     assert sent == len(sink.requests)
     clock.advance(1.0)
-    assert worker.run_cycle(5)
+    worker.cycle()
     assert sent + 1 == len(sink.requests)
     reporter.close(timeout=5)
 
@@ -126,14 +126,14 @@ def test_old_unsent_data_is_warned_about_at_a_limited_rate() -> None:
         backoff_jitter=0.0,
     )
     reporter = Reporter(sink, config, clock=clock, rank=0)
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     worker = reporter._worker
     assert worker is not None
     with capture_events() as events:
         for _ in range(25):
             clock.advance(10.0)
-            assert worker.run_cycle(5)
+            worker.cycle()
     warnings = [e for e in events if e["event"] == "trainreport.unsent_data_old"]
     assert 2 == len(warnings)  # at ~100 s and ~200 s of the 250 s
     assert 1 == warnings[0]["unsent_points"]

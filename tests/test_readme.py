@@ -18,7 +18,7 @@ def python_blocks() -> list[str]:
 
 
 def plain_loop_example() -> str:
-    examples = [b for b in python_blocks() if "FileSink(" in b]
+    examples = [b for b in python_blocks() if 'FileSink("trainreport-runs/example.log")' in b]
     assert 1 == len(examples)
     return examples[0]
 

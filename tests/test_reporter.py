@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve, without_updated_at
+from helpers import ScriptedSink, curve, drive, without_updated_at
 from trainreport import (
     MemorySink,
     Rejected,
@@ -23,7 +23,7 @@ from trainreport import (
     TransitionError,
 )
 from trainreport._payloads import decode_column
-from trainreport._recorder import REPORT_BYTES, queued_bytes
+from trainreport._reports import REPORT_BYTES, queued_bytes
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,13 +40,13 @@ def make(sink: Any = None, **config: Any) -> tuple[Reporter, Any, FakeClock]:
 def cycle(reporter: Reporter) -> None:
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(10.0)
+    worker.cycle()
 
 
 def test_run_of_23_steps_with_10s_interval_stores_every_step_and_debounces() -> None:
     """A 23-step run at 1 s a step with a 10 s interval: few sends, every step stored."""
     reporter, sink, clock = make()
-    reporter.start()
+    drive(reporter)
     reporter.report_training_start(max_steps=23, num_epochs=1)
     cycle(reporter)
     for step in range(1, 24):
@@ -64,7 +64,7 @@ def test_run_of_23_steps_with_10s_interval_stores_every_step_and_debounces() -> 
 def test_event_reports_bypass_the_debounce() -> None:
     """A checkpoint is sent at once even when the interval has not elapsed."""
     reporter, sink, clock = make()
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     cycle(reporter)
     sent = len(sink.requests)
@@ -97,7 +97,7 @@ def test_a_finished_run_reads_done_with_no_eta_in_sends_record_and_snapshot(
     keep the earlier ``eta_seconds``) and ``snapshot()`` all say the run is over.
     """
     reporter, sink, clock = make(MemorySink(series_suffix=series_suffix))
-    reporter.start()
+    drive(reporter)
     reporter.report_training_start(max_steps=10, num_epochs=1)
     for step in (1, 2, 3):
         clock.advance(10.0)
@@ -125,7 +125,7 @@ def test_a_finished_run_reads_done_with_no_eta_in_sends_record_and_snapshot(
 def test_full_state_event_send_leaves_curves_for_the_debounced_send() -> None:
     """In full-state mode an event send within the interval carries no ``metrics``."""
     reporter, sink, clock = make()
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     cycle(reporter)
     clock.advance(1.0)
@@ -157,7 +157,7 @@ def test_first_send_failure_retries_after_backoff_not_a_whole_interval() -> None
     sink = ScriptedSink()
     sink.fail_sends.append(RetryLater("connection refused"))
     reporter, _, clock = make(sink, backoff_initial_seconds=1.0)
-    reporter.start()
+    drive(reporter)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     cycle(reporter)
     assert 1 == len(sink.results)
@@ -177,7 +177,7 @@ def test_rejection_waits_for_new_data_and_the_long_backoff() -> None:
     reporter, _, clock = make(sink, rejected_backoff_seconds=100.0)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     with capture_events() as events:
-        reporter.start()
+        drive(reporter)
         cycle(reporter)
         clock.advance(200.0)
         cycle(reporter)
@@ -241,7 +241,7 @@ def test_series_suffix_mode_sends_only_new_points() -> None:
     """With the extension each request carries each series from the delivered length on."""
     sink = MemorySink(series_suffix=True)
     reporter, _, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     for step in range(1, 4):
         reporter.report_train_step(step=step, metrics={"loss": float(step)})
         clock.advance(10.0)
@@ -523,7 +523,7 @@ def test_slurm_procid_is_read_when_rank_is_absent(monkeypatch: pytest.MonkeyPatc
 def test_flush_delivers_everything_before_the_interval() -> None:
     """flush() sends at once and returns True once all recorded data is delivered."""
     reporter, sink, _ = make()
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     for step in range(1, 6):
         reporter.report_train_step(step=step, metrics={"loss": float(step)})
@@ -535,7 +535,7 @@ def test_flush_delivers_everything_before_the_interval() -> None:
 def test_deep_queue_wakes_the_thread_to_drain_without_sending() -> None:
     """At drain_queue_depth the thread drains (queue shrinks) but does not send early."""
     reporter, sink, _ = make(drain_queue_depth=100)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     sent = len(sink.requests)
     for step in range(1, 101):
@@ -581,7 +581,7 @@ def test_the_memory_guard_counts_bytes_not_reports() -> None:
 def test_the_byte_guard_frees_what_the_reporter_thread_drained() -> None:
     """Reports the thread has applied no longer count: a long run under a small guard loses none."""
     reporter, sink, _ = make(max_queue_bytes=2**20)
-    reporter.start()
+    drive(reporter)
     for step in range(1, 5001):
         reporter.report_train_step(step=step, metrics={f"m{i}": 1.0 for i in range(14)})
         if step % 500 == 0:
@@ -634,7 +634,7 @@ def test_forked_child_is_inert_and_never_deadlocks(tmp_path: Any) -> None:
     recorder = reporter._recorder
     assert recorder is not None
     marker = tmp_path / "child.txt"
-    with recorder.lock:  # the child inherits a held lock
+    with recorder._lock:  # the child inherits a held lock
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             code = 1
@@ -659,7 +659,7 @@ def test_flush_sends_at_once_even_during_a_backoff() -> None:
     sink.fail_sends.append(RetryLater("connection reset"))
     reporter, _, _ = make(sink, backoff_initial_seconds=500.0)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     assert isinstance(sink.results[0], RetryLater)
     assert reporter.flush(timeout=5)
@@ -673,7 +673,7 @@ def test_flush_honours_a_retry_after_the_destination_asked_for() -> None:
     sink.fail_sends.append(RetryLater("429", delay_seconds=500.0))
     reporter, _, clock = make(sink)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     assert not reporter.flush(timeout=0.3)
     assert 1 == len(sink.results)
@@ -699,7 +699,7 @@ def test_long_outage_at_start_bounds_the_queue_and_merges_the_stored_curves(
     sink = ScriptedSink(MemorySink(stored, series_suffix=series_suffix))
     sink.open_results.extend(RetryLater("down") for _ in range(3))
     reporter, _, clock = make(sink, drain_queue_depth=4, backoff_initial_seconds=1.0)
-    reporter.start()
+    drive(reporter)
     for step in new_steps:
         reporter.report_train_step(step=step, metrics={"loss": 100.0 + step})
         cycle(reporter)
@@ -918,7 +918,7 @@ def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
     reporter, _, clock = make(
         sink, drain_queue_depth=2, time_series_metrics=[], backoff_initial_seconds=1.0
     )
-    reporter.start()
+    drive(reporter)
     for step in range(4, 9):
         reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1})
         cycle(reporter)
@@ -935,7 +935,7 @@ def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
 def test_a_checkpoint_every_3_s_never_starves_the_curves_in_full_state_mode() -> None:
     """Events more often than the interval: curves still go every 10 s, not only at close."""
     reporter, sink, clock = make()
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     for second in range(1, 61):
         clock.advance(1.0)
@@ -956,8 +956,10 @@ def test_the_first_point_is_sent_at_once(series_suffix: bool, kind: str) -> None
     """The opening send does not hold back the first point for a whole interval."""
     sink = MemorySink(series_suffix=series_suffix)
     reporter, _, clock = make(sink)
-    reporter.start()
-    cycle(reporter)  # the opening send, at start()
+    reporter.start()  # threaded: the report call itself must wake the reporter thread
+    deadline = time.monotonic() + 5.0
+    while not sink.requests and time.monotonic() < deadline:  # the opening send
+        threading.Event().wait(0.005)
     opened = len(sink.requests)
     clock.advance(1.0)
     if kind == "train":
@@ -997,7 +999,7 @@ def test_logging_a_bad_name_is_bounded_however_many_distinct_names_arrive() -> N
     assert 20_000 == reporter.stats().drops["invalid_name"]
     recorder = reporter._recorder
     assert recorder is not None
-    assert len(recorder.once._seen) <= 200
+    assert len(recorder._once._seen) <= 200
 
 
 def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() -> None:
@@ -1011,8 +1013,8 @@ def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() 
     recorder = reporter._recorder
     assert recorder is not None
     assert len(recorder._names) <= 40
-    assert len(recorder.datasets.datasets) <= 10
-    assert len(recorder.once._seen) <= 200
+    assert len(recorder._datasets.datasets) <= 10
+    assert len(recorder._once._seen) <= 200
     assert reporter.stats().drops["name_cap"] >= 9_980
 
 
@@ -1061,7 +1063,7 @@ def test_a_key_a_lost_response_delivered_is_still_in_the_snapshot(
     of a metric that turned NaN), stays on the server: snapshot() must show it too."""
     sink = _LosesResponses(series_suffix)
     reporter, _, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     reporter.report_training_start(max_steps=100)
     cycle(reporter)
     for step in (1, 2):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink
+from helpers import ScriptedSink, drive
 from trainreport import Reporter, ReportingConfig, RetryLater
 from trainreport.testing import FakeClock
 
@@ -33,7 +33,7 @@ def make(sink: ScriptedSink) -> tuple[Reporter, FakeClock]:
 def cycle(reporter: Reporter) -> None:
     worker = reporter._worker
     assert worker is not None
-    assert worker.run_cycle(10.0)
+    worker.cycle()
 
 
 def sends_over(reporter: Reporter, clock: FakeClock, sink: ScriptedSink, seconds: int) -> list[int]:
@@ -52,7 +52,7 @@ def test_events_every_second_are_sent_at_most_every_five_seconds() -> None:
     """A 0.01 s config interval and an event a second: the floored sink sees a send per 5 s."""
     sink = FlooredSink()
     reporter, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)  # the first send goes at once
     counts = sends_over(reporter, clock, sink, 12)
     reporter.close(10)
@@ -63,7 +63,7 @@ def test_the_same_run_without_a_floor_sends_every_second() -> None:
     """Control: the plain scripted sink gets every event at once."""
     sink = ScriptedSink()
     reporter, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     counts = sends_over(reporter, clock, sink, 4)
     reporter.close(10)
@@ -75,7 +75,7 @@ def test_a_retry_waits_for_the_floor_not_the_shorter_backoff() -> None:
     sink = FlooredSink()
     sink.fail_sends.append(RetryLater("boom"))
     reporter, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)  # fails
     counts = []
     for _ in range(5):
@@ -90,7 +90,7 @@ def test_flush_within_the_floor_waits_for_it() -> None:
     """``flush()`` forces a send, but not within the destination's floor."""
     sink = FlooredSink()
     reporter, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     clock.advance(1.0)
     reporter.report_train_step(step=1, metrics={"loss": 0.5})
@@ -106,7 +106,7 @@ def test_the_first_send_of_close_goes_at_once() -> None:
     """``close()`` sends the final state without waiting for the floor (one request)."""
     sink = FlooredSink()
     reporter, clock = make(sink)
-    reporter.start()
+    drive(reporter)
     cycle(reporter)
     clock.advance(1.0)
     reporter.report_completed()

@@ -20,7 +20,8 @@ The invariant, after the final ``close()`` with the proxy healthy: the server's
 exactly once, in step order, rewinds applied, status and checkpoint path right.
 
 Scheduling runs on injected clocks (:class:`~trainreport.testing.FakeClock`,
-advanced by the rules) and the worker is stepped with ``run_cycle``; real time
+advanced by the rules) and the worker is stepped on the test's thread
+(``Worker.cycle``, no reporter thread); real time
 is spent only in the short configured HTTP timeouts, the close retry cap and
 the faults' own bounded durations. Nothing sleeps and hopes.
 
@@ -59,6 +60,7 @@ from hypothesis.stateful import (
 )
 
 from faults import FaultProxy
+from helpers import drive
 from trainreport import AttemptIdentity, HttpSink, Reporter, ReportingConfig
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock
@@ -120,6 +122,20 @@ class Model:
             else:
                 del self.series[name]
 
+    def epoch_at(self, step: int) -> int:
+        """The epoch of the latest training point at or before ``step`` (1 if none)."""
+        latest = max(
+            (
+                (st, ep)
+                for n, p in self.series.items()
+                if n.startswith("train_")
+                for st, ep, _ in p
+                if st <= step
+            ),
+            default=(0, 1),
+        )
+        return latest[1]
+
     def last_train_step(self) -> int | None:
         lasts = [p[-1][0] for n, p in self.series.items() if n.startswith("train_") and p]
         return max(lasts) if lasts else None
@@ -168,7 +184,7 @@ class Process:
         self.clock.advance(seconds)
         worker = self.reporter._worker
         assert worker is not None
-        assert worker.run_cycle(30.0)
+        worker.cycle()
 
 
 # --- the machine -----------------------------------------------------------------------
@@ -198,6 +214,9 @@ class StatefulFaults(RuleBasedStateMachine):
         stored_last = self.model.last_train_step()
         proc = Process(reporter, clock, started_at, stored_last)
         proc.next_step = first_step if first_step is not None else (stored_last or 0) + 1
+        # A resumed loop counts epochs on from its checkpoint (1-based, as the rules
+        # report them), so the stored epochs continue whichever base rule applies.
+        proc.epoch = self.model.epoch_at(proc.next_step - 1)
         self.model.status = "running"  # a new attempt starts at running
         reporter.report_training_start(max_steps=100_000)
         proc.cycle()
@@ -213,7 +232,9 @@ class StatefulFaults(RuleBasedStateMachine):
             use_extension=self.suffix_mode,
             attempt=AttemptIdentity(started_at=started_at),
         )
-        return Reporter(sink, CONFIG, clock=clock, rank=0).start(), clock
+        reporter = Reporter(sink, CONFIG, clock=clock, rank=0)
+        drive(reporter)
+        return reporter, clock
 
     def heal(self) -> None:
         self.proxy.pass_through()
@@ -462,12 +483,7 @@ class StatefulFaults(RuleBasedStateMachine):
     def restart_after_an_abandoned_process(self, resume: float | None) -> None:
         """The process dies (no final send); the next one resumes from what the server holds."""
         reporter = self.live.reporter
-        worker = reporter._worker
-        assert worker is not None
-        worker.stop(deadline=0.0)  # a crash: nothing more is sent
-        worker.thread.join(10.0)
-        assert not worker.thread.is_alive()
-        reporter.close(timeout=0.0)
+        reporter.close(timeout=0.0)  # a crash: nothing more is sent
         self.closed.append(reporter)
         self.heal()
         task = self.stored()
@@ -482,7 +498,7 @@ class StatefulFaults(RuleBasedStateMachine):
             self.suffix_mode
             and self.proc is not None
             and self.proc.reporter._worker is not None
-            and self.proc.reporter._worker.opened is not None
+            and self.proc.reporter._worker.destinations[0].opened is not None
         )
     )
     @rule(n=st.integers(1, 20))
@@ -496,7 +512,7 @@ class StatefulFaults(RuleBasedStateMachine):
         assert worker is not None
         for _ in range(3):
             clock.advance(10.0)
-            assert worker.run_cycle(30.0)
+            worker.cycle()
         assert not reporter.close(timeout=0.3)
         self.closed.append(reporter)
 
@@ -507,7 +523,7 @@ class StatefulFaults(RuleBasedStateMachine):
         if self.proc is not None:
             worker = self.proc.reporter._worker
             assert worker is not None
-            assert worker.thread.is_alive()
+            assert worker.alive
 
     def check_record(self, reporter: Reporter) -> None:
         """After a close that returned True: GET == snapshot() == the model."""

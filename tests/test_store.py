@@ -57,13 +57,14 @@ def test_truncation_lowers_what_is_known_delivered() -> None:
     store.admit("train_loss", as_series=True)
     for step in range(1, 6):
         store.record("train_loss", step, 1, 1.0)
-    store.acknowledge({"train_loss": 5}, None)
-    assert not store.series["train_loss"].needs_send
+    store.mark_built(0, ["train_loss"])
+    store.acknowledge(0, {"train_loss": 5}, None)
+    assert not store.series["train_loss"].needs_send(0)
     store.purge_after(2)
     series = store.series["train_loss"]
-    assert 2 == series.delivered
-    assert 5 == series.server_length
-    assert series.needs_send  # even with no new point: the server holds too many
+    assert 2 == series.delivered[0]
+    assert 5 == series.server_length[0]
+    assert series.needs_send(0)  # even with no new point: the server holds too many
 
 
 def test_acknowledge_trusts_the_destination_lengths() -> None:
@@ -72,9 +73,10 @@ def test_acknowledge_trusts_the_destination_lengths() -> None:
     store.admit("a", as_series=True)
     for step in range(1, 4):
         store.record("a", step, 1, 1.0)
-    store.acknowledge({"a": 3}, {"a": 2})
-    assert 2 == store.series["a"].delivered
-    assert 1 == store.unsent_points()
+    store.mark_built(0, ["a"])
+    store.acknowledge(0, {"a": 3}, {"a": 2})
+    assert 2 == store.series["a"].delivered[0]
+    assert 1 == store.unsent_points(0)
 
 
 def test_name_cap_refuses_new_names() -> None:

@@ -1,27 +1,27 @@
 """JournalKeeper: what the reporter thread writes to its journal, trims from it, and recovers.
 
-The reporter thread drives it (``docs/engine.md``, "The journal in front of a
-service"):
+The reporter thread and the journal's destination drive it (``docs/engine.md``,
+"The journal in front of a service"):
 
-- :meth:`JournalKeeper.record` after a drain, at least every
-  ``journal_interval_seconds``: one record holding each series' points the
+- :meth:`JournalKeeper.record`, after a drain, at least every
+  ``journal_interval_seconds``: first the points every destination is known
+  to hold are trimmed (in memory at once; in the file when it has grown past
+  its compaction floor), then one record holding each series' points the
   journal lacks (a suffix at the journal's length) and the task fields that
   changed, written with one ``write()``. When the store changed under the
   journal (a rewind, the stored task seeded under this process's points),
   the journal is rewritten atomically as one snapshot instead.
-- :meth:`JournalKeeper.acknowledged` after a delivered send: the points the
-  destination is known to hold are trimmed (in memory at once; in the file
-  when it has grown past about twice what it would hold).
-- :meth:`JournalKeeper.recover` at the first successful open, before the
-  stored task seeds the store and before the first send: the journals a dead
-  process left are planned against the stored task
+- :meth:`JournalKeeper.recover`, called with the journal's destination's
+  open (on whichever thread runs that destination's requests), before the
+  stored task seeds the store and before the first send: the journals a
+  dead process left are planned against the stored task
   (:func:`trainreport._sync.plan_recovery`) and sent, oldest first.
-- :meth:`JournalKeeper.close` at the end: the journal is removed when the
+- :meth:`JournalKeeper.close` at the end: the journal is removed when every
   destination holds everything, ``fsync``-ed and kept otherwise.
 
-Runs on the reporter thread only: it reads the store without the recorder's
-lock (that thread is the store's only writer) and takes the lock only to
-read the task fields.
+The record is read through :meth:`Recorder.journal_view` (under the
+recorder's lock); the current journal file is touched only by the reporter
+thread, the left-over journals only by :meth:`recover`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from trainreport._logging import describe_exception, get_logger
 from trainreport._recorder import Recorder
@@ -40,7 +39,6 @@ from trainreport._sink import (
     OpenResult,
     Resynchronise,
     RetryLater,
-    SeriesUpdate,
     Sink,
     Update,
 )
@@ -126,65 +124,38 @@ class JournalKeeper:
         return self._last + self.interval_seconds
 
     def record(self) -> None:
-        """Append what the store holds past the journal's lengths, with one ``write()``.
+        """Append what the record holds past the journal's lengths, with one ``write()``.
 
-        Never raises.
+        Trims what every destination acknowledged first. Never raises.
         """
         self._last = self.clock()
         journal = self.journal
         if journal.failed:
             return
         recorder = self.recorder
-        store = recorder.store
-        version = (store.points_discarded, store.rewinds, recorder.seeded)
-        wall = self.wall_clock()
-        with recorder.lock:
-            status, details = recorder.task_fields(wall)
-        if version != self._version:
-            self._version = version
-            self._rewrite(status, details)
+        view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
+        if recorder.seeded:
+            journal.trim(view.acknowledged)
+        if view.version != self._version:
+            self._version = view.version
+            state = LogState()
+            state.reset(Update(view.status, view.details, view.series, False))
+            if journal.reset(state, absolute=view.version[2]):
+                self.records += 1
+            self._lengths = view.lengths
             return
-        lengths = self._lengths
-        series = []
-        for name, s in store.series.items():
-            held = lengths.get(name, 0)
-            n = len(s.steps)
-            if n > held:
-                series.append(
-                    SeriesUpdate(name, held, s.steps[held:], s.epochs[held:], s.values[held:])
-                )
-                lengths[name] = n
         task = journal.state.task
         changed = {
             k: v
-            for k, v in details.items()
+            for k, v in view.details.items()
             if k != "updated_at" and task.details.get(k, _MISSING) != v
         }
-        if not series and not changed and status == task.status:
+        if not view.series and not changed and view.status == task.status:
             return
-        changed["updated_at"] = wall
-        if journal.append(Update(status, changed, tuple(series) or None, False)):
+        changed["updated_at"] = view.details["updated_at"]
+        if journal.append(Update(view.status, changed, view.series or None, False)):
             self.records += 1
-
-    def _rewrite(self, status: str, details: dict[str, Any]) -> None:
-        """The journal becomes one snapshot: every series from what the destination holds."""
-        store = self.recorder.store
-        series = tuple(
-            SeriesUpdate(n, d, s.steps[d:], s.epochs[d:], s.values[d:])
-            for n, s in store.series.items()
-            for d in (s.delivered,)
-        )
-        state = LogState()
-        state.reset(Update(status, details, series, False))
-        if self.journal.reset(state, absolute=self.recorder.seeded):
-            self.records += 1
-        self._lengths = {n: len(s.steps) for n, s in store.series.items()}
-
-    def acknowledged(self) -> None:
-        """The destination acknowledged a send: trim what it is known to hold. Never raises."""
-        if not self.recorder.seeded:
-            return
-        self.journal.trim({n: s.delivered for n, s in self.recorder.store.series.items()})
+        self._lengths = view.lengths
 
     # --- recovery ---------------------------------------------------------------------
 

@@ -1,15 +1,18 @@
 """Recorder: applies queued reports to the store and the task machine, builds updates.
 
 This is the sans-I/O core the reporter thread drives (STYLE habit 3): it gets
-report tuples that the training thread queued, and hands back
-:class:`~trainreport.sinks.Update` values and applies sink results. It reads no
-clock (times arrive in the tuples and as ``wall`` arguments) and does no I/O.
+report tuples that the training thread queued (``_reports.py`` declares them),
+hands back :class:`~trainreport.sinks.Update` values for each destination and
+applies what each destination acknowledged. It reads no clock (times arrive
+in the reports and as ``wall`` arguments) and does no I/O.
 
-All mutation happens on the reporter thread, under :attr:`Recorder.lock`;
-other threads only read (``snapshot``, ``stats``) under the same lock.
-
-Queue items are tuples ``(kind, t, *args)`` where ``t`` is the caller's
-monotonic clock reading (seconds) and ``kind`` one of the ``K_*`` constants.
+The recorder owns its lock: every public method takes it, so the reporter
+thread (applying, building, acknowledging) and other threads (``snapshot``,
+``counts``) never share a mutable attribute. It keeps one record for the run,
+and, per destination ``d`` (its position in ``Reporter(sinks=[...])``), what
+``d`` is known to hold: the series lengths (in the store), which sticky fields
+and which state of the core fields ``d`` holds, and whether ``d`` refused the
+full-state curves for size.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import numbers
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import attrs
 
 from trainreport._config import ReportingConfig
 from trainreport._lifecycle import (
@@ -44,24 +49,12 @@ from trainreport._naming import (
     to_step,
 )
 from trainreport._payloads import StoredState, encode_details
+from trainreport._reports import REPORT_NAME, Kind, dispatch, queued_bytes
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._store import MetricStore, Series
 from trainreport.exceptions import TransitionError
 
-__all__ = ["REPORT_BYTES", "RESERVED_KEYS", "VALUE_BYTES", "Recorder", "queued_bytes"]
-
-(
-    K_TRAIN,
-    K_VALIDATION,
-    K_METRICS,
-    K_TRAINING_START,
-    K_HYPERPARAMETERS,
-    K_EPOCH_END,
-    K_CHECKPOINT,
-    K_COMPLETED,
-    K_CANCELLED,
-    K_FAILED,
-) = range(10)
+__all__ = ["RESERVED_KEYS", "Build", "JournalView", "Recorder", "RecorderCounts"]
 
 #: ``status_details`` keys that belong to the reporter; a metric whose
 #: qualified name equals one of them is dropped (it would overwrite them).
@@ -86,51 +79,12 @@ RESERVED_KEYS = frozenset(
 )
 
 _EVENT_OF_KIND = {
-    K_TRAINING_START: TaskEvent.TRAINING_START,
-    K_EPOCH_END: TaskEvent.EPOCH_END,
-    K_CHECKPOINT: TaskEvent.CHECKPOINT,
-    K_COMPLETED: TaskEvent.COMPLETE,
-    K_CANCELLED: TaskEvent.CANCEL,
-    K_FAILED: TaskEvent.FAIL,
-}
-_REPORT_NAME = {
-    K_TRAIN: "report_train_step",
-    K_VALIDATION: "report_validation",
-    K_METRICS: "report_metrics",
-    K_TRAINING_START: "report_training_start",
-    K_HYPERPARAMETERS: "report_hyperparameters",
-    K_EPOCH_END: "report_epoch_end",
-    K_CHECKPOINT: "report_checkpoint_saved",
-    K_COMPLETED: "report_completed",
-    K_CANCELLED: "report_cancelled",
-    K_FAILED: "report_error",
+    Kind.COMPLETED: TaskEvent.COMPLETE,
+    Kind.CANCELLED: TaskEvent.CANCEL,
+    Kind.FAILED: TaskEvent.FAIL,
 }
 _MAX_TEXT = 4096
 _log = get_logger()
-
-#: The queue's memory guard estimates a queued report at this many bytes (the
-#: tuple, the copied dict's table and header, the numbers) ...
-REPORT_BYTES = 256
-#: ... plus this many per metric value it carries (measured: 912 B for 14 metrics).
-VALUE_BYTES = 48
-
-
-def queued_bytes(item: tuple[Any, ...]) -> int:
-    """The memory guard's estimate of one queued report, in bytes. Never raises.
-
-    ``Reporter.report_train_step`` inlines the same sum; the reporter thread
-    subtracts this for every report it drains, so the two must agree.
-    """
-    kind = item[0]
-    if kind in (K_TRAIN, K_VALIDATION):
-        values = item[4]
-    elif kind == K_METRICS:
-        values = item[3]
-    elif kind == K_HYPERPARAMETERS:
-        values = item[2]
-    else:
-        return REPORT_BYTES
-    return REPORT_BYTES + VALUE_BYTES * len(values) if type(values) is dict else REPORT_BYTES
 
 
 def _finite(v: float) -> float | None:
@@ -188,53 +142,138 @@ def _positive_int(value: object) -> int | NotChartable | None:
     return step
 
 
+@attrs.define
+class _Held:
+    """What one destination is known to hold, beside its series lengths (in the store)."""
+
+    #: The recorder's change count the last delivered update was built at (-1: none).
+    changes: int = -1
+    #: Sticky key -> the version of its value the destination holds.
+    sticky: dict[str, int] = attrs.field(factory=dict)
+    #: The destination refused full-state ``metrics`` for size (it goes on without them).
+    too_large: bool = False
+    #: Full-state mode: series the destination holds that this run does not (as
+    #: stored), sent back inside ``metrics`` so that a wholesale replace keeps them.
+    foreign: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Build:
+    """An update built for one destination, and what to acknowledge once it is delivered.
+
+    Args:
+        update: what is sent.
+        sent: each series in the update -> the length it had when built.
+        sticky: each sticky key in the update -> the version of its value.
+        changes: the recorder's change count when built.
+        details: the ``status_details`` it carries (for ``snapshot()``).
+    """
+
+    update: Update
+    sent: Mapping[str, int]
+    sticky: Mapping[str, int]
+    changes: int
+    details: Mapping[str, Any]
+
+
+@attrs.frozen
+class RecorderCounts:
+    """Counters for ``Reporter.stats()``, read under the recorder's lock.
+
+    Args:
+        points_recorded: series points applied to the store.
+        delivered: per destination, the points it is known to hold.
+        unsent: per destination, the points it is not known to hold.
+        drops: dropped items by reason.
+        rewinds: rewinds and tail replacements.
+    """
+
+    points_recorded: int
+    delivered: tuple[int, ...]
+    unsent: tuple[int, ...]
+    drops: Mapping[str, int]
+    rewinds: int
+
+
+@attrs.frozen
+class JournalView:
+    """What the journal needs from the record, read under the recorder's lock.
+
+    Attributes:
+        version: changes whenever points were discarded or the store was seeded:
+            the journal's lengths no longer describe the store, and it is rewritten.
+        status: the task's status.
+        details: every ``status_details`` key an update built now would carry.
+        series: ``(name, offset, steps, epochs, values)`` per series with points past
+            ``lengths`` (a suffix at that offset), or, for a rewrite, every series
+            from what every destination holds (``acknowledged``) on.
+        lengths: each series' length (what the journal holds once it appends ``series``).
+        acknowledged: per series, the least length every destination is known to hold.
+    """
+
+    version: tuple[int, int, bool]
+    status: str
+    details: dict[str, Any]
+    series: tuple[SeriesUpdate, ...]
+    lengths: dict[str, int]
+    acknowledged: dict[str, int]
+
+
 class Recorder:
     """The state of one reporting attempt: metrics, status, phase and details.
 
     Args:
         config: the reporter's configuration.
+        destinations: how many destinations the reporter sends to.
         series_default: the ``time_series_metrics`` used when the config's is
             ``None`` (an adapter's own default list; every metric otherwise).
+
+    Thread-safety: every public method takes the recorder's own lock.
     """
 
     def __init__(
-        self, config: ReportingConfig, *, series_default: tuple[str, ...] = ("*",)
+        self,
+        config: ReportingConfig,
+        *,
+        destinations: int = 1,
+        series_default: tuple[str, ...] = ("*",),
     ) -> None:
-        self.lock = threading.Lock()
-        self.config = config
-        self.store = MetricStore(config.max_metric_names)
-        self.selector = SeriesSelector(config.time_series_metrics, default=series_default)
-        self.machine = TaskMachine(strict=config.strict_transitions)
-        self.datasets = DatasetOrder()
-        self.epoch_rule = EpochRule()
-        self.once = OnceLogger()
-        self.drops: Counter[str] = Counter()
-        self.strict_violations: list[str] = []
-        self.step: int | None = None
-        self.epoch: int | None = None
-        self.max_steps: int | None = None
-        self.num_epochs: int | None = None
-        self.cancel_reason: str | None = None
+        self._lock = threading.Lock()
+        self._config = config
+        self._store = MetricStore(config.max_metric_names, destinations)
+        self._held = [_Held() for _ in range(destinations)]
+        self._changes = 0
+        self._sticky_version: dict[str, int] = {}
+        self._versions = 0
+        self._selector = SeriesSelector(config.time_series_metrics, default=series_default)
+        self._machine = TaskMachine(strict=config.strict_transitions)
+        self._datasets = DatasetOrder()
+        self._epoch_rule = EpochRule()
+        self._once = OnceLogger()
+        self._drops: Counter[str] = Counter()
+        self._strict_violations: list[str] = []
+        self._at_step: int | None = None
+        self._at_epoch: int | None = None
+        self._max_steps: int | None = None
+        self._num_epochs: int | None = None
+        self._cancel_reason: str | None = None
         # Details sent until delivered once (shallow merge keeps them afterwards).
-        self.sticky: dict[str, Any] = {}
-        self.sticky_dirty: set[str] = set()
-        self.core_dirty = True
-        self.stored_details: dict[str, Any] = {}
+        self._sticky: dict[str, Any] = {}
+        self._stored_details: dict[str, Any] = {}
         # Stored series the client cannot parse, exactly as stored: never overwritten
         # (sent back unchanged in full-state mode) unless this run records the name.
-        self.preserved: dict[str, Any] = {}
+        self._preserved: dict[str, Any] = {}
         # Names admitted as series only because the stored task was not read yet:
         # seeding makes them scalars again unless the stored task has them as series.
         self._provisional: set[str] = set()
-        self.seeded = False
-        self.metrics_too_large = False
-        self.last_updated_at: str | None = None
+        self._seeded = False
+        self._last_updated_at: str | None = None
         self._first_step: tuple[float, int] | None = None
         self._first_train_step: int | None = None  # the first this process recorded
         self._stored_last_train: int | None = None  # the stored task's, once seeded
-        # (steps, epochs) of the longest stored training series: the int-epoch base
-        # of a resumed process is read from it (see _decide_epoch_base).
-        self._stored_epochs: tuple[array[int], array[int]] | None = None
+        # (steps, epochs) of every stored training series: the int-epoch base of a
+        # resumed process is read from them (see _decide_epoch_base).
+        self._stored_epochs: list[tuple[array[int], array[int]]] = []
         self._last_step_time: float | None = None
         self._names: dict[
             tuple[str, str | None], dict[object, tuple[str, Series | None] | None]
@@ -247,8 +286,7 @@ class Recorder:
         self._refused_cached = 0
         # What the destination was last sent per details key: a shallow merge keeps
         # a key it was once sent, so snapshot() does too.
-        self.delivered_details: dict[str, Any] = {}
-        self._pending_details: dict[str, Any] = {}
+        self._delivered_details: dict[str, Any] = {}
         # Every details key an update was built with (sticky fields aside), last value.
         self._carried: dict[str, Any] = {}
 
@@ -256,16 +294,26 @@ class Recorder:
 
     def start_attempt(self) -> None:
         """Begin a new attempt: status ``running``, phase ``setup`` (DESIGN §4)."""
-        self.machine.apply(TaskEvent.ATTEMPT_START)
-        self.core_dirty = True
+        with self._lock:
+            self._machine.apply(TaskEvent.ATTEMPT_START)
+            self._changes += 1
 
-    def seed(self, state: StoredState) -> None:
-        """Seed curves and ``val_datasets`` from a stored task (DESIGN §3 resume).
+    @property
+    def seeded(self) -> bool:
+        """Whether the store was seeded from a stored task (or found none)."""
+        return self._seeded
+
+    def seed(self, state: StoredState, d: int = 0) -> None:
+        """Seed curves and ``val_datasets`` from destination ``d``'s stored task (DESIGN §3 resume).
 
         Never the stored status: a new process starts a new attempt. Series
         continue; other stored fields are left as they are on the destination.
         """
-        store = self.store
+        with self._lock:
+            self._seed(state, d)
+
+    def _seed(self, state: StoredState, d: int) -> None:
+        store = self._store
         stored_train = [
             st[-1] for n, (st, _, _) in state.series.items() if n.startswith("train_") and st
         ]
@@ -283,10 +331,11 @@ class Recorder:
         if cut is not None:
             store.rewinds += 1
         self._stored_last_train = stored_last_train
-        train = [cols for n, cols in state.series.items() if n.startswith("train_") and cols[0]]
-        if train:
-            steps, epochs, _ = max(train, key=lambda cols: len(cols[0]))
-            self._stored_epochs = (steps, epochs)
+        self._stored_epochs = [
+            (steps, epochs)
+            for name, (steps, epochs, _) in state.series.items()
+            if name.startswith("train_") and steps
+        ]
         for name, (steps, epochs, values) in state.series.items():
             if name in store.scalar_names:  # a name stored as a series stays a series
                 store.make_series(name)
@@ -296,25 +345,25 @@ class Recorder:
                 keep = min(keep, bisect_left(steps, current.steps[0]))
             elif current is None and not store.admit(name, as_series=True):
                 # Past the name cap: kept on the destination as it is, never deleted.
-                self.preserved[name] = _points_json(steps, epochs, values)
+                self._preserved[name] = _points_json(steps, epochs, values)
                 continue
-            store.seed(name, steps, epochs, values, keep)
+            store.seed(name, steps, epochs, values, keep, d)
         for name in self._provisional - set(state.series):
             store.demote(name)  # a scalar after all: only its latest value is kept
         self._provisional.clear()
         self._names.clear()  # cached entries may hold series that were just replaced
         self._keep_unreadable(state)
         if state.val_datasets:
-            if self.datasets.datasets:  # names already given this process keep their curves
+            if self._datasets.datasets:  # names already given this process keep their curves
                 _log.info(
                     "trainreport.resume_datasets_kept",
                     stored=list(state.val_datasets),
-                    current=list(self.datasets.datasets),
+                    current=list(self._datasets.datasets),
                 )
             else:
-                self.datasets = DatasetOrder(state.val_datasets)
-        self.stored_details = dict(state.details)
-        self.seeded = True
+                self._datasets = DatasetOrder(state.val_datasets)
+        self._stored_details = dict(state.details)
+        self._seeded = True
 
     def _keep_unreadable(self, state: StoredState) -> None:
         """Keep stored series the client cannot parse; log each (bounded)."""
@@ -324,99 +373,126 @@ class Recorder:
                     "trainreport.stored_series_unreadable",
                     series=name[:200],
                     reason=state.damage_reasons.get(name, ""),
-                    kept=name not in self.store,
+                    kept=name not in self._store,
                 )
             elif count == _MAX_LOGGED_SERIES:
                 _log.warning(
                     "trainreport.stored_series_unreadable_more",
                     more=len(state.damaged) - _MAX_LOGGED_SERIES,
                 )
-            if name in self.store:  # recorded by this run before the read: its curve wins
+            if name in self._store:  # recorded by this run before the read: its curve wins
                 _log.warning("trainreport.stored_series_replaced", series=name[:200])
             else:
-                self.preserved[name] = raw
+                self._preserved[name] = raw
 
     # --- applying reports ----------------------------------------------------------
 
-    def apply(self, item: tuple[Any, ...]) -> bool:
-        """Apply one queued report. Returns True for an event report (bypasses the debounce).
+    def apply_all(self, queue: deque[tuple[Any, ...]]) -> tuple[bool, int, bool]:
+        """Take every report queued now off ``queue`` and apply them, in order, under the lock.
 
-        Never raises: a malformed item is logged once per report kind and dropped.
+        Returns:
+            (an event report was among them, their estimated bytes for the
+            memory guard, the run has a point or a scalar now). Never raises.
         """
-        kind = item[0]
+        urgent = False
+        released = 0
+        apply = self._apply
+        popleft = queue.popleft
+        with self._lock:
+            for _ in range(len(queue)):
+                item = popleft()
+                urgent |= apply(item)
+                released += queued_bytes(item)
+            store = self._store
+            return urgent, released, bool(store.points_recorded or store.scalars)
+
+    def apply(self, item: tuple[Any, ...]) -> bool:
+        """Apply one report (see :meth:`apply_all`). True for an event report."""
+        with self._lock:
+            return self._apply(item)
+
+    def _apply(self, item: tuple[Any, ...]) -> bool:
         try:
-            if kind == K_TRAIN:
-                self._train_step(item[1], item[2], item[3], item[4])
-                return False
-            if kind == K_VALIDATION:
-                self._validation(item[2], item[3], item[4], item[5])
-                return False
-            if kind == K_METRICS:
-                self._metrics(item[2], item[3], item[4])
-                return False
-            if kind == K_HYPERPARAMETERS:
-                self._hyperparameters(item[2], item[3] if len(item) > 3 else 0)
-                return False
-            return self._event(kind, item)
+            return dispatch(item, self)
         except TransitionError as exc:  # strict mode (tests): surfaced by Reporter.close()
-            self.strict_violations.append(str(exc))
+            self._strict_violations.append(str(exc))
             return False
         except Exception as exc:  # a bug or a hostile object must never stop the reporter
-            self.drops["invalid_report"] += 1
-            self.once.warning(
+            kind: Any = item[0] if type(item) is tuple and item else None
+            self._drops["invalid_report"] += 1
+            self._once.warning(
                 ("apply", kind),
                 "trainreport.report_dropped",
-                report=_REPORT_NAME.get(kind, str(kind)),
+                report=REPORT_NAME.get(kind, str(kind)),
                 reason=describe_exception(exc),
             )
             return False
 
-    def _event(self, kind: int, item: tuple[Any, ...]) -> bool:
-        event = _EVENT_OF_KIND[kind]
-        if kind == K_TRAINING_START:
-            max_steps, num_epochs = _positive_int(item[2]), _positive_int(item[3])
-            for field, value in (("max_steps", max_steps), ("num_epochs", num_epochs)):
-                if isinstance(value, NotChartable):
-                    self._drop_once(
-                        "invalid_argument", field, "report_training_start", value.reason
-                    )
-        if self.machine.apply(event) is Outcome.REFUSED:
-            self.drops["refused_transition"] += 1
+    # The ReportHandler methods (``_reports.dispatch``), called under the lock.
+
+    def training_start(self, raw_max_steps: object, raw_num_epochs: object) -> bool:
+        """Apply ``report_training_start``. Returns True (an event)."""
+        max_steps, num_epochs = _positive_int(raw_max_steps), _positive_int(raw_num_epochs)
+        for field, value in (("max_steps", max_steps), ("num_epochs", num_epochs)):
+            if isinstance(value, NotChartable):
+                self._drop_once("invalid_argument", field, "report_training_start", value.reason)
+        if not self._event(TaskEvent.TRAINING_START):
             return False
-        self.core_dirty = True
-        if kind == K_TRAINING_START:
-            if isinstance(max_steps, int):
-                self.max_steps = max_steps
-                self._set_sticky("max_steps", max_steps)
-            if isinstance(num_epochs, int):
-                self.num_epochs = num_epochs
-                self._set_sticky("num_epochs", num_epochs)
-        elif kind == K_EPOCH_END:
-            epoch = self._resolve_epoch(item[2], self.step or 0, "report_epoch_end")
-            if epoch is not None:
-                self.epoch = epoch
-        elif kind == K_CHECKPOINT:
-            path = item[2]
-            if not isinstance(path, str) or not path.strip():
-                # A missing path is never sent: the last good one stays on the destination.
-                self._drop_once(
-                    "invalid_argument", "path", "report_checkpoint_saved", "missing checkpoint path"
-                )
-                return True
-            self._set_sticky("checkpoint_path", path[:_MAX_TEXT])
-            step = to_step(item[3]) if item[3] is not None else None
-            if isinstance(step, int):
-                self._set_sticky("checkpoint_step", step)
-        elif kind == K_CANCELLED:
-            self._set_sticky("cancel_reason", str(item[2])[:_MAX_TEXT])
-        elif kind == K_FAILED:
+        if isinstance(max_steps, int):
+            self._max_steps = max_steps
+            self._set_sticky("max_steps", max_steps)
+        if isinstance(num_epochs, int):
+            self._num_epochs = num_epochs
+            self._set_sticky("num_epochs", num_epochs)
+        return True
+
+    def epoch_end(self, raw_epoch: object) -> bool:
+        """Apply ``report_epoch_end``. Returns True (an event) unless refused."""
+        if not self._event(TaskEvent.EPOCH_END):
+            return False
+        epoch = self._resolve_epoch(raw_epoch, self._at_step or 0, "report_epoch_end")
+        if epoch is not None:
+            self._at_epoch = epoch
+        return True
+
+    def checkpoint(self, path: object, raw_step: object) -> bool:
+        """Apply ``report_checkpoint_saved``. Returns True (an event) unless refused."""
+        if not self._event(TaskEvent.CHECKPOINT):
+            return False
+        if not isinstance(path, str) or not path.strip():
+            # A missing path is never sent: the last good one stays on the destination.
+            self._drop_once(
+                "invalid_argument", "path", "report_checkpoint_saved", "missing checkpoint path"
+            )
+            return True
+        self._set_sticky("checkpoint_path", path[:_MAX_TEXT])
+        step = to_step(raw_step) if raw_step is not None else None
+        if isinstance(step, int):
+            self._set_sticky("checkpoint_step", step)
+        return True
+
+    def terminal(self, kind: Kind, reason: object, message: object) -> bool:
+        """Apply ``report_completed`` / ``report_cancelled`` / ``report_error``."""
+        if not self._event(_EVENT_OF_KIND[kind]):
+            return False
+        if kind is Kind.CANCELLED:
+            self._set_sticky("cancel_reason", str(reason)[:_MAX_TEXT])
+        elif kind is Kind.FAILED:
             self._set_sticky(
-                "error", {"type": str(item[2])[:200], "message": str(item[3])[:_MAX_TEXT]}
+                "error", {"type": str(reason)[:200], "message": str(message)[:_MAX_TEXT]}
             )
         return True
 
-    def _hyperparameters(self, flat: dict[str, Any], left_out: int) -> None:
-        merged = {**self.sticky.get("hyperparameters", {}), **flat}
+    def _event(self, event: TaskEvent) -> bool:
+        if self._machine.apply(event) is Outcome.REFUSED:
+            self._drops["refused_transition"] += 1
+            return False
+        self._changes += 1
+        return True
+
+    def hyperparameters(self, flat: dict[str, Any], left_out: int) -> None:
+        """Apply ``report_hyperparameters`` (merged into the record, bounded)."""
+        merged = {**self._sticky.get("hyperparameters", {}), **flat}
         if len(merged) > MAX_PARAM_ITEMS:  # many calls: the merged record is bounded too
             left_out += len(merged) - MAX_PARAM_ITEMS
             merged = dict(list(merged.items())[:MAX_PARAM_ITEMS])
@@ -427,46 +503,69 @@ class Recorder:
                 "report_hyperparameters",
                 f"more than {MAX_PARAM_ITEMS} items; {left_out} keys left out",
             )
-            self.drops["hyperparameters_truncated"] += left_out - 1
+            self._drops["hyperparameters_truncated"] += left_out - 1
         self._set_sticky("hyperparameters", merged)
 
-    def drop_field(self, key: str, size: int) -> None:
-        """Drop ``key`` from what is sent: it cannot fit any request to the destination.
+    def drop_field(self, d: int, update: Update, metrics_bytes: int, floor: int) -> bool:
+        """Destination ``d`` refused ``update``'s size: drop its largest once-sent field, if any.
 
-        The field goes back to its last delivered value (or to nothing), so a
-        later report merges into what the destination holds. Counted as
-        ``field_too_large`` and logged once per field.
+        The largest once-sent field (``hyperparameters``, ...) in ``update``,
+        when it is at least ``floor`` bytes and at least ``metrics_bytes``
+        (the curves it carries), is dropped: it goes back to its last
+        delivered value (or to nothing), so a later report merges into what
+        the destinations hold; ``d`` is known to hold that value, the others
+        are sent it. Counted as ``field_too_large`` and logged once per field.
+
+        Returns:
+            True when a field was dropped (the rest is to be resent at once).
         """
-        self.drops["field_too_large"] += 1
-        self.once.warning(
-            ("field_too_large", key),
-            "trainreport.field_too_large",
-            field=key,
-            encoded_bytes=size,
-        )
-        if key in self.delivered_details:
-            self.sticky[key] = self.delivered_details[key]
-        else:
-            self.sticky.pop(key, None)
-        self.sticky_dirty.discard(key)
+        with self._lock:
+            best: tuple[str, int] | None = None
+            for key, version in self._dirty_sticky(d).items():
+                if key in update.status_details and version == self._sticky_version.get(key):
+                    size = len(encode_details({key: update.status_details[key]}).encode())
+                    if best is None or size > best[1]:
+                        best = (key, size)
+            if best is None or best[1] < max(metrics_bytes, floor):
+                return False
+            key, size = best
+            self._drops["field_too_large"] += 1
+            self._once.warning(
+                ("field_too_large", key),
+                "trainreport.field_too_large",
+                field=key,
+                encoded_bytes=size,
+            )
+            if key in self._delivered_details:
+                self._set_sticky(key, self._delivered_details[key])
+            else:
+                self._sticky.pop(key, None)
+                self._sticky_version.pop(key, None)
+            if key in self._sticky_version:
+                self._held[d].sticky[key] = self._sticky_version[key]
+            else:
+                self._held[d].sticky.pop(key, None)
+            return True
 
-    def largest_field(self, update: Update) -> tuple[str, int] | None:
-        """The largest once-sent field (``hyperparameters``, ...) in ``update``, encoded bytes."""
-        best: tuple[str, int] | None = None
-        for key in self.sticky_dirty:
-            if key in update.status_details:
-                size = len(encode_details({key: update.status_details[key]}).encode())
-                if best is None or size > best[1]:
-                    best = (key, size)
-        return best
+    def refuse_metrics(self, d: int) -> None:
+        """Destination ``d`` cannot take the full-state ``metrics`` (413): go on without them."""
+        with self._lock:
+            self._held[d].too_large = True
+            self._drops["metrics_too_large"] += 1
 
     def _set_sticky(self, key: str, value: Any) -> None:
-        self.sticky[key] = _json_safe(value)
-        self.sticky_dirty.add(key)
+        self._sticky[key] = _json_safe(value)
+        self._versions += 1
+        self._sticky_version[key] = self._versions
+
+    def _dirty_sticky(self, d: int) -> dict[str, int]:
+        """Sticky keys ``d`` does not hold in their current version -> that version."""
+        held = self._held[d].sticky
+        return {k: v for k, v in self._sticky_version.items() if held.get(k) != v}
 
     def _drop_once(self, reason: str, key: object, report: str, detail: str) -> None:
-        self.drops[reason] += 1
-        self.once.warning(
+        self._drops[reason] += 1
+        self._once.warning(
             (reason, report, key),
             "trainreport.report_dropped",
             report=report,
@@ -480,17 +579,25 @@ class Recorder:
         The first int epoch alone cannot tell ``range(n)`` counting (0-based) from
         1-based counting once a run resumes past its first epoch: index 1 is epoch 2
         of a 0-based loop and epoch 1 of a 1-based one. When the stored task has a
-        training point at or before ``step``, the base is the one whose epoch is not
+        training point before ``step`` (the latest such point of any training series;
+        the larger epoch on a tie; a point at ``step`` or later is one a resume from an
+        earlier checkpoint replaces), the base is the one whose epoch is not
         below that point's (epochs never go back within a run), the smaller of the
         two when both qualify. Otherwise :class:`EpochRule` decides as for a new run.
         """
-        stored = self._stored_epochs
-        if stored is None or isinstance(raw, bool) or not isinstance(raw, numbers.Integral):
+        if isinstance(raw, bool) or not isinstance(raw, numbers.Integral):
             return
-        steps, epochs = stored
-        at = bisect_right(steps, step) - 1
-        if at < 0 or epochs[at] < 1:
+        latest = max(
+            (
+                (steps[at], epochs[at])
+                for steps, epochs in self._stored_epochs
+                if (at := bisect_left(steps, step) - 1) >= 0
+            ),
+            default=None,
+        )
+        if latest is None or latest[1] < 1:
             return
+        stored_step, stored_epoch = latest
         try:
             index = int(raw)
         except Exception:  # a hostile Integral: EpochRule drops it
@@ -500,24 +607,24 @@ class Recorder:
         candidates = [
             (value, zero_based)
             for value, zero_based in ((index + 1, True), (max(1, index), False))
-            if value >= epochs[at]
+            if value >= stored_epoch
         ]
         if not candidates:  # below the stored epoch either way: the new-run rule
             return
         _, zero_based = min(candidates, key=lambda c: (c[0], not c[1]))
-        self.epoch_rule = EpochRule(zero_based=zero_based)
+        self._epoch_rule = EpochRule(zero_based=zero_based)
         _log.info(
             "trainreport.epoch_rule",
             zero_based=zero_based,
             first_epoch=index,
-            stored_epoch=epochs[at],
-            stored_step=steps[at],
+            stored_epoch=stored_epoch,
+            stored_step=stored_step,
         )
 
     def _resolve_epoch(self, raw: object, step: int, report: str) -> int | None:
-        if self.epoch_rule.zero_based is None:
+        if self._epoch_rule.zero_based is None:
             self._decide_epoch_base(raw, step)
-        epoch = self.epoch_rule.resolve(raw, step=step, num_epochs=self.num_epochs)
+        epoch = self._epoch_rule.resolve(raw, step=step, num_epochs=self._num_epochs)
         if isinstance(epoch, NotChartable):
             self._drop_once("invalid_epoch", "epoch", report, epoch.reason)
             return None
@@ -533,16 +640,17 @@ class Recorder:
             return None
         return step
 
-    def _train_step(self, t: float, raw_step: object, raw_epoch: object, metrics: object) -> None:
+    def train_step(self, t: float, raw_step: object, raw_epoch: object, metrics: object) -> None:
+        """Apply ``report_train_step``."""
         step = self._step(raw_step, "report_train_step")
         if step is None:
             return
-        if self.machine.apply(TaskEvent.TRAIN_STEP) is Outcome.REFUSED:
-            self.drops["refused_transition"] += 1
+        if self._machine.apply(TaskEvent.TRAIN_STEP) is Outcome.REFUSED:
+            self._drops["refused_transition"] += 1
             return
         epoch = self._resolve_epoch(raw_epoch, step, "report_train_step")
         if epoch is not None:
-            self.epoch = epoch
+            self._at_epoch = epoch
         if self._first_train_step is None:
             # The run-wide purge: once per process, at its first training step,
             # when it resumes at or below the stored last training step (a run
@@ -550,26 +658,27 @@ class Recorder:
             # seed() applies the same cut.
             self._first_train_step = step
             stored = self._stored_last_train
-            if self.seeded and stored is not None and step <= stored:
-                self.store.purge_after(step)
+            if self._seeded and stored is not None and step <= stored:
+                self._store.purge_after(step)
                 self._first_step = None
         if self._first_step is None or step <= self._first_step[1]:
             self._first_step = (t, step)
-        self.step = step
+        self._at_step = step
         self._last_step_time = t
-        self.core_dirty = True
-        self._record(metrics, "train", None, step, self.epoch or 1, "report_train_step")
+        self._changes += 1
+        self._record(metrics, "train", None, step, self._at_epoch or 1, "report_train_step")
 
-    def _validation(
+    def validation(
         self, raw_step: object, raw_epoch: object, metrics: object, dataset: object
     ) -> None:
+        """Apply ``report_validation``."""
         step = self._step(raw_step, "report_validation")
         if step is None:
             return
-        if self.machine.apply(TaskEvent.VALIDATION) is Outcome.REFUSED:
-            self.drops["refused_transition"] += 1
+        if self._machine.apply(TaskEvent.VALIDATION) is Outcome.REFUSED:
+            self._drops["refused_transition"] += 1
             return
-        self.core_dirty = True
+        self._changes += 1
         epoch = self._resolve_epoch(raw_epoch, step, "report_validation")
         if dataset is not None and not isinstance(dataset, str):
             self._drop_once("invalid_argument", "dataset", "report_validation", "not a string")
@@ -580,19 +689,25 @@ class Recorder:
             )
             cleaned = "".join(c if c.isprintable() else "_" for c in _json_safe(dataset))[:50]
             dataset = cleaned if cleaned and check_name(cleaned) is None else None
-        if not self.datasets.knows(dataset) and self.store.full:
+        if not self._datasets.knows(dataset) and self._store.full:
             # A new dataset could not have a curve past the name cap: remember nothing.
             self._refuse_for_name_cap(metrics, f"val_{dataset}_*")
             return
-        before = len(self.datasets.datasets)
-        qualifier = self.datasets.qualifier(dataset)
-        if len(self.datasets.datasets) != before:
-            self._set_sticky("val_datasets", list(self.datasets.datasets))
+        before = len(self._datasets.datasets)
+        qualifier = self._datasets.qualifier(dataset)
+        if len(self._datasets.datasets) != before:
+            self._set_sticky("val_datasets", list(self._datasets.datasets))
         self._record(
-            metrics, "validation", qualifier, step, epoch or self.epoch or 1, "report_validation"
+            metrics,
+            "validation",
+            qualifier,
+            step,
+            epoch or self._at_epoch or 1,
+            "report_validation",
         )
 
-    def _metrics(self, raw_step: object, metrics: object, phase: object) -> None:
+    def other_metrics(self, raw_step: object, metrics: object, phase: object) -> None:
+        """Apply ``report_metrics``."""
         if not isinstance(phase, str) or check_name(phase) is not None or not phase.isidentifier():
             self._drop_once(
                 "invalid_argument", "phase", "report_metrics", "phase is not an identifier"
@@ -601,12 +716,12 @@ class Recorder:
         step = self._step(raw_step, "report_metrics")
         if step is None:
             return
-        if self.machine.apply(TaskEvent.OTHER_METRICS) is Outcome.REFUSED:
-            self.drops["refused_transition"] += 1
+        if self._machine.apply(TaskEvent.OTHER_METRICS) is Outcome.REFUSED:
+            self._drops["refused_transition"] += 1
             return
-        self.core_dirty = True  # current values change
+        self._changes += 1  # current values change
         naming_phase = "validation" if phase in ("val", "eval", "validation") else phase
-        self._record(metrics, naming_phase, None, step, self.epoch or 1, "report_metrics")
+        self._record(metrics, naming_phase, None, step, self._at_epoch or 1, "report_metrics")
 
     def _record(
         self, metrics: object, phase: str, qualifier: str | None, step: int, epoch: int, report: str
@@ -620,7 +735,7 @@ class Recorder:
             names = {}
             if len(self._names) < self._max_cached_names:
                 self._names[(phase, qualifier)] = names
-        store = self.store
+        store = self._store
         # A step beyond every point recorded so far is a plain append in every series.
         fresh = step > store.max_step
         appended = 0
@@ -677,7 +792,7 @@ class Recorder:
                 if entry is not None and entry[0] == name:
                     names[key] = (name, None)
             return (name, None)
-        return (name, self.store.series.get(name))
+        return (name, self._store.series.get(name))
 
     def _admit_guarded(
         self, raw_name: object, phase: str, qualifier: str | None, report: str
@@ -685,8 +800,8 @@ class Recorder:
         try:
             return self._admit(raw_name, phase, qualifier, report)
         except Exception as exc:  # a hostile key (its repr or hash raises) drops only itself
-            self.drops["invalid_name"] += 1
-            self.once.warning(
+            self._drops["invalid_name"] += 1
+            self._once.warning(
                 ("admit", report),
                 "trainreport.report_dropped",
                 report=report,
@@ -706,30 +821,30 @@ class Recorder:
         if name in RESERVED_KEYS or check_name(name) is not None:
             self._drop_once("invalid_name", name, report, "reserved or unusable qualified name")
             return None
-        if name in self.store:
+        if name in self._store:
             return name
-        as_series = self.selector.is_series(name)
+        as_series = self._selector.is_series(name)
         # Before the stored task is read every name keeps its points: a name stored
         # as a series must stay one, whatever arrives first.
-        provisional = not as_series and not self.seeded
-        replaces = name in self.preserved  # a stored series this client cannot parse
-        if not self.store.admit(name, as_series=as_series or provisional or replaces):
+        provisional = not as_series and not self._seeded
+        replaces = name in self._preserved  # a stored series this client cannot parse
+        if not self._store.admit(name, as_series=as_series or provisional or replaces):
             self._refuse_for_name_cap(None, name)
             return None
         if provisional and not replaces:
             self._provisional.add(name)
         if replaces:
-            del self.preserved[name]
+            del self._preserved[name]
             _log.warning("trainreport.stored_series_replaced", series=name[:200])
         return name
 
     def _refuse_for_name_cap(self, metrics: object, name: str) -> None:
         """Count the names refused by the distinct-name cap (all of ``metrics``, or one)."""
-        self.drops["name_cap"] += len(metrics) if isinstance(metrics, dict) else 1
-        self.once.warning(
+        self._drops["name_cap"] += len(metrics) if isinstance(metrics, dict) else 1
+        self._once.warning(
             "name_cap",
             "trainreport.metric_name_cap_reached",
-            cap=self.store.max_names,
+            cap=self._store.max_names,
             first_refused=name[:200],
         )
 
@@ -741,22 +856,22 @@ class Recorder:
         No ``eta_seconds`` once the status is terminal: a run that is over has no time left.
         """
         out: dict[str, Any] = {}
-        step = self.step
+        step = self._at_step
         if step is not None:
             out["step"] = step
-        if self.epoch is not None:
-            out["epoch"] = self.epoch
-        if step is not None and self.max_steps:
-            out["percentage_done"] = round(min(max(step / self.max_steps * 100.0, 0.0), 100.0), 2)
+        if self._at_epoch is not None:
+            out["epoch"] = self._at_epoch
+        if step is not None and self._max_steps:
+            out["percentage_done"] = round(min(max(step / self._max_steps * 100.0, 0.0), 100.0), 2)
             first = self._first_step
             if (
                 first is not None
                 and self._last_step_time is not None
                 and step > first[1]
-                and not self.machine.is_terminal
+                and not self._machine.is_terminal
             ):
                 per_step = (self._last_step_time - first[0]) / (step - first[1])
-                out["eta_seconds"] = round(max(self.max_steps - step, 0) * per_step, 1)
+                out["eta_seconds"] = round(max(self._max_steps - step, 0) * per_step, 1)
         return out
 
     def _details(self, wall: str, sticky_keys: set[str] | dict[str, Any]) -> dict[str, Any]:
@@ -765,141 +880,252 @@ class Recorder:
         # value: the destination may hold them from a request whose answer was lost, so
         # every send carries them and the last delivered one decides what it holds.
         details: dict[str, Any] = dict(self._carried)
-        details["phase"] = self.machine.phase.value
+        details["phase"] = self._machine.phase.value
         details.update(self.progress())
         details["updated_at"] = wall
         for key in sticky_keys:
-            details[key] = self.sticky[key]
-        for name, value in self.store.current_values():
+            details[key] = self._sticky[key]
+        for name, value in self._store.current_values():
             if math.isfinite(value):  # never null; the curve shows the gap
                 details[name] = value
         # A terminal write makes the destination drop what only a running task has
         # (the ETA), so a finished run neither carries nor sends it.
-        forget_running_only_details(self.machine.status, details)
+        forget_running_only_details(self._machine.status, details)
         return details
 
-    def task_fields(self, wall: str) -> tuple[str, dict[str, Any]]:
-        """The status and every ``status_details`` key an update built now would carry.
+    def journal_view(
+        self, wall: str, lengths: Mapping[str, int], version: tuple[int, int, bool] | None
+    ) -> JournalView:
+        """The suffixes past ``lengths`` (or, when ``version`` is not current, a rewrite).
 
-        For the journal, which records what the destination should hold
-        (``updated_at`` is ``wall``). Call under :attr:`lock`; changes nothing.
+        For the journal (``_journal_feed.py``): ``lengths`` is what it holds,
+        ``version`` the :attr:`JournalView.version` it last wrote. Changes nothing.
         """
-        return self.machine.status.value, self._details(wall, self.sticky)
-
-    def has_changes(self) -> bool:
-        """True when something recorded could still be sent and is not known delivered.
-
-        Curves that can never be sent (full-state ``metrics`` over the server's
-        body limit) do not count here, or the reporter would resend forever; they
-        do count in :meth:`all_delivered`.
-        """
-        return (
-            self.core_dirty
-            or bool(self.sticky_dirty)
-            or (
-                not self.metrics_too_large and any(s.needs_send for s in self.store.series.values())
+        with self._lock:
+            store = self._store
+            current = (store.points_discarded, store.rewinds, self._seeded)
+            acknowledged = {n: min(s.delivered) for n, s in store.series.items()}
+            rewrite = current != version
+            series = []
+            for name, s in store.series.items():
+                start = acknowledged[name] if rewrite else lengths.get(name, 0)
+                if rewrite or len(s.steps) > start:
+                    series.append(
+                        SeriesUpdate(
+                            name, start, s.steps[start:], s.epochs[start:], s.values[start:]
+                        )
+                    )
+            return JournalView(
+                current,
+                self._machine.status.value,
+                self._details(wall, self._sticky),
+                tuple(series),
+                {n: len(s.steps) for n, s in store.series.items()},
+                acknowledged,
             )
-        )
 
-    def all_delivered(self) -> bool:
-        """True when the destination holds everything recorded (close() and flush() say so)."""
-        return not self.has_changes() and not any(s.needs_send for s in self.store.series.values())
+    def has_changes(self, d: int = 0) -> bool:
+        """True when something recorded could still be sent to ``d`` and is not known delivered.
+
+        Curves that can never be sent (full-state ``metrics`` over the
+        destination's body limit) do not count here, or the reporter would
+        resend forever; they do count in :meth:`all_delivered`.
+        """
+        with self._lock:
+            return self._has_changes(d)
+
+    def _has_changes(self, d: int) -> bool:
+        held = self._held[d]
+        if held.changes != self._changes or self._dirty_sticky(d):
+            return True
+        return not held.too_large and any(s.needs_send(d) for s in self._store.series.values())
+
+    def all_delivered(self, d: int = 0) -> bool:
+        """True when ``d`` holds everything recorded (close() and flush() say so)."""
+        with self._lock:
+            return not self._has_changes(d) and not any(
+                s.needs_send(d) for s in self._store.series.values()
+            )
 
     def build_update(
-        self, *, wall: str, full_state: bool, include_metrics: bool = True
-    ) -> tuple[Update, dict[str, int], frozenset[str]]:
-        """Build the next update.
+        self, d: int, *, wall: str, full_state: bool, include_metrics: bool = True
+    ) -> Build:
+        """Build the next update for destination ``d``.
 
         Args:
+            d: the destination.
             wall: the wall-clock time to send as ``updated_at`` (ISO 8601, UTC).
             full_state: True for the baseline mode (complete ``metrics`` or none),
-                False for series suffixes from what the destination holds.
+                False for series suffixes from what ``d`` holds.
             include_metrics: False to leave curves out (an event send in
                 full-state mode, DESIGN §5 "event reports send only what they change").
 
         Returns:
-            (update, sent, sticky keys) where ``sent`` maps each included
-            series to the length it had, for :meth:`on_delivered`.
+            the update and what to acknowledge when it is delivered (:meth:`on_delivered`).
         """
-        sticky = set(self.sticky_dirty)
-        details = self._details(wall, sticky)
-        self._carried.update((k, v) for k, v in details.items() if k not in self.sticky)
-        self._pending_details = details
-        self.last_updated_at = wall
-        series_updates: tuple[SeriesUpdate, ...] | None = None
-        sent: dict[str, int] = {}
-        store_series = self.store.series
-        if include_metrics and any(s.needs_send for s in store_series.values()):
-            if full_state:
-                if self.seeded and not self.metrics_too_large:
+        with self._lock:
+            sticky = self._dirty_sticky(d)
+            details = self._details(wall, sticky)
+            self._carried.update((k, v) for k, v in details.items() if k not in self._sticky)
+            self._last_updated_at = wall
+            held = self._held[d]
+            series_updates: tuple[SeriesUpdate, ...] | None = None
+            sent: dict[str, int] = {}
+            store_series = self._store.series
+            if include_metrics and any(s.needs_send(d) for s in store_series.values()):
+                if full_state:
+                    if self._seeded and not held.too_large:
+                        series_updates = tuple(
+                            SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:])
+                            for n, s in store_series.items()
+                            if s
+                        )
+                else:
                     series_updates = tuple(
-                        SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:])
+                        SeriesUpdate(
+                            n,
+                            s.delivered[d],
+                            s.steps[s.delivered[d] :],
+                            s.epochs[s.delivered[d] :],
+                            s.values[s.delivered[d] :],
+                        )
                         for n, s in store_series.items()
-                        if s
+                        if s.needs_send(d)
                     )
-            else:
-                series_updates = tuple(
-                    SeriesUpdate(
-                        n,
-                        s.delivered,
-                        s.steps[s.delivered :],
-                        s.epochs[s.delivered :],
-                        s.values[s.delivered :],
+                if series_updates is not None:
+                    sent = (
+                        {n: len(s) for n, s in store_series.items()}
+                        if full_state
+                        else {u.name: u.offset + len(u) for u in series_updates}
                     )
-                    for n, s in store_series.items()
-                    if s.needs_send
-                )
-            if series_updates is not None:
-                sent = (
-                    {n: len(s) for n, s in store_series.items()}
-                    if full_state
-                    else {u.name: u.offset + len(u) for u in series_updates}
-                )
-        update = Update(
-            status=self.machine.status.value,
-            status_details=details,
-            series=series_updates,
-            full_state=full_state,
-            foreign_series=dict(self.preserved) if full_state and series_updates else {},
-        )
-        return update, sent, frozenset(sticky)
+                    self._store.mark_built(d, list(sent))
+            foreign: dict[str, Any] = {}
+            if full_state and series_updates:
+                foreign = {n: p for n, p in held.foreign.items() if n not in store_series}
+                foreign.update(self._preserved)
+            update = Update(
+                status=self._machine.status.value,
+                status_details=details,
+                series=series_updates,
+                full_state=full_state,
+                foreign_series=foreign,
+            )
+            return Build(update, sent, sticky, self._changes, details)
 
-    def on_delivered(
-        self, sent: Mapping[str, int], sticky: frozenset[str], lengths: Mapping[str, int] | None
-    ) -> None:
-        """Apply a ``Delivered`` result for an update built by :meth:`build_update`."""
-        self.store.acknowledge(sent, lengths)
-        self.sticky_dirty -= sticky
-        self.core_dirty = False
-        self.delivered_details.update(self._pending_details)
+    def on_delivered(self, d: int, build: Build, lengths: Mapping[str, int] | None) -> None:
+        """Destination ``d`` applied ``build``'s update (holding ``lengths``, if it says)."""
+        with self._lock:
+            self._store.acknowledge(d, build.sent, lengths)
+            held = self._held[d]
+            held.sticky.update(build.sticky)
+            held.changes = build.changes
+            self._delivered_details.update(build.details)
 
-    def mark_all_dirty(self) -> None:
-        """Resend every sticky field (after a resynchronise: the destination may have lost them)."""
-        self.sticky_dirty = set(self.sticky)
-        self.core_dirty = True
+    def resynchronise(self, d: int, lengths: Mapping[str, int] | None) -> None:
+        """``d``'s state disagrees with ours: resend from ``lengths`` and every sticky field.
+
+        ``lengths`` ``None``: the destination is to be opened again, which says them.
+        """
+        with self._lock:
+            if lengths is not None:
+                self._store.resynchronise(d, lengths)
+            self._mark_all_dirty(d)
+
+    def adopt(self, d: int, state: StoredState, full_state: bool) -> int:
+        """Bring ``d`` up to date from its own stored task (the store was seeded from another).
+
+        Each series is sent from the longest prefix ``d`` holds as we do. In
+        full-state mode, series ``d`` holds and this run does not are kept as
+        stored (sent back inside ``metrics``). Every sticky field is sent.
+
+        Returns:
+            how many of ``d``'s stored points this run's record replaces.
+        """
+        with self._lock:
+            replaced = self._store.adopt(d, state.series)
+            held = self._held[d]
+            if full_state:
+                held.foreign = dict(state.damaged)
+                for name, (steps, epochs, values) in state.series.items():
+                    if name not in self._store.series:
+                        held.foreign[name] = _points_json(steps, epochs, values)
+            self._mark_all_dirty(d)
+            return replaced
+
+    def _mark_all_dirty(self, d: int) -> None:
+        held = self._held[d]
+        held.sticky.clear()
+        held.changes = -1
+
+    def metrics_refused(self, d: int) -> bool:
+        """Whether ``d`` refused the full-state ``metrics`` for size."""
+        return self._held[d].too_large
 
     # --- reading -------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """The task record the destination should now hold (the ``GET`` shape)."""
-        details = dict(self.stored_details)
-        details.update(self.delivered_details)
-        details.update(self._details(self.last_updated_at or "", self.sticky))
-        if not self.last_updated_at:
+        """The task record the destinations should now hold (the ``GET`` shape)."""
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        details = dict(self._stored_details)
+        details.update(self._delivered_details)
+        details.update(self._details(self._last_updated_at or "", self._sticky))
+        if not self._last_updated_at:
             del details["updated_at"]
-        forget_running_only_details(self.machine.status, details)
+        forget_running_only_details(self._machine.status, details)
         # A series with no points is not part of a stored task (a server keeps points, not names).
-        if any(self.store.series.values()) or self.preserved:
+        if any(self._store.series.values()) or self._preserved:
             metrics: dict[str, Any] = {
                 name: _points_json(s.steps, s.epochs, s.values)
-                for name, s in self.store.series.items()
+                for name, s in self._store.series.items()
                 if s
             }
-            metrics.update(self.preserved)
+            metrics.update(self._preserved)
             details["metrics"] = metrics
-        return {"status": self.machine.status.value, "status_details": details}
+        return {"status": self._machine.status.value, "status_details": details}
+
+    def counts(self) -> RecorderCounts:
+        """Counters for ``Reporter.stats()``."""
+        with self._lock:
+            store = self._store
+            n = store.destinations
+            return RecorderCounts(
+                points_recorded=store.points_recorded,
+                delivered=tuple(store.delivered_points(d) for d in range(n)),
+                unsent=tuple(store.unsent_points(d) for d in range(n)),
+                drops=dict(self._drops),
+                rewinds=store.rewinds,
+            )
+
+    def unsent_points(self, d: int) -> int:
+        """Points ``d`` is not known to hold."""
+        with self._lock:
+            return self._store.unsent_points(d)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether a terminal report was applied."""
+        return self._machine.is_terminal
 
     @property
     def status(self) -> TaskStatus:
         """The attempt's current status."""
-        return self.machine.status
+        return self._machine.status
+
+    def strict_violations(self) -> tuple[str, ...]:
+        """Reports the lifecycle tables refused, in strict mode."""
+        with self._lock:
+            return tuple(self._strict_violations)
+
+    def finish(self) -> None:
+        """At close: log never-matched ``time_series_metrics`` patterns and what was suppressed."""
+        with self._lock:
+            arrived = [*self._store.series, *self._store.scalar_names]
+        self._selector.log_unmatched(arrived)
+        self._once.summarize()
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held at the fork)."""
+        self._lock = threading.Lock()

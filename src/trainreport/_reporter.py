@@ -17,69 +17,39 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter_ns
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec
 
 import attrs
 
+from trainreport import _reports as reports
 from trainreport._config import ReportingConfig
 from trainreport._histogram import LatencyHistogram
 from trainreport._journal_feed import JournalKeeper, journal_identity
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._naming import MAX_PARAM_ITEMS, caller_value, flatten_params_bounded
-from trainreport._recorder import (
-    K_CANCELLED,
-    K_CHECKPOINT,
-    K_COMPLETED,
-    K_EPOCH_END,
-    K_FAILED,
-    K_HYPERPARAMETERS,
-    K_METRICS,
-    K_TRAIN,
-    K_TRAINING_START,
-    K_VALIDATION,
+from trainreport._naming import MAX_PARAM_ITEMS, flatten_params_bounded
+from trainreport._recorder import Recorder
+from trainreport._reports import (
     REPORT_BYTES,
+    TERMINAL_KINDS,
     VALUE_BYTES,
-    Recorder,
     queued_bytes,
+    queued_points,
 )
 from trainreport._sink import Sink
 from trainreport._worker import Worker, utc_now_iso
-from trainreport.exceptions import TransitionError
-from trainreport.sinks._file import FileSink
+from trainreport.exceptions import ConfigError, TransitionError
 from trainreport.sinks._journal import Journal
 
-__all__ = ["RANK_VARIABLES", "Reporter", "ReporterStats"]
+__all__ = ["RANK_VARIABLES", "DestinationStats", "Reporter", "ReporterStats"]
 
 _log = get_logger()
-_PLAIN = frozenset({int, float})
-_STEP_TYPES = frozenset({int, float, type(None)})
 
 #: Environment variables read, in order, for the global rank (DESIGN §7).
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-
-
-def _copy_metrics(metrics: object) -> object:
-    """Copy a metrics mapping on the caller's thread; tensors become numbers. Never raises.
-
-    Fast path: when every value is an ``int`` or ``float``, their sum (one C loop)
-    is a ``float``; a tensor, numpy value or anything else makes it something
-    else (or raises), and only then is each value converted with ``.item()``.
-    """
-    if type(metrics) is dict:
-        copied: dict[Any, Any] = metrics.copy()
-    elif isinstance(metrics, Mapping):
-        copied = dict(metrics)
-    else:
-        return None if metrics is None else _NotAMapping(type(metrics).__name__)
-    try:
-        plain = type(sum(copied.values(), 0.0)) is float
-    except Exception:  # a str or an object without __add__: judged on the reporter thread
-        plain = False
-    return copied if plain else {k: caller_value(v) for k, v in copied.items()}
 
 
 _P = ParamSpec("_P")
@@ -107,18 +77,43 @@ def _report_call(
     return report
 
 
-def _copy_scalar(value: object) -> object:
-    return value if type(value) in _STEP_TYPES else caller_value(value)
-
-
 @attrs.frozen
-class _NotAMapping:
-    type_name: str
+class DestinationStats:
+    """One destination's share of ``Reporter.stats()``.
+
+    Attributes:
+        destination: the sink, as its repr shows it (``HttpSink`` shows URL, job, task).
+        requests_sent: requests attempted to it (reads of the stored task included).
+        requests_failed: those that were not delivered.
+        consecutive_failures: failures since its last delivered send.
+        bytes_sent: request bytes put on the wire (as the sink counts them).
+        points_delivered: points it is known to hold.
+        points_unsent: points it is not known to hold (queued reports included).
+        last_error: its last failure's reason, or None.
+        last_success_at: wall-clock time (ISO 8601 UTC) of its last delivered send.
+    """
+
+    destination: str
+    requests_sent: int
+    requests_failed: int
+    consecutive_failures: int
+    bytes_sent: int
+    points_delivered: int
+    points_unsent: int
+    last_error: str | None
+    last_success_at: str | None
 
 
 @attrs.frozen
 class ReporterStats:
     """A point-in-time view of a reporter's health (``Reporter.stats()``).
+
+    With several destinations the top-level figures are totals: requests,
+    failures and bytes are summed; ``consecutive_failures`` is the largest;
+    ``points_delivered`` counts the points every destination holds and
+    ``points_unsent`` the points some destination does not hold yet;
+    ``last_error`` is the first destination's (in list order) that has one;
+    ``last_success_at`` the latest. ``destinations`` has each one's own figures.
 
     Attributes:
         state: the reporter's lifecycle state (``new``, ``running``, ``closing``,
@@ -142,6 +137,7 @@ class ReporterStats:
         report_p99_us: 99th percentile of the same, microseconds (±10 %).
         report_max_us: longest report call, microseconds.
         report_total_seconds: total time spent inside report calls, seconds.
+        destinations: each destination's figures, in ``Reporter(sinks=[...])`` order.
     """
 
     state: str
@@ -163,6 +159,7 @@ class ReporterStats:
     report_p99_us: float
     report_max_us: float
     report_total_seconds: float
+    destinations: tuple[DestinationStats, ...] = ()
 
 
 #: Started, unclosed reporters. Strong references: a reporter held only by a local
@@ -171,7 +168,6 @@ class ReporterStats:
 _live_reporters: set[Reporter] = set()
 _hooks_installed = False
 _hooks_lock = threading.Lock()
-_TERMINAL_KINDS = frozenset({K_COMPLETED, K_CANCELLED, K_FAILED})
 
 
 def _after_fork_in_child() -> None:
@@ -232,12 +228,18 @@ def _disabled(environ: Mapping[str, str]) -> bool:
 
 
 class Reporter:
-    """Reports a training run's phase, progress and metrics to a sink, off the training thread.
+    """Reports a training run's phase, progress and metrics to its sinks, off the training thread.
 
     Args:
         sink: where updates go: :class:`~trainreport.HttpSink`,
             :class:`~trainreport.FileSink`, :class:`~trainreport.MemorySink`
             or your own :class:`~trainreport.Sink`.
+        sinks: several destinations instead of one, e.g.
+            ``sinks=[HttpSink(...), FileSink(...)]``: one record, one queue and
+            one reporter thread; each destination has its own schedule, wire
+            mode and retries, and one that fails or hangs never delays another.
+            A resume reads the stored curves from the first destination (in
+            this order) that holds the task (docs/engine.md).
         config: scheduling and shaping options (default ``ReportingConfig()``).
         clock: monotonic clock in seconds that drives the debounce, heartbeat
             and backoff; inject :class:`trainreport.testing.FakeClock` in tests.
@@ -253,17 +255,29 @@ class Reporter:
     pickles; reports made before ``start()`` are kept and sent after it. If
     ``start()`` is never called, :meth:`close` starts the reporter and delivers
     them (docs/engine.md).
+
+    Raises:
+        ConfigError: neither or both of ``sink`` and ``sinks`` given, an
+            empty ``sinks``, or the same sink object twice.
     """
 
     def __init__(
         self,
-        sink: Sink,
+        sink: Sink | None = None,
         config: ReportingConfig | None = None,
         *,
+        sinks: Sequence[Sink] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rank: int | None = None,
     ) -> None:
-        self._sink = sink
+        if (sink is None) == (sinks is None):
+            raise ConfigError("give a sink, or sinks=[...], not both")
+        chosen = [sink] if sink is not None else list(sinks or ())
+        if not chosen:
+            raise ConfigError("sinks=[...] is empty: give at least one sink")
+        if len({id(s) for s in chosen}) != len(chosen):
+            raise ConfigError("the same sink is given twice: each destination needs its own")
+        self._sinks = tuple(chosen)
         self._config = config if config is not None else ReportingConfig()
         self._clock = clock
         self._rank = rank
@@ -312,7 +326,11 @@ class Reporter:
         ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``, and the config
         variables of ``docs/configuration.md`` (leniently: a bad value falls back
         to its default with a log event). Without a URL, reports go to a
-        :class:`~trainreport.FileSink` under ``./trainreport-runs/``.
+        :class:`~trainreport.FileSink` under ``./trainreport-runs/``. Inside a
+        Kubeflow TrainJob (``KUBEFLOW_TRAINER_SERVER_URL``) a
+        :class:`~trainreport.KubeflowSink` is used, as a second destination
+        after the ``HttpSink`` when ``TRAINREPORT_URL`` is set too
+        (``trainreport.sinks.default_sinks_from_env``).
         ``TRAINREPORT_DISABLED=1`` and ranks other than 0 give a reporter that
         does nothing once started.
 
@@ -323,11 +341,11 @@ class Reporter:
         Returns:
             an unstarted :class:`Reporter`. Never raises for bad environment values.
         """
-        from trainreport.sinks import default_sink_from_env  # noqa: PLC0415 - avoids a cycle
+        from trainreport.sinks import default_sinks_from_env  # noqa: PLC0415 - avoids a cycle
 
         env = os.environ if environ is None else environ
         config = ReportingConfig.from_env(env)
-        return cls(default_sink_from_env(env), config, clock=clock)
+        return cls(sinks=default_sinks_from_env(env), config=config, clock=clock)
 
     def _use_series_default(self, patterns: tuple[str, ...]) -> bool:
         """Use an adapter's own default ``time_series_metrics`` (for adapters, before start).
@@ -361,8 +379,13 @@ class Reporter:
 
     @property
     def sink(self) -> Sink:
-        """The sink updates go to."""
-        return self._sink
+        """The (first) sink updates go to."""
+        return self._sinks[0]
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """Every sink updates go to, in order."""
+        return self._sinks
 
     @property
     def cancel_requested(self) -> threading.Event:
@@ -386,6 +409,10 @@ class Reporter:
         Returns:
             ``self``, for chaining. Never raises for a destination problem.
         """
+        return self._start(threaded=True)
+
+    def _start(self, *, threaded: bool) -> Reporter:
+        """``start()``; ``threaded=False`` (tests) drives the same worker without a thread."""
         if self._machine.state is not ReporterState.NEW:
             return self
         rank = self._rank if self._rank is not None else _global_rank(os.environ)
@@ -397,17 +424,20 @@ class Reporter:
             _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
             return self
         self._pid = os.getpid()
-        recorder = Recorder(self._config, series_default=self._series_default)
+        recorder = Recorder(
+            self._config, destinations=len(self._sinks), series_default=self._series_default
+        )
         self._recorder = recorder
         self._worker = Worker(
             recorder=recorder,
-            sink=self._sink,
+            sinks=list(self._sinks),
             queue=self._queue,
-            config=self._thread_config(),
+            config=self._config,
             clock=self._clock,
             cancel_requested=self.cancel_requested,
             on_drained=self._drained,
-            open_journal=self._journal_opener(),
+            threaded=threaded,
+            **self._journal_options(),
         )
         self._machine.apply(ReporterInput.START)
         _install_process_hooks()
@@ -415,34 +445,24 @@ class Reporter:
         self._worker.start()
         return self
 
-    def _thread_config(self) -> ReportingConfig:
-        """The config the reporter thread schedules with.
+    def _journal_options(self) -> dict[str, Any]:
+        """The worker's journal arguments (``docs/engine.md``, "The journal in front of a service").
 
-        A sink that is itself the local run log (``FileSink``: the embedded
-        default) is its own journal: with the journal on, it is sent to at
-        least every ``journal_interval_seconds``, so a killed process loses
-        no more than a journal would.
-        """
-        config = self._config
-        if not isinstance(self._sink, FileSink) or not config.journal or _journal_off(os.environ):
-            return config
-        interval = min(config.min_report_interval_seconds, config.journal_interval_seconds)
-        return config.evolve(min_report_interval_seconds=interval)
-
-    def _journal_opener(self) -> Callable[[Recorder], JournalKeeper | None] | None:
-        """What opens this reporter's journal on its thread, or ``None`` for no journal.
-
-        A journal is kept when the config's ``journal`` is on, ``TRAINREPORT_JOURNAL``
-        is not ``0`` and the sink has a job and a task and is not itself a
-        local file (:func:`~trainreport._journal_feed.journal_identity`).
+        With the config's ``journal`` on and ``TRAINREPORT_JOURNAL`` not ``0``:
+        a ``FileSink`` (the local run log is its own journal) is sent to at
+        least every ``journal_interval_seconds``, and the first destination
+        with a job and a task that is not a local file gets a journal. None
+        when the only destinations are local run logs (the embedded default).
         """
         config = self._config
         if not config.journal or _journal_off(os.environ):
-            return None
-        identity = journal_identity(self._sink)
-        if identity is None:
-            return None
-        job_id, task_id = identity
+            return {}
+        options: dict[str, Any] = {"local_log_interval_seconds": config.journal_interval_seconds}
+        keyed = [(i, journal_identity(sink)) for i, sink in enumerate(self._sinks)]
+        found = next(((i, ids) for i, ids in keyed if ids is not None), None)
+        if found is None:
+            return options
+        index, (job_id, task_id) = found
         clock = self._clock
 
         def open_journal(recorder: Recorder) -> JournalKeeper | None:
@@ -463,7 +483,8 @@ class Reporter:
                 wall_clock=utc_now_iso,
             )
 
-        return open_journal
+        options.update(open_journal=open_journal, journal_destination=index)
+        return options
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything recorded now, ignoring the debounce, and wait for delivery.
@@ -480,6 +501,8 @@ class Reporter:
             return self._machine.state is not ReporterState.NEW and self._delivered()
         budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
         done = worker.request_flush()
+        if not worker.threaded:  # tests: one cycle on this thread
+            worker.cycle()
         return done.wait(budget) and worker.everything_delivered()
 
     def close(self, timeout: float | None = None) -> bool:
@@ -519,9 +542,11 @@ class Reporter:
             self._machine.apply(ReporterInput.CLOSE)
             self._accepting = False
             worker.stop(deadline)
-        if os.getpid() == self._pid:
+            if not worker.threaded:  # tests: the closing pass on this thread
+                worker.finish()
+        if os.getpid() == self._pid and worker.threaded:
             worker.thread.join(max(deadline - time.monotonic(), 0.0))
-        if worker.thread.is_alive():
+        if worker.threaded and worker.thread.is_alive():
             self._warn_undelivered(worker, timed_out=True)
             return False
         first_close = self._machine.state is ReporterState.CLOSING
@@ -535,22 +560,29 @@ class Reporter:
         return delivered
 
     def _warn_undelivered(self, worker: Worker, *, timed_out: bool) -> None:
-        """One warning naming the destination and what it did not receive. Never raises."""
+        """One warning per destination that did not receive everything. Never raises."""
         if self._warned_undelivered:  # close() is idempotent; so is its warning
             return
         self._warned_undelivered = True
         try:
             stats = self.stats()
-            _log.warning(
-                "trainreport.close_undelivered",
-                destination=_describe(self._sink),
-                undelivered_reports=stats.queue_depth,
-                undelivered_points=stats.points_unsent,
-                dropped=sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes")),
-                last_error=stats.last_error,
-                never_answered=not worker.answered,
-                timed_out=timed_out,
-            )
+            dropped = sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes"))
+            for dest, figures in zip(worker.destinations, stats.destinations, strict=True):
+                holds_all = dest.finished_cleanly or (
+                    worker.alive and worker.recorder.all_delivered(dest.index)
+                )
+                if holds_all and not stats.queue_depth and not dropped:
+                    continue
+                _log.warning(
+                    "trainreport.close_undelivered",
+                    destination=dest.label,
+                    undelivered_reports=stats.queue_depth,
+                    undelivered_points=figures.points_unsent,
+                    dropped=dropped,
+                    last_error=figures.last_error,
+                    never_answered=not dest.answered,
+                    timed_out=timed_out and dest.job is not None,
+                )
         except Exception:  # noqa: S110 - a warning must never break close()
             pass
 
@@ -584,17 +616,14 @@ class Reporter:
         worker = self._worker
         if worker is None:
             return not self._queue
-        done = (
-            worker.finished_cleanly
-            if not worker.thread.is_alive()
-            else worker.everything_delivered()
-        )
+        done = worker.finished_cleanly() if not worker.alive else worker.everything_delivered()
         return done and self._queue_drops == 0
 
     def _raise_strict_violations(self) -> None:
         recorder = self._recorder
-        if recorder is not None and recorder.strict_violations:
-            raise TransitionError("; ".join(recorder.strict_violations))
+        violations = recorder.strict_violations() if recorder is not None else ()
+        if violations:
+            raise TransitionError("; ".join(violations))
 
     def __enter__(self) -> Reporter:
         return self.start()
@@ -622,7 +651,7 @@ class Reporter:
         self._queued_bytes = 0
         self._machine.apply(ReporterInput.FORKED)
         if self._recorder is not None:
-            self._recorder.lock = threading.Lock()
+            self._recorder.after_fork()
         self._worker = None
         self._cancel = None
 
@@ -632,8 +661,8 @@ class Reporter:
         recorder = self._recorder
         # Reports made before the hook count even when still queued (a completion
         # reported just before exit must not read as a run without status).
-        terminal = (recorder is not None and recorder.machine.is_terminal) or any(
-            item[0] in _TERMINAL_KINDS for item in list(self._queue)
+        terminal = (recorder is not None and recorder.is_terminal) or any(
+            item[0] in TERMINAL_KINDS for item in list(self._queue)
         )
         if not terminal:
             if isinstance(uncaught, KeyboardInterrupt):  # DESIGN §4: an interrupt is a cancel
@@ -670,51 +699,69 @@ class Reporter:
         recorder = self._recorder
         if recorder is None:
             return {"status": "pending", "status_details": {}}
-        with recorder.lock:
-            return recorder.snapshot()
+        return recorder.snapshot()
 
     def stats(self) -> ReporterStats:
-        """Counters and the report-call latency histogram. Cheap; never raises."""
+        """Counters, per destination and in total, and the report-call latency histogram.
+
+        Cheap; never raises.
+        """
         worker, recorder, h = self._worker, self._recorder, self._histogram
         drops: dict[str, int] = {}
-        recorded = delivered = unsent = rewinds = 0
+        recorded = rewinds = 0
+        n = len(self._sinks)
+        delivered, unsent = (0,) * n, (0,) * n
         if recorder is not None:
-            with recorder.lock:
-                store = recorder.store
-                drops.update(recorder.drops)
-                recorded, rewinds = store.points_recorded, store.rewinds
-                delivered, unsent = store.delivered_points(), store.unsent_points()
+            counts = recorder.counts()
+            drops.update(counts.drops)
+            recorded, rewinds = counts.points_recorded, counts.rewinds
+            delivered, unsent = counts.delivered, counts.unsent
         # Reports still queued (not yet applied, e.g. the stored task was never read)
         # are recorded but unsent: each metric value they carry counts as a point.
-        queued = sum(map(_queued_points, list(self._queue)))
+        queued = sum(map(queued_points, list(self._queue)))
         recorded += queued
-        unsent += queued
         if self._queue_drops:
             drops["queue_full"] = self._queue_drops
         if self._after_close_drops:
             drops["after_close"] = self._after_close_drops
         if self._caller_drops:
             drops["report_failed"] = self._caller_drops
+        per = tuple(
+            DestinationStats(
+                destination=dest.label,
+                requests_sent=dest.requests_sent,
+                requests_failed=dest.requests_failed,
+                consecutive_failures=dest.scheduler.consecutive_failures,
+                bytes_sent=dest.bytes_sent,
+                points_delivered=delivered[dest.index],
+                points_unsent=unsent[dest.index] + queued,
+                last_error=dest.last_error,
+                last_success_at=dest.last_success_at,
+            )
+            for dest in (worker.destinations if worker is not None else ())
+        )
+        successes = [d.last_success_at for d in per if d.last_success_at is not None]
         return ReporterStats(
             state=self._machine.state.value,
-            requests_sent=worker.requests_sent if worker else 0,
-            requests_failed=worker.requests_failed if worker else 0,
-            consecutive_failures=worker.scheduler.consecutive_failures if worker else 0,
-            bytes_sent=worker.bytes_sent if worker else 0,
+            requests_sent=sum(d.requests_sent for d in per),
+            requests_failed=sum(d.requests_failed for d in per),
+            consecutive_failures=max((d.consecutive_failures for d in per), default=0),
+            bytes_sent=sum(d.bytes_sent for d in per),
             points_recorded=recorded,
-            points_delivered=delivered,
-            points_unsent=unsent,
+            points_delivered=min(delivered),
+            points_unsent=max(unsent) + queued,
             queue_depth=len(self._queue),
             queue_bytes=max(self._queued_bytes, 0),
             drops=drops,
             rewinds=rewinds,
-            last_error=worker.last_error if worker else None,
-            last_success_at=worker.last_success_at if worker else None,
+            last_error=next((d.last_error for d in per if d.last_error is not None), None),
+            last_success_at=max(successes) if successes else None,
             report_calls=h.count,
             report_p50_us=h.percentile_us(0.5),
             report_p99_us=h.percentile_us(0.99),
             report_max_us=h.max_ns / 1000.0,
             report_total_seconds=h.total_ns / 1e9,
+            destinations=per,
         )
 
     # --- the hot path ----------------------------------------------------------------
@@ -798,36 +845,17 @@ class Reporter:
         Never raises, never blocks on I/O; bad values are dropped with one log event each.
         """
         t0 = perf_counter_ns()
-        try:  # the hot path, inlined: one copy, one append, no lock, no Event.set
+        try:  # the hot path: one copy, one append, no lock, no Event.set
             if self._accepting and self._queued_bytes < self._max_queue_bytes:
-                copied: object
-                if type(metrics) is dict:
-                    copied = metrics.copy()
-                    try:  # plain ints and floats sum to a float; anything else is converted
-                        if type(sum(copied.values(), 0.0)) is not float:
-                            copied = _copy_metrics(copied)
-                    except Exception:
-                        copied = _copy_metrics(copied)
-                    # as queued_bytes() says (a copy has as many values as metrics)
-                    cost = REPORT_BYTES + VALUE_BYTES * len(metrics)
-                else:
-                    copied = _copy_metrics(metrics)
-                    cost = (
-                        REPORT_BYTES + VALUE_BYTES * len(copied)
-                        if isinstance(copied, dict)
-                        else REPORT_BYTES
-                    )
+                item = _train(self._clock(), step, epoch, metrics)
                 queue = self._queue
-                queue.append(
-                    (
-                        K_TRAIN,
-                        self._clock(),
-                        step if type(step) is int else caller_value(step),
-                        epoch if epoch is None or type(epoch) is int else _copy_scalar(epoch),
-                        copied,
-                    )
+                queue.append(item)
+                # as queued_bytes() says (a copy has as many values as a dict of metrics)
+                self._queued_bytes += (
+                    REPORT_BYTES + VALUE_BYTES * len(metrics)
+                    if type(metrics) is dict
+                    else queued_bytes(item)
                 )
-                self._queued_bytes += cost
                 if len(queue) >= self._wake_depth:  # the first point, or a deep queue
                     self._wake_for_depth()
             else:
@@ -862,17 +890,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put(
-            (
-                K_VALIDATION,
-                self._clock(),
-                _copy_scalar(step),
-                _copy_scalar(epoch),
-                _copy_metrics(metrics),
-                dataset,
-            ),
-            wake=False,
-        )
+        self._put(reports.validation(self._clock(), step, epoch, metrics, dataset), wake=False)
 
     @_report_call
     def report_metrics(self, *, step: int, metrics: Mapping[str, float] | None, phase: str) -> None:
@@ -887,10 +905,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put(
-            (K_METRICS, self._clock(), _copy_scalar(step), _copy_metrics(metrics), phase),
-            wake=False,
-        )
+        self._put(reports.metrics_report(self._clock(), step, metrics, phase), wake=False)
 
     @_report_call
     def report_training_start(
@@ -904,15 +919,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put(
-            (
-                K_TRAINING_START,
-                self._clock(),
-                _copy_scalar(max_steps),
-                _copy_scalar(num_epochs),
-            ),
-            wake=True,
-        )
+        self._put(reports.training_start(self._clock(), max_steps, num_epochs), wake=True)
 
     @_report_call
     def report_hyperparameters(self, *, params: Mapping[str, Any]) -> None:
@@ -943,7 +950,7 @@ class Reporter:
                 reason="params is not a mapping",
             )
         else:
-            self._put((K_HYPERPARAMETERS, self._clock(), flat, left_out), wake=False)
+            self._put(reports.hyperparameters(self._clock(), flat, left_out), wake=False)
 
     @_report_call
     def report_epoch_end(self, *, epoch: float) -> None:
@@ -951,7 +958,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put((K_EPOCH_END, self._clock(), _copy_scalar(epoch)), wake=True)
+        self._put(reports.epoch_end(self._clock(), epoch), wake=True)
 
     @_report_call
     def report_checkpoint_saved(self, *, path: object, step: int | None = None) -> None:
@@ -965,17 +972,12 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put(
-            (
-                K_CHECKPOINT,
-                self._clock(),
-                None
-                if path is None
-                else _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path),
-                _copy_scalar(step),
-            ),
-            wake=True,
+        text = (
+            None
+            if path is None
+            else _safe_str(os.fspath(path) if isinstance(path, os.PathLike) else path)
         )
+        self._put(reports.checkpoint(self._clock(), text, step), wake=True)
 
     @_report_call
     def report_completed(self) -> None:
@@ -983,7 +985,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put((K_COMPLETED, self._clock()), wake=True)
+        self._put(reports.completed(self._clock()), wake=True)
 
     @_report_call
     def report_cancelled(self, *, reason: str = "cancelled") -> None:
@@ -991,7 +993,7 @@ class Reporter:
 
         Never raises, never blocks on I/O.
         """
-        self._put((K_CANCELLED, self._clock(), _safe_str(reason)[:4096]), wake=True)
+        self._put(reports.cancelled(self._clock(), _safe_str(reason)[:4096]), wake=True)
 
     @_report_call
     def report_error(self, error: BaseException | str) -> None:
@@ -1009,13 +1011,13 @@ class Reporter:
         Never raises, never blocks on I/O.
         """
         if isinstance(error, KeyboardInterrupt):
-            self._put((K_CANCELLED, self._clock(), "interrupted"), wake=True)
+            self._put(reports.cancelled(self._clock(), "interrupted"), wake=True)
             return
         if isinstance(error, BaseException):
             kind, message = type(error).__name__, _safe_str(error)
         else:
             kind, message = "Error", _safe_str(error)
-        self._put((K_FAILED, self._clock(), kind, message[:4096]), wake=True)
+        self._put(reports.failed(self._clock(), kind, message[:4096]), wake=True)
 
 
 def _safe_str(value: object) -> str:
@@ -1025,16 +1027,4 @@ def _safe_str(value: object) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
-def _describe(sink: Sink) -> str:
-    """The destination for a log line: the sink's repr (``HttpSink`` shows URL, job, task)."""
-    try:
-        return repr(sink)[:300]
-    except Exception:
-        return f"<{type(sink).__name__}>"
-
-
-def _queued_points(item: tuple[Any, ...]) -> int:
-    """Metric values a queued report carries (each may become a point)."""
-    kind = item[0]
-    metrics = item[4] if kind in (K_TRAIN, K_VALIDATION) else item[3] if kind == K_METRICS else None
-    return len(metrics) if type(metrics) is dict else 0
+_train = reports.train

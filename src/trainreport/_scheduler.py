@@ -103,6 +103,19 @@ class SendScheduler:
             self.force_curves or self.curves_at is None or now - self.curves_at >= self.min_interval
         )
 
+    def carries_metrics(
+        self, now: float, *, full_state: bool, closing: bool = False, complete: bool = False
+    ) -> bool:
+        """Whether a send made at ``now`` carries the curves (``metrics``).
+
+        In suffix mode every send does (a suffix is cheap and idempotent). In
+        full-state mode an event send inside the curves' window leaves them
+        out ("event reports send only what they change"), so it never moves
+        the window and events never delay a curve; the sends of ``close()``
+        and of a pending ``flush()`` (``complete``) always carry them.
+        """
+        return not full_state or closing or complete or not self.urgent or self.curves_due(now)
+
     def due_at(self) -> float | None:
         """The monotonic time at which a send is due, or ``None`` when none will be.
 

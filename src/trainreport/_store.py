@@ -5,16 +5,20 @@ series) or only its latest value (a scalar) (DESIGN §3). A series stores its
 points as three typed columns (``array('q')`` steps, ``array('i')`` epochs,
 ``array('d')`` values): 20 bytes a point plus the arrays' growth slack.
 
-Each series also tracks what the destination holds:
+Each series also tracks what each destination holds (lists indexed by the
+destination's position in ``Reporter(sinks=[...])``):
 
-* ``delivered``: the length of the prefix the destination is known to hold
+* ``delivered[d]``: the length of the prefix destination ``d`` is known to hold
   exactly as we hold it;
-* ``server_length``: how many points the destination holds for it (which may be
-  more than ``delivered`` after a rewind truncated our copy).
+* ``server_length[d]``: how many points ``d`` holds for it (which may be more
+  than ``delivered[d]`` after a rewind truncated our copy);
+* ``low[d]``: the least length the series had since the update in flight to
+  ``d`` was built (a rewind during a send lowers it), so an acknowledgement
+  never claims points that changed while the request was on the wire.
 
-A series needs sending when either differs from its length. The payload
-builder sends each series from ``delivered`` on (0 in full-state mode), which
-makes every send an idempotent suffix (DESIGN §5).
+A series needs sending to ``d`` when either of the first two differs from its
+length. The payload builder sends each series from ``delivered[d]`` on (0 in
+full-state mode), which makes every send an idempotent suffix (DESIGN §5).
 
 Not thread-safe on its own: the Recorder guards it with its lock.
 """
@@ -31,14 +35,15 @@ __all__ = ["MetricStore", "Series"]
 class Series:
     """One metric's history, as columns. Steps are non-decreasing and unique."""
 
-    __slots__ = ("delivered", "epochs", "server_length", "steps", "values")
+    __slots__ = ("delivered", "epochs", "low", "server_length", "steps", "values")
 
-    def __init__(self) -> None:
+    def __init__(self, destinations: int = 1) -> None:
         self.steps: array[int] = array("q")
         self.epochs: array[int] = array("i")
         self.values: array[float] = array("d")
-        self.delivered = 0
-        self.server_length = 0
+        self.delivered = [0] * destinations
+        self.server_length = [0] * destinations
+        self.low = [0] * destinations
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -66,7 +71,9 @@ class Series:
             del self.steps[length:]
             del self.epochs[length:]
             del self.values[length:]
-            self.delivered = min(self.delivered, length)
+            for d, held in enumerate(self.delivered):
+                self.delivered[d] = min(held, length)
+                self.low[d] = min(self.low[d], length)
 
     def discard_after(self, step: int) -> int:
         """Discard every point with a step later than ``step``; returns how many."""
@@ -75,11 +82,10 @@ class Series:
         self.truncate(cut)
         return discarded
 
-    @property
-    def needs_send(self) -> bool:
-        """True when the destination does not hold exactly this series."""
+    def needs_send(self, d: int) -> bool:
+        """True when destination ``d`` does not hold exactly this series."""
         n = len(self.steps)
-        return self.delivered != n or self.server_length != n
+        return self.delivered[d] != n or self.server_length[d] != n
 
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated capacity is slightly more)."""
@@ -92,10 +98,12 @@ class MetricStore:
     Args:
         max_names: cap on distinct qualified names per run (DESIGN §8); further
             names are refused by :meth:`admit`.
+        destinations: how many destinations' holdings each series tracks.
     """
 
-    def __init__(self, max_names: int = 1000) -> None:
+    def __init__(self, max_names: int = 1000, destinations: int = 1) -> None:
         self.max_names = max_names
+        self.destinations = destinations
         self.series: dict[str, Series] = {}
         self.scalars: dict[str, float] = {}  # only names that have had a value
         self.scalar_names: set[str] = set()
@@ -118,7 +126,7 @@ class MetricStore:
         if len(self.series) + len(self.scalar_names) >= self.max_names:
             return False
         if as_series:
-            self.series[name] = Series()
+            self.series[name] = Series(self.destinations)
         else:
             self.scalar_names.add(name)
         return True
@@ -127,7 +135,7 @@ class MetricStore:
         """Turn the scalar ``name`` into an (empty) series: a stored series stays a series."""
         self.scalar_names.discard(name)
         self.scalars.pop(name, None)
-        series = self.series[name] = Series()
+        series = self.series[name] = Series(self.destinations)
         return series
 
     def demote(self, name: str) -> None:
@@ -174,23 +182,25 @@ class MetricStore:
         epochs: array[int],
         values: array[float],
         keep: int | None = None,
+        d: int = 0,
     ) -> None:
         """Load a stored series (resume) under whatever this process recorded for it.
 
         Args:
             name: the series.
-            steps, epochs, values: the stored columns (the destination holds them all).
+            steps, epochs, values: the stored columns (destination ``d`` holds them all).
             keep: how many stored points stay (the rest were rewound or replaced
                 by this process's points); ``None`` keeps them all.
 
         Points this process already recorded for ``name`` follow the kept
-        prefix; the destination is known to hold exactly the kept prefix.
+        prefix; destination ``d`` is known to hold exactly the kept prefix
+        (the other destinations are brought up to date by :meth:`adopt`).
         """
         held = len(steps)
         keep = held if keep is None else keep
         s = self.series.get(name)
         if s is None:
-            s = self.series[name] = Series()
+            s = self.series[name] = Series(self.destinations)
         new_steps, new_epochs, new_values = s.steps, s.epochs, s.values
         # mutate in place: callers may hold the Series object
         s.steps = steps[:keep]
@@ -199,8 +209,8 @@ class MetricStore:
         s.steps.extend(new_steps)
         s.epochs.extend(new_epochs)
         s.values.extend(new_values)
-        s.delivered = keep
-        s.server_length = held
+        s.delivered[d] = keep
+        s.server_length[d] = held
         if steps:
             self.max_step = max(self.max_step, steps[-1])
 
@@ -211,22 +221,32 @@ class MetricStore:
                 yield name, s.values[-1]
         yield from self.scalars.items()
 
-    def unsent_points(self) -> int:
-        """Points the destination is not known to hold."""
-        return sum(len(s) - s.delivered for s in self.series.values())
+    def unsent_points(self, d: int = 0) -> int:
+        """Points destination ``d`` is not known to hold."""
+        return sum(len(s) - s.delivered[d] for s in self.series.values())
 
-    def delivered_points(self) -> int:
-        """Points the destination is known to hold."""
-        return sum(s.delivered for s in self.series.values())
+    def delivered_points(self, d: int = 0) -> int:
+        """Points destination ``d`` is known to hold."""
+        return sum(s.delivered[d] for s in self.series.values())
 
     def retained_points(self) -> int:
         """Points held in memory."""
         return sum(len(s) for s in self.series.values())
 
-    def acknowledge(self, sent: Mapping[str, int], lengths: Mapping[str, int] | None) -> None:
-        """Record that a send of series prefixes ``sent`` (name -> length sent) was applied.
+    def mark_built(self, d: int, names: Iterator[str] | list[str]) -> None:
+        """An update to ``d`` carrying these series was built: their ``low`` mark starts afresh."""
+        series = self.series
+        for name in names:
+            s = series[name]
+            s.low[d] = len(s)
+
+    def acknowledge(
+        self, d: int, sent: Mapping[str, int], lengths: Mapping[str, int] | None
+    ) -> None:
+        """Record that ``d`` applied a send of series prefixes ``sent`` (name -> length sent).
 
         Args:
+            d: the destination.
             sent: for each series in the update, the length the series had when
                 the update was built (``offset + points``).
             lengths: what the destination says it now holds, when it says so.
@@ -236,8 +256,9 @@ class MetricStore:
             if s is None:
                 continue
             held = length if lengths is None else lengths.get(name, length)
-            s.server_length = held
-            s.delivered = min(held, length, len(s))
+            s.server_length[d] = held
+            # A rewind while the request was on the wire: only the prefix kept since holds.
+            s.delivered[d] = min(held, length, s.low[d], len(s))
         if lengths is None:
             return
         # The destination's answer covers every series it holds (docs/protocol.md): one
@@ -245,13 +266,45 @@ class MetricStore:
         # resent from there.
         for name, held in lengths.items():
             s = self.series.get(name)
-            if s is not None and name not in sent and held != s.server_length:
-                s.server_length = held
-                s.delivered = min(s.delivered, held, len(s))
+            if s is not None and name not in sent and held != s.server_length[d]:
+                s.server_length[d] = held
+                s.delivered[d] = min(s.delivered[d], held, len(s))
 
-    def resynchronise(self, lengths: Mapping[str, int]) -> None:
-        """The destination holds ``lengths`` points per series; resend from there."""
+    def resynchronise(self, d: int, lengths: Mapping[str, int]) -> None:
+        """Destination ``d`` holds ``lengths`` points per series; resend from there."""
         for name, s in self.series.items():
             held = lengths.get(name, 0)
-            s.server_length = held
-            s.delivered = min(s.delivered, held, len(s))
+            s.server_length[d] = held
+            s.delivered[d] = min(s.delivered[d], held, len(s))
+
+    def adopt(
+        self, d: int, stored: Mapping[str, tuple[array[int], array[int], array[float]]]
+    ) -> int:
+        """Bring destination ``d`` up to date from what it holds (another destination seeded us).
+
+        For each series, ``d`` is known to hold the longest prefix its stored
+        points share with ours (steps, epochs and values alike); everything
+        after it is sent, from that index on.
+
+        Returns:
+            how many of ``d``'s stored points differ from ours past that prefix
+            (they are replaced by this run's record).
+        """
+        replaced = 0
+        for name, s in self.series.items():
+            steps, epochs, values = stored.get(name, (array("q"), array("i"), array("d")))
+            common = _common_prefix(s, steps, epochs, values)
+            s.server_length[d] = len(steps)
+            s.delivered[d] = common
+            replaced += len(steps) - common
+        return replaced
+
+
+def _common_prefix(s: Series, steps: array[int], epochs: array[int], values: array[float]) -> int:
+    n = min(len(s), len(steps))
+    if s.steps[:n] == steps[:n] and s.epochs[:n] == epochs[:n] and s.values[:n] == values[:n]:
+        return n
+    for i in range(n):
+        if s.steps[i] != steps[i] or s.epochs[i] != epochs[i] or s.values[i] != values[i]:
+            return i
+    return n

@@ -1,16 +1,27 @@
-"""The reporter thread: the only code in trainreport that owns a thread.
+"""The reporter thread: a driver that owns the thread and nothing else.
 
-It sleeps until a send is due (debounce, heartbeat, backoff), an event report
-or a deep queue wakes it, or ``close()`` is called; then it drains everything
-queued in one pass, applies it to the recorder under its lock, and, when the
-scheduler says a send is due, builds an update under the lock and sends it
-outside the lock (STYLE habits 5 and 6). Waits are ``Event.wait(remaining)``,
-never ``time.sleep``.
+Each cycle (:meth:`Worker.cycle`) drains everything queued into the recorder,
+settles the answers of requests that ended, and, for each destination whose
+scheduler says a send is due, builds an update under the recorder's lock and
+hands it to the destination's sender outside it (STYLE habits 5 and 6). The
+decisions live elsewhere: when to send and whether a send carries the curves
+(``_scheduler.py``), what an answer does (``_destination.py``), what an update
+holds (``_recorder.py``). Waits are ``Event.wait(remaining)``, never
+``time.sleep``.
 
-Closing: drain, send the tail (retrying with backoff while the real-time
-deadline allows), log never-matched ``time_series_metrics`` patterns, close
-the sink. The deadline is real time (``time.monotonic``) whatever clock drives
-the scheduling, because ``close(timeout)`` bounds real process exit.
+Several destinations share the one store, queue and reporter thread; each has
+its own scheduler, opened state, wire mode and request in flight. With more
+than one, each destination's requests run on a small sender thread of its
+own, so one that hangs never holds up the others (``docs/engine.md``).
+
+Closing: drain, send the tail to every destination (retrying with backoff
+while the shared real-time deadline allows), log never-matched
+``time_series_metrics`` patterns, close the sinks. The deadline is real time
+(``time.monotonic``) whatever clock drives the scheduling, because
+``close(timeout)`` bounds real process exit.
+
+Tests drive the same code without a thread: ``Worker(..., threaded=False)``,
+then :meth:`Worker.cycle` as often as they like and :meth:`Worker.finish`.
 """
 
 from __future__ import annotations
@@ -23,34 +34,32 @@ from collections.abc import Callable
 from typing import Any
 
 from trainreport._config import ReportingConfig
-from trainreport._journal_feed import JournalKeeper
-from trainreport._logging import OnceLogger, describe_exception, get_logger
-from trainreport._payloads import StoredState, parse_stored_task
-from trainreport._recorder import Recorder, queued_bytes
-from trainreport._scheduler import SendScheduler
-from trainreport._sink import (
-    CAPABILITY_SERIES_SUFFIX,
-    Delivered,
-    Opened,
-    Rejected,
-    Resynchronise,
-    RetryLater,
-    Sink,
-    Split,
-    Update,
+from trainreport._destination import (
+    MAX_FLOOR_SECONDS,
+    Destination,
+    Job,
+    Sender,
+    adopt,
+    floor_of,
+    seed_source,
+    settle_error,
+    settle_open,
+    settle_send,
 )
+from trainreport._journal_feed import JournalKeeper
+from trainreport._logging import describe_exception, get_logger
+from trainreport._payloads import StoredState
+from trainreport._recorder import Recorder
+from trainreport._scheduler import SendScheduler
+from trainreport._sink import Opened, OpenResult, Sink
+from trainreport.sinks._file import FileSink
 
 __all__ = ["Worker", "utc_now_iso"]
 
 _log = get_logger()
-#: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
-#: to compare the curves with a large field when the destination refuses a size.
-_POINT_JSON_BYTES = 45
-#: A field smaller than this (bytes) is never dropped for size: leaving it out cannot help.
-_MIN_DROPPED_FIELD_BYTES = 1024
 #: The longest single wait of the reporter thread (a day): bounded so that a huge
 #: configured interval never overflows ``Event.wait``.
-_MAX_SLEEP_SECONDS = 86_400.0
+_MAX_SLEEP_SECONDS = MAX_FLOOR_SECONDS
 #: While closing, the last attempt starts at least this long (seconds) before the
 #: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
 #: half the time left when less remains.
@@ -58,14 +67,6 @@ _LAST_ATTEMPT_LEAD_SECONDS = 0.1
 #: The shortest wait between two journal records (seconds): a journal interval of 0
 #: means a record at every wake, never a busy loop.
 _MIN_JOURNAL_WAIT_SECONDS = 0.001
-
-
-def _floor_of(sink: Sink) -> float:
-    """The sink's ``min_interval_seconds`` as a finite number >= 0 (0.0 when unusable)."""
-    value = getattr(sink, "min_interval_seconds", 0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0.0
-    return float(value) if 0.0 <= value < _MAX_SLEEP_SECONDS else 0.0
 
 
 def utc_now_iso() -> str:
@@ -95,61 +96,127 @@ class _Stamps:
         return _iso_from_ms(ms)
 
 
+def _is_open(dest: Destination) -> bool:
+    """Whether ``dest`` is open now (a call, so a type checker does not narrow it for good)."""
+    return dest.opened is not None
+
+
+def _in_flight(dest: Destination) -> bool:
+    """Whether a request to ``dest`` is in flight (see :func:`_is_open`)."""
+    return dest.job is not None
+
+
+class _Closing:
+    """One destination's progress through ``close()`` (real-time seconds)."""
+
+    __slots__ = ("attempted", "done", "last", "next_at")
+
+    def __init__(self) -> None:
+        self.attempted = False
+        self.last = False
+        self.done = False
+        self.next_at = 0.0
+
+
 class Worker:
-    """Drives a :class:`Recorder` and a :class:`Sink` from one daemon thread.
+    """Drives a :class:`Recorder` and its destinations from one daemon thread.
 
     Args:
-        recorder: the attempt's state (owned by this worker for writing).
-        sink: where updates go.
+        recorder: the attempt's state.
+        sinks: the destinations, in order (the first holding the task seeds a resume).
         queue: the deque the training thread appends report tuples to.
         config: scheduling configuration.
         clock: monotonic clock (seconds) that drives scheduling; injectable.
         wall_clock: returns ``updated_at`` strings (default: ISO 8601 UTC to the
             millisecond, strictly increasing from one send to the next); injectable.
-        cancel_requested: set when the destination asks the run to stop.
+        cancel_requested: set when a destination asks the run to stop.
         on_drained: called after each drain with the estimated bytes
             (``queued_bytes``) of the reports it took off the queue (the memory
             guard's count) and whether a report call should wake the thread only
             at ``drain_queue_depth`` (the first point was applied, or the
             stored task is not read yet) rather than at once.
-        open_journal: called once on the reporter thread before anything
-            else, with the recorder; returns the journal keeper, or ``None``
-            for no journal (``docs/engine.md``, "The journal in front of a
-            service"). The journal hooks into the thread at four places: a
-            record after each drain when due (and the thread wakes at least
-            every ``journal_interval_seconds``), recovery at the first open,
-            a trim after each delivered send, and the close.
+        threaded: run on a thread of its own (``start()``); ``False`` for tests,
+            which call :meth:`cycle` and :meth:`finish` themselves.
+        open_journal: called once, when the attempt begins (on the reporter
+            thread), with the recorder; returns the journal keeper or ``None``
+            (``docs/engine.md``, "The journal in front of a service"). The
+            journal is recorded after a drain at least every
+            ``journal_interval_seconds`` (the thread wakes that often), the
+            journals of dead processes are delivered with the first open of
+            destination ``journal_destination`` (on its sender), and it is
+            closed, or removed when every destination holds everything, at the end.
+        journal_destination: the index of the destination the journal is kept for.
+        local_log_interval_seconds: the send interval of a ``FileSink`` (the
+            local run log is its own journal), when shorter than the config's.
     """
 
     def __init__(
         self,
         *,
         recorder: Recorder,
-        sink: Sink,
+        sinks: list[Sink],
         queue: collections.deque[tuple[Any, ...]],
         config: ReportingConfig,
         clock: Callable[[], float],
         wall_clock: Callable[[], str] | None = None,
         cancel_requested: threading.Event,
         on_drained: Callable[[int, bool], None] | None = None,
+        threaded: bool = True,
         open_journal: Callable[[Recorder], JournalKeeper | None] | None = None,
+        journal_destination: int = 0,
+        local_log_interval_seconds: float | None = None,
     ) -> None:
         self.recorder = recorder
-        self.sink = sink
         self.queue = queue
         self.config = config
         self.clock = clock
         self.wall_clock = wall_clock if wall_clock is not None else _Stamps()
         self.cancel_requested = cancel_requested
         self.on_drained = on_drained
+        self.threaded = threaded
         self.open_journal = open_journal
         self.journal: JournalKeeper | None = None
+        self._journal_destination = journal_destination
+        self._local_log_interval = local_log_interval_seconds
+        #: An open failed (with a journal, reports are drained from then on).
+        self._open_failed = False
+        self.wake = threading.Event()
+        self.destinations = [self._destination(i, sink) for i, sink in enumerate(sinks)]
+        several = threaded and len(sinks) > 1
+        self._senders = [
+            Sender(
+                d.sink,
+                threaded=several,
+                on_done=self.wake.set,
+                name=f"trainreport-send-{i}",
+                after_open=self._recover if i == journal_destination else None,
+            )
+            for i, d in enumerate(self.destinations)
+        ]
+        self.thread = threading.Thread(target=self._run, name="trainreport-reporter", daemon=True)
+        self._stopping = False
+        self._deadline = float("inf")
+        self._close_started = float("inf")
+        self._flush_waiters: list[threading.Event] = []
+        #: Per destination: a flush() asked for a send that has not been made yet.
+        self._flush_requested = [False] * len(sinks)
+        self._flush_lock = threading.Lock()
+        self._had_point = False
+        self._began = False
+        #: When (scheduling clock) the first destination opened, for the resume decision.
+        self._first_opened_at: float | None = None
+
+    def _destination(self, index: int, sink: Sink) -> Destination:
         # A destination's own floor (Sink.min_interval_seconds, e.g. Kubeflow
         # Trainer's 5 s) holds whatever the config says: for regular sends, and
         # as a gap between any two attempts (events, retries, flush).
-        floor = _floor_of(sink)
-        self.scheduler = SendScheduler(
-            min_interval=max(config.min_report_interval_seconds, floor),
+        config = self.config
+        floor = floor_of(sink)
+        interval = config.min_report_interval_seconds
+        if self._local_log_interval is not None and isinstance(sink, FileSink):
+            interval = min(interval, self._local_log_interval)
+        scheduler = SendScheduler(
+            min_interval=max(interval, floor),
             min_request_gap=floor,
             heartbeat=config.heartbeat_seconds,
             backoff_initial=config.backoff_initial_seconds,
@@ -158,39 +225,16 @@ class Worker:
             backoff_jitter=config.backoff_jitter,
             rejected_backoff=config.rejected_backoff_seconds,
         )
-        self.wake = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="trainreport-reporter", daemon=True)
-        self.once = OnceLogger()
-        self.opened: Opened | None = None
-        self.suffix_mode = False
-        self.requests_sent = 0
-        self.requests_failed = 0
-        self.bytes_sent = 0
-        self.last_error: str | None = None
-        self.last_success_at: str | None = None
-        self.finished_cleanly = False
-        #: The destination answered at least once (anything but a refused or
-        #: unresolvable connection); until then close() waits only briefly.
-        self.answered = False
-        self._stopping = False
-        self._deadline = float("inf")
-        self._close_started = float("inf")
-        self._send_deadline = float("inf")
-        self._flush_waiters: list[threading.Event] = []
-        self._flush_requested = False
-        self._resyncs = 0
-        self._had_point = False
-        self._open_failed = False
-        self._last_unsent_warning: float | None = None
-        self._cycle = threading.Condition()
-        self._cycles_started = 0
-        self._cycles_done = 0
+        return Destination(index=index, sink=sink, scheduler=scheduler)
 
     # --- control from other threads ----------------------------------------------
 
     def start(self) -> None:
-        """Start the thread (returns at once)."""
-        self.thread.start()
+        """Begin the attempt; start the thread when threaded (returns at once)."""
+        if self.threaded:
+            self.thread.start()
+        else:
+            self._begin()
 
     def stop(self, deadline: float) -> None:
         """Ask the thread to drain, send the tail and exit by ``deadline`` (time.monotonic)."""
@@ -202,58 +246,54 @@ class Worker:
     def request_flush(self) -> threading.Event:
         """Ask for an immediate send of everything; the event is set once all is delivered."""
         done = threading.Event()
-        with self._cycle:
+        with self._flush_lock:
             self._flush_waiters.append(done)
-            self._flush_requested = True
+            self._flush_requested = [True] * len(self.destinations)
         self.wake.set()
         return done
 
-    def run_cycle(self, timeout: float) -> bool:
-        """Wake the thread and wait until a full cycle that began after this call has ended.
-
-        For tests driven by an injected clock. Returns False on timeout.
-        """
-        with self._cycle:
-            target = self._cycles_started + 1
-            self.wake.set()
-            return self._cycle.wait_for(
-                lambda: self._cycles_done >= target or not self.thread.is_alive(), timeout
-            )
+    @property
+    def alive(self) -> bool:
+        """The reporter thread runs (or, unthreaded, has not finished)."""
+        return self.thread.is_alive() if self.threaded else not self._stopping
 
     def everything_delivered(self) -> bool:
-        """True when nothing queued or recorded is undelivered."""
-        with self.recorder.lock:
-            return not self.queue and self.recorder.all_delivered()
+        """True when nothing queued or recorded is undelivered, to any destination."""
+        recorder = self.recorder
+        return not self.queue and all(recorder.all_delivered(d.index) for d in self.destinations)
+
+    def finished_cleanly(self) -> bool:
+        """After :meth:`finish`: every destination was opened and holds everything."""
+        return all(d.finished_cleanly for d in self.destinations)
 
     def _nothing_left_to_send(self) -> bool:
-        with self.recorder.lock:
-            return not self.queue and not self.recorder.has_changes()
+        recorder = self.recorder
+        return not self.queue and not any(recorder.has_changes(d.index) for d in self.destinations)
 
     # --- the thread ----------------------------------------------------------------
 
+    def _begin(self) -> None:
+        if self._began:
+            return
+        self._began = True
+        self._open_journal()
+        self.recorder.start_attempt()
+        now = self.clock()
+        for dest in self.destinations:
+            dest.scheduler.note_change(now, urgent=True)
+
     def _run(self) -> None:
         try:
-            self._open_journal()
-            with self.recorder.lock:
-                self.recorder.start_attempt()
-            self.scheduler.note_change(self.clock(), urgent=True)
+            self._begin()
             while not self._stopping:
-                with self._cycle:
-                    self._cycles_started += 1
-                self._cycle_once()
-                timeout = self._sleep_seconds()
-                with self._cycle:
-                    self._cycles_done += 1
-                    self._cycle.notify_all()
+                timeout = self.cycle()
                 if self.wake.wait(timeout):
                     self.wake.clear()
-            self._finish()
+            self.finish()
         except BaseException as exc:
             _log.error("trainreport.reporter_thread_crashed", error=describe_exception(exc))
         finally:
-            with self._cycle:
-                self._cycles_done = self._cycles_started + 1
-                self._cycle.notify_all()
+            with self._flush_lock:
                 waiters, self._flush_waiters = self._flush_waiters, []
             for w in waiters:
                 w.set()
@@ -267,7 +307,21 @@ class Worker:
         except Exception as exc:
             _log.warning("trainreport.journal_unavailable", reason=describe_exception(exc, 300))
 
-    def _cycle_once(self) -> None:
+    def _recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
+        """After the journal destination's open: deliver what dead processes left first."""
+        journal = self.journal
+        if journal is None or not journal.journal.left_over:
+            return opened
+        return journal.recover(sink, opened, timeout)
+
+    def cycle(self) -> float:
+        """One pass: drain, record the journal when due, settle ended requests, send what is due.
+
+        Returns:
+            the seconds until the next pass is due (the thread waits that long
+            unless woken). Never raises an ``Exception``.
+        """
+        self._begin()
         try:
             self._drain()
             now = self.clock()
@@ -276,314 +330,246 @@ class Worker:
                 journal.record()
             # flush() sends now, even during a backoff, and keeps sending while its
             # waiters wait and sends succeed (a short acknowledgement needs a resend).
-            forced = self._flush_wants_a_send(now)
-            if forced:
-                self._flush_requested = False
-                self.scheduler.note_change(now, urgent=True)
-            if forced or self.scheduler.is_due(now):
-                # A pending flush wants the curves too, not only an event send.
-                self._attempt(now, closing=False, complete=bool(self._flush_waiters))
+            complete = bool(self._flush_waiters)
+            self._seed_if_decided()
+            for dest in self.destinations:
+                self._settle(dest, closing=False)
+                forced = self._flush_wants_a_send(dest, now)
+                if forced:
+                    self._flush_requested[dest.index] = False
+                    dest.scheduler.note_change(now, urgent=True)
+                if dest.job is None and (forced or dest.scheduler.is_due(now)):
+                    # A pending flush wants the curves too, not only an event send.
+                    self._attempt(dest, now, closing=False, complete=complete)
             self._release_flush_waiters()
             self._warn_if_unsent_old(now)
         except Exception as exc:  # a bug must not kill the thread; back off instead
-            self._survive(exc)
+            for dest in self.destinations:
+                if dest.job is None:
+                    settle_error(dest, exc, self.clock())
+        return self._sleep_seconds()
 
-    def _survive(self, exc: Exception) -> None:
-        """A sink or engine error: log it once per type, count it, and back off."""
-        self.requests_failed += 1
-        self.answered = True  # something ran: not known to be a wrong URL
-        self.once.warning(
-            ("cycle", type(exc).__name__),
-            "trainreport.reporter_error",
-            error=describe_exception(exc, 500),
-        )
-        self.last_error = describe_exception(exc)
-        self.scheduler.on_retry_later(self.clock())
-
-    def _flush_wants_a_send(self, now: float) -> bool:
+    def _flush_wants_a_send(self, dest: Destination, now: float) -> bool:
         """A flush() is waiting and may send now: not before a server-requested delay."""
-        if not (self._flush_requested or self._flush_waiters):
+        flushing = self._flush_requested[dest.index]
+        if dest.job is not None or not (flushing or self._flush_waiters):
             return False
-        if self.scheduler.not_before is not None and now < self.scheduler.not_before:
+        scheduler = dest.scheduler
+        if scheduler.not_before is not None and now < scheduler.not_before:
             return False  # Retry-After is honoured even by flush()
-        if not self.scheduler.gap_allows(now):
+        if not scheduler.gap_allows(now):
             return False  # so is the destination's own floor between requests
-        if self._flush_requested:
+        if flushing:
             return True
-        if self.scheduler.consecutive_failures:
+        if scheduler.consecutive_failures:
             return False  # our own backoff applies to the resends of a flush
-        with self.recorder.lock:
-            return self.recorder.has_changes()
+        return self.recorder.has_changes(dest.index)
 
     def _sleep_seconds(self) -> float:
         now = self.clock()
-        due = self.scheduler.due_at()
         # Wake at least once per debounce interval to look at the queue: the
         # training thread does not signal ordinary reports (DESIGN §2).
-        poll = min(max(self.config.min_report_interval_seconds, 0.05), _MAX_SLEEP_SECONDS)
-        if self._flush_wants_a_send(now):
-            return 0.0
+        # (A local run log's shorter interval counts: it is sent to that often.)
+        interval = min(
+            self.config.min_report_interval_seconds,
+            *(d.scheduler.min_interval for d in self.destinations),
+        )
+        wait = min(max(interval, 0.05), _MAX_SLEEP_SECONDS)
+        for dest in self.destinations:
+            if dest.job is not None:
+                continue  # its sender wakes this thread when the request ends
+            if self._flush_wants_a_send(dest, now):
+                return 0.0
+            due = dest.scheduler.due_at()
+            if due is not None:
+                wait = min(wait, max(due - now, 0.0))
         if self.journal is not None:
-            poll = min(poll, max(self.journal.next_due() - now, _MIN_JOURNAL_WAIT_SECONDS))
-        if due is None:
-            return poll
-        return min(max(due - now, 0.0), poll)
+            wait = min(wait, max(self.journal.next_due() - now, _MIN_JOURNAL_WAIT_SECONDS))
+        return wait
 
     def _drain(self) -> None:
         queue = self.queue
+        recorder = self.recorder
         # Until the stored task has been read, reports wait in the queue, so that
         # seeding is exact (DESIGN §3); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        # With a journal, once an open has failed (the destination down at start) the
-        # queue is drained at every wake, so the journal bounds what a kill loses; until
-        # then reports wait as without one, so that seeding stays exact.
-        waiting = (
-            self.opened is None
-            and not self.recorder.seeded
-            and not (self.journal is not None and self._open_failed)
-        )
+        # With a journal, once an open has failed (a destination down at start), the
+        # queue is drained at every wake, so the journal bounds what a kill loses.
+        waiting = not recorder.seeded and not (self.journal is not None and self._open_failed)
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
-                # Re-arm the report calls' wake: at the first point once the destination
-                # is open (it goes at once), otherwise at drain_queue_depth.
+                # Re-arm the report calls' wake: at the first point once the store is
+                # seeded (it goes at once), otherwise at drain_queue_depth.
                 self.on_drained(0, self._had_point or waiting)
             return
-        urgent = False
-        recorder = self.recorder
-        released = 0
-        with recorder.lock:
-            apply = recorder.apply
-            popleft = queue.popleft
-            for _ in range(len(queue)):
-                item = popleft()
-                urgent |= apply(item)
-                released += queued_bytes(item)
-            store = recorder.store
-            first_point = not self._had_point and bool(store.points_recorded or store.scalars)
+        urgent, released, has_point = recorder.apply_all(queue)
+        first_point = not self._had_point and has_point
         if first_point:  # the first point goes at once, curves included
             self._had_point = True
         if self.on_drained is not None:
             self.on_drained(released, self._had_point)
-        self.scheduler.note_change(self.clock(), urgent=urgent, first_point=first_point)
+        now = self.clock()
+        for dest in self.destinations:
+            dest.scheduler.note_change(now, urgent=urgent, first_point=first_point)
 
     # --- open and send -------------------------------------------------------------
 
-    def _timeout(self, closing: bool) -> float | None:
-        if not closing or self._send_deadline == float("inf"):
+    def _timeout(self, dest: Destination, closing: bool) -> float | None:
+        if not closing:
             return None
-        return max(self._send_deadline - time.monotonic(), 0.001)
+        deadline = self._close_deadline(dest)
+        if deadline == float("inf"):
+            return None
+        return max(deadline - time.monotonic(), 0.001)
 
-    def _note_answer(self, result: object) -> None:
-        if not (isinstance(result, RetryLater) and result.unreachable):
-            self.answered = True
+    def _attempt(
+        self, dest: Destination, now: float, *, closing: bool, complete: bool = False
+    ) -> bool:
+        """Open if needed, then send. True when an update was delivered by the time it returns.
 
-    def _open(self, now: float, closing: bool) -> bool:
-        self.requests_sent += 1  # reading the stored task is a request too
-        result = self.sink.open(timeout_seconds=self._timeout(closing))
-        self._note_answer(result)
-        if not isinstance(result, Opened):
-            self._open_failed = True
-            self._failed(now, result)
-            return False
-        first = self.opened is None and not self.recorder.seeded
-        if first and self.journal is not None and self.journal.journal.left_over:
-            # Journals a dead process left go first, before this process's first send.
-            result = self.journal.recover(self.sink, result, self._timeout(closing))
-            if not isinstance(result, Opened):
-                self._open_failed = True
-                self._failed(now, result)
-                return False
-        self.opened = result
-        self.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities
-        state = parse_stored_task(result.stored_task)
-        if isinstance(state, str):
-            _log.warning("trainreport.stored_task_malformed", reason=state[:300])
-            state = StoredState(series={})
-        for problem in state.problems:
-            _log.warning("trainreport.stored_task_malformed", reason=problem[:300])
-        with self.recorder.lock:
-            if first:
-                self.recorder.seed(state)
-                if state.series:
-                    _log.info(
-                        "trainreport.resumed",
-                        series=len(state.series),
-                        points=sum(len(s[0]) for s in state.series.values()),
-                    )
-            else:
-                self.recorder.store.resynchronise({n: len(s[0]) for n, s in state.series.items()})
-                self.recorder.mark_all_dirty()
-        return True
-
-    def _attempt(self, now: float, *, closing: bool, complete: bool = False) -> bool:
-        """One open-if-needed plus send. Returns True when the update was delivered.
-
-        ``complete``: include the curves even in a full-state event send (flush).
+        With a sender thread the request is only started here; its answer is
+        settled by a later cycle.
         """
-        if self.opened is None:
-            if not self._open(now, closing):
+        if dest.opened is None:
+            dest.requests_sent += 1  # reading the stored task is a request too
+            self._submit(dest, Job(None, closing=closing, timeout=self._timeout(dest, closing)))
+            if dest.job is not None or not _is_open(dest):  # failed, or in flight
                 return False
             self._drain()
-        scheduler = self.scheduler
-        full_state = not self.suffix_mode
-        # Only a send that carries the curves consumes their window: a full-state
-        # event send inside it leaves them out, and never delays them.
-        include_metrics = (
-            not full_state
-            or closing
-            or complete
-            or not scheduler.urgent
-            or scheduler.curves_due(now)
+        if not self.recorder.seeded or not dest.known:
+            return False  # a destination earlier in the list has not answered its first open
+        scheduler = dest.scheduler
+        include = scheduler.carries_metrics(
+            now, full_state=dest.full_state, closing=closing, complete=complete
         )
-        with self.recorder.lock:
-            update, sent, sticky = self.recorder.build_update(
-                wall=self.wall_clock(), full_state=full_state, include_metrics=include_metrics
-            )
-        self.requests_sent += 1
-        result = self.sink.send(update, timeout_seconds=self._timeout(closing))
-        self._note_answer(result)
-        if isinstance(result, Delivered):
-            self._resyncs = 0
-            self.bytes_sent += result.bytes_sent
-            with self.recorder.lock:
-                self.recorder.on_delivered(
-                    sent, sticky, None if full_state else result.series_lengths
-                )
-                left = bool(self.queue) or self.recorder.has_changes()
-            if self.journal is not None:
-                self.journal.acknowledged()
-            scheduler.on_delivered(
-                self.clock(), everything_sent=not left, carried_curves=include_metrics
-            )
-            self.last_success_at = self.wall_clock()
-            if self.last_error is not None and scheduler.consecutive_failures == 0:
-                _log.info("trainreport.send_recovered")
-                self.last_error = None
-            if result.cancel_requested and not self.cancel_requested.is_set():
-                _log.warning("trainreport.cancel_requested")
-                self.cancel_requested.set()
-            return True
-        if isinstance(result, Split):
-            self._too_large(now, update, result)
-            return False
-        if isinstance(result, Resynchronise):
-            self.requests_failed += 1
-            self._resyncs += 1
-            _log.info("trainreport.resynchronise", reason=result.reason[:300])
-            with self.recorder.lock:
-                if result.series_lengths is not None:
-                    self.recorder.store.resynchronise(result.series_lengths)
-                else:
-                    self.opened = None
-                self.recorder.mark_all_dirty()
-            if self._resyncs == 1:  # resend from the server's state at once, once
-                scheduler.note_change(now, urgent=True)
-            else:  # a server that keeps disagreeing gets the backoff, not a busy loop
-                scheduler.on_retry_later(now)
-                self.last_error = result.reason[:300]
-            return False
-        self._failed(now, result)
-        return False
+        build = self.recorder.build_update(
+            dest.index, wall=self.wall_clock(), full_state=dest.full_state, include_metrics=include
+        )
+        dest.requests_sent += 1
+        job = Job(build, include_metrics=include, closing=closing)
+        job.timeout = self._timeout(dest, closing)
+        delivered = self._submit(dest, job)
+        return bool(delivered)
 
-    def _too_large(self, now: float, update: Update, result: Split) -> None:
-        """The destination refused the update's size (413): leave out what cannot fit.
+    def _submit(self, dest: Destination, job: Job) -> bool | None:
+        """Hand ``job`` to the destination's sender; settle it when it already ended."""
+        dest.job = job
+        self._senders[dest.index].submit(job)
+        return self._settle(dest, closing=job.closing)
 
-        A once-sent field (``hyperparameters``, ...) larger than the curves is
-        dropped (counted, logged once) and the rest is resent at once; it never
-        holds back the curves. Otherwise, in full-state mode, ``metrics`` is
-        what does not fit: it cannot be split under a shallow merge, so the
-        reporter goes on without it. With nothing left to leave out, the
-        refusal is a rejection.
+    def _settle(self, dest: Destination, *, closing: bool) -> bool | None:
+        """Settle the destination's request if it ended. None: none ended; else delivered."""
+        job = dest.job
+        if job is None or not job.done:
+            return None
+        dest.job = None
+        now = self.clock()
+        if job.error is not None:
+            settle_error(dest, job.error, now)
+            self._open_failed = self._open_failed or job.build is None
+            return False
+        result = job.result
+        if job.build is None:
+            settled = settle_open(dest, self.recorder, result, now)  # type: ignore[arg-type]
+            self._open_failed = self._open_failed or not isinstance(result, Opened)
+            self._seed_if_decided(patient=True)
+            return settled.delivered
+        settled = settle_send(
+            dest,
+            self.recorder,
+            job,
+            result,  # type: ignore[arg-type]
+            now,
+            wall=self.wall_clock(),
+            queue_empty=not self.queue,
+        )
+        if settled.cancel and not self.cancel_requested.is_set():
+            _log.warning("trainreport.cancel_requested", destination=dest.label)
+            self.cancel_requested.set()
+        if settled.delivered and closing:
+            self._drain()
+        return settled.delivered
+
+    def _seed_if_decided(self, *, patient: bool = False) -> None:
+        """Seed the store once the resume rule can decide (``seed_source``), then adopt the rest.
+
+        ``patient``: wait for every first open (right after one ended).
         """
-        with self.recorder.lock:
-            field = self.recorder.largest_field(update)
-        metrics_bytes = update.point_count * _POINT_JSON_BYTES if update.full_state else 0
-        if field is not None and field[1] >= max(metrics_bytes, _MIN_DROPPED_FIELD_BYTES):
-            self.requests_failed += 1
-            with self.recorder.lock:
-                self.recorder.drop_field(*field)
-            self.scheduler.note_change(now, urgent=True)
+        recorder = self.recorder
+        if recorder.seeded:
             return
-        if update.series is not None and update.full_state:
-            self.requests_failed += 1
-            with self.recorder.lock:
-                self.recorder.metrics_too_large = True
-                self.recorder.drops["metrics_too_large"] += 1
-            _log.warning(
-                "trainreport.metrics_too_large",
-                reason=result.reason[:300],
-                points=update.point_count,
-            )
-            self.scheduler.note_change(now, urgent=True)
+        now = self.clock()
+        if self._first_opened_at is None and any(d.opened for d in self.destinations):
+            self._first_opened_at = now
+        # A destination whose first open is still in flight holds the resume back
+        # one debounce interval at most: a hanging one never stalls the others.
+        waited = self._first_opened_at is not None and (
+            now - self._first_opened_at >= self.config.min_report_interval_seconds
+        )
+        stop_waiting = not patient and (waited or self._stopping)
+        source = seed_source(self.destinations, stop_waiting=stop_waiting)
+        if source is False:
             return
-        self._failed(now, Rejected(result.reason, 413))
-
-    def _failed(self, now: float, result: object) -> float:
-        self.requests_failed += 1
-        scheduler = self.scheduler
-        if isinstance(result, RetryLater):
-            delay = scheduler.on_retry_later(now, result.delay_seconds)
-            reason = result.reason
-            level_warn = scheduler.consecutive_failures in (1, 3) or (
-                scheduler.consecutive_failures % 20 == 0
+        state = StoredState(series={})
+        if isinstance(source, Destination) and source.stored is not None:
+            state = source.stored
+        recorder.seed(state, source.index if isinstance(source, Destination) else 0)
+        if state.series:
+            _log.info(
+                "trainreport.resumed",
+                series=len(state.series),
+                points=sum(len(s[0]) for s in state.series.values()),
+                destination=source.label if isinstance(source, Destination) else None,
             )
-            if level_warn:
-                _log.warning(
-                    "trainreport.send_failed",
-                    reason=reason[:300],
-                    consecutive_failures=scheduler.consecutive_failures,
-                    retry_in_seconds=round(delay, 3),
-                )
-        else:
-            delay = scheduler.on_rejected(now)
-            reason = getattr(result, "reason", repr(result))
-            self.once.warning(
-                ("rejected", reason),
-                "trainreport.send_rejected",
-                reason=reason[:300],
-                status_code=getattr(result, "status_code", None),
-                retry_with_new_data_in_seconds=round(delay, 3),
-            )
-        self.last_error = reason[:300]
-        return delay
+        for dest in self.destinations:
+            if dest is source:
+                dest.known = True
+                dest.stored = None
+            elif dest.opened is not None:
+                adopt(dest, recorder)
+        if not isinstance(source, Destination):
+            # Nothing stored anywhere: every opened destination starts from nothing.
+            for dest in self.destinations:
+                if dest.opened is not None:
+                    dest.known = True
 
     # --- flush, warnings, closing --------------------------------------------------
 
     def _release_flush_waiters(self) -> None:
         if not self._flush_waiters or not self._nothing_left_to_send():
             return
-        with self._cycle:
+        with self._flush_lock:
             waiters, self._flush_waiters = self._flush_waiters, []
         for w in waiters:
             w.set()
 
     def _warn_if_unsent_old(self, now: float) -> None:
-        since = self.scheduler.pending_since
         limit = self.config.unsent_warning_seconds
-        if since is None or now - since < limit or limit <= 0:
-            return
-        last = self._last_unsent_warning
-        if last is not None and now - last < limit:
-            return
-        self._last_unsent_warning = now
-        with self.recorder.lock:
-            unsent = self.recorder.store.unsent_points()
-        _log.warning(
-            "trainreport.unsent_data_old",
-            age_seconds=round(now - since, 1),
-            unsent_points=unsent,
-            consecutive_failures=self.scheduler.consecutive_failures,
-            last_error=self.last_error,
-        )
+        for dest in self.destinations:
+            since = dest.scheduler.pending_since
+            if since is None or now - since < limit or limit <= 0:
+                continue
+            last = dest.last_unsent_warning
+            if last is not None and now - last < limit:
+                continue
+            dest.last_unsent_warning = now
+            _log.warning(
+                "trainreport.unsent_data_old",
+                age_seconds=round(now - since, 1),
+                unsent_points=self.recorder.unsent_points(dest.index),
+                consecutive_failures=dest.scheduler.consecutive_failures,
+                last_error=dest.last_error,
+                destination=dest.label,
+            )
 
-    def _close_deadline(self) -> float:
+    def _close_deadline(self, dest: Destination) -> float:
         """The deadline closing works to: the whole one, or a short one for a wrong URL."""
-        if self.answered:
+        if dest.answered:
             return self._deadline
         return min(self._deadline, self._close_started + self.config.close_unanswered_seconds)
 
-    def _close_wait(self, now: float, deadline: float) -> tuple[float, bool]:
+    def _close_wait(self, dest: Destination, now: float, deadline: float) -> tuple[float, bool]:
         """Seconds to wait before the next attempt while closing, and whether it is the last.
 
         The backoff is capped at ``close_retry_max_seconds``; a delay the
@@ -593,7 +579,7 @@ class Worker:
         destination's own floor between requests (``Sink.min_interval_seconds``)
         always holds.
         """
-        scheduler = self.scheduler
+        scheduler = dest.scheduler
         cap = self.config.close_retry_max_seconds
         due = scheduler.due_at()
         backoff = 0.0 if due is None else max(due - now, 0.0)
@@ -613,56 +599,106 @@ class Worker:
             last = last or wait >= remaining
         return min(wait, max(remaining, 0.0)), last
 
-    def _finish(self) -> None:
+    def _close_step(self, dest: Destination, state: _Closing) -> None:
+        """Move one destination's close along: settle, decide, attempt; set ``next_at``/``done``."""
+        while not state.done:
+            if dest.job is not None:
+                ended = self._settle(dest, closing=True)
+                if ended is None:
+                    deadline = self._close_deadline(dest)
+                    if time.monotonic() >= deadline:
+                        state.done = True  # a request still in flight at the deadline
+                    else:
+                        state.next_at = deadline
+                    return
+                self._after_close_attempt(dest, state, ended)
+                continue
+            deadline = self._close_deadline(dest)
+            if deadline - time.monotonic() <= 0:
+                state.done = True
+                return
+            if (
+                dest.opened is not None
+                and dest.known
+                and not self.recorder.has_changes(dest.index)
+                and not self.queue
+            ):
+                state.done = True
+                return
+            if time.monotonic() < state.next_at:
+                return
+            now = self.clock()
+            scheduler = dest.scheduler
+            if state.attempted and not scheduler.gap_allows(now):
+                # Only close()'s first send skips the destination's floor.
+                floor_at = (scheduler.last_attempt or now) + scheduler.min_request_gap
+                state.next_at = time.monotonic() + max(floor_at - now, 0.0)
+                return
+            if dest.opened is not None and not (self.recorder.seeded and dest.known):
+                # Waiting for another destination's first open to decide the resume.
+                state.next_at = time.monotonic() + 0.01
+                return
+            state.attempted = True
+            try:
+                ended = self._attempt(dest, now, closing=True)
+            except Exception as exc:  # a raising sink gets the backoff, as while running
+                settle_error(dest, exc, self.clock())
+                ended = False
+            if _in_flight(dest):
+                continue  # in flight on its sender: settled above when it ends
+            if _is_open(dest) and not dest.known:
+                state.next_at = time.monotonic()  # opened; the resume is decided after this pass
+                return
+            self._after_close_attempt(dest, state, ended)
+
+    def _after_close_attempt(self, dest: Destination, state: _Closing, delivered: bool) -> None:
+        deadline = self._close_deadline(dest)
+        if delivered:
+            self._drain()
+            state.last = False
+            state.next_at = 0.0
+            return
+        if state.last and self._close_deadline(dest) <= deadline:
+            state.done = True  # the last attempt failed (unless the destination answered at last)
+            return
+        if dest.scheduler.due_at() is None:  # rejected: the same data will not be taken
+            state.done = True
+            return
+        wait, state.last = self._close_wait(dest, self.clock(), deadline)
+        state.next_at = time.monotonic() + wait
+
+    def finish(self) -> None:
+        """Drain, send the tail to every destination within the deadline, close the sinks."""
+        self._begin()
+        states = [_Closing() for _ in self.destinations]
         try:
             self._drain()
-            last = False
-            attempted = False
             while True:
-                deadline = self._close_deadline()
-                self._send_deadline = deadline
-                if deadline - time.monotonic() <= 0:
+                for dest, state in zip(self.destinations, states, strict=True):
+                    if not state.done:
+                        self._close_step(dest, state)
+                self._seed_if_decided()
+                pending = [s for s in states if not s.done]
+                if not pending:
                     break
-                if self.opened is not None and not self.recorder.has_changes() and not self.queue:
-                    break
-                now = self.clock()
-                if attempted and not self.scheduler.gap_allows(now):
-                    # Only close()'s first send skips the destination's floor.
-                    floor_at = (self.scheduler.last_attempt or now) + self.scheduler.min_request_gap
-                    self.wake.wait(min(floor_at - now, max(deadline - time.monotonic(), 0.0)))
+                wait = min(s.next_at for s in pending) - time.monotonic()
+                if wait > 0:
+                    self.wake.wait(wait)
                     self.wake.clear()
-                    self._drain()
-                    continue
-                attempted = True
-                try:
-                    delivered = self._attempt(now, closing=True)
-                except Exception as exc:  # a raising sink gets the backoff, as while running
-                    self._survive(exc)
-                    delivered = False
-                if delivered:
-                    self._drain()
-                    last = False
-                    continue
-                if last and self._close_deadline() <= deadline:
-                    break  # the last attempt failed (unless the destination answered at last)
-                if self.scheduler.due_at() is None:  # rejected: the same data will not be taken
-                    break
-                wait, last = self._close_wait(now, self._close_deadline())
-                self.wake.wait(wait)
-                self.wake.clear()
                 self._drain()
         finally:
-            with self.recorder.lock:
-                arrived = [*self.recorder.store.series, *self.recorder.store.scalar_names]
-                self.finished_cleanly = (
-                    self.opened is not None and not self.queue and self.recorder.all_delivered()
+            queue_empty = not self.queue
+            for dest in self.destinations:
+                dest.finished_cleanly = (
+                    dest.opened is not None
+                    and dest.known
+                    and queue_empty
+                    and self.recorder.all_delivered(dest.index)
                 )
-            self.recorder.selector.log_unmatched(arrived)
-            self.recorder.once.summarize()
-            self.once.summarize()
+            self.recorder.finish()
+            for dest in self.destinations:
+                dest.once.summarize()
             if self.journal is not None:
-                self.journal.close(delivered=self.finished_cleanly)
-            try:
-                self.sink.close()
-            except Exception as exc:
-                _log.warning("trainreport.sink_close_failed", error=describe_exception(exc))
+                self.journal.close(delivered=self.finished_cleanly())
+            for sender in self._senders:
+                sender.close(max(self._deadline - time.monotonic(), 0.0))

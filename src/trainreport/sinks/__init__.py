@@ -57,6 +57,7 @@ __all__ = [
     "Split",
     "Update",
     "default_sink_from_env",
+    "default_sinks_from_env",
     "new_run_id",
 ]
 
@@ -72,14 +73,51 @@ def new_run_id() -> str:
     return f"run-{stamp}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+def _kubeflow_from_env(env: Mapping[str, str]) -> Sink | None:
+    """A :class:`KubeflowSink` from the TrainJob's variables, or None (logged) when unusable."""
+    try:
+        return KubeflowSink.from_env(env)
+    except ConfigError as exc:
+        _log.warning(
+            "trainreport.invalid_environment",
+            variable=KUBEFLOW_URL_VARIABLE,
+            reason="; ".join(exc.problems)[:300],
+        )
+        return None
+
+
+def default_sinks_from_env(environ: Mapping[str, str] | None = None) -> list[Sink]:
+    """The destinations a job system's environment asks for (``Reporter.from_env()``).
+
+    ``TRAINREPORT_URL`` and ``KUBEFLOW_TRAINER_SERVER_URL`` both set: two
+    destinations, the job-status service's :class:`HttpSink` first (a resume
+    reads its curves; the TrainJob status keeps none) and the TrainJob's
+    :class:`KubeflowSink` second, so a job gets Kubeflow's progress bar and
+    trainreport's full curves at once. Otherwise the one sink of
+    :func:`default_sink_from_env`.
+
+    Args:
+        environ: the environment (default ``os.environ``).
+
+    Never raises for bad values (an unusable Kubeflow URL is logged and left out).
+    """
+    env = os.environ if environ is None else environ
+    first = default_sink_from_env(env)
+    if isinstance(first, HttpSink) and env.get(KUBEFLOW_URL_VARIABLE, "").strip():
+        kubeflow = _kubeflow_from_env(env)
+        if kubeflow is not None:
+            return [first, kubeflow]
+    return [first]
+
+
 def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     """The sink a job system's environment asks for (DESIGN §2).
 
     - ``TRAINREPORT_URL`` set: an :class:`HttpSink` for ``TRAINREPORT_JOB_ID`` /
       ``TRAINREPORT_TASK_ID`` (default ``train``) with the token from
-      ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE``. When
-      ``KUBEFLOW_TRAINER_SERVER_URL`` is set too, it is not used yet (one
-      reporter sends to one sink): ``trainreport.kubeflow_not_used`` is logged.
+      ``TRAINREPORT_TOKEN`` or ``TRAINREPORT_TOKEN_FILE`` (with
+      ``KUBEFLOW_TRAINER_SERVER_URL`` set too, :func:`default_sinks_from_env`
+      adds a :class:`KubeflowSink` as a second destination).
     - else ``KUBEFLOW_TRAINER_SERVER_URL`` set (inside a Kubeflow TrainJob): a
       :class:`KubeflowSink` (an unusable URL is logged and falls through to the
       file).
@@ -101,23 +139,11 @@ def default_sink_from_env(environ: Mapping[str, str] | None = None) -> Sink:
     kubeflow_url = env.get(KUBEFLOW_URL_VARIABLE, "").strip()
     job_id = env.get("TRAINREPORT_JOB_ID", "").strip()
     if url:
-        if kubeflow_url:
-            _log.warning(
-                "trainreport.kubeflow_not_used",
-                reason="TRAINREPORT_URL is set too and a reporter sends to one destination; "
-                "the Kubeflow TrainJob status gets no progress from this reporter",
-                variable=KUBEFLOW_URL_VARIABLE,
-            )
         return HttpSink.from_env(env)
     if kubeflow_url:
-        try:
-            return KubeflowSink.from_env(env)
-        except ConfigError as exc:
-            _log.warning(
-                "trainreport.invalid_environment",
-                variable=KUBEFLOW_URL_VARIABLE,
-                reason="; ".join(exc.problems)[:300],
-            )
+        kubeflow = _kubeflow_from_env(env)
+        if kubeflow is not None:
+            return kubeflow
     run_id = new_run_id()
     task_id = env.get("TRAINREPORT_TASK_ID", "").strip() or "train"
     if job_id:

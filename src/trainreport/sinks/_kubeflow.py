@@ -233,10 +233,12 @@ class KubeflowSink(Sink):
                     self._non_finite[series.name] = newest
         ordered: list[tuple[str, object]] = []
         for name in self._series:
-            if name in current:
-                ordered.append((name, current.pop(name)))
-            elif name in self._non_finite:  # the engine omits non-finite current values
+            if name in self._non_finite:  # the engine omits non-finite current values
+                # (and may carry the last finite one it sent): the newest point wins
+                current.pop(name, None)
                 ordered.append((name, self._non_finite[name]))
+            elif name in current:
+                ordered.append((name, current.pop(name)))
         ordered.extend(current.items())
         return ordered
 

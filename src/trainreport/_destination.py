@@ -1,0 +1,468 @@
+"""One destination's state, and what its sink's answers do to it (sans-I/O, clock-free).
+
+A reporter sends to one or several destinations (``Reporter(sinks=[...])``).
+Each has its own :class:`Destination`: its scheduler (debounce, backoff,
+Retry-After, rejection backoff, the sink's own floor), its opened state and
+wire mode, its counters, and at most one request in flight (a :class:`Job`).
+What each destination is known to hold lives in the recorder (series lengths,
+sticky fields), indexed by :attr:`Destination.index`.
+
+:func:`settle_open` and :func:`settle_send` are the result handling: given the
+destination, the recorder and a sink's answer, they update both and say what
+the driver must do (set ``cancel_requested``). They read no clock (``now`` and
+``wall`` come in), own no thread and do no I/O, so tests drive them directly.
+:func:`seed_source` is the resume rule across destinations.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from trainreport._logging import OnceLogger, describe_exception, get_logger
+from trainreport._payloads import StoredState, parse_stored_task
+from trainreport._recorder import Build, Recorder
+from trainreport._scheduler import SendScheduler
+from trainreport._sink import (
+    CAPABILITY_SERIES_SUFFIX,
+    Delivered,
+    Opened,
+    OpenResult,
+    Rejected,
+    Resynchronise,
+    RetryLater,
+    SendResult,
+    Sink,
+    Split,
+)
+
+__all__ = [
+    "MAX_FLOOR_SECONDS",
+    "Destination",
+    "Job",
+    "Settled",
+    "describe_sink",
+    "floor_of",
+    "seed_source",
+    "settle_error",
+    "settle_open",
+    "settle_send",
+]
+
+_log = get_logger()
+#: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
+#: to compare the curves with a large field when the destination refuses a size.
+_POINT_JSON_BYTES = 45
+#: A field smaller than this (bytes) is never dropped for size: leaving it out cannot help.
+_MIN_DROPPED_FIELD_BYTES = 1024
+#: A sink's ``min_interval_seconds`` at or past this (a day) is ignored as unusable.
+MAX_FLOOR_SECONDS = 86_400.0
+
+
+def floor_of(sink: Sink) -> float:
+    """The sink's ``min_interval_seconds`` as a finite number >= 0 (0.0 when unusable)."""
+    value = getattr(sink, "min_interval_seconds", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0.0 <= value < MAX_FLOOR_SECONDS else 0.0
+
+
+def describe_sink(sink: Sink) -> str:
+    """The destination for a log line: the sink's repr (``HttpSink`` shows URL, job, task)."""
+    try:
+        return repr(sink)[:300]
+    except Exception:
+        return f"<{type(sink).__name__}>"
+
+
+@attrs.define(eq=False)
+class Job:
+    """One request to a destination: an open (``build`` None) or a send.
+
+    The sender fills ``result`` (or ``error``, when the sink raised) and then
+    sets ``done``; the reporter thread reads them only after ``done``.
+    """
+
+    build: Build | None
+    include_metrics: bool = True
+    closing: bool = False
+    timeout: float | None = None
+    result: OpenResult | SendResult | None = None
+    error: Exception | None = None
+    done: bool = False
+
+
+@attrs.frozen
+class Settled:
+    """What a settled answer asks of the driver.
+
+    Args:
+        delivered: a send was delivered (or an open succeeded).
+        cancel: the destination asks the run to stop.
+    """
+
+    delivered: bool
+    cancel: bool = False
+
+
+@attrs.define(eq=False)
+class Destination:
+    """One destination of a reporter: its sink, scheduler, wire mode, counters, request in flight.
+
+    Args:
+        index: its position in ``Reporter(sinks=[...])`` (the recorder's ``d``).
+        sink: where its updates go.
+        scheduler: its own send schedule.
+
+    Owned by the reporter thread; other threads read the counters only.
+    """
+
+    index: int
+    sink: Sink
+    scheduler: SendScheduler
+    label: str = ""
+    opened: Opened | None = None
+    #: Its first open attempt has ended (successfully or not): seeding may go on without it.
+    first_open_ended: bool = False
+    #: Its first successful open was taken into account (seeded from, or adopted).
+    known: bool = False
+    #: Its stored task, as read by its first successful open (until the store is seeded).
+    stored: StoredState | None = None
+    suffix_mode: bool = False
+    #: It answered at least once (anything but a refused or unresolvable connection).
+    answered: bool = False
+    requests_sent: int = 0
+    requests_failed: int = 0
+    bytes_sent: int = 0
+    last_error: str | None = None
+    last_success_at: str | None = None
+    resyncs: int = 0
+    job: Job | None = None
+    finished_cleanly: bool = False
+    last_unsent_warning: float | None = None
+    once: OnceLogger = attrs.field(factory=OnceLogger)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.label:
+            self.label = describe_sink(self.sink)
+
+    @property
+    def full_state(self) -> bool:
+        """The destination takes complete ``metrics`` only (no series-suffix extension)."""
+        return not self.suffix_mode
+
+
+def seed_source(
+    destinations: list[Destination], *, stop_waiting: bool = False
+) -> Destination | bool | None:
+    """Which destination's stored task seeds the store, once that can be decided.
+
+    The first destination, in list order, whose first open succeeded and that
+    holds the task. Nothing is decided before one open succeeded. A
+    destination whose first open failed does not hold the others back (it is
+    brought up to date when it opens, from its own lengths), and one whose
+    first open is still in flight holds them back only until ``stop_waiting``
+    (the driver allows one debounce interval after the first successful open).
+
+    Returns:
+        the destination to seed from; ``None`` when none holds the task (a new
+        task: seed from nothing); ``False`` when it cannot be decided yet.
+    """
+    opened = [d for d in destinations if d.opened is not None and d.stored is not None]
+    if not opened:
+        return False
+    if not stop_waiting and not all(d.first_open_ended for d in destinations):
+        return False
+    for dest in opened:
+        if dest.opened is not None and dest.opened.stored_task is not None:
+            return dest
+    return None
+
+
+def _note_answer(dest: Destination, result: object) -> None:
+    if not (isinstance(result, RetryLater) and result.unreachable):
+        dest.answered = True
+
+
+def _stored_state(opened: Opened) -> StoredState:
+    state = parse_stored_task(opened.stored_task)
+    if isinstance(state, str):
+        _log.warning("trainreport.stored_task_malformed", reason=state[:300])
+        return StoredState(series={})
+    for problem in state.problems:
+        _log.warning("trainreport.stored_task_malformed", reason=problem[:300])
+    return state
+
+
+def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: float) -> Settled:
+    """Apply ``Sink.open()``'s answer at ``now`` (monotonic seconds).
+
+    The first successful open keeps the stored task for seeding (the driver
+    decides with :func:`seed_source`); once the store is seeded, a
+    destination opened for the first time is brought up to date from its own
+    lengths (:meth:`Recorder.adopt`); a later open (after a resynchronise)
+    resends from the lengths it reports and every sticky field.
+    """
+    _note_answer(dest, result)
+    if not isinstance(result, Opened):
+        dest.first_open_ended = True
+        _failed(dest, result, now)
+        return Settled(delivered=False)
+    dest.opened = result
+    dest.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities
+    state = _stored_state(result)
+    dest.first_open_ended = True
+    if not dest.known and dest.stored is None:
+        dest.stored = state
+        if recorder.seeded:
+            adopt(dest, recorder)
+    elif dest.known:
+        recorder.resynchronise(dest.index, {n: len(s[0]) for n, s in state.series.items()})
+    return Settled(delivered=True)
+
+
+def adopt(dest: Destination, recorder: Recorder) -> None:
+    """Bring a destination the store was not seeded from up to date from its own stored task."""
+    state = dest.stored if dest.stored is not None else StoredState(series={})
+    replaced = recorder.adopt(dest.index, state, dest.full_state)
+    if replaced:
+        _log.warning(
+            "trainreport.destination_replaced",
+            destination=dest.label,
+            stored_points_replaced=replaced,
+        )
+    dest.known = True
+    dest.stored = None
+
+
+def settle_send(
+    dest: Destination,
+    recorder: Recorder,
+    job: Job,
+    result: SendResult,
+    now: float,
+    *,
+    wall: str,
+    queue_empty: bool,
+) -> Settled:
+    """Apply ``Sink.send()``'s answer to ``job`` at ``now`` (monotonic seconds).
+
+    Args:
+        dest: the destination the job went to.
+        recorder: the run's record.
+        job: the send (its build says what it carried).
+        result: the sink's answer.
+        now: monotonic seconds, when the answer is settled.
+        wall: the wall-clock time (ISO 8601 UTC) for ``last_success_at``.
+        queue_empty: no report waits in the queue (nothing left out of this send).
+    """
+    build = job.build
+    assert build is not None
+    scheduler = dest.scheduler
+    d = dest.index
+    if isinstance(result, Delivered):
+        dest.resyncs = 0
+        dest.bytes_sent += result.bytes_sent
+        recorder.on_delivered(d, build, None if dest.full_state else result.series_lengths)
+        left = not queue_empty or recorder.has_changes(d)
+        scheduler.on_delivered(now, everything_sent=not left, carried_curves=job.include_metrics)
+        dest.last_success_at = wall
+        if dest.last_error is not None and scheduler.consecutive_failures == 0:
+            _log.info("trainreport.send_recovered", destination=dest.label)
+            dest.last_error = None
+        return Settled(delivered=True, cancel=result.cancel_requested)
+    if isinstance(result, Split):
+        _too_large(dest, recorder, build, result, now)
+        return Settled(delivered=False)
+    if isinstance(result, Resynchronise):
+        dest.requests_failed += 1
+        dest.resyncs += 1
+        _log.info("trainreport.resynchronise", reason=result.reason[:300], destination=dest.label)
+        if result.series_lengths is None:
+            dest.opened = None
+        recorder.resynchronise(d, result.series_lengths)
+        if dest.resyncs == 1:  # resend from the server's state at once, once
+            scheduler.note_change(now, urgent=True)
+        else:  # a server that keeps disagreeing gets the backoff, not a busy loop
+            scheduler.on_retry_later(now)
+            dest.last_error = result.reason[:300]
+        return Settled(delivered=False)
+    _failed(dest, result, now)
+    return Settled(delivered=False)
+
+
+def settle_error(dest: Destination, exc: Exception, now: float) -> None:
+    """The sink (or the engine) raised: log it once per type, count it, and back off."""
+    dest.requests_failed += 1
+    dest.answered = True  # something ran: not known to be a wrong URL
+    dest.once.warning(
+        ("cycle", type(exc).__name__),
+        "trainreport.reporter_error",
+        error=describe_exception(exc, 500),
+        destination=dest.label,
+    )
+    dest.last_error = describe_exception(exc)
+    dest.scheduler.on_retry_later(now)
+
+
+def _too_large(
+    dest: Destination, recorder: Recorder, build: Build, result: Split, now: float
+) -> None:
+    """The destination refused the update's size (413): leave out what cannot fit.
+
+    A once-sent field (``hyperparameters``, ...) larger than the curves is
+    dropped (counted, logged once) and the rest is resent at once; it never
+    holds back the curves. Otherwise, in full-state mode, ``metrics`` is what
+    does not fit: it cannot be split under a shallow merge, so the reporter
+    goes on without it (for this destination). With nothing left to leave
+    out, the refusal is a rejection.
+    """
+    update = build.update
+    metrics_bytes = update.point_count * _POINT_JSON_BYTES if update.full_state else 0
+    if recorder.drop_field(dest.index, update, metrics_bytes, _MIN_DROPPED_FIELD_BYTES):
+        dest.requests_failed += 1
+        dest.scheduler.note_change(now, urgent=True)
+        return
+    if update.series is not None and update.full_state:
+        dest.requests_failed += 1
+        recorder.refuse_metrics(dest.index)
+        _log.warning(
+            "trainreport.metrics_too_large",
+            reason=result.reason[:300],
+            points=update.point_count,
+            destination=dest.label,
+        )
+        dest.scheduler.note_change(now, urgent=True)
+        return
+    _failed(dest, Rejected(result.reason, 413), now)
+
+
+def _failed(dest: Destination, result: object, now: float) -> float:
+    dest.requests_failed += 1
+    scheduler = dest.scheduler
+    if isinstance(result, RetryLater):
+        delay = scheduler.on_retry_later(now, result.delay_seconds)
+        reason = result.reason
+        failures = scheduler.consecutive_failures
+        if failures in (1, 3) or failures % 20 == 0:
+            _log.warning(
+                "trainreport.send_failed",
+                reason=reason[:300],
+                consecutive_failures=failures,
+                retry_in_seconds=round(delay, 3),
+                destination=dest.label,
+            )
+    else:
+        delay = scheduler.on_rejected(now)
+        reason = getattr(result, "reason", repr(result))
+        dest.once.warning(
+            ("rejected", reason),
+            "trainreport.send_rejected",
+            reason=reason[:300],
+            status_code=getattr(result, "status_code", None),
+            retry_with_new_data_in_seconds=round(delay, 3),
+            destination=dest.label,
+        )
+    dest.last_error = reason[:300]
+    return delay
+
+
+class Sender:
+    """Runs a destination's requests: on the reporter thread, or on a small thread of its own.
+
+    With one destination the reporter thread calls the sink itself (no
+    thread hop). With several, each destination gets a sender thread, so a
+    destination that hangs holds only its own thread: the reporter thread
+    keeps draining and scheduling, and the others keep their cadence
+    (``docs/engine.md``). The reporter thread hands a :class:`Job` over and
+    reads it back once ``done``; the sender touches nothing else.
+
+    Args:
+        sink: the destination's sink.
+        threaded: run requests on a thread of its own.
+        on_done: called (from the sender thread) when a job is done (wakes
+            the reporter thread).
+        name: the thread's name.
+        after_open: called with the sink, the :class:`Opened` answer and the
+            job's timeout after a successful open, on the same thread; its
+            result is the open's (the journal delivers what dead processes
+            left there, before the stored task seeds anything).
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        threaded: bool,
+        on_done: Any = None,
+        name: str = "trainreport-sender",
+        after_open: Callable[[Sink, Opened, float | None], OpenResult] | None = None,
+    ) -> None:
+        self._sink = sink
+        self._after_open = after_open
+        self._threaded = threaded
+        self._on_done = on_done
+        self._name = name
+        self._jobs: list[Job] = []
+        self._ready = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Job) -> None:
+        """Run ``job`` (at once on this thread, or on the sender thread)."""
+        if not self._threaded:
+            self._run(job)
+            return
+        with self._ready:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+            self._jobs.append(job)
+            self._ready.notify()
+
+    def _run(self, job: Job) -> None:
+        sink = self._sink
+        try:
+            if job.build is None:
+                opened = sink.open(timeout_seconds=job.timeout)
+                if self._after_open is not None and isinstance(opened, Opened):
+                    opened = self._after_open(sink, opened, job.timeout)
+                job.result = opened
+            else:
+                job.result = sink.send(job.build.update, timeout_seconds=job.timeout)
+        except Exception as exc:  # a raising sink gets the backoff, never kills a thread
+            job.error = exc
+        job.done = True
+
+    def _loop(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs and not self._stopping:
+                    self._ready.wait()
+                if not self._jobs:
+                    break
+                job = self._jobs.pop(0)
+            self._run(job)
+            if self._on_done is not None:
+                self._on_done()
+        self._close_sink()
+
+    def close(self, timeout: float) -> None:
+        """Close the sink once the request in flight (if any) ends; wait up to ``timeout`` s."""
+        if self._thread is None:
+            self._close_sink()
+            return
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()
+        self._thread.join(max(0.0, timeout) if math.isfinite(timeout) else None)
+
+    def _close_sink(self) -> None:
+        try:
+            self._sink.close()
+        except Exception as exc:
+            _log.warning("trainreport.sink_close_failed", error=describe_exception(exc))

@@ -1,0 +1,341 @@
+"""The report protocol: what a report call hands the reporter thread, declared once.
+
+A report crosses from the training thread to the reporter thread as a plain
+tuple ``(kind, t, *fields)``: ``kind`` is a :class:`Kind`, ``t`` the caller's
+monotonic clock reading in seconds. A tuple, not a NamedTuple or an attrs
+value: building one costs about 30 ns where a NamedTuple costs about 300 ns,
+and the hot path (``report_train_step``) is measured in single microseconds
+(``docs/performance.md``).
+
+This module holds the three things both threads must agree on:
+
+* the builders, one per kind, called on the caller's thread (they copy the
+  caller's arguments and turn tensor-like values into plain numbers);
+* :func:`dispatch`, which unpacks a report on the reporter thread with one
+  ``match`` on its kind and calls the matching :class:`ReportHandler` method;
+* the memory guard's estimate of a queued report (:func:`queued_bytes`) and the
+  number of metric values it carries (:func:`queued_points`).
+
+Field shapes, by kind:
+
+=================  ======================================================
+kind               fields after ``(kind, t)``
+=================  ======================================================
+TRAIN              step, epoch, metrics
+VALIDATION         step, epoch, metrics, dataset
+METRICS            step, metrics, phase
+TRAINING_START     max_steps, num_epochs
+HYPERPARAMETERS    flat params (dict), keys left out (int)
+EPOCH_END          epoch
+CHECKPOINT         path (str or None), step
+COMPLETED          (none)
+CANCELLED          reason (str)
+FAILED             error type name (str), message (str)
+=================  ======================================================
+
+``metrics`` is a ``dict`` copy (values plain numbers, or whatever the caller
+gave that is not tensor-like, judged on the reporter thread), ``None``, or a
+:class:`NotAMapping` marker. Nothing here validates: names, values, steps and
+epochs are judged on the reporter thread.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from trainreport._naming import caller_value
+
+__all__ = [
+    "REPORT_BYTES",
+    "TERMINAL_KINDS",
+    "VALUE_BYTES",
+    "Kind",
+    "NotAMapping",
+    "ReportHandler",
+    "cancelled",
+    "checkpoint",
+    "completed",
+    "copy_metrics",
+    "copy_scalar",
+    "dispatch",
+    "epoch_end",
+    "failed",
+    "hyperparameters",
+    "metrics_report",
+    "queued_bytes",
+    "queued_points",
+    "train",
+    "training_start",
+    "validation",
+]
+
+
+class Kind(enum.IntEnum):
+    """The kind of a queued report (its tuple's first item)."""
+
+    TRAIN = 0
+    VALIDATION = 1
+    METRICS = 2
+    TRAINING_START = 3
+    HYPERPARAMETERS = 4
+    EPOCH_END = 5
+    CHECKPOINT = 6
+    COMPLETED = 7
+    CANCELLED = 8
+    FAILED = 9
+
+
+#: The report method behind each kind, for log events about a dropped report.
+REPORT_NAME = {
+    Kind.TRAIN: "report_train_step",
+    Kind.VALIDATION: "report_validation",
+    Kind.METRICS: "report_metrics",
+    Kind.TRAINING_START: "report_training_start",
+    Kind.HYPERPARAMETERS: "report_hyperparameters",
+    Kind.EPOCH_END: "report_epoch_end",
+    Kind.CHECKPOINT: "report_checkpoint_saved",
+    Kind.COMPLETED: "report_completed",
+    Kind.CANCELLED: "report_cancelled",
+    Kind.FAILED: "report_error",
+}
+#: Kinds that end the run (the first one applied wins).
+TERMINAL_KINDS = frozenset({Kind.COMPLETED, Kind.CANCELLED, Kind.FAILED})
+
+# Module constants: a global lookup is cheaper than an enum attribute on the hot path.
+_TRAIN = Kind.TRAIN
+_VALIDATION = Kind.VALIDATION
+_METRICS = Kind.METRICS
+_HYPERPARAMETERS = Kind.HYPERPARAMETERS
+_STEP_TYPES = frozenset({int, float, type(None)})
+
+#: The queue's memory guard estimates a queued report at this many bytes (the
+#: tuple, the copied dict's table and header, the numbers) ...
+REPORT_BYTES = 256
+#: ... plus this many per metric value it carries (measured: 912 B for 14 metrics).
+VALUE_BYTES = 48
+
+
+@attrs.frozen
+class NotAMapping:
+    """Stands in for a ``metrics`` argument that is not a mapping (logged on the reporter thread).
+
+    Args:
+        type_name: the type the caller passed.
+    """
+
+    type_name: str
+
+
+# --- building (the caller's thread) ------------------------------------------------------
+
+
+def copy_metrics(metrics: object) -> object:
+    """Copy a metrics mapping on the caller's thread; tensors become numbers.
+
+    The mapping is copied once. Fast path: when every value is an ``int`` or
+    ``float``, their sum (one C loop) is a ``float``; a tensor, numpy value or
+    anything else makes it something else (or raises), and only then is each
+    value of the copy converted in place with ``.item()``
+    (:func:`~trainreport._naming.caller_value`).
+
+    Returns:
+        a ``dict``, ``None`` for ``None``, or a :class:`NotAMapping`.
+
+    Raises:
+        Exception: whatever a mapping that cannot be read raises (the report
+            call catches it and counts the report as dropped).
+    """
+    if type(metrics) is dict:
+        copied: dict[Any, Any] = metrics.copy()
+    elif isinstance(metrics, Mapping):
+        copied = dict(metrics)  # may raise: the report call counts it (report_failed)
+    else:
+        return None if metrics is None else NotAMapping(type(metrics).__name__)
+    try:
+        if type(sum(copied.values(), 0.0)) is float:
+            return copied
+    except Exception:  # noqa: S110 - a str or an object without __add__: converted below
+        pass
+    _to_numbers(copied)
+    return copied
+
+
+def _to_numbers(copied: dict[Any, Any]) -> None:
+    """Turn each value of a copied metrics dict into a plain number, in place (``.item()``)."""
+    for key, value in copied.items():  # same keys: assigning while iterating is safe
+        copied[key] = caller_value(value)
+
+
+def copy_scalar(value: object) -> object:
+    """A step, epoch or count as the reporter thread takes it (tensors become numbers)."""
+    return value if type(value) in _STEP_TYPES else caller_value(value)
+
+
+def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, ...]:
+    """``report_train_step``'s report (the hot path: this one call, one copy, one tuple).
+
+    A dict of plain numbers takes :func:`copy_metrics`' fast path inlined
+    (a function call is a measurable share of a 1 µs report call); anything
+    else goes through :func:`copy_metrics`.
+    """
+    copied: object
+    if type(metrics) is dict:
+        copied = metrics.copy()
+        try:
+            plain = type(sum(copied.values(), 0.0)) is float
+        except Exception:
+            plain = False
+        if not plain:
+            _to_numbers(copied)  # the copy, converted in place: one copy in all
+    else:
+        copied = copy_metrics(metrics)
+    return (
+        _TRAIN,
+        t,
+        step if type(step) is int else caller_value(step),
+        epoch if epoch is None or type(epoch) is int else copy_scalar(epoch),
+        copied,
+    )
+
+
+def validation(
+    t: float, step: object, epoch: object, metrics: object, dataset: object
+) -> tuple[Any, ...]:
+    """``report_validation``'s report."""
+    return (_VALIDATION, t, copy_scalar(step), copy_scalar(epoch), copy_metrics(metrics), dataset)
+
+
+def metrics_report(t: float, step: object, metrics: object, phase: object) -> tuple[Any, ...]:
+    """``report_metrics``'s report."""
+    return (_METRICS, t, copy_scalar(step), copy_metrics(metrics), phase)
+
+
+def training_start(t: float, max_steps: object, num_epochs: object) -> tuple[Any, ...]:
+    """``report_training_start``'s report."""
+    return (Kind.TRAINING_START, t, copy_scalar(max_steps), copy_scalar(num_epochs))
+
+
+def hyperparameters(t: float, flat: dict[str, Any], left_out: int) -> tuple[Any, ...]:
+    """``report_hyperparameters``'s report: the flattened params and how many keys were left out."""
+    return (_HYPERPARAMETERS, t, flat, left_out)
+
+
+def epoch_end(t: float, epoch: object) -> tuple[Any, ...]:
+    """``report_epoch_end``'s report."""
+    return (Kind.EPOCH_END, t, copy_scalar(epoch))
+
+
+def checkpoint(t: float, path: str | None, step: object) -> tuple[Any, ...]:
+    """``report_checkpoint_saved``'s report (``path`` already text, or ``None``)."""
+    return (Kind.CHECKPOINT, t, path, copy_scalar(step))
+
+
+def completed(t: float) -> tuple[Any, ...]:
+    """``report_completed``'s report."""
+    return (Kind.COMPLETED, t)
+
+
+def cancelled(t: float, reason: str) -> tuple[Any, ...]:
+    """``report_cancelled``'s report."""
+    return (Kind.CANCELLED, t, reason)
+
+
+def failed(t: float, error_type: str, message: str) -> tuple[Any, ...]:
+    """``report_error``'s report (never the exception itself: it holds frames and tensors)."""
+    return (Kind.FAILED, t, error_type, message)
+
+
+# --- sizing (either thread) --------------------------------------------------------------
+
+
+def _carried(item: tuple[Any, ...]) -> object:
+    """The dict of values a report carries (metrics, or the flat params), or None."""
+    match item:
+        case (Kind.TRAIN, _, _, _, values) | (Kind.VALIDATION, _, _, _, values, _):
+            return values
+        case (Kind.METRICS, _, _, values, _) | (Kind.HYPERPARAMETERS, _, values, _):
+            return values
+    return None
+
+
+def queued_bytes(item: tuple[Any, ...]) -> int:
+    """The memory guard's estimate of one queued report, in bytes. Never raises.
+
+    ``Reporter.report_train_step`` adds the same sum for its report; the
+    reporter thread subtracts this for every report it drains, so the two agree.
+    """
+    values = _carried(item)
+    return REPORT_BYTES + VALUE_BYTES * len(values) if type(values) is dict else REPORT_BYTES
+
+
+def queued_points(item: tuple[Any, ...]) -> int:
+    """Metric values a queued report carries (each may become a point). Never raises."""
+    if item[0] == _HYPERPARAMETERS:
+        return 0
+    values = _carried(item)
+    return len(values) if type(values) is dict else 0
+
+
+# --- unpacking (the reporter thread) -----------------------------------------------------
+
+
+class ReportHandler(Protocol):
+    """What :func:`dispatch` calls, one method per kind (the recorder implements it)."""
+
+    def train_step(self, t: float, step: object, epoch: object, metrics: object) -> None: ...
+
+    def validation(self, step: object, epoch: object, metrics: object, dataset: object) -> None: ...
+
+    def other_metrics(self, step: object, metrics: object, phase: object) -> None: ...
+
+    def hyperparameters(self, flat: dict[str, Any], left_out: int) -> None: ...
+
+    def training_start(self, max_steps: object, num_epochs: object) -> bool: ...
+
+    def epoch_end(self, epoch: object) -> bool: ...
+
+    def checkpoint(self, path: object, step: object) -> bool: ...
+
+    def terminal(self, kind: Kind, reason: object, message: object) -> bool: ...
+
+
+def dispatch(item: tuple[Any, ...], handler: ReportHandler) -> bool:
+    """Apply one queued report to ``handler``.
+
+    Returns:
+        True for an event report (it bypasses the debounce), False otherwise.
+
+    Raises:
+        ValueError: for a tuple no builder here makes (a bug); whatever the
+            handler raises propagates (the recorder catches it).
+    """
+    match item:
+        case (Kind.TRAIN, t, step, epoch, metrics):
+            handler.train_step(t, step, epoch, metrics)
+            return False
+        case (Kind.VALIDATION, _, step, epoch, metrics, dataset):
+            handler.validation(step, epoch, metrics, dataset)
+            return False
+        case (Kind.METRICS, _, step, metrics, phase):
+            handler.other_metrics(step, metrics, phase)
+            return False
+        case (Kind.HYPERPARAMETERS, _, flat, left_out):
+            handler.hyperparameters(flat, left_out)
+            return False
+        case (Kind.TRAINING_START, _, max_steps, num_epochs):
+            return handler.training_start(max_steps, num_epochs)
+        case (Kind.EPOCH_END, _, epoch):
+            return handler.epoch_end(epoch)
+        case (Kind.CHECKPOINT, _, path, step):
+            return handler.checkpoint(path, step)
+        case (Kind.COMPLETED, _):
+            return handler.terminal(Kind.COMPLETED, None, None)
+        case (Kind.CANCELLED, _, reason):
+            return handler.terminal(Kind.CANCELLED, reason, None)
+        case (Kind.FAILED, _, error_type, message):
+            return handler.terminal(Kind.FAILED, error_type, message)
+    raise ValueError(f"not a report: kind {item[0]!r} with {len(item)} items")

@@ -1,0 +1,264 @@
+"""Several destinations: one record, each destination on its own schedule, none delaying another.
+
+Real parts where they matter: the reference server over real sockets (suffix
+mode and the plain full-state job API side by side), a server that accepts and
+never answers (a hanging destination), and the reporter's own thread. The
+result handling is also driven without threads, as a function of ``now``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from faults import black_hole_server
+from helpers import ScriptedSink, curve, drive, without_updated_at
+from trainreport import (
+    ConfigError,
+    Delivered,
+    HttpSink,
+    MemorySink,
+    Rejected,
+    Reporter,
+    ReportingConfig,
+    RetryLater,
+)
+from trainreport._destination import Destination, Job, settle_send
+from trainreport._recorder import Recorder
+from trainreport._scheduler import SendScheduler
+from trainreport.server import ServerHandle
+from trainreport.testing import FakeClock, capture_events
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = ReportingConfig(
+    min_report_interval_seconds=0.05,
+    backoff_initial_seconds=0.05,
+    backoff_max_seconds=0.2,
+    backoff_jitter=0.0,
+    close_retry_max_seconds=0.2,
+)
+
+
+def stored(sink: Any) -> dict[str, Any] | None:
+    return without_updated_at(sink.task)
+
+
+def test_reporter_takes_one_sink_or_a_list_but_not_both() -> None:
+    """``Reporter(sink)`` keeps working; ``sinks=[...]`` is the list; both, none or empty: error."""
+    one, two = MemorySink(), MemorySink()
+    assert (one,) == Reporter(one).sinks
+    assert (one, two) == Reporter(sinks=[one, two]).sinks
+    assert one is Reporter(sinks=[one, two]).sink
+    for bad in ({}, {"sink": one, "sinks": [two]}, {"sinks": []}, {"sinks": [one, one]}):
+        with pytest.raises(ConfigError):
+            Reporter(**bad)
+
+
+def test_two_healthy_destinations_of_different_wire_modes_hold_the_same_record(
+    server: ServerHandle,
+) -> None:
+    """The reference server's extension and its plain full-state API both get every point."""
+    suffix = HttpSink(server.url, "two-a", use_extension=True)
+    full = HttpSink(server.url, "two-b", use_extension=False)
+    reporter = Reporter(sinks=[suffix, full], config=FAST, rank=0).start()
+    reporter.report_training_start(max_steps=40)
+    for step in range(1, 41):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        if step % 10 == 0:
+            reporter.report_validation(step=step, metrics={"loss": 2.0 / step})
+            reporter.report_checkpoint_saved(path=f"ckpt/{step}", step=step)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+    records = [_get(server, job) for job in ("two-a", "two-b")]
+    assert records[0] == records[1] == without_updated_at(reporter.snapshot())
+    assert list(range(1, 41)) == [p[0] for p in curve(records[1], "train_loss")]
+    stats = reporter.stats()
+    assert [0, 0] == [d.points_unsent for d in stats.destinations]
+    assert stats.requests_sent == sum(d.requests_sent for d in stats.destinations)
+    assert all(d.last_success_at is not None for d in stats.destinations)
+
+
+def _get(server: ServerHandle, job: str) -> dict[str, Any] | None:
+    import json  # noqa: PLC0415 - local to the helper
+
+    import urllib3  # noqa: PLC0415
+
+    response = urllib3.request("GET", f"{server.url}/v1/jobs/{job}/tasks/train", timeout=10.0)
+    assert 200 == response.status
+    return without_updated_at(json.loads(response.data))
+
+
+@pytest.mark.slow
+def test_a_hanging_destination_does_not_hold_back_the_healthy_one(server: ServerHandle) -> None:
+    """One destination never answers (10 s timeouts): the other keeps its 0.05 s cadence.
+
+    Over 1.5 s of training at 2 ms a step the healthy destination receives a
+    send at least every 0.25 s; close(1 s) returns on time, False, with one
+    warning naming only the hanging destination, and the healthy one holds
+    every point.
+    """
+    with black_hole_server() as hole:
+        hanging = HttpSink(hole, "hang", connect_timeout_seconds=10, read_timeout_seconds=10)
+        healthy = HttpSink(server.url, "healthy")
+        reporter = Reporter(sinks=[hanging, healthy], config=FAST, rank=0).start()
+        step = 0
+        seen: list[tuple[float, int]] = []
+        started = time.monotonic()
+        while time.monotonic() - started < 1.5:
+            step += 1
+            reporter.report_train_step(step=step, metrics={"loss": 1.0})
+            seen.append((time.monotonic(), reporter.stats().destinations[1].requests_sent))
+            threading.Event().wait(0.002)
+        sends = seen[-1][1] - seen[0][1]
+        with capture_events() as events:
+            t0 = time.monotonic()
+            delivered = reporter.close(timeout=1.0)
+            took = time.monotonic() - t0
+    assert sends >= 6, sends  # 1.5 s at one send per 0.05 s is ~30; a blocked thread makes 1
+    assert not delivered
+    assert took < 2.0
+    task = _get(server, "healthy")
+    assert list(range(1, step + 1)) == [p[0] for p in curve(task, "train_loss")]
+    warnings = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert 1 == len(warnings)
+    assert hole.split("//")[1] in warnings[0]["destination"]
+
+
+def test_a_rejecting_destination_does_not_hold_back_the_healthy_one() -> None:
+    """The first destination refuses (403): logged once, long backoff; the second gets it all."""
+    rejecting = ScriptedSink()
+    rejecting.fail_sends.extend([Rejected("forbidden", 403)] * 100)
+    healthy = MemorySink()
+    clock = FakeClock()
+    config = ReportingConfig(min_report_interval_seconds=10.0, backoff_jitter=0.0)
+    reporter = Reporter(sinks=[rejecting, healthy], config=config, clock=clock, rank=0)
+    worker = drive(reporter)
+    with capture_events() as events:
+        for step in range(1, 31):
+            clock.advance(1.0)
+            reporter.report_train_step(step=step, metrics={"loss": float(step)})
+            worker.cycle()
+        delivered = reporter.close(timeout=5)
+    assert not delivered
+    assert list(range(1, 31)) == [p[0] for p in curve(healthy.task, "train_loss")]
+    assert 3 <= len(healthy.requests)  # the debounce: at once, then every 10 s, then close
+    # one refusal, then the rejection backoff (300 s) until close() tries once more
+    assert 2 == len(rejecting.sent)
+    stats = reporter.stats().destinations
+    assert (30, 0) == (stats[0].points_unsent, stats[1].points_unsent)
+    assert "forbidden" == stats[0].last_error
+    assert stats[1].last_error is None
+    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert 1 == len(rejected)
+    undelivered = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert [repr(rejecting)[:300]] == [e["destination"] for e in undelivered]
+
+
+def _task_with_loss(steps: range) -> dict[str, Any]:
+    points = [{"step": s, "epoch": 1, "value": float(s)} for s in steps]
+    return {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
+
+
+@pytest.mark.parametrize("first_suffix", [True, False], ids=["suffix-first", "full-first"])
+def test_resume_seeds_from_the_first_destination_and_updates_the_other_from_its_lengths(
+    first_suffix: bool,
+) -> None:
+    """The first holds 10 points, the second 4 of them: both end holding 1..15, each point once.
+
+    The store is seeded from the first; the second is sent only what it
+    lacks in suffix mode (from its own length, 4), everything in full state.
+    """
+    first = MemorySink(_task_with_loss(range(1, 11)), series_suffix=first_suffix)
+    second = MemorySink(_task_with_loss(range(1, 5)), series_suffix=not first_suffix)
+    clock = FakeClock()
+    reporter = Reporter(sinks=[first, second], config=FAST, clock=clock, rank=0)
+    worker = drive(reporter)
+    for step in range(11, 16):
+        reporter.report_train_step(step=step, metrics={"loss": float(step)})
+    worker.cycle()
+    assert reporter.close(timeout=5)
+    for sink in (first, second):
+        assert list(range(1, 16)) == [p[0] for p in curve(sink.task, "train_loss")]
+    suffix_sink = first if first_suffix else second
+    offsets = [r["series"]["train_loss"]["offset"] for r in suffix_sink.requests if "series" in r]
+    assert (10 if first_suffix else 4) == offsets[0]
+
+
+def test_resume_seeds_from_the_first_destination_that_holds_the_task() -> None:
+    """The first destination has no task (404): the second's curves seed the store."""
+    empty = MemorySink(series_suffix=True)
+    holding = MemorySink(_task_with_loss(range(1, 8)), series_suffix=True)
+    reporter = Reporter(sinks=[empty, holding], config=FAST, clock=FakeClock(), rank=0)
+    drive(reporter)
+    reporter.report_train_step(step=8, metrics={"loss": 8.0})
+    assert reporter.close(timeout=5)
+    assert list(range(1, 9)) == [p[0] for p in curve(empty.task, "train_loss")]
+    assert list(range(1, 9)) == [p[0] for p in curve(holding.task, "train_loss")]
+    offsets = [r["series"]["train_loss"]["offset"] for r in holding.requests if "series" in r]
+    assert [7] == offsets
+
+
+@pytest.mark.slow
+def test_flush_and_close_share_the_deadline_across_destinations(server: ServerHandle) -> None:
+    """With one destination hanging, flush(0.5) and close(0.8) return False on time.
+
+    The healthy destination holds everything each time; with both healthy,
+    flush() returns True.
+    """
+    with black_hole_server() as hole:
+        hanging = HttpSink(hole, "fh", connect_timeout_seconds=10, read_timeout_seconds=10)
+        healthy = HttpSink(server.url, "fh-ok")
+        reporter = Reporter(sinks=[healthy, hanging], config=FAST, rank=0).start()
+        for step in range(1, 21):
+            reporter.report_train_step(step=step, metrics={"loss": 1.0})
+        t0 = time.monotonic()
+        flushed = reporter.flush(timeout=0.5)
+        flush_took = time.monotonic() - t0
+        assert list(range(1, 21)) == [p[0] for p in curve(_get(server, "fh-ok"), "train_loss")]
+        t0 = time.monotonic()
+        closed = reporter.close(timeout=0.8)
+        close_took = time.monotonic() - t0
+    assert (False, False) == (flushed, closed)
+    assert 0.45 <= flush_took < 1.5
+    assert close_took < 1.8
+    both = Reporter(
+        sinks=[HttpSink(server.url, "fh-2a"), HttpSink(server.url, "fh-2b", use_extension=False)],
+        config=FAST,
+        rank=0,
+    ).start()
+    both.report_train_step(step=1, metrics={"loss": 1.0})
+    assert both.flush(timeout=5)
+    assert both.close(timeout=5)
+
+
+def test_settling_a_send_is_a_function_of_the_destination_and_now() -> None:
+    """No thread, no clock: Retry-After, a rejection and a delivery, each at a given ``now``."""
+    recorder = Recorder(ReportingConfig(), destinations=2)
+    recorder.start_attempt()
+    recorder.seed(_stored_nothing())
+    sink = MemorySink()
+    dest = Destination(index=1, sink=sink, scheduler=SendScheduler(backoff_jitter=0.0))
+    build = recorder.build_update(1, wall="2026-01-01T00:00:00.000Z", full_state=True)
+    job = Job(build)
+    settle_send(dest, recorder, job, RetryLater("busy", 30.0), 100.0, wall="w", queue_empty=True)
+    assert (130.0, 1) == (dest.scheduler.not_before, dest.requests_failed)
+    assert 130.0 == dest.scheduler.due_at()
+    settled = settle_send(
+        dest, recorder, job, Delivered(cancel_requested=True), 131.0, wall="w1", queue_empty=True
+    )
+    assert (True, True) == (settled.delivered, settled.cancel)
+    assert ("w1", 0) == (dest.last_success_at, dest.scheduler.consecutive_failures)
+    assert recorder.all_delivered(1)
+    assert not recorder.all_delivered(0)  # the other destination holds nothing yet
+    settle_send(dest, recorder, job, Rejected("no", 403), 140.0, wall="w2", queue_empty=True)
+    assert dest.scheduler.due_at() is None  # nothing new: the same data is not retried
+
+
+def _stored_nothing() -> Any:
+    from trainreport._payloads import StoredState  # noqa: PLC0415
+
+    return StoredState(series={})
