@@ -306,6 +306,11 @@ class Worker:
             self.journal = self.open_journal(self.recorder)
         except Exception as exc:
             _log.warning("trainreport.journal_unavailable", reason=describe_exception(exc, 300))
+            return
+        if self.journal is not None:
+            # The sends' stamps: a journal's updated_at orders with theirs (recovery
+            # sends the journal's task fields only when they are not older).
+            self.journal.wall_clock = self.wall_clock
 
     def _recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
         """After the journal destination's open: deliver what dead processes left first."""
@@ -687,6 +692,10 @@ class Worker:
                     self.wake.clear()
                 self._drain()
         finally:
+            if self.journal is not None:
+                # Reports still waiting for the stored task go into the journal.
+                self._open_failed = True
+                self._drain()
             queue_empty = not self.queue
             for dest in self.destinations:
                 dest.finished_cleanly = (
