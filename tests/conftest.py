@@ -98,6 +98,14 @@ def database_target(request: pytest.FixtureRequest, storage: str, tmp_path: Path
     return new_database(request, storage, tmp_path)
 
 
+@pytest.fixture(autouse=True)
+def _no_journal_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TRAINREPORT_JOURNAL=0`` for every test: journals are kept per job and task under the
+    working directory, and tests reuse job ids. Tests of the journal delete the variable
+    and give ``journal_dir`` a temporary directory."""
+    monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
+
+
 @pytest.fixture
 def server_token() -> str:
     """The token ``token_server`` requires."""

@@ -86,12 +86,16 @@ def test_report_quick_prints_the_table_with_trainreport_rows_and_writes_the_doc(
     assert 1 == len(embedded)
     assert "200" == embedded[0][1]
     assert re.fullmatch(r"\d+\.\d\dx \((met|missed): < 1\.5x\)", embedded[0][4])
+    journal = [line for line in result.stdout.splitlines() if line.startswith("| 200 | ")]
+    assert 1 == len(journal)
+    assert re.search(r"\(([+-]\d\.\d{3}), (met|missed)\)", journal[0])
     text = doc.read_text(encoding="utf-8")
     for heading in (
         "## Machine",
         "## Read this first",
         "## Results",
         "## The embedded default (FileSink run log)",
+        "## The journal's cost on HttpSink",
         "## Targets",
     ):
         assert heading in text

@@ -31,6 +31,8 @@ DURATION_FIELDS = [
     "close_unanswered_seconds",
     "atexit_timeout_seconds",
     "unsent_warning_seconds",
+    "journal_interval_seconds",
+    "journal_fsync_seconds",
 ]
 COUNT_FIELDS = ["max_metric_names", "max_queue_bytes", "drain_queue_depth"]
 FLOAT_FIELDS = [*DURATION_FIELDS, "backoff_multiplier", "backoff_jitter"]
@@ -54,6 +56,10 @@ DOCUMENTED_DEFAULTS: dict[str, object] = {
     "drain_queue_depth": 10_000,
     "unsent_warning_seconds": 300.0,
     "strict_transitions": False,
+    "journal": True,
+    "journal_dir": "trainreport-runs/journal",
+    "journal_interval_seconds": 1.0,
+    "journal_fsync_seconds": 10.0,
 }
 
 JSON_VALUES = st.recursive(
@@ -499,6 +505,10 @@ def test_env_parses_every_field_type() -> None:
         "TRAINREPORT_DRAIN_QUEUE_DEPTH": "100",
         "TRAINREPORT_UNSENT_WARNING_SECONDS": "120",
         "TRAINREPORT_STRICT_TRANSITIONS": "true",
+        "TRAINREPORT_JOURNAL": "0",
+        "TRAINREPORT_JOURNAL_DIR": "/var/tmp/journals",
+        "TRAINREPORT_JOURNAL_INTERVAL_SECONDS": "0.5",
+        "TRAINREPORT_JOURNAL_FSYNC_SECONDS": "30",
     }
 
     config = ReportingConfig.from_env(environ, strict=True)
@@ -520,6 +530,10 @@ def test_env_parses_every_field_type() -> None:
             drain_queue_depth=100,
             unsent_warning_seconds=120,
             strict_transitions=True,
+            journal=False,
+            journal_dir="/var/tmp/journals",
+            journal_interval_seconds=0.5,
+            journal_fsync_seconds=30,
         )
         == config
     )
@@ -676,3 +690,28 @@ def test_the_replaced_item_guard_variable_is_ignored_with_one_warning() -> None:
     assert [("TRAINREPORT_MAX_QUEUE_ITEMS", "TRAINREPORT_MAX_QUEUE_BYTES")] == [
         (e["variable"], e["use"]) for e in replaced
     ]
+
+
+@pytest.mark.parametrize("value", ["", "   ", "a\0b", 3, None, ["dir"]])
+def test_a_journal_dir_that_is_not_a_usable_path_is_refused_strictly_and_defaulted_leniently(
+    value: object,
+) -> None:
+    """journal_dir is non-empty text without NUL: strict lists it, lenient keeps the default."""
+    with pytest.raises(ConfigError) as raised:
+        ReportingConfig.from_mapping({"journal_dir": value})
+    with capture_events() as events:
+        lenient = ReportingConfig.from_mapping({"journal_dir": value}, strict=False)
+
+    invalid = events_named(events, "trainreport.config_field_invalid")
+    assert ("expected a directory path (non-empty text) @ $.journal_dir",) == raised.value.problems
+    assert "trainreport-runs/journal" == lenient.journal_dir
+    assert ["journal_dir"] == [e["field"] for e in invalid]
+
+
+def test_journal_dir_takes_a_path_object_and_refuses_other_types_directly() -> None:
+    """Direct construction: a ``Path`` becomes text; a number raises TypeError, '' ValueError."""
+    assert "runs/j" == ReportingConfig(journal_dir=Path("runs/j")).journal_dir
+    with pytest.raises(TypeError):
+        config_with("journal_dir", 3)
+    with pytest.raises(ValueError, match="non-empty"):
+        config_with("journal_dir", "")

@@ -30,7 +30,7 @@ from trainreport import (
     read_task,
 )
 from trainreport._sink import SeriesUpdate, Update
-from trainreport._sync import SyncError, plan_sync
+from trainreport._sync import SyncError, plan_recovery, plan_sync
 from trainreport._sync import sync as sync_log
 from trainreport.sinks._runlog_state import LogState
 
@@ -403,3 +403,49 @@ def test_sync_of_a_damaged_log_uploads_the_intact_part_and_says_what_was_not(
     assert "is damaged" in result.stderr
     assert "ends inside a record" in result.stderr
     assert 30 == len(curve(stored(server), "train_loss"))
+
+
+# -- journals ----------------------------------------------------------------------------
+
+JOURNAL_RUN = {"job_id": "j", "task_id": "train", "journal": "1", "offsets": "absolute"}
+
+
+def with_values(task: Any, name: str, value_of: Any) -> Any:
+    for point in task["status_details"]["metrics"][name]:
+        point["value"] = value_of(point["step"])
+    return task
+
+
+def test_a_journal_wins_where_the_service_differs_a_run_log_does_not() -> None:
+    """A rewind the service never received: a journal sends from the first difference."""
+    journal = task_with({"a": [1, 2, 3, 4]})
+    log = state_of(with_values(journal, "a", lambda s: -float(s) if s >= 3 else s / 10))
+    stored = task_with({"a": [1, 2, 3, 4]})
+
+    kept = plan_recovery(state_of(journal), {}, stored, full_state=False)
+    plan = plan_recovery(log, JOURNAL_RUN, stored, full_state=False)
+
+    assert kept.update is None or kept.update.series is None
+    assert plan.update is not None
+    assert [("a", 2, [3, 4])] == [
+        (s.name, s.offset, list(s.steps)) for s in plan.update.series or ()
+    ]
+    assert [-3.0, -4.0] == list((plan.update.series or ())[0].values)
+
+
+@pytest.mark.parametrize("full_state", [False, True], ids=MODES)
+def test_a_journal_with_local_offsets_is_placed_after_the_stored_points_before_it(
+    full_state: bool,
+) -> None:
+    """Written before its process read the stored task: indices from its own first point."""
+    local = state_of(task_with({"a": [4, 5, 6]}))
+    stored = task_with({"a": [1, 2, 3, 4, 5]})
+
+    plan = plan_recovery(local, {**JOURNAL_RUN, "offsets": "local"}, stored, full_state=full_state)
+
+    assert plan.update is not None
+    series = {s.name: (s.offset, list(s.steps)) for s in plan.update.series or ()}
+    if full_state:
+        assert {"a": (0, [1, 2, 3, 4, 5, 6])} == series
+    else:
+        assert {"a": (5, [6])} == series

@@ -62,6 +62,7 @@ class _Kind(enum.Enum):
     GUARD_BYTES = "guard bytes"  # int >= MIN_QUEUE_BYTES; below it would throw the run away
     FLAG = "flag"  # bool
     PATTERNS = "patterns"  # None, or a tuple of glob patterns
+    DIRECTORY = "directory"  # a directory path as text: non-empty, no NUL
 
 
 class _FieldError(ValueError):
@@ -124,6 +125,17 @@ def _to_flag(value: bool) -> bool:
     return _boolean(value)
 
 
+def _to_directory(value: str | os.PathLike[str]) -> str:
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"expected a directory path, got {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise TypeError("expected a directory path as text, got bytes")
+    if not text.strip() or "\0" in text:
+        raise ValueError(f"expected a non-empty directory path without NUL, got {text!r}")
+    return text
+
+
 def _to_patterns(value: str | Iterable[object] | None) -> tuple[object, ...] | None:
     # docs/design.md#metrics: a bare string is one pattern; entries are kept as given (the
     # selector drops non-string entries with a warning).
@@ -146,6 +158,7 @@ _CONVERTERS: Final[Mapping[_Kind, Callable[[Any], object]]] = {
     _Kind.GUARD_BYTES: _to_guard_bytes,
     _Kind.FLAG: _to_flag,
     _Kind.PATTERNS: _to_patterns,
+    _Kind.DIRECTORY: _to_directory,
 }
 
 
@@ -223,6 +236,21 @@ class ReportingConfig:
         strict_transitions: raise ``TransitionError`` on refused status or
             phase transitions instead of logging them; for tests only. Default
             False. docs/design.md#lifecycle.
+        journal: keep a journal (a local run log of what the reporter
+            recorded) in front of a destination that is not itself a local
+            file, so a killed process loses at most ``journal_interval_seconds``
+            of points; the next process on the same job and task sends what it
+            holds (``docs/engine.md``, "The journal"). ``TRAINREPORT_JOURNAL=0``
+            turns it off for every reporter of the process. Default True.
+        journal_dir: the directory journals go to, as
+            ``<journal_dir>/<job id>/<task id>.log``; relative to the working
+            directory. Text, default ``"trainreport-runs/journal"``.
+        journal_interval_seconds: the reporter thread drains the queue and
+            appends to the journal (one ``write()``) at least this often.
+            Seconds, default 1.0.
+        journal_fsync_seconds: the journal is ``fsync``-ed at most this often
+            (and at close), bounding what a power loss, not a killed process,
+            can take. Seconds, default 10.0.
     """
 
     min_report_interval_seconds: float = attrs.field(
@@ -275,6 +303,18 @@ class ReportingConfig:
     )
     strict_transitions: bool = attrs.field(
         default=False, converter=_to_flag, metadata={"kind": _Kind.FLAG}
+    )
+    journal: bool = attrs.field(default=True, converter=_to_flag, metadata={"kind": _Kind.FLAG})
+    journal_dir: str = attrs.field(
+        default="trainreport-runs/journal",
+        converter=_to_directory,
+        metadata={"kind": _Kind.DIRECTORY},
+    )
+    journal_interval_seconds: float = attrs.field(
+        default=1.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
+    )
+    journal_fsync_seconds: float = attrs.field(
+        default=10.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
     )
 
     @classmethod
@@ -379,6 +419,10 @@ def _parse(kind: _Kind, value: object, *, strings: bool) -> object:
         return _parse_patterns(value, strict=not strings)
     if kind is _Kind.FLAG:
         return _parse_flag(value, strings=strings)
+    if kind is _Kind.DIRECTORY:
+        if not isinstance(value, str) or not value.strip() or "\0" in value:
+            raise _FieldError("expected a directory path (non-empty text)")
+        return value
     if strings and isinstance(value, str):
         value = _number_from_text(value)
     integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -386,6 +387,10 @@ class Sender:
         on_done: called (from the sender thread) when a job is done (wakes
             the reporter thread).
         name: the thread's name.
+        after_open: called with the sink, the :class:`Opened` answer and the
+            job's timeout after a successful open, on the same thread; its
+            result is the open's (the journal delivers what dead processes
+            left there, before the stored task seeds anything).
     """
 
     def __init__(
@@ -395,8 +400,10 @@ class Sender:
         threaded: bool,
         on_done: Any = None,
         name: str = "trainreport-sender",
+        after_open: Callable[[Sink, Opened, float | None], OpenResult] | None = None,
     ) -> None:
         self._sink = sink
+        self._after_open = after_open
         self._threaded = threaded
         self._on_done = on_done
         self._name = name
@@ -421,7 +428,10 @@ class Sender:
         sink = self._sink
         try:
             if job.build is None:
-                job.result = sink.open(timeout_seconds=job.timeout)
+                opened = sink.open(timeout_seconds=job.timeout)
+                if self._after_open is not None and isinstance(opened, Opened):
+                    opened = self._after_open(sink, opened, job.timeout)
+                job.result = opened
             else:
                 job.result = sink.send(job.build.update, timeout_seconds=job.timeout)
         except Exception as exc:  # a raising sink gets the backoff, never kills a thread

@@ -46,6 +46,7 @@ __all__ = [
     "DB",
     "DISABLED",
     "JOB_ID",
+    "JOURNAL",
     "KNOWN_VARIABLES",
     "KUBEFLOW_CA_CERT",
     "KUBEFLOW_TOKEN",
@@ -59,6 +60,7 @@ __all__ = [
     "DestinationSettings",
     "HttpDestination",
     "KubeflowDestination",
+    "journal_off",
     "read_destinations",
     "read_http_destination",
     "read_http_settings",
@@ -89,6 +91,9 @@ CONNECT_TIMEOUT: Final = "TRAINREPORT_CONNECT_TIMEOUT_SECONDS"
 READ_TIMEOUT: Final = "TRAINREPORT_READ_TIMEOUT_SECONDS"
 #: ``1``/``true``/``yes``/``on``: every reporter does nothing.
 DISABLED: Final = "TRAINREPORT_DISABLED"
+#: ``0``/``false``/``no``/``off``: no reporter of the process keeps a journal, whatever
+#: its config says (also the ``journal`` field's variable).
+JOURNAL: Final = "TRAINREPORT_JOURNAL"
 #: The reference server's write token (``trainreport serve``).
 SERVER_TOKEN: Final = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name
 #: The reference server's database (``trainreport serve --db``): a SQLite file or a
@@ -311,6 +316,12 @@ def read_destinations(environ: Mapping[str, str] | None = None) -> DestinationSe
         job_id=str(env.get(JOB_ID, "")).strip() or None,
         task_id=str(env.get(TASK_ID, "")).strip() or "train",
     )
+
+
+def journal_off(environ: Mapping[str, str]) -> bool:
+    """Whether :data:`JOURNAL` turns the journal off (``0``, ``false``, ``no``, ``off``,
+    any case) for every reporter of the process. Never raises."""
+    return environ.get(JOURNAL, "").strip().lower() in ("0", "false", "no", "off")
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:

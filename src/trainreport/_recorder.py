@@ -47,7 +47,7 @@ from trainreport._store import MetricStore, Series
 from trainreport._values import EpochRule, NotChartable, to_chartable, to_step
 from trainreport.exceptions import TransitionError
 
-__all__ = ["RESERVED_KEYS", "Build", "Recorder", "RecorderCounts"]
+__all__ = ["RESERVED_KEYS", "Build", "JournalView", "Recorder", "RecorderCounts"]
 
 #: ``status_details`` keys that belong to the reporter; a metric whose
 #: qualified name equals one of them is dropped (it would overwrite them).
@@ -186,6 +186,30 @@ class RecorderCounts:
     unsent: tuple[int, ...]
     drops: Mapping[str, int]
     rewinds: int
+
+
+@attrs.frozen
+class JournalView:
+    """What the journal needs from the record, read under the recorder's lock.
+
+    Attributes:
+        version: changes whenever points were discarded or the store was seeded:
+            the journal's lengths no longer describe the store, and it is rewritten.
+        status: the task's status.
+        details: every ``status_details`` key an update built now would carry.
+        series: ``(name, offset, steps, epochs, values)`` per series with points past
+            ``lengths`` (a suffix at that offset), or, for a rewrite, every series
+            from what every destination holds (``acknowledged``) on.
+        lengths: each series' length (what the journal holds once it appends ``series``).
+        acknowledged: per series, the least length every destination is known to hold.
+    """
+
+    version: tuple[int, int, bool]
+    status: str
+    details: dict[str, Any]
+    series: tuple[SeriesUpdate, ...]
+    lengths: dict[str, int]
+    acknowledged: dict[str, int]
 
 
 class Recorder:
@@ -862,6 +886,37 @@ class Recorder:
         # (the ETA), so a finished run neither carries nor sends it.
         forget_running_only_details(self._machine.status, details)
         return details
+
+    def journal_view(
+        self, wall: str, lengths: Mapping[str, int], version: tuple[int, int, bool] | None
+    ) -> JournalView:
+        """The suffixes past ``lengths`` (or, when ``version`` is not current, a rewrite).
+
+        For the journal (``_journal_feed.py``): ``lengths`` is what it holds,
+        ``version`` the :attr:`JournalView.version` it last wrote. Changes nothing.
+        """
+        with self._lock:
+            store = self._store
+            current = (store.points_discarded, store.rewinds, self._seeded)
+            acknowledged = {n: min(s.delivered) for n, s in store.series.items()}
+            rewrite = current != version
+            series = []
+            for name, s in store.series.items():
+                start = acknowledged[name] if rewrite else lengths.get(name, 0)
+                if rewrite or len(s.steps) > start:
+                    series.append(
+                        SeriesUpdate(
+                            name, start, s.steps[start:], s.epochs[start:], s.values[start:]
+                        )
+                    )
+            return JournalView(
+                current,
+                self._machine.status.value,
+                self._details(wall, self._sticky),
+                tuple(series),
+                {n: len(s.steps) for n, s in store.series.items()},
+                acknowledged,
+            )
 
     def has_changes(self, d: int = 0) -> bool:
         """True when something recorded could still be sent to ``d`` and is not known delivered.

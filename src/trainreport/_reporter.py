@@ -27,8 +27,9 @@ import attrs
 
 from trainreport import _reports as reports
 from trainreport._config import ReportingConfig
-from trainreport._environment import DISABLED
+from trainreport._environment import DISABLED, journal_off
 from trainreport._histogram import LatencyHistogram
+from trainreport._journal_feed import JournalKeeper, journal_identity
 from trainreport._lifecycle import ReporterInput, ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._params import MAX_PARAM_ITEMS, flatten_params_bounded
@@ -42,8 +43,9 @@ from trainreport._reports import (
 )
 from trainreport._sink import Sink
 from trainreport._values import MetricValue
-from trainreport._worker import Worker
+from trainreport._worker import Worker, utc_now_iso
 from trainreport.exceptions import ConfigError, TransitionError
+from trainreport.sinks._journal import Journal
 
 __all__ = [
     "INTERRUPTED",
@@ -450,12 +452,54 @@ class Reporter:
             cancel_requested=self.cancel_requested,
             on_drained=self._drained,
             threaded=threaded,
+            **self._journal_options(),
         )
         self._machine.apply(ReporterInput.START)
         _install_process_hooks()
         _live_reporters.add(self)
         self._worker.start()
         return self
+
+    def _journal_options(self) -> dict[str, Any]:
+        """The worker's journal arguments (``docs/engine.md``, "The journal in front of a service").
+
+        With the config's ``journal`` on and ``TRAINREPORT_JOURNAL`` not ``0``:
+        a ``FileSink`` (the local run log is its own journal) is sent to at
+        least every ``journal_interval_seconds``, and the first destination
+        with a job and a task that is not a local file gets a journal. None
+        when the only destinations are local run logs (the embedded default).
+        """
+        config = self._config
+        if not config.journal or journal_off(os.environ):
+            return {}
+        options: dict[str, Any] = {"local_log_interval_seconds": config.journal_interval_seconds}
+        keyed = [(i, journal_identity(sink)) for i, sink in enumerate(self._sinks)]
+        found = next(((i, ids) for i, ids in keyed if ids is not None), None)
+        if found is None:
+            return options
+        index, (job_id, task_id) = found
+        clock = self._clock
+
+        def open_journal(recorder: Recorder) -> JournalKeeper | None:
+            journal = Journal.claim(
+                config.journal_dir,
+                job_id,
+                task_id,
+                fsync_seconds=config.journal_fsync_seconds,
+                clock=clock,
+            )
+            if journal is None:
+                return None
+            return JournalKeeper(
+                journal,
+                recorder,
+                interval_seconds=config.journal_interval_seconds,
+                clock=clock,
+                wall_clock=utc_now_iso,
+            )
+
+        options.update(open_journal=open_journal, journal_destination=index)
+        return options
 
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything recorded now, ignoring the debounce, and wait for delivery.

@@ -13,6 +13,14 @@ a run with trainreport sync"):
 - **The service holds more.** A series the service holds more points of than
   the log is left as stored (never shortened), and so is a series whose
   stored points disagree with the log's (another run wrote it), said per series.
+- **A journal** (a reporter's, left by a killed process: its RUN record
+  says ``journal``) wins where it disagrees with the service: the dead process
+  was the task's writer and the service holds what it sent, so a disagreement
+  is a rewind the service never received; the journal's points are sent from
+  the first differing index. A journal whose process never read the stored
+  task (``offsets: local``) counts its indices from its own first point: each
+  series is placed after the stored points before its first step, the rule a
+  reporter follows when it records before it could read the stored task.
 - **Task fields.** The log's status and ``status_details`` are sent when they
   differ from the stored ones, unless the service looks newer: its
   ``updated_at`` is later than the log's, or it holds more points of a series
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 from array import array
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
@@ -40,9 +49,19 @@ from trainreport._sink import (
     Sink,
     Update,
 )
+from trainreport.sinks._journal import LOCAL_OFFSETS, is_journal
 from trainreport.sinks._runlog_state import LogState
 
-__all__ = ["SeriesOutcome", "SyncError", "SyncPlan", "SyncReport", "plan_sync", "sync"]
+__all__ = [
+    "SeriesOutcome",
+    "SyncError",
+    "SyncPlan",
+    "SyncReport",
+    "place_local_journal",
+    "plan_recovery",
+    "plan_sync",
+    "sync",
+]
 
 _Columns: TypeAlias = "tuple[array[int], array[int], array[float]]"
 
@@ -135,7 +154,9 @@ def _disagreement(server: _Columns, log: _Columns, base: int, upto: int) -> int 
     return None if first is None else base + first
 
 
-def _series_outcome(name: str, cols: _Columns, base: int, server: _Columns | None) -> SeriesOutcome:
+def _series_outcome(
+    name: str, cols: _Columns, base: int, server: _Columns | None, *, prefer_log: bool
+) -> SeriesOutcome:
     end = base + len(cols[0])
     held = len(server[0]) if server is not None else 0
     if held < base:
@@ -144,6 +165,9 @@ def _series_outcome(name: str, cols: _Columns, base: int, server: _Columns | Non
         )
     if server is not None:
         diverged = _disagreement(server, cols, base, min(held, end))
+        if diverged is not None and prefer_log:
+            note = f"replaces the service's points from index {diverged:,}"
+            return SeriesOutcome(name, end, held, diverged, note)
         if diverged is not None:
             return SeriesOutcome(
                 name, end, held, None, f"differs from the service's at index {diverged:,}: kept"
@@ -154,8 +178,57 @@ def _series_outcome(name: str, cols: _Columns, base: int, server: _Columns | Non
     return SeriesOutcome(name, end, held, held)
 
 
+def place_local_journal(log: LogState, stored: StoredState) -> None:
+    """Give a journal with local offsets the service's indices, in place.
+
+    Each series whose first point is at step ``s`` starts at the index of the
+    first stored point at or after ``s`` (the stored points before it stay;
+    the journal's replace the rest), as a reporter seeds its store under
+    points it recorded before it could read the stored task. A series a
+    journal trimmed (already placed) is left as it is.
+    """
+    for name, (steps, _, _) in log.task.series.items():
+        if not steps or log.bases.get(name, 0):
+            continue
+        held = stored.series.get(name)
+        keep = bisect_left(held[0], steps[0]) if held is not None else 0
+        if keep:
+            log.bases[name] = keep
+
+
+def plan_recovery(
+    log: LogState,
+    run: Mapping[str, str],
+    stored_task: Mapping[str, Any] | None,
+    *,
+    full_state: bool,
+) -> SyncPlan:
+    """:func:`plan_sync` for a file whose RUN record is ``run``: a journal gets its rules.
+
+    A journal (``run["journal"] == "1"``) wins where it disagrees with the
+    service, and one with ``offsets: local`` is placed first
+    (:func:`place_local_journal`; ``log`` is changed in place). Any other
+    run log is planned as :func:`plan_sync` plans it.
+
+    Raises:
+        SyncError: as :func:`plan_sync`.
+    """
+    if not is_journal(run):
+        return plan_sync(log, stored_task, full_state=full_state)
+    if run.get("offsets") == LOCAL_OFFSETS:
+        stored = parse_stored_task(stored_task)
+        if isinstance(stored, str):
+            raise SyncError(f"the service's stored task cannot be parsed ({stored}): nothing sent")
+        place_local_journal(log, stored)
+    return plan_sync(log, stored_task, full_state=full_state, prefer_log=True)
+
+
 def plan_sync(
-    log: LogState, stored_task: Mapping[str, Any] | None, *, full_state: bool
+    log: LogState,
+    stored_task: Mapping[str, Any] | None,
+    *,
+    full_state: bool,
+    prefer_log: bool = False,
 ) -> SyncPlan:
     """Decide the one update that uploads ``log`` to a service holding ``stored_task``.
 
@@ -163,6 +236,9 @@ def plan_sync(
         log: the run's task as replayed from its file.
         stored_task: what the service holds (``GET`` shape), or ``None``.
         full_state: the service speaks only the baseline (full-state ``metrics``).
+        prefer_log: where a series' stored points differ from the log's, send
+            the log's from there (a journal's rule) instead of keeping the
+            service's.
 
     Raises:
         SyncError: the stored task cannot be parsed (sending could overwrite
@@ -179,7 +255,7 @@ def plan_sync(
     merged: dict[str, _Columns] = {}
     for name, cols in log.task.series.items():
         base = log.bases.get(name, 0)
-        outcome = _series_outcome(name, cols, base, held.get(name))
+        outcome = _series_outcome(name, cols, base, held.get(name), prefer_log=prefer_log)
         outcomes.append(outcome)
         start = outcome.sent_from
         if start is None:
@@ -233,8 +309,17 @@ class SyncReport:
     bytes_sent: int = 0
 
 
-def sync(log: LogState, sink: Sink, *, timeout_seconds: float = 60.0) -> SyncReport:
+def sync(
+    log: LogState,
+    sink: Sink,
+    *,
+    timeout_seconds: float = 60.0,
+    run: Mapping[str, str] | None = None,
+) -> SyncReport:
     """Open ``sink``, plan the upload of ``log`` and send it (once more after a resynchronise).
+
+    ``run``: the file's RUN fields; a journal's are planned with the journal's
+    rules (:func:`plan_recovery`).
 
     Raises:
         SyncError: the service could not be opened, refused the update, or
@@ -246,7 +331,7 @@ def sync(log: LogState, sink: Sink, *, timeout_seconds: float = 60.0) -> SyncRep
             if not isinstance(opened, Opened):
                 raise SyncError(f"cannot read the stored task: {opened.reason}")
             full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
-            plan = plan_sync(log, opened.stored_task, full_state=full_state)
+            plan = plan_recovery(log, run or {}, opened.stored_task, full_state=full_state)
             if plan.update is None:
                 return SyncReport(plan, full_state)
             result = sink.send(plan.update, timeout_seconds=timeout_seconds)

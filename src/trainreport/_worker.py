@@ -46,11 +46,13 @@ from trainreport._destination import (
     settle_open,
     settle_send,
 )
+from trainreport._journal_feed import JournalKeeper
 from trainreport._logging import describe_exception, get_logger
 from trainreport._payloads import StoredState
 from trainreport._recorder import Recorder
 from trainreport._scheduler import SendScheduler
-from trainreport._sink import Sink
+from trainreport._sink import Opened, OpenResult, Sink
+from trainreport.sinks._file import FileSink
 
 __all__ = ["Worker", "utc_now_iso"]
 
@@ -62,6 +64,9 @@ _MAX_SLEEP_SECONDS = MAX_FLOOR_SECONDS
 #: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
 #: half the time left when less remains.
 _LAST_ATTEMPT_LEAD_SECONDS = 0.1
+#: The shortest wait between two journal records (seconds): a journal interval of 0
+#: means a record at every wake, never a busy loop.
+_MIN_JOURNAL_WAIT_SECONDS = 0.001
 
 
 def utc_now_iso() -> str:
@@ -132,6 +137,17 @@ class Worker:
             stored task is not read yet) rather than at once.
         threaded: run on a thread of its own (``start()``); ``False`` for tests,
             which call :meth:`cycle` and :meth:`finish` themselves.
+        open_journal: called once, when the attempt begins (on the reporter
+            thread), with the recorder; returns the journal keeper or ``None``
+            (``docs/engine.md``, "The journal in front of a service"). The
+            journal is recorded after a drain at least every
+            ``journal_interval_seconds`` (the thread wakes that often), the
+            journals of dead processes are delivered with the first open of
+            destination ``journal_destination`` (on its sender), and it is
+            closed, or removed when every destination holds everything, at the end.
+        journal_destination: the index of the destination the journal is kept for.
+        local_log_interval_seconds: the send interval of a ``FileSink`` (the
+            local run log is its own journal), when shorter than the config's.
     """
 
     def __init__(
@@ -146,6 +162,9 @@ class Worker:
         cancel_requested: threading.Event,
         on_drained: Callable[[int, bool], None] | None = None,
         threaded: bool = True,
+        open_journal: Callable[[Recorder], JournalKeeper | None] | None = None,
+        journal_destination: int = 0,
+        local_log_interval_seconds: float | None = None,
     ) -> None:
         self.recorder = recorder
         self.queue = queue
@@ -155,11 +174,23 @@ class Worker:
         self.cancel_requested = cancel_requested
         self.on_drained = on_drained
         self.threaded = threaded
+        self.open_journal = open_journal
+        self.journal: JournalKeeper | None = None
+        self._journal_destination = journal_destination
+        self._local_log_interval = local_log_interval_seconds
+        #: An open failed (with a journal, reports are drained from then on).
+        self._open_failed = False
         self.wake = threading.Event()
         self.destinations = [self._destination(i, sink) for i, sink in enumerate(sinks)]
         several = threaded and len(sinks) > 1
         self._senders = [
-            Sender(d.sink, threaded=several, on_done=self.wake.set, name=f"trainreport-send-{i}")
+            Sender(
+                d.sink,
+                threaded=several,
+                on_done=self.wake.set,
+                name=f"trainreport-send-{i}",
+                after_open=self._recover if i == journal_destination else None,
+            )
             for i, d in enumerate(self.destinations)
         ]
         self.thread = threading.Thread(target=self._run, name="trainreport-reporter", daemon=True)
@@ -181,8 +212,11 @@ class Worker:
         # as a gap between any two attempts (events, retries, flush).
         config = self.config
         floor = floor_of(sink)
+        interval = config.min_report_interval_seconds
+        if self._local_log_interval is not None and isinstance(sink, FileSink):
+            interval = min(interval, self._local_log_interval)
         scheduler = SendScheduler(
-            min_interval=max(config.min_report_interval_seconds, floor),
+            min_interval=max(interval, floor),
             min_request_gap=floor,
             heartbeat=config.heartbeat_seconds,
             backoff_initial=config.backoff_initial_seconds,
@@ -242,6 +276,7 @@ class Worker:
         if self._began:
             return
         self._began = True
+        self._open_journal()
         self.recorder.start_attempt()
         now = self.clock()
         for dest in self.destinations:
@@ -263,8 +298,29 @@ class Worker:
             for w in waiters:
                 w.set()
 
+    def _open_journal(self) -> None:
+        """Claim the journal (``open_journal``): a failure means no journal, not a dead thread."""
+        if self.open_journal is None:
+            return
+        try:
+            self.journal = self.open_journal(self.recorder)
+        except Exception as exc:
+            _log.warning("trainreport.journal_unavailable", reason=describe_exception(exc, 300))
+            return
+        if self.journal is not None:
+            # The sends' stamps: a journal's updated_at orders with theirs (recovery
+            # sends the journal's task fields only when they are not older).
+            self.journal.wall_clock = self.wall_clock
+
+    def _recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
+        """After the journal destination's open: deliver what dead processes left first."""
+        journal = self.journal
+        if journal is None or not journal.journal.left_over:
+            return opened
+        return journal.recover(sink, opened, timeout)
+
     def cycle(self) -> float:
-        """One pass: drain, settle ended requests, send what is due.
+        """One pass: drain, record the journal when due, settle ended requests, send what is due.
 
         Returns:
             the seconds until the next pass is due (the thread waits that long
@@ -274,6 +330,9 @@ class Worker:
         try:
             self._drain()
             now = self.clock()
+            journal = self.journal
+            if journal is not None and journal.due(now):
+                journal.record()
             # flush() sends now, even during a backoff, and keeps sending while its
             # waiters wait and sends succeed (a short acknowledgement needs a resend).
             complete = bool(self._flush_waiters)
@@ -315,7 +374,12 @@ class Worker:
         now = self.clock()
         # Wake at least once per debounce interval to look at the queue: the
         # training thread does not signal ordinary reports (docs/design.md#public-api).
-        wait = min(max(self.config.min_report_interval_seconds, 0.05), _MAX_SLEEP_SECONDS)
+        # (A local run log's shorter interval counts: it is sent to that often.)
+        interval = min(
+            self.config.min_report_interval_seconds,
+            *(d.scheduler.min_interval for d in self.destinations),
+        )
+        wait = min(max(interval, 0.05), _MAX_SLEEP_SECONDS)
         for dest in self.destinations:
             if dest.job is not None:
                 continue  # its sender wakes this thread when the request ends
@@ -324,6 +388,8 @@ class Worker:
             due = dest.scheduler.due_at()
             if due is not None:
                 wait = min(wait, max(due - now, 0.0))
+        if self.journal is not None:
+            wait = min(wait, max(self.journal.next_due() - now, _MIN_JOURNAL_WAIT_SECONDS))
         return wait
 
     def _drain(self) -> None:
@@ -333,7 +399,9 @@ class Worker:
         # seeding is exact (docs/design.md#metrics); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        waiting = not recorder.seeded
+        # With a journal, once an open has failed (a destination down at start), the
+        # queue is drained at every wake, so the journal bounds what a kill loses.
+        waiting = not recorder.seeded and not (self.journal is not None and self._open_failed)
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
                 # Re-arm the report calls' wake: at the first point once the store is
@@ -404,10 +472,12 @@ class Worker:
         now = self.clock()
         if job.error is not None:
             settle_error(dest, job.error, now)
+            self._open_failed = self._open_failed or job.build is None
             return False
         result = job.result
         if job.build is None:
             settled = settle_open(dest, self.recorder, result, now)  # type: ignore[arg-type]
+            self._open_failed = self._open_failed or not isinstance(result, Opened)
             self._seed_if_decided(patient=True)
             return settled.delivered
         settled = settle_send(
@@ -622,6 +692,10 @@ class Worker:
                     self.wake.clear()
                 self._drain()
         finally:
+            if self.journal is not None:
+                # Reports still waiting for the stored task go into the journal.
+                self._open_failed = True
+                self._drain()
             queue_empty = not self.queue
             for dest in self.destinations:
                 dest.finished_cleanly = (
@@ -633,5 +707,7 @@ class Worker:
             self.recorder.finish()
             for dest in self.destinations:
                 dest.once.summarize()
+            if self.journal is not None:
+                self.journal.close(delivered=self.finished_cleanly())
             for sender in self._senders:
                 sender.close(max(self._deadline - time.monotonic(), 0.0))

@@ -779,7 +779,7 @@ def _sync(args: argparse.Namespace) -> int:
     print(f"trainreport sync: {args.path} -> {url} job {job!r} task {task!r}")
     try:
         with _quiet_library_log():
-            report = sync(run.state, sink, timeout_seconds=args.timeout)
+            report = sync(run.state, sink, timeout_seconds=args.timeout, run=run.run)
     except SyncError as exc:
         print(f"trainreport sync: {exc}", file=sys.stderr)
         return 1

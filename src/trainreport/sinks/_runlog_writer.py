@@ -170,6 +170,10 @@ class RunLogWriter:
         bytes_written: every byte written since :meth:`open` (appends,
             compactions, repairs).
         compactions: how many times the log was rewritten as a snapshot.
+        min_compact_bytes: the log is never compacted below this size (bytes;
+            default :data:`MIN_COMPACT_BYTES`). A journal, trimmed at every
+            delivered send, raises it so that it is not rewritten (and
+            ``fsync``-ed) every few sends.
     """
 
     def __init__(self, path: Path, fd: int, opened: Replayed, run: Mapping[str, str]) -> None:
@@ -185,6 +189,7 @@ class RunLogWriter:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._torn = False
+        self.min_compact_bytes = MIN_COMPACT_BYTES
         self._compact_at = MIN_COMPACT_BYTES
 
     @classmethod
@@ -337,16 +342,16 @@ class RunLogWriter:
     def compaction_due(self) -> bool:
         """True when the log (flushed and pending) is over twice the snapshot it would become.
 
-        Never below :data:`MIN_COMPACT_BYTES`. The snapshot's size is computed
+        Never below :attr:`min_compact_bytes`. The snapshot's size is computed
         only when the log has grown past the last threshold.
         """
         size = self.size + self._pending_bytes
-        if size <= self._compact_at:
+        if size <= max(self._compact_at, self.min_compact_bytes):
             return False
         snapshot = self._header_bytes() + (snapshot_bytes(self.state) if self.state.exists else 0)
         if size > 2 * snapshot:
             return True
-        self._compact_at = max(2 * snapshot, MIN_COMPACT_BYTES)
+        self._compact_at = max(2 * snapshot, self.min_compact_bytes)
         return False
 
     def _header_bytes(self) -> int:
@@ -380,7 +385,7 @@ class RunLogWriter:
         except OSError:
             # Not due again before the log has doubled (a platform that cannot
             # replace an open file must not pay for a rewrite at every send).
-            self._compact_at = max(2 * (self.size + self._pending_bytes), MIN_COMPACT_BYTES)
+            self._compact_at = max(2 * (self.size + self._pending_bytes), self.min_compact_bytes)
             raise
         assert new_fd is not None
         self._fd = new_fd
@@ -391,7 +396,7 @@ class RunLogWriter:
         self.size = written
         self.bytes_written += written
         self.compactions += 1
-        self._compact_at = max(2 * written, MIN_COMPACT_BYTES)
+        self._compact_at = max(2 * written, self.min_compact_bytes)
         return written
 
     def seed(self, task: Mapping[str, Any]) -> int:

@@ -1,0 +1,245 @@
+"""JournalKeeper: what the reporter thread writes to its journal, trims from it, and recovers.
+
+The reporter thread and the journal's destination drive it (``docs/engine.md``,
+"The journal in front of a service"):
+
+- :meth:`JournalKeeper.record`, after a drain, at least every
+  ``journal_interval_seconds``: first the points every destination is known
+  to hold are trimmed (in memory at once; in the file when it has grown past
+  its compaction floor), then one record holding each series' points the
+  journal lacks (a suffix at the journal's length) and the task fields that
+  changed, written with one ``write()``. When the store changed under the
+  journal (a rewind, the stored task seeded under this process's points),
+  the journal is rewritten atomically as one snapshot instead.
+- :meth:`JournalKeeper.recover`, called with the journal's destination's
+  open (on whichever thread runs that destination's requests), before the
+  stored task seeds the store and before the first send: the journals a
+  dead process left are planned against the stored task
+  (:func:`trainreport._sync.plan_recovery`) and sent, oldest first.
+- :meth:`JournalKeeper.close` at the end: the journal is removed when every
+  destination holds everything, ``fsync``-ed and kept otherwise.
+
+The record is read through :meth:`Recorder.journal_view` (under the
+recorder's lock); the current journal file is touched only by the reporter
+thread, the left-over journals only by :meth:`recover`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from trainreport._logging import describe_exception, get_logger
+from trainreport._recorder import Recorder
+from trainreport._sink import (
+    CAPABILITY_SERIES_SUFFIX,
+    Delivered,
+    Opened,
+    OpenResult,
+    Resynchronise,
+    RetryLater,
+    Sink,
+    Update,
+)
+from trainreport._sync import SyncError, plan_recovery
+from trainreport.exceptions import RunLogError
+from trainreport.sinks._journal import Journal
+from trainreport.sinks._runfile import load_run_file
+from trainreport.sinks._runlog_replay import DamageKind, replay
+from trainreport.sinks._runlog_state import LogState
+
+__all__ = ["JournalKeeper", "journal_identity"]
+
+_log = get_logger()
+_MISSING = object()
+
+
+def _recorded_nothing(path: Path) -> bool:
+    """True for a run log that holds no task and no damage but a torn tail. Never raises."""
+    try:
+        replayed = replay(path.read_bytes())
+    except OSError:
+        return False
+    damage = replayed.damage
+    return not replayed.state.exists and (damage is None or damage.kind is DamageKind.TORN_TAIL)
+
+
+def journal_identity(sink: Sink) -> tuple[str, str] | None:
+    """The job and task a journal for ``sink`` is kept under, or ``None`` for no journal.
+
+    A sink that is itself a local file (``FileSink``) needs none, and one
+    without a ``job_id`` and ``task_id`` (``MemorySink``, ``KubeflowSink``)
+    has nothing to key it by. Never raises.
+    """
+    from trainreport.sinks._file import FileSink  # noqa: PLC0415 - sinks import the engine
+
+    if isinstance(sink, FileSink):
+        return None
+    job, task = getattr(sink, "job_id", None), getattr(sink, "task_id", None)
+    if isinstance(job, str) and isinstance(task, str) and job and task:
+        return job, task
+    return None
+
+
+class JournalKeeper:
+    """Feeds one :class:`~trainreport.sinks._journal.Journal` from a :class:`Recorder`.
+
+    Args:
+        journal: the claimed journal.
+        recorder: the attempt's state.
+        interval_seconds: ``journal_interval_seconds``: :meth:`due` says yes
+            this long after the last :meth:`record`.
+        clock: monotonic clock (seconds).
+        wall_clock: ``updated_at`` text for the records.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        recorder: Recorder,
+        *,
+        interval_seconds: float,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], str],
+    ) -> None:
+        self.journal = journal
+        self.recorder = recorder
+        self.interval_seconds = interval_seconds
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.records = 0
+        self._lengths: dict[str, int] = {}
+        self._version: tuple[int, int, bool] | None = None
+        self._last = -math.inf
+
+    # --- recording --------------------------------------------------------------------
+
+    def due(self, now: float) -> bool:
+        """True when ``interval_seconds`` have passed since the last :meth:`record`."""
+        return now - self._last >= self.interval_seconds
+
+    def next_due(self) -> float:
+        """When the next record is due (the clock's time)."""
+        return self._last + self.interval_seconds
+
+    def record(self) -> None:
+        """Append what the record holds past the journal's lengths, with one ``write()``.
+
+        Trims what every destination acknowledged first. Never raises.
+        """
+        self._last = self.clock()
+        journal = self.journal
+        if journal.failed:
+            return
+        recorder = self.recorder
+        view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
+        if recorder.seeded:
+            journal.trim(view.acknowledged)
+        if view.version != self._version:
+            self._version = view.version
+            state = LogState()
+            state.reset(Update(view.status, view.details, view.series, False))
+            if journal.reset(state, absolute=view.version[2]):
+                self.records += 1
+            self._lengths = view.lengths
+            return
+        task = journal.state.task
+        changed = {
+            k: v
+            for k, v in view.details.items()
+            if k != "updated_at" and task.details.get(k, _MISSING) != v
+        }
+        if not view.series and not changed and view.status == task.status:
+            return
+        changed["updated_at"] = view.details["updated_at"]
+        if journal.append(Update(view.status, changed, view.series or None, False)):
+            self.records += 1
+        self._lengths = view.lengths
+
+    # --- recovery ---------------------------------------------------------------------
+
+    def recover(self, sink: Sink, opened: Opened, timeout_seconds: float | None) -> OpenResult:
+        """Send what the journals of dead processes hold, before this process's first send.
+
+        Args:
+            sink: the destination, just opened.
+            opened: its answer (the stored task).
+            timeout_seconds: for each send and re-open.
+
+        Returns:
+            the :class:`Opened` to seed the store from (read again after a
+            delivery), or the failed result of a send or re-open (the caller
+            retries the open later; nothing is lost). A left-over journal that
+            cannot be read, or that the destination rejects, is logged
+            (``trainreport.journal_recovery_failed``) and left on disk for
+            ``trainreport sync``. Never raises.
+        """
+        for path in list(self.journal.left_over):
+            result = self._recover_one(sink, opened, path, timeout_seconds)
+            if isinstance(result, Opened):
+                opened = result
+            elif result is not None:
+                return result
+        return opened
+
+    def _recover_one(
+        self, sink: Sink, opened: Opened, path: Path, timeout_seconds: float | None
+    ) -> OpenResult | None:
+        """One left-over: the re-opened task, ``None`` (nothing changed) or a failure to return."""
+        journal = self.journal
+        try:
+            run = load_run_file(path)
+        except RunLogError as exc:
+            if _recorded_nothing(path):  # a process killed before its first record
+                _log.info("trainreport.journal_left_over_empty", path=str(path))
+                journal.delivered_left_over(path)
+                return None
+            self._give_up(path, str(exc))  # kept: a newer trainreport may read it
+            return None
+        except OSError as exc:
+            self._give_up(path, f"cannot read it: {describe_exception(exc)}")
+            return None
+        full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
+        for attempt in range(2):
+            try:
+                plan = plan_recovery(run.state, run.run, opened.stored_task, full_state=full_state)
+            except SyncError as exc:
+                self._give_up(path, str(exc))
+                return None
+            if plan.update is None:
+                journal.delivered_left_over(path)
+                return None
+            result = sink.send(plan.update, timeout_seconds=timeout_seconds)
+            if isinstance(result, Delivered):
+                sent = sum(s.sent for s in plan.series)
+                _log.info("trainreport.journal_recovered", path=str(path), points=sent)
+                journal.delivered_left_over(path)
+                return sink.open(timeout_seconds=timeout_seconds)
+            if isinstance(result, RetryLater):
+                return result
+            if isinstance(result, Resynchronise) and not attempt:
+                reopened = sink.open(timeout_seconds=timeout_seconds)
+                if not isinstance(reopened, Opened):
+                    return reopened
+                opened = reopened
+                continue
+            self._give_up(path, getattr(result, "reason", type(result).__name__))
+            return None
+        return None  # pragma: no cover - the loop returns
+
+    def _give_up(self, path: Path, reason: str) -> None:
+        if path in self.journal.left_over:
+            self.journal.left_over.remove(path)
+        _log.warning(
+            "trainreport.journal_recovery_failed",
+            path=str(path),
+            reason=reason[:300],
+            kept_for="trainreport sync",
+        )
+
+    def close(self, *, delivered: bool) -> None:
+        """Write what is left, then close; removed when ``delivered``. Never raises."""
+        if not delivered:
+            self.record()
+        self.journal.close(delivered=delivered)

@@ -1,0 +1,374 @@
+"""The journal in front of a service: its files, its claim, trimming, removal, recovery, bad input.
+
+Reporter-level tests run a real ``HttpSink`` against the real reference server
+(in a thread of this process) or against a closed port (the service down).
+The kill -9 guarantees are in ``tests/test_kill.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from faults import closed_port
+from helpers import drive
+from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
+from trainreport._sink import SeriesUpdate, Update
+from trainreport.server import ServerHandle
+from trainreport.sinks._journal import Journal, is_journal
+from trainreport.sinks._runfile import load_run_file
+from trainreport.sinks._runlog import MAGIC
+from trainreport.testing import FakeClock, capture_events
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _journal_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRAINREPORT_JOURNAL", raising=False)
+
+
+@pytest.fixture
+def down_url() -> Iterator[str]:
+    """A URL nothing listens on: the service is down."""
+    with closed_port() as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+def config_for(journal_dir: Path, **changes: Any) -> ReportingConfig:
+    fields: dict[str, Any] = {
+        "min_report_interval_seconds": 0.02,
+        "journal_interval_seconds": 0.02,
+        "journal_dir": str(journal_dir),
+        "backoff_initial_seconds": 0.02,
+        "backoff_max_seconds": 0.1,
+        "close_unanswered_seconds": 0.3,
+    }
+    return ReportingConfig(**{**fields, **changes})
+
+
+def train(url: str, journal_dir: Path, steps: Iterable[int], *, job: str = "job-1") -> bool:
+    """A reporter on an HttpSink with a journal; returns close()'s answer."""
+    sink = HttpSink(url, job, connect_timeout_seconds=0.5, read_timeout_seconds=2.0)
+    reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
+    for step in steps:
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    return reporter.close(timeout=5.0)
+
+
+def stored_steps(url: str, job: str = "job-1") -> list[int]:
+    answer = urllib3.request("GET", f"{url}/v1/jobs/{job}/tasks/train", timeout=10.0)
+    assert 200 == answer.status
+    return [p["step"] for p in json.loads(answer.data)["status_details"]["metrics"]["train_loss"]]
+
+
+def update(name: str, offset: int, steps: list[int]) -> Update:
+    values = array("d", [float(s) for s in steps])
+    series = SeriesUpdate(name, offset, array("q", steps), array("i", [1] * len(steps)), values)
+    return Update("running", {"phase": "train"}, (series,), False)
+
+
+# --- files and claim --------------------------------------------------------------------
+
+
+def test_a_claimed_journal_lives_under_job_and_task_and_says_it_is_a_journal(
+    tmp_path: Path,
+) -> None:
+    """``<dir>/<job>/<task>.log``, locked; its RUN record names the ids, journal, local offsets."""
+    journal = Journal.claim(tmp_path, "job-1", "train")
+    assert journal is not None
+    journal.append(update("train_loss", 0, [1, 2]))
+    journal.close(delivered=False)
+
+    run = load_run_file(tmp_path / "job-1" / "train.log")
+    assert {"job_id": "job-1", "task_id": "train", "journal": "1", "offsets": "local"} == run.run
+    assert is_journal(run.run)
+    assert [1, 2] == [p["step"] for p in run.task["status_details"]["metrics"]["train_loss"]]
+
+
+def test_a_second_live_claim_gets_no_journal_and_one_event(tmp_path: Path) -> None:
+    """Two live processes (here two claims) never share a journal: the second runs without."""
+    first = Journal.claim(tmp_path, "job-1", "train")
+    with capture_events() as events:
+        second = Journal.claim(tmp_path, "job-1", "train")
+
+    assert first is not None
+    assert second is None
+    assert ["trainreport.journal_busy"] == [e["event"] for e in events]
+    first.close(delivered=True)
+    assert Journal.claim(tmp_path, "job-1", "train") is not None  # released at close
+
+
+def test_a_journal_left_by_a_dead_process_is_moved_aside_for_recovery(tmp_path: Path) -> None:
+    """The next claimant finds the dead process's journal in ``<task>.left/`` and starts afresh."""
+    dead = Journal.claim(tmp_path, "job-1", "train")
+    assert dead is not None
+    dead.append(update("train_loss", 0, [1, 2, 3]))
+    dead._release(remove_files=False)  # the lock dies with the process; the file stays
+
+    journal = Journal.claim(tmp_path, "job-1", "train")
+
+    assert journal is not None
+    assert 1 == len(journal.left_over)
+    assert journal.left_over[0].parent == tmp_path / "job-1" / "train.left"
+    assert [1, 2, 3] == [
+        p["step"]
+        for p in read_task(journal.left_over[0])["status_details"]["metrics"]["train_loss"]
+    ]
+    assert not journal.state.exists
+
+
+@pytest.mark.parametrize(
+    ("job", "task"), [("../etc", "train"), ("job-1", "a/b"), ("", "train"), ("job-1", ".hidden")]
+)
+def test_an_invalid_id_gives_no_journal_and_one_event(tmp_path: Path, job: str, task: str) -> None:
+    """Ids follow the protocol's rule, so no id names a file outside the journal directory."""
+    with capture_events() as events:
+        assert Journal.claim(tmp_path, job, task) is None
+
+    assert ["trainreport.journal_unavailable"] == [e["event"] for e in events]
+    assert [] == list(tmp_path.iterdir())
+
+
+def test_an_unwritable_directory_costs_one_event_and_the_run_goes_on(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """journal_dir under a regular file: one journal_unavailable event, every point delivered."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with capture_events() as events:
+        delivered = train(server.url, blocker / "journal", range(1, 31))
+
+    assert delivered
+    assert list(range(1, 31)) == stored_steps(server.url)
+    assert ["trainreport.journal_unavailable"] == [
+        e["event"] for e in events if e["event"].startswith("trainreport.journal")
+    ]
+
+
+# --- trimming, removal ------------------------------------------------------------------
+
+
+def test_trimming_forgets_acknowledged_points_and_compacts_when_due(tmp_path: Path) -> None:
+    """Trimmed in memory at once; the file is rewritten once past 8 MiB and twice what it holds."""
+    journal = Journal.claim(tmp_path, "job-1", "train")
+    assert journal is not None
+    steps = list(range(1, 300_001))  # 6 MB of points: below the journal's compaction floor
+    journal.append(update("train_loss", 0, steps))
+    journal.trim({"train_loss": 299_990})
+
+    assert {"train_loss": 299_990} == journal.state.bases
+    assert 0 == journal.writer.compactions  # the file keeps the trimmed points for now
+    assert 10 == len(journal.state.task.series["train_loss"][0])
+
+    journal.append(update("train_loss", 300_000, list(range(300_001, 450_001))))
+    size = journal.writer.size
+    journal.trim({"train_loss": 449_990})
+
+    assert 1 == journal.writer.compactions  # past 8 MiB and twice what it holds
+    assert journal.writer.size < size / 1000
+    journal.append(update("train_loss", 450_000, [450_001]))
+    journal.close(delivered=False)
+    task = read_task(tmp_path / "job-1" / "train.log")
+    points = task["status_details"]["metrics"]["train_loss"]
+    assert list(range(449_991, 450_002)) == [p["step"] for p in points]
+
+
+def test_a_clean_close_with_everything_delivered_removes_the_journal(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """Nothing is left on disk: not the journal, not its lock, not the job's directory."""
+    journal_dir = tmp_path / "journal"
+    assert train(server.url, journal_dir, range(1, 51))
+
+    assert list(range(1, 51)) == stored_steps(server.url)
+    assert [] == list(journal_dir.iterdir())
+
+
+def test_with_the_service_down_the_journal_keeps_every_point_after_close(
+    tmp_path: Path, down_url: str
+) -> None:
+    """close() returns False and the journal holds the run (local offsets: never seeded)."""
+    assert not train(down_url, tmp_path, range(1, 51))
+
+    run = load_run_file(tmp_path / "job-1" / "train.log")
+    assert "local" == run.run["offsets"]
+    assert list(range(1, 51)) == [
+        p["step"] for p in run.task["status_details"]["metrics"]["train_loss"]
+    ]
+
+
+def test_the_next_process_sends_a_left_journal_before_its_own_points(
+    tmp_path: Path, down_url: str, server: ServerHandle
+) -> None:
+    """Recovery at start: the dead run's points, then this run's, each once; journals removed."""
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 51))
+    with capture_events() as events:
+        assert train(server.url, journal_dir, range(51, 81))
+
+    assert list(range(1, 81)) == stored_steps(server.url)
+    assert [] == list(journal_dir.iterdir())
+    recovered = [e for e in events if e["event"] == "trainreport.journal_recovered"]
+    assert [50] == [e["points"] for e in recovered]
+
+
+def test_recovery_sends_nothing_twice_to_a_service_that_holds_part_of_the_journal(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """A journal whose first points the service holds already: only the rest is sent."""
+    assert train(server.url, tmp_path / "unused", range(1, 21))
+    journal = Journal.claim(tmp_path, "job-1", "train")
+    assert journal is not None
+    journal.reset(journal.state, absolute=True)
+    journal.append(update("train_loss", 0, list(range(1, 41))))
+    journal._release(remove_files=False)
+
+    assert train(server.url, tmp_path, [])
+
+    assert list(range(1, 41)) == stored_steps(server.url)
+
+
+# --- bad input --------------------------------------------------------------------------
+
+
+def _damaged(kind: str, good: bytes) -> bytes:
+    if kind == "truncated":
+        return good[:-7]
+    if kind == "corrupted in the middle":
+        middle = len(good) // 2
+        return good[:middle] + bytes([good[middle] ^ 0xFF]) + good[middle + 1 :]
+    if kind == "newer version":
+        return good + b"\x63" + good[len(MAGIC) + 1 : len(MAGIC) + 40]
+    return b"this is not a run log at all\n"
+
+
+@pytest.mark.parametrize(
+    "kind", ["truncated", "corrupted in the middle", "newer version", "not a log"]
+)
+def test_a_damaged_left_journal_never_stops_the_run(
+    tmp_path: Path, server: ServerHandle, kind: str
+) -> None:
+    """Intact records before the damage are delivered; the damage is logged; close() is True."""
+    dead = Journal.claim(tmp_path, "job-1", "train")
+    assert dead is not None
+    for start in range(1, 41, 10):
+        dead.append(update("train_loss", start - 1, list(range(start, start + 10))))
+    dead._release(remove_files=False)
+    path = tmp_path / "job-1" / "train.log"
+    path.write_bytes(_damaged(kind, path.read_bytes()))
+
+    with capture_events() as events:
+        delivered = train(server.url, tmp_path, range(41, 51))
+
+    assert delivered
+    steps = stored_steps(server.url)
+    assert list(range(41, 51)) == steps[-10:]
+    assert steps == sorted(set(steps))
+    names = {e["event"] for e in events}
+    if kind == "not a log":  # nothing readable: kept for trainreport sync, never deleted
+        assert "trainreport.journal_recovery_failed" in names
+        assert [b"this is not a run log at all\n"] == [
+            p.read_bytes() for p in (tmp_path / "job-1" / "train.left").iterdir()
+        ]
+    else:
+        assert "trainreport.run_log_damaged" in names
+        assert steps[0] == 1  # the intact records before the damage were sent
+
+
+# --- when there is a journal ------------------------------------------------------------
+
+
+def test_trainreport_journal_0_turns_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, down_url: str
+) -> None:
+    """With TRAINREPORT_JOURNAL=0 nothing is written, whatever the config says."""
+    monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
+    assert not train(down_url, tmp_path, range(1, 11))
+
+    assert [] == list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("sink_kind", ["file", "memory"])
+def test_a_local_file_or_a_memory_sink_gets_no_journal(tmp_path: Path, sink_kind: str) -> None:
+    """The embedded FileSink is its own journal; a MemorySink has no job and task to key one."""
+    journal_dir = tmp_path / "journal"
+    sink = FileSink(tmp_path / "run.log") if sink_kind == "file" else MemorySink()
+    reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    assert reporter.close(timeout=5.0)
+
+    assert not journal_dir.exists()
+
+
+# --- the reporter thread's cadence (injected clock) -------------------------------------
+
+
+def test_the_thread_appends_to_the_journal_every_interval_while_sends_are_far_apart(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """Sends a minute apart, journal every second: points reach the journal within the interval."""
+    clock = FakeClock()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0)
+    worker = drive(reporter)
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    worker.cycle()  # the first point goes at once; the journal starts
+    worker.cycle()
+    for step in range(2, 11):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    path = tmp_path / "job-1" / "train.log"
+
+    def journaled() -> list[int]:
+        task = read_task(path)
+        points = task["status_details"].get("metrics", {}).get("train_loss", [])
+        return [p["step"] for p in points]
+
+    clock.advance(0.5)
+    wait_before = worker.cycle()
+    before = journaled()
+    clock.advance(0.5)
+    worker.cycle()
+    after = journaled()
+    reporter.close(timeout=10.0)
+
+    assert 10 not in before  # not due yet: drained, not written
+    assert wait_before <= 0.5  # the thread would wake for the journal, not in a minute
+    assert 10 == after[-1]  # due: written (the service acknowledged only step 1)
+    assert [1] == stored_steps(server.url)[:1]
+
+
+# --- trainreport sync of a journal --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not a log"])
+def test_sync_of_a_damaged_journal_says_what_was_unreadable(
+    tmp_path: Path, server: ServerHandle, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """Intact records are uploaded (exit 0, the damage on stderr); nothing readable: exit 1."""
+    from trainreport.cli import main  # noqa: PLC0415
+
+    dead = Journal.claim(tmp_path, "job-1", "train")
+    assert dead is not None
+    for start in range(1, 31, 10):
+        dead.append(update("train_loss", start - 1, list(range(start, start + 10))))
+    dead._release(remove_files=False)
+    path = tmp_path / "job-1" / "train.log"
+    path.write_bytes(_damaged(kind, path.read_bytes()))
+
+    status = main(["sync", str(path), "--url", server.url])
+
+    err = capsys.readouterr().err
+    if kind == "not a log":
+        assert 1 == status
+        assert "neither a run log" in err
+    else:
+        assert 0 == status
+        assert "is damaged" in err
+        assert list(range(1, 21)) == stored_steps(server.url)  # the two intact records
