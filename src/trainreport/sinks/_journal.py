@@ -31,12 +31,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trainreport._logging import describe_exception, get_logger
+from trainreport._protocol import ID_PATTERN
 from trainreport._sink import Update
 from trainreport.sinks._runlog_state import LogState
 from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter
@@ -67,8 +67,6 @@ _ABSOLUTE_OFFSETS = "absolute"
 #: trimmed at every delivered send, it would otherwise be rewritten, with two ``fsync``
 #: calls, every 64 KiB of appends. Its memory is trimmed at once whatever the file's size.
 JOURNAL_MIN_COMPACT_BYTES = 8 * 2**20
-#: Job and task ids: the protocol's id rule (docs/protocol.md), so each is a safe file name.
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _log = get_logger()
 
 
@@ -91,7 +89,8 @@ class JournalPaths:
 
     def __init__(self, directory: str | os.PathLike[str], job_id: str, task_id: str) -> None:
         for what, value in (("job id", job_id), ("task id", task_id)):
-            if not isinstance(value, str) or _ID.fullmatch(value) is None:
+            # The protocol's id rule (docs/protocol.md): each id is a safe file name.
+            if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
                 raise ValueError(f"the {what} {value!r} is not a valid id for a journal file")
         self.job_id, self.task_id = job_id, task_id
         self.job_dir = Path(directory) / job_id
