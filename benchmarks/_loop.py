@@ -29,6 +29,7 @@ import attrs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload import metrics_for, percentile
+from trainreport import Reporter
 
 BUSY_US = 200.0
 #: Steps between sends the scaled interval aims at (docs/design.md#performance).
@@ -122,6 +123,48 @@ class NullTarget:
     def extras(self) -> dict[str, Any]:
         """No extras."""
         return {}
+
+
+class ReporterTarget:
+    """A :class:`trainreport.Reporter` as a loop's target: the report calls bound once,
+    the queue read for its depth, completion and ``close(timeout)`` at the end.
+
+    Args:
+        reporter: the reporter (not started).
+        close_timeout_s: the ``close(timeout=...)`` budget, seconds.
+        must_close: assert that ``close()`` returned True (a run that must deliver).
+    """
+
+    def __init__(
+        self, reporter: Reporter, *, close_timeout_s: float, must_close: bool = True
+    ) -> None:
+        self.reporter = reporter
+        self.close_timeout_s = close_timeout_s
+        self.must_close = must_close
+        self.close_started = float("nan")
+        self.train_step = reporter.report_train_step
+        self.validation = reporter.report_validation
+        self.checkpoint = reporter.report_checkpoint_saved
+        # The hot path's deque, read (len only) to sample the queue's depth without a lock.
+        self._queue = reporter._queue
+
+    def start(self, max_steps: int) -> None:
+        """Start the reporter and report the training start."""
+        self.reporter.start()
+        self.reporter.report_training_start(max_steps=max_steps, num_epochs=NUM_EPOCHS)
+
+    def queue_depth(self) -> int:
+        """Reports queued for the reporter thread."""
+        return len(self._queue)
+
+    def finish(self) -> float:
+        """Report completion, then ``close(timeout)``; returns the close latency (seconds)."""
+        self.reporter.report_completed()
+        t0 = self.close_started = time.perf_counter()
+        closed = self.reporter.close(timeout=self.close_timeout_s)
+        latency = time.perf_counter() - t0
+        assert closed or not self.must_close, "the run did not close cleanly"
+        return latency
 
 
 @attrs.define

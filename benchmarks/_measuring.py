@@ -22,7 +22,7 @@ import urllib3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _loop import NUM_EPOCHS
+from _loop import ReporterTarget
 from _proxy import ProxyProcess
 from trainreport import Delivered, HttpSink, Reporter, ReportingConfig, Sink
 from trainreport._sink import OpenResult, SendResult, Update
@@ -137,7 +137,7 @@ def fit_send_cost(sends: list[tuple[float, int, bool]]) -> tuple[float, float]:
     return min(c for p, c in points if p == smallest), float("nan")
 
 
-class TrainreportTarget:
+class TrainreportTarget(ReporterTarget):
     """A started :class:`trainreport.Reporter` over :class:`trainreport.HttpSink`.
 
     See docs/design.md#public-api.
@@ -164,37 +164,19 @@ class TrainreportTarget:
         proxy: ProxyProcess | None,
     ) -> None:
         self.sink = MeasuringSink(HttpSink(url, job_id=job_id, task_id="train"))
-        self.reporter = Reporter(
+        reporter = Reporter(
             self.sink, ReportingConfig(min_report_interval_seconds=interval_s), rank=0
         )
+        super().__init__(reporter, close_timeout_s=close_timeout_s, must_close=False)
         self.job_id = job_id
         self.server_url = server_url
-        self.close_timeout_s = close_timeout_s
         self.proxy = proxy
-        self.close_started = float("nan")
-        self.train_step = self.reporter.report_train_step
-        self.validation = self.reporter.report_validation
-        self.checkpoint = self.reporter.report_checkpoint_saved
-        # The hot path's deque, read (len only) to sample the queue's depth without a lock.
-        self._queue = self.reporter._queue
 
     def start(self, max_steps: int) -> None:
         """Reset the proxy's counters, start the reporter, report the training start."""
         if self.proxy is not None:
             self.proxy.reset()
-        self.reporter.start()
-        self.reporter.report_training_start(max_steps=max_steps, num_epochs=NUM_EPOCHS)
-
-    def queue_depth(self) -> int:
-        """Reports queued for the reporter thread."""
-        return len(self._queue)
-
-    def finish(self) -> float:
-        """Report completion, then ``close(timeout)``; returns the close latency (seconds)."""
-        self.reporter.report_completed()
-        t0 = self.close_started = time.perf_counter()
-        self.reporter.close(timeout=self.close_timeout_s)
-        return time.perf_counter() - t0
+        super().start(max_steps)
 
     def extras(self) -> dict[str, Any]:
         """Bytes (proxy and sink), CPU, final stored state; releases a hung thread first."""

@@ -28,13 +28,12 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _loop import NUM_EPOCHS, NullTarget, Scenario, calibrate, run_interleaved
+from _loop import NullTarget, ReporterTarget, Scenario, calibrate, run_interleaved
 from trainreport import HttpSink, Reporter, ReportingConfig
 
 BUSY_US = 200.0
@@ -44,7 +43,7 @@ JOURNAL_EVERY = 5
 TARGET_EXTRA_SLOWDOWN = 0.02
 
 
-class HttpTarget:
+class HttpTarget(ReporterTarget):
     """``Reporter(HttpSink(...))``, with or without a journal.
 
     Args:
@@ -63,27 +62,7 @@ class HttpTarget:
             journal_dir=str(journal_dir or "unused"),
             journal_interval_seconds=journal_interval_s,
         )
-        self.reporter = Reporter(HttpSink(url, job_id), config, rank=0)
-        self.train_step = self.reporter.report_train_step
-        self.validation = self.reporter.report_validation
-        self.checkpoint = self.reporter.report_checkpoint_saved
-        self._queue = self.reporter._queue
-
-    def start(self, max_steps: int) -> None:
-        """Start the reporter and report the training start."""
-        self.reporter.start()
-        self.reporter.report_training_start(max_steps=max_steps, num_epochs=NUM_EPOCHS)
-
-    def queue_depth(self) -> int:
-        """Reports queued for the reporter thread."""
-        return len(self._queue)
-
-    def finish(self) -> float:
-        """Report completion and close; returns the close latency (seconds)."""
-        self.reporter.report_completed()
-        t0 = time.perf_counter()
-        assert self.reporter.close(timeout=60.0), "the run did not close cleanly"
-        return time.perf_counter() - t0
+        super().__init__(Reporter(HttpSink(url, job_id), config, rank=0), close_timeout_s=60.0)
 
     def extras(self) -> dict[str, Any]:
         """Requests sent (for the table)."""

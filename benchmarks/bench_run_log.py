@@ -38,17 +38,16 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _loop import (
-    NUM_EPOCHS,
     VAL_NAMES,
     VALIDATE_EVERY,
     NullTarget,
+    ReporterTarget,
     Scenario,
     calibrate,
     run_interleaved,
@@ -69,7 +68,7 @@ def record_bytes(path: Path) -> int:
     return len(json.dumps(task, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-class EmbeddedTarget:
+class EmbeddedTarget(ReporterTarget):
     """``Reporter(FileSink(...))`` in a fresh directory, with the reporter thread's CPU measured.
 
     Args:
@@ -80,29 +79,10 @@ class EmbeddedTarget:
     def __init__(self, directory: Path, interval_s: float = INTERVAL_S) -> None:
         self.file_sink = FileSink(directory / "run.log")
         self.sink = MeasuringSink(self.file_sink)
-        self.reporter = Reporter(
+        reporter = Reporter(
             self.sink, ReportingConfig(min_report_interval_seconds=interval_s), rank=0
         )
-        self.train_step = self.reporter.report_train_step
-        self.validation = self.reporter.report_validation
-        self.checkpoint = self.reporter.report_checkpoint_saved
-        self._queue = self.reporter._queue
-
-    def start(self, max_steps: int) -> None:
-        """Start the reporter and report the training start."""
-        self.reporter.start()
-        self.reporter.report_training_start(max_steps=max_steps, num_epochs=NUM_EPOCHS)
-
-    def queue_depth(self) -> int:
-        """Reports queued for the reporter thread."""
-        return len(self._queue)
-
-    def finish(self) -> float:
-        """Report completion and close; returns the close latency (seconds)."""
-        self.reporter.report_completed()
-        t0 = time.perf_counter()
-        assert self.reporter.close(timeout=120.0), "the run did not close cleanly"
-        return time.perf_counter() - t0
+        super().__init__(reporter, close_timeout_s=120.0)
 
     def extras(self) -> dict[str, Any]:
         """Bytes written, the final record's size, the reporter thread's CPU."""
