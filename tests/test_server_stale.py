@@ -338,6 +338,17 @@ def test_summaries_of_a_plain_task_show_no_stale_message() -> None:
     assert "ETA" in describe_task(task)
 
 
+def _page_eta(browser: Browser, url: str, job: str) -> str:
+    """The text of the task page's ETA box (the ``.stat`` whose key reads ``eta``)."""
+    browser.open(f"{url}/jobs/{job}/tasks/train")
+    browser.wait_for("document.querySelector('.stat') !== null")
+    text = browser.evaluate(
+        "Array.from(document.querySelectorAll('.stat')).find((s) => "
+        "s.querySelector('.k').textContent === 'eta').querySelector('.v').textContent"
+    )
+    return str(text)
+
+
 @needs_chromium
 def test_the_page_shows_the_stale_message_in_place_of_the_eta(
     start_server: Any, clock: ManualClock, job: str
@@ -346,15 +357,9 @@ def test_the_page_shows_the_stale_message_in_place_of_the_eta(
     server = start_server(clock=clock)
     _run(server.url, job)
     clock.now += 245
-    stat = (
-        "(k) => Array.from(document.querySelectorAll('.stat')).find((s) => "
-        "s.querySelector('.k').textContent === k).querySelector('.v').textContent"
-    )
 
     with Browser() as browser:
-        browser.open(f"{server.url}/jobs/{job}/tasks/train")
-        browser.wait_for("document.querySelector('.stat') !== null")
-        eta = browser.evaluate(f"({stat})('eta')")
+        eta = _page_eta(browser, server.url, job)
         browser.open(server.url + "/")
         browser.wait_for("document.querySelector('table.tasks') !== null")
         row = browser.evaluate("document.querySelector('table.tasks tbody tr').innerText")
@@ -371,15 +376,9 @@ def test_a_live_task_page_still_shows_its_eta(
     server = start_server(clock=clock)
     _run(server.url, job)
     clock.now += 30
-    stat = (
-        "(k) => Array.from(document.querySelectorAll('.stat')).find((s) => "
-        "s.querySelector('.k').textContent === k).querySelector('.v').textContent"
-    )
 
     with Browser() as browser:
-        browser.open(f"{server.url}/jobs/{job}/tasks/train")
-        browser.wait_for("document.querySelector('.stat') !== null")
-        eta = browser.evaluate(f"({stat})('eta')")
+        eta = _page_eta(browser, server.url, job)
 
     assert "may have died" not in eta
     assert eta not in ("", "\N{EN DASH}")
