@@ -308,10 +308,12 @@ class Recorder:
 
     def _seed(self, state: StoredState, d: int) -> None:
         store = self._store
-        stored_train = [
-            st[-1] for n, (st, _, _) in state.series.items() if n.startswith("train_") and st
+        self._stored_epochs = [
+            (steps, epochs)
+            for name, (steps, epochs, _) in state.series.items()
+            if name.startswith("train_") and steps
         ]
-        stored_last_train = max(stored_train) if stored_train else None
+        stored_last_train = max((steps[-1] for steps, _ in self._stored_epochs), default=None)
         # Reports applied before the stored task could be read (a long outage at
         # start) come after the stored curves, as if replayed: a first training step
         # below the stored last one rewinds them (docs/design.md#metrics), and each series' own
@@ -325,11 +327,6 @@ class Recorder:
         if cut is not None:
             store.rewinds += 1
         self._stored_last_train = stored_last_train
-        self._stored_epochs = [
-            (steps, epochs)
-            for name, (steps, epochs, _) in state.series.items()
-            if name.startswith("train_") and steps
-        ]
         for name, (steps, epochs, values) in state.series.items():
             if name in store.scalar_names:  # a name stored as a series stays a series
                 store.make_series(name)
