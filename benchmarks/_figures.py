@@ -144,6 +144,16 @@ def extrap(text: str) -> str:
     return f"≈ {text} (extrap.)"
 
 
+#: The targets of docs/design.md#performance, written once for every benchmark script.
+TARGET_CALL_P50_US = 1.5
+TARGET_CALL_P99_US = 10.0
+TARGET_SLOWDOWN = 1.05
+TARGET_CPU_POINT_US = 0.3
+TARGET_CPU_SEND_US = 300.0
+TARGET_BYTES_RATIO = 1.5
+TARGET_BYTES_PER_POINT = 40.0
+
+
 def _check(value: float, limit: float) -> str:
     return MET if value < limit else MISSED
 
@@ -221,13 +231,13 @@ def _call_cells(result: ScenarioResult, checked: bool) -> dict[str, Cell]:
     assert run is not None
     p50, p99 = run.call_percentile(0.5), run.call_percentile(0.99)
     return {
-        "call_p50": Cell(fmt(p50), _check(p50, 3.0) if checked else None),
-        "call_p99": Cell(fmt(p99), _check(p99, 25.0) if checked else None),
+        "call_p50": Cell(fmt(p50), _check(p50, TARGET_CALL_P50_US) if checked else None),
+        "call_p99": Cell(fmt(p99), _check(p99, TARGET_CALL_P99_US) if checked else None),
         "call_p999": Cell(fmt(run.call_percentile(0.999))),
         "call_max": Cell(fmt(run.calls_us[-1] if run.calls_us else math.nan)),
         "call_sum": Cell(fmt(run.call_sum_s)),
         "slowdown": Cell(
-            f"{result.slowdown:.3f}", _check(result.slowdown, 1.05) if checked else None
+            f"{result.slowdown:.3f}", _check(result.slowdown, TARGET_SLOWDOWN) if checked else None
         ),
         "cpu_ratio": Cell(f"{result.cpu_ratio:.3f}"),
         "gc": Cell(f"{fmt(run.gc_s)} [{fmt(result.baseline_gc_s)}]"),
@@ -268,7 +278,7 @@ def trainreport_cells(result: ScenarioResult, mode: str, n: int, ctx: Context) -
     state = ex["state_bytes"]
     if proxy is not None and state:
         ratio = proxy.wire_bytes / state
-        cells["bytes_ratio"] = Cell(f"{ratio:.3f}", _check(ratio, 1.5))
+        cells["bytes_ratio"] = Cell(f"{ratio:.3f}", _check(ratio, TARGET_BYTES_RATIO))
         cells["bytes_plain"] = Cell(f"{proxy.uncompressed_bytes / state:.3f}")
     else:
         cells["bytes_ratio"] = cells["bytes_plain"] = Cell("n/a (nothing stored)")
@@ -281,7 +291,7 @@ def trainreport_cells(result: ScenarioResult, mode: str, n: int, ctx: Context) -
         cells["requests"] = Cell(f"0 (refused; {stats.requests_sent} attempts)")
     memory = ctx.memory.get(n, {})
     bpp = memory.get("store_bytes_per_point", math.nan)
-    cells["memory"] = Cell(f"{bpp:.1f}", _check(bpp, 40.0))
+    cells["memory"] = Cell(f"{bpp:.1f}", _check(bpp, TARGET_BYTES_PER_POINT))
     per_report = memory.get("queue_bytes_per_report", math.nan)
     cells["queue_peak"] = Cell(
         f"{run.queue_peak:,} [{fmt_bytes(run.queue_peak * per_report)}]"
@@ -296,7 +306,8 @@ def trainreport_cells(result: ScenarioResult, mode: str, n: int, ctx: Context) -
         fixed_total = len(sends) * fixed if math.isfinite(fixed) else 0.0
         per_point = (cpu - ex["open_cpu_s"] - fixed_total) / recorded * 1e6
         cells["cpu_point"] = Cell(
-            f"{fmt(per_point)} [{fmt(cpu / recorded * 1e6)}]", _check(per_point, 1.0)
+            f"{fmt(per_point)} [{fmt(cpu / recorded * 1e6)}]",
+            _check(per_point, TARGET_CPU_POINT_US),
         )
     else:
         cells["cpu_point"] = Cell(
@@ -309,7 +320,10 @@ def trainreport_cells(result: ScenarioResult, mode: str, n: int, ctx: Context) -
         median_send = send_cpus[len(send_cpus) // 2]
         kernel = ex["send_kernel_s"] / math.fsum(send_cpus) if math.fsum(send_cpus) else math.nan
         share = f"; {kernel:.0%} in the kernel" if math.isfinite(kernel) else ""
-        cells["cpu_send"] = Cell(f"{fmt(fixed * 1e6)} [{fmt(median_send * 1e6)}{share}]")
+        cells["cpu_send"] = Cell(
+            f"{fmt(fixed * 1e6)} [{fmt(median_send * 1e6)}{share}]",
+            _check(fixed * 1e6, TARGET_CPU_SEND_US) if math.isfinite(fixed) else None,
+        )
     else:
         cells["cpu_send"] = Cell("n/a (no send: open never succeeded)")
     walls = sorted(ex["send_walls"])
@@ -424,22 +438,22 @@ def peer_cells(result: ScenarioResult | None, status: str | None) -> dict[str, C
 def target_text(figure: str, mode: str, ctx: Context) -> str:
     """The target column for a figure in a server mode (docs/design.md#performance)."""
     return {
-        "call_p50": "< 3",
-        "call_p99": "< 25",
+        "call_p50": f"< {TARGET_CALL_P50_US:g}",
+        "call_p99": f"< {TARGET_CALL_P99_US:g}",
         "call_p999": "— (bounded by the 5 ms switch interval)",
         "call_max": "— (same)",
         "call_sum": "—",
-        "slowdown": "< 1.05",
+        "slowdown": f"< {TARGET_SLOWDOWN:g}",
         "gc": "—",
         "cpu_ratio": "— (cross-check of the slowdown)",
-        "bytes_ratio": "< 1.5 (with the suffix extension)",
+        "bytes_ratio": f"< {TARGET_BYTES_RATIO:g} (with the suffix extension)",
         "bytes_plain": "— (reported beside it)",
         "bytes_wire": "—",
         "requests": "— (one send per ~50 steps)",
-        "memory": "< 40",
+        "memory": f"< {TARGET_BYTES_PER_POINT:g}",
         "queue_peak": "— (measured separately)",
-        "cpu_point": "< 1",
-        "cpu_send": "— (reported separately)",
+        "cpu_point": f"< {TARGET_CPU_POINT_US:g}",
+        "cpu_send": f"< {TARGET_CPU_SEND_US:g}",
         "send_wall": "—",
         "close": close_target(mode, ctx)[0],
     }[figure]

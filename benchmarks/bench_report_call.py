@@ -26,6 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _figures import (
+    TARGET_BYTES_PER_POINT,
+    TARGET_CALL_P50_US,
+    TARGET_CALL_P99_US,
+    TARGET_CPU_POINT_US,
+)
 from _workload import metrics_for, percentile
 from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport._config import ReportingConfig as _Config
@@ -165,19 +171,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| figure | measured | target |")
     print("|---|---|---|")
-    print(f"| report call p50 | {call['p50_us']:.2f} µs | < 3 µs |")
-    print(f"| report call p99 | {call['p99_us']:.2f} µs | < 25 µs |")
+    print(f"| report call p50 | {call['p50_us']:.2f} µs | < {TARGET_CALL_P50_US:g} µs |")
+    print(f"| report call p99 | {call['p99_us']:.2f} µs | < {TARGET_CALL_P99_US:g} µs |")
     print(f"| report call p99.9 | {call['p999_us']:.2f} µs | (GIL switch bound) |")
     print(f"| report call max | {call['max_us']:.1f} µs | (GIL switch bound) |")
     print(
         f"| reporter CPU / point (suffix) | {cpu_suffix['cpu_us_per_recorded_point']:.3f} µs "
-        "| < 1 µs |"
+        f"| < {TARGET_CPU_POINT_US:g} µs |"
     )
     print(
         f"| reporter CPU / point (full state, {min(args.steps, 5_000)} steps) | "
         f"{cpu_full['cpu_us_per_recorded_point']:.3f} µs | (quadratic: reference) |"
     )
-    print(f"| store bytes / retained point | {memory['store_bytes_per_point']:.1f} B | < 40 B |")
+    print(
+        f"| store bytes / retained point | {memory['store_bytes_per_point']:.1f} B "
+        f"| < {TARGET_BYTES_PER_POINT:g} B |"
+    )
     print(
         f"| queue bytes / queued report (14 metrics) | {memory['queue_bytes_per_report']:.0f} B "
         "| (measured separately) |"
