@@ -805,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick,
             embedded_table=embedded_table,
             journal_table=journal_table,
+            kept=hand_written_sections(
+                args.output.read_text(encoding="utf-8") if args.output.exists() else ""
+            ),
         )
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(doc, encoding="utf-8")
@@ -897,6 +900,32 @@ def explain_misses(
     return out
 
 
+#: The line under a heading of docs/performance.md that marks a section written by hand:
+#: render_doc carries such sections over from the previous document unchanged.
+HAND_WRITTEN = "<!-- written by hand: benchmarks/report.py keeps this section -->"
+
+
+def hand_written_sections(previous: str) -> list[str]:
+    """The ``## `` sections of ``previous`` (a document) marked :data:`HAND_WRITTEN`, in order.
+
+    Each is returned whole (heading to the line before the next ``## `` heading),
+    without trailing blank lines.
+    """
+    sections: list[list[str]] = []
+    current: list[str] | None = None
+    for line in previous.splitlines():
+        if line.startswith("## "):
+            current = [line]
+            sections.append(current)
+        elif current is not None:
+            current.append(line)
+    return [
+        "\n".join(section).rstrip()
+        for section in sections
+        if any(line.strip() == HAND_WRITTEN for line in section[1:3])
+    ]
+
+
 def render_doc(
     plan: Plan,
     ctx: Context,
@@ -914,8 +943,9 @@ def render_doc(
     quick: bool,
     embedded_table: str = "",
     journal_table: str = "",
+    kept: Sequence[str] = (),
 ) -> str:
-    """docs/performance.md."""
+    """docs/performance.md; ``kept``: hand-written sections, placed before the targets."""
     parts = [
         "# Performance",
         "",
@@ -979,6 +1009,8 @@ def render_doc(
             journal_table,
             "",
         ]
+    for section in kept:
+        parts += [section, ""]
     parts += ["## Targets", ""]
     parts.append(f"{len(met)} trainreport figures met their target, {len(missed)} missed.")
     parts.append("")

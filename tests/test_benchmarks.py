@@ -142,3 +142,39 @@ def test_extrapolation_recovers_a_quadratic_cumulative_cost() -> None:
 def test_extrapolation_of_a_few_steps_is_linear_in_the_step_count() -> None:
     """Under 10 steps (a hanging server: each call waits its timeout), the total scales with N."""
     assert 10_000.0 == pytest.approx(extrapolate_cumulative([10.0, 10.0], 1000))
+
+
+def test_report_keeps_the_hand_written_sections_of_the_previous_document() -> None:
+    """Sections marked as written by hand survive a regeneration, whole and in order."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    report = importlib.import_module("report")
+    previous = "\n".join(
+        [
+            "# Performance",
+            "## Results",
+            "generated",
+            "## Profile (issue 9)",
+            "",
+            report.HAND_WRITTEN,
+            "",
+            "by hand, first",
+            "",
+            "## Targets",
+            "generated",
+            "## Replicas (issue 15)",
+            report.HAND_WRITTEN,
+            "by hand, second",
+        ]
+    )
+    kept = report.hand_written_sections(previous)
+    assert kept == [
+        f"## Profile (issue 9)\n\n{report.HAND_WRITTEN}\n\nby hand, first",
+        f"## Replicas (issue 15)\n{report.HAND_WRITTEN}\nby hand, second",
+    ]
+    real = report.hand_written_sections((ROOT / "docs" / "performance.md").read_text("utf-8"))
+    assert [section.splitlines()[0] for section in real] == [
+        "## Reference server under load: profile and fixes (issue 9)",
+        "## Replicas on PostgreSQL, a replica killed (issue 15)",
+        "## The journal's cost on HttpSink, three sittings (issue 12)",
+    ]
