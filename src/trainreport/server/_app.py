@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._job_tokens import check_secret
 from trainreport._logging import get_logger
-from trainreport._protocol import ENCODING_GZIP, EXTENSION_SERIES_SUFFIX
+from trainreport._protocol import ENCODING_GZIP, EXTENSION_SERIES_SUFFIX, TaskStatus
 from trainreport.server import _page
 from trainreport.server._auth import (
     WWW_AUTHENTICATE,
@@ -203,7 +203,7 @@ def create_app(
     def count_stale() -> int:
         now = wall_clock()
         return sum(
-            staleness("running", t, now=now, stale_after_seconds=stale_after) is not None
+            staleness(TaskStatus.RUNNING, t, now=now, stale_after_seconds=stale_after) is not None
             for t in db.running_task_update_times()
         )
 

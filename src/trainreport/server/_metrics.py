@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
-from trainreport._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH
+from trainreport._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH, TaskStatus
 from trainreport.server._storage import StorageUnavailable
 
 __all__ = ["DATABASE_ERRORS", "ServerMetrics", "is_database_error"]
@@ -145,7 +145,7 @@ class _TaskCollector(Collector):
         yield GaugeMetricFamily(
             "trainreport_active_tasks",
             "Tasks whose status is running",
-            value=counts.get("running", 0),
+            value=counts.get(TaskStatus.RUNNING, 0),
         )
         yield GaugeMetricFamily(
             "trainreport_stale_tasks",

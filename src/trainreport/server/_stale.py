@@ -20,6 +20,8 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
+from trainreport._protocol import TaskStatus
+
 __all__ = [
     "DEFAULT_STALE_AFTER_SECONDS",
     "STALE_KEY",
@@ -59,7 +61,7 @@ def is_stale(status: str, updated_at: float, *, now: float, stale_after_seconds:
 
     Never raises.
     """
-    return status == "running" and now - updated_at > stale_after_seconds
+    return status == TaskStatus.RUNNING and now - updated_at > stale_after_seconds
 
 
 def describe_silence(seconds: float) -> str:
