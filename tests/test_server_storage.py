@@ -350,6 +350,32 @@ def test_retention_racing_a_writer_of_an_old_job_never_leaves_half_a_task(
             assert 40 == len(task["status_details"]["metrics"]["loss"])
 
 
+def test_retention_never_deletes_a_job_whose_task_went_back_to_running_since_it_was_listed(
+    open_db: Callable[[], Database],
+) -> None:
+    """The listing is a hint: the delete itself re-checks that no task is unfinished.
+
+    A replica whose clock is behind restarts a task of a listed job and stamps
+    the job with an old time, so the job still looks old to the delete; only
+    the status check inside the delete's transaction keeps the running task.
+    """
+    retention_db, writer_db = open_db(), open_db()
+    cutoff = cutoff_for(datetime(2026, 3, 1, tzinfo=timezone.utc), 30)
+    job = f"revived-{uuid.uuid4().hex[:8]}"
+    finished_job(writer_db, job, 12)
+    assert job in retention_db.retention.expired_jobs(cutoff, limit=1000)
+    running = TaskPatch(status="running", details={}, metrics=None)
+    writer_db.tasks.patch_task(job, "t", running, now=OLD)
+
+    removed = retention_db.jobs.delete_job(job, now=NOW, finished_before=cutoff)
+
+    assert removed is False
+    task = writer_db.tasks.get_task(job, "t")
+    assert task is not None
+    assert "running" == task["status"]
+    assert 12 == len(stored_values(writer_db, job))
+
+
 def test_retention_days_must_be_positive(open_db: Callable[[], Database]) -> None:
     """0 or a negative number of days would delete every finished job at once."""
     with pytest.raises(ValueError, match="retain_days"):
