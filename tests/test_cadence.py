@@ -21,16 +21,12 @@ def destination(index: int = 0, *, interval: float = 10.0) -> Destination:
     return Destination(index=index, sink=MemorySink(), scheduler=scheduler)
 
 
-def never(_dest: Destination) -> bool:
-    return False
-
-
 def test_with_nothing_due_the_thread_wakes_once_per_debounce_interval() -> None:
     """The shortest interval counts: a local run log's, when shorter than the config's."""
     regular, local_log = destination(0), destination(1, interval=2.0)
 
     assert 2.0 == next_wait(
-        0.0, [regular, local_log], interval=10.0, flush_wants_a_send=never, journal_due=None
+        0.0, [regular, local_log], interval=10.0, flush_now=False, journal_due=None
     )
 
 
@@ -39,8 +35,8 @@ def test_a_zero_interval_never_spins_and_a_huge_one_is_capped_at_a_day() -> None
     zero, huge = destination(interval=0.0), destination(interval=1e12)
 
     assert (0.05, 86_400.0) == (
-        next_wait(0.0, [zero], interval=0.0, flush_wants_a_send=never, journal_due=None),
-        next_wait(0.0, [huge], interval=1e12, flush_wants_a_send=never, journal_due=None),
+        next_wait(0.0, [zero], interval=0.0, flush_now=False, journal_due=None),
+        next_wait(0.0, [huge], interval=1e12, flush_now=False, journal_due=None),
     )
 
 
@@ -49,14 +45,12 @@ def test_a_due_send_a_waiting_flush_and_the_journal_wake_the_thread_sooner() -> 
     dest = destination()
     dest.scheduler.on_retry_later(0.0, 3.0)
 
-    assert 3.0 == next_wait(0.0, [dest], interval=10.0, flush_wants_a_send=never, journal_due=None)
-    assert 0.0 == next_wait(
-        0.0, [dest], interval=10.0, flush_wants_a_send=lambda _d: True, journal_due=None
-    )
+    assert 3.0 == next_wait(0.0, [dest], interval=10.0, flush_now=False, journal_due=None)
+    assert 0.0 == next_wait(0.0, [dest], interval=10.0, flush_now=True, journal_due=None)
     idle = destination()
-    assert 1.5 == next_wait(0.0, [idle], interval=10.0, flush_wants_a_send=never, journal_due=1.5)
+    assert 1.5 == next_wait(0.0, [idle], interval=10.0, flush_now=False, journal_due=1.5)
     assert MIN_JOURNAL_WAIT_SECONDS == next_wait(  # overdue: a record at once, never a spin
-        5.0, [idle], interval=10.0, flush_wants_a_send=never, journal_due=4.0
+        5.0, [idle], interval=10.0, flush_now=False, journal_due=4.0
     )
 
 
@@ -66,9 +60,7 @@ def test_a_destination_with_a_request_in_flight_does_not_set_the_wake() -> None:
     busy.scheduler.note_change(0.0, urgent=True)
     busy.job = Job(None)
 
-    assert 10.0 == next_wait(
-        5.0, [busy], interval=10.0, flush_wants_a_send=lambda _d: True, journal_due=None
-    )
+    assert 10.0 == next_wait(5.0, [busy], interval=10.0, flush_now=False, journal_due=None)
 
 
 @given(
@@ -87,7 +79,7 @@ def test_the_wait_is_bounded_and_never_later_than_a_due_send(
             dest.scheduler.on_retry_later(now, delay)
         dests.append(dest)
 
-    wait = next_wait(now, dests, interval=interval, flush_wants_a_send=never, journal_due=None)
+    wait = next_wait(now, dests, interval=interval, flush_now=False, journal_due=None)
 
     assert 0.0 <= wait <= 86_400.0
     for dest in dests:

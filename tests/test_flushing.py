@@ -7,6 +7,9 @@ its resends after a failure follow the backoff. Pure: no thread, ``now`` in.
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from trainreport import MemorySink
 from trainreport._destination import Destination, Job
 from trainreport._flushing import FlushRequests
@@ -63,13 +66,22 @@ def test_the_resends_of_a_flush_follow_the_backoff() -> None:
 
 
 def test_a_destination_with_a_request_in_flight_is_not_sent_to() -> None:
-    """One request per destination at a time, flush or not."""
-    flush = FlushRequests(1)
-    dest = destination()
+    """One request per destination at a time, flush or not; another may still be sent to."""
+    flush = FlushRequests(2)
+    busy, free = destination(0), destination(1)
     flush.request()
-    dest.job = Job(None)
+    busy.job = Job(None)
 
-    assert not flush.wants_a_send(dest, 0.0, lambda _d: True)
+    assert not flush.wants_a_send(busy, 0.0, lambda _d: True)
+    assert not flush.wants_any_send([busy], 0.0, lambda _d: True)
+    assert flush.wants_any_send([busy, free], 0.0, lambda _d: True)
+
+
+def test_without_a_flush_no_send_is_wanted() -> None:
+    """No flush asked: nothing is forced, whatever is unsent."""
+    flush = FlushRequests(1)
+
+    assert not flush.wants_any_send([destination()], 0.0, lambda _d: True)
 
 
 def test_release_wakes_every_waiting_flush_and_forgets_them() -> None:
@@ -83,3 +95,38 @@ def test_release_wakes_every_waiting_flush_and_forgets_them() -> None:
     after_release = flush.waiting
     later = flush.request()
     assert (False, True, False) == (after_release, flush.waiting, later.is_set())
+
+
+@given(
+    requested=st.lists(st.booleans(), min_size=1, max_size=3),
+    waiters=st.integers(0, 2),
+    in_flight=st.lists(st.booleans(), min_size=3, max_size=3),
+    failed=st.lists(st.booleans(), min_size=3, max_size=3),
+    changes=st.booleans(),
+    now=st.floats(0.0, 10.0),
+)
+def test_the_quick_no_flush_answer_is_the_per_destination_answer(
+    requested: list[bool],
+    waiters: int,
+    in_flight: list[bool],
+    failed: list[bool],
+    changes: bool,
+    now: float,
+) -> None:
+    """``wants_any_send``'s early exit (no flush at all) answers as asking each destination."""
+    flush = FlushRequests(len(requested))
+    for _ in range(waiters):
+        flush.request()
+    flush._requested = list(requested)
+    dests = [destination(i, gap=1.0) for i in range(len(requested))]
+    for dest in dests:
+        if failed[dest.index]:
+            dest.scheduler.on_retry_later(0.0, 5.0)
+        if in_flight[dest.index]:
+            dest.job = Job(None)
+
+    def has_changes(_d: int) -> bool:
+        return changes
+
+    general = any(flush.wants_a_send(d, now, has_changes) for d in dests if d.job is None)
+    assert general == flush.wants_any_send(dests, now, has_changes)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from trainreport._destination import MAX_FLOOR_SECONDS, Destination
 
 __all__ = ["MIN_JOURNAL_WAIT_SECONDS", "next_wait"]
@@ -23,7 +21,7 @@ def next_wait(
     destinations: list[Destination],
     *,
     interval: float,
-    flush_wants_a_send: Callable[[Destination], bool],
+    flush_now: bool,
     journal_due: float | None,
 ) -> float:
     """Seconds until the reporter thread's next cycle is due (it is woken earlier by events).
@@ -37,17 +35,18 @@ def next_wait(
         now: the scheduling clock's time (seconds).
         destinations: the reporter's destinations.
         interval: the configured debounce interval (seconds).
-        flush_wants_a_send: whether a waiting ``flush()`` may send to a destination now.
+        flush_now: a waiting ``flush()`` may send now to a destination with no
+            request in flight (the thread does not sleep).
         journal_due: when the journal's next record is due (scheduling clock),
             ``None`` without a journal.
     """
+    if flush_now:
+        return 0.0
     shortest = min(interval, *(d.scheduler.min_interval for d in destinations))
     wait = min(max(shortest, _MIN_SLEEP_SECONDS), _MAX_SLEEP_SECONDS)
     for dest in destinations:
         if dest.job is not None:
             continue  # its sender wakes the thread when the request ends
-        if flush_wants_a_send(dest):
-            return 0.0
         due = dest.scheduler.due_at()
         if due is not None:
             wait = min(wait, max(due - now, 0.0))

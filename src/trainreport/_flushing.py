@@ -71,6 +71,14 @@ class FlushRequests:
             return False  # our own backoff applies to the resends of a flush
         return has_changes(dest.index)
 
+    def wants_any_send(
+        self, destinations: list[Destination], now: float, has_changes: Callable[[int], bool]
+    ) -> bool:
+        """:meth:`wants_a_send` for any of ``destinations`` (no request of theirs in flight)."""
+        if not self._waiters and not any(self._requested):
+            return False
+        return any(self.wants_a_send(d, now, has_changes) for d in destinations if d.job is None)
+
     def sent(self, dest: Destination) -> None:
         """The send a flush asked of ``dest`` is being made."""
         self._requested[dest.index] = False

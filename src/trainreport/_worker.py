@@ -146,11 +146,8 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
-
-    @property
-    def journal(self) -> JournalKeeper | None:
-        """The journal kept for this attempt, once claimed (``None``: no journal)."""
-        return self._resume.journal
+        #: The journal kept for this attempt, once claimed (``None``: no journal).
+        self.journal: JournalKeeper | None = None
 
     # --- control from other threads ----------------------------------------------
 
@@ -199,6 +196,7 @@ class Worker:
             return
         self._began = True
         self._resume.open_journal(self.recorder, self.wall_clock)
+        self.journal = self._resume.journal
         self.recorder.start_attempt()
         now = self.clock()
         for dest in self.destinations:
@@ -225,7 +223,7 @@ class Worker:
             unless woken). Never raises an ``Exception``.
         """
         self._begin()
-        dispatch, flush = self._dispatch, self._flush
+        dispatch, flush, has_changes = self._dispatch, self._flush, self.recorder.has_changes
         try:
             self._drain()
             now = self.clock()
@@ -238,7 +236,7 @@ class Worker:
             self._seed_if_decided()
             for dest in self.destinations:
                 dispatch.settle(dest, closing=False)
-                forced = flush.wants_a_send(dest, now, self.recorder.has_changes)
+                forced = flush.wants_a_send(dest, now, has_changes)
                 if forced:
                     flush.sent(dest)
                     dest.scheduler.note_change(now, urgent=True)
@@ -257,12 +255,12 @@ class Worker:
         return self._sleep_seconds()
 
     def _sleep_seconds(self) -> float:
-        now, journal, has_changes = self.clock(), self.journal, self.recorder.has_changes
+        now, journal = self.clock(), self.journal
         return next_wait(
             now,
             self.destinations,
             interval=self.config.min_report_interval_seconds,
-            flush_wants_a_send=lambda d: self._flush.wants_a_send(d, now, has_changes),
+            flush_now=self._flush.wants_any_send(self.destinations, now, self.recorder.has_changes),
             journal_due=None if journal is None else journal.next_due(),
         )
 
