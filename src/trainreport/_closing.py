@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainreport._destination import Destination, settle_error
+from trainreport._destination import Destination, in_flight, is_open, settle_error
 from trainreport._dispatch import Dispatch
 from trainreport._recorder import Recorder
 from trainreport._scheduler import SendScheduler
@@ -207,9 +207,9 @@ class CloseSequence:
             except Exception as exc:  # a raising sink gets the backoff, as while running
                 settle_error(dest, exc, self._clock())
                 ended = False
-            if _in_flight(dest):
+            if in_flight(dest):
                 continue  # in flight on its sender: settled above when it ends
-            if _is_open(dest) and not dest.known:
+            if is_open(dest) and not dest.known:
                 state.next_at = time.monotonic()  # opened; the resume is decided after this pass
                 return
             self._after_attempt(dest, state, ended)
@@ -230,13 +230,3 @@ class CloseSequence:
         remaining = deadline - time.monotonic()
         wait, state.last = close_wait(dest.scheduler, self._clock(), remaining, self._retry_max)
         state.next_at = time.monotonic() + wait
-
-
-def _is_open(dest: Destination) -> bool:
-    """Whether ``dest`` is open now (a call, so a type checker does not narrow it for good)."""
-    return dest.opened is not None
-
-
-def _in_flight(dest: Destination) -> bool:
-    """Whether a request to ``dest`` is in flight (see :func:`_is_open`)."""
-    return dest.job is not None

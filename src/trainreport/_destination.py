@@ -43,6 +43,8 @@ __all__ = [
     "Settled",
     "describe_sink",
     "floor_of",
+    "in_flight",
+    "is_open",
     "new_destination",
     "seed_source",
     "settle_error",
@@ -152,6 +154,16 @@ class Destination:
     def full_state(self) -> bool:
         """The destination takes complete ``metrics`` only (no series-suffix extension)."""
         return not self.suffix_mode
+
+
+def is_open(dest: Destination) -> bool:
+    """Whether ``dest`` is open now (a call, so a type checker does not narrow it for good)."""
+    return dest.opened is not None
+
+
+def in_flight(dest: Destination) -> bool:
+    """Whether a request to ``dest`` is in flight (see :func:`is_open`)."""
+    return dest.job is not None
 
 
 def new_destination(

@@ -20,7 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainreport._destination import Destination, Job, settle_error, settle_open, settle_send
+from trainreport._destination import (
+    Destination,
+    Job,
+    is_open,
+    settle_error,
+    settle_open,
+    settle_send,
+)
 from trainreport._logging import get_logger
 from trainreport._recorder import Recorder
 from trainreport._sender import Sender
@@ -29,11 +36,6 @@ from trainreport._sink import Opened
 __all__ = ["Dispatch"]
 
 _log = get_logger()
-
-
-def _is_open(dest: Destination) -> bool:
-    """Whether ``dest`` is open now (a call, so a type checker does not narrow it for good)."""
-    return dest.opened is not None
 
 
 class Dispatch:
@@ -99,7 +101,7 @@ class Dispatch:
             dest.requests_sent += 1  # reading the stored task is a request too
             job = Job(None, closing=closing, timeout=_timeout(dest, deadline))
             self._submit(dest, job)
-            if dest.job is not None or not _is_open(dest):  # failed, or in flight
+            if dest.job is not None or not is_open(dest):  # failed, or in flight
                 return False
             self._drain()
         recorder = self._recorder
