@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload import metrics_for
 from trainreport import Delivered, HttpSink, Reporter, ReportingConfig
 from trainreport import _worker as worker_module
-from trainreport._destination import Sender
+from trainreport._sender import Sender
 from trainreport._sink import SendResult, Update
 from trainreport.server import start_in_thread
 

@@ -84,10 +84,10 @@ def new_database(request: pytest.FixtureRequest, storage: str, directory: Path) 
 
 
 def opened_writer(db: Database, job_id: str, task_id: str) -> WriterOpened:
-    """``db.open_writer(job_id, task_id)`` for a test that expects no stale attempt."""
+    """``db.tasks.open_writer(job_id, task_id)`` for a test that expects no stale attempt."""
     from trainreport.server._db import WriterOpened  # noqa: PLC0415 - the server extra
 
-    opened = db.open_writer(job_id, task_id)
+    opened = db.tasks.open_writer(job_id, task_id)
     assert isinstance(opened, WriterOpened), opened
     return opened
 

@@ -13,10 +13,14 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from faults import black_hole_server, closed_port
 from helpers import ScriptedSink, curve, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
+from trainreport._closing import LAST_ATTEMPT_LEAD_SECONDS, close_wait
+from trainreport._scheduler import SendScheduler
 from trainreport._sink import SendResult, Update
 from trainreport.testing import FakeClock, capture_events
 
@@ -269,3 +273,68 @@ def test_repeated_closes_warn_once() -> None:
     sink.release.set()
     warnings = [e for e in events if e["event"] == "trainreport.close_undelivered"]
     assert [True] == [e["timed_out"] for e in warnings]
+
+
+# -- close_wait: the wait between two attempts while closing (pure, ``now`` in) ----------
+
+
+def failed_scheduler(failures: int, retry_after: float | None, gap: float) -> SendScheduler:
+    """A scheduler after ``failures`` failures at time 0, the last asking ``retry_after`` s."""
+    scheduler = SendScheduler(backoff_jitter=0.0, backoff_initial=1.0, min_request_gap=gap)
+    scheduler.note_change(0.0)
+    for i in range(failures):
+        scheduler.on_retry_later(0.0, retry_after if i == failures - 1 else None)
+    return scheduler
+
+
+@given(
+    failures=st.integers(1, 12),
+    retry_after=st.none() | st.floats(0.0, 900.0),
+    gap=st.sampled_from([0.0, 0.5, 5.0]),
+    elapsed=st.floats(0.0, 10.0),
+    remaining=st.floats(0.001, 120.0),
+    cap=st.floats(0.05, 30.0),
+)
+def test_close_waits_within_the_deadline_and_honours_retry_after_and_the_floor(
+    failures: int,
+    retry_after: float | None,
+    gap: float,
+    elapsed: float,
+    remaining: float,
+    cap: float,
+) -> None:
+    """Never past the deadline; Retry-After and the floor hold unless it is the last attempt.
+
+    A wait that would reach the deadline becomes the last attempt, started
+    early enough to finish (the lead: a quarter of the cap, at least 0.1 s, at
+    most half the time left); the destination's own floor holds even then.
+    """
+    scheduler = failed_scheduler(failures, retry_after, gap)
+
+    wait, last = close_wait(scheduler, elapsed, remaining, cap)
+
+    assert 0.0 <= wait <= remaining
+    floor = gap - elapsed if gap > 0 else 0.0
+    assert wait >= floor or (last and wait == remaining)
+    if not last:
+        asked = 0.0 if retry_after is None else min(retry_after, 600.0) - elapsed
+        backoff = min(scheduler.backoff_delay(failures) - elapsed, cap)
+        assert wait >= max(asked, backoff, floor, 0.0) - 1e-9
+        assert wait < remaining
+    elif wait < remaining:  # the last attempt leaves the lead to finish, unless the floor is later
+        lead = min(max(cap / 4, LAST_ATTEMPT_LEAD_SECONDS), remaining / 2)
+        assert wait <= max(remaining - lead, floor) + 1e-9
+
+
+def test_a_retry_after_past_the_deadline_leaves_one_last_attempt_before_it() -> None:
+    """Retry-After of 900 s with 10 s left: the last attempt starts 2.5 s before the end."""
+    scheduler = failed_scheduler(1, 900.0, 0.0)
+
+    assert (7.5, True) == close_wait(scheduler, 0.0, 10.0, cap=10.0)
+
+
+def test_the_backoff_while_closing_is_capped() -> None:
+    """Twelve failures back off 60 s while running; while closing the cap is the wait."""
+    scheduler = failed_scheduler(12, None, 0.0)
+
+    assert (2.0, False) == close_wait(scheduler, 0.0, 100.0, cap=2.0)

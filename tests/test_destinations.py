@@ -26,7 +26,7 @@ from trainreport import (
     ReportingConfig,
     RetryLater,
 )
-from trainreport._destination import Destination, Job, settle_send
+from trainreport._destination import Destination, Job, settle_send, warn_if_unsent_old
 from trainreport._recorder import Recorder
 from trainreport._scheduler import SendScheduler
 from trainreport.server import ServerHandle
@@ -268,3 +268,24 @@ def _stored_nothing() -> Any:
     from trainreport._payloads import StoredState  # noqa: PLC0415
 
     return StoredState(series={})
+
+
+def test_the_unsent_data_warning_names_each_destination_once_per_period() -> None:
+    """Data unsent for ``limit`` s: one warning per destination per period; 0 turns it off."""
+    recorder = Recorder(ReportingConfig(), destinations=2)
+    recorder.start_attempt()
+    recorder.seed(_stored_nothing())
+    stuck, fine = (
+        Destination(index=i, sink=MemorySink(), scheduler=SendScheduler(backoff_jitter=0.0))
+        for i in range(2)
+    )
+    stuck.scheduler.note_change(0.0)
+    stuck.label = "stuck"
+
+    with capture_events() as events:
+        for now in (59.0, 60.0, 61.0, 119.0, 120.0):
+            warn_if_unsent_old([stuck, fine], recorder, 60.0, now)
+        warn_if_unsent_old([stuck, fine], recorder, 0.0, 1000.0)
+
+    warned = [(e["destination"], e["age_seconds"]) for e in events]
+    assert [("stuck", 60.0), ("stuck", 120.0)] == warned

@@ -392,11 +392,11 @@ def test_a_version_1_database_gains_attempt_claims(tmp_path: Path) -> None:
 
     db = Database(path)
     try:
-        opened = db.open_writer("j", "t", WriterClaim(number=1, started_at=5.0))
+        opened = db.tasks.open_writer("j", "t", WriterClaim(number=1, started_at=5.0))
         assert isinstance(opened, WriterOpened)
         assert 5 == opened.generation
         assert isinstance(
-            db.open_writer("j", "t", WriterClaim(number=0, started_at=9.0)), StaleAttempt
+            db.tasks.open_writer("j", "t", WriterClaim(number=0, started_at=9.0)), StaleAttempt
         )
     finally:
         db.close()
@@ -1442,7 +1442,7 @@ def test_suffix_updates_equal_a_list_model(
 ) -> None:
     """Any sequence of suffixes leaves the series equal to ``model[offset:] = points``."""
     task_id = uuid.uuid4().hex
-    opened = database.open_writer("prop", task_id)
+    opened = database.tasks.open_writer("prop", task_id)
     assert isinstance(opened, WriterOpened)
     gen = opened.generation
     model: list[tuple[int, float | None]] = []
@@ -1456,14 +1456,14 @@ def test_suffix_updates_equal_a_list_model(
             details={},
             series=(SeriesPoints("s", offset, steps, [None] * len(values), values),),
         )
-        outcome = database.apply_update("prop", task_id, update, now="2026-01-01T00:00:00Z")
+        outcome = database.tasks.apply_update("prop", task_id, update, now="2026-01-01T00:00:00Z")
         if offset > len(model):
             assert isinstance(outcome, SeriesGap)
             continue
         model[offset:] = list(zip(steps, values, strict=True))
         assert isinstance(outcome, Applied)
         assert ({"s": len(model)} if model else {}) == outcome.series_lengths
-    stored = database.series_columns("prop", task_id, None)
+    stored = database.tasks.series_columns("prop", task_id, None)
     if stored is not None and model:
         assert model == list(zip(stored["s"]["steps"], stored["s"]["values"], strict=True))
     elif stored is not None:

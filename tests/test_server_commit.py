@@ -190,7 +190,7 @@ def test_the_write_ahead_log_stays_bounded_without_sqlite_autocheckpoint(tmp_pat
     threshold = 128 * 1024
     backend._commits._checkpoint_wal_bytes = threshold
     try:
-        opened = db.open_writer("j", "t")
+        opened = db.tasks.open_writer("j", "t")
         assert isinstance(opened, WriterOpened)
         generation = opened.generation
         for sequence in range(1, 121):
@@ -203,7 +203,7 @@ def test_the_write_ahead_log_stays_bounded_without_sqlite_autocheckpoint(tmp_pat
                 details={},
                 series=(SeriesPoints("loss", offset, steps, [1] * 500, [0.5] * 500),),
             )
-            db.apply_update("j", "t", update, now="2026-01-01T00:00:00Z")
+            db.tasks.apply_update("j", "t", update, now="2026-01-01T00:00:00Z")
         written = (tmp_path / "wal.db").stat().st_size
         wal = (tmp_path / "wal.db-wal").stat().st_size
     finally:

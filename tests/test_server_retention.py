@@ -154,8 +154,8 @@ def test_serve_with_retain_days_removes_old_finished_jobs(
             details={},
             series=(SeriesPoints("loss", 0, [1, 2], [1, 1], [0.5, 0.4]),),
         )
-        db.apply_update(job, "t", update, now=when)
-        db.patch_task(job, "t", TaskPatch(status=status, details={}, metrics=None), now=when)
+        db.tasks.apply_update(job, "t", update, now=when)
+        db.tasks.patch_task(job, "t", TaskPatch(status=status, details={}, metrics=None), now=when)
     db.close()
     now = time.mktime(time.strptime("2026-02-10", "%Y-%m-%d")) - time.timezone
 

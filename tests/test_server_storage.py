@@ -69,7 +69,7 @@ def suffix(generation: int, sequence: int, offset: int, count: int, value: float
 
 
 def stored_values(db: Database, job: str, task: str = "t") -> list[tuple[int, float]]:
-    columns = db.series_columns(job, task, None)
+    columns = db.tasks.series_columns(job, task, None)
     if not columns:
         return []
     return list(zip(columns["loss"]["steps"], columns["loss"]["values"], strict=True))
@@ -83,14 +83,14 @@ def test_migrations_run_once_and_a_second_start_changes_nothing(
 ) -> None:
     """Every migration is recorded once in schema_version; reopening keeps the data."""
     first = open_db()
-    first.put_job("kept", now=NOW)
+    first.jobs.put_job("kept", now=NOW)
     second = open_db()
 
     with second.backend.read() as conn:
         rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
     assert list(range(1, SCHEMA_VERSION + 1)) == [row[0] for row in rows]
     assert len(MIGRATIONS) == SCHEMA_VERSION
-    assert second.get_job("kept") is not None
+    assert second.jobs.get_job("kept") is not None
 
 
 def test_replicas_starting_together_migrate_once(target: str | Path) -> None:
@@ -142,7 +142,7 @@ def test_the_same_suffix_applied_by_two_replicas_at_once_is_stored_once(
 
     def send(db: Database, update: TaskUpdate) -> Any:
         barrier.wait(timeout=30)
-        return db.apply_update(job, "t", update, now=NOW)
+        return db.tasks.apply_update(job, "t", update, now=NOW)
 
     with ThreadPoolExecutor(2) as pool:
         for sequence in range(1, 31):
@@ -180,7 +180,7 @@ def test_a_zombie_on_one_replica_cannot_write_after_a_new_attempt_opened_on_the_
         ) -> list[int]:
             acknowledged, sequence, length = [], 1, 0
             while not refused.is_set():
-                outcome = a.apply_update(
+                outcome = a.tasks.apply_update(
                     job, "t", suffix(zombie_gen, sequence, length, 3, -1.0), now=NOW
                 )
                 if isinstance(outcome, StaleWriter):
@@ -203,7 +203,7 @@ def test_a_zombie_on_one_replica_cannot_write_after_a_new_attempt_opened_on_the_
         start = new.series_lengths.get("loss", 0)
         assert all(length <= start for length in acknowledged)
         for sequence in range(1, 4):
-            outcome = b.apply_update(
+            outcome = b.tasks.apply_update(
                 job,
                 "t",
                 suffix(new.generation, sequence, start + 3 * (sequence - 1), 3, 7.0),
@@ -221,8 +221,8 @@ def test_a_zombie_on_one_replica_cannot_write_after_a_new_attempt_opened_on_the_
 def finished_job(db: Database, job: str, points: int, *, status: str = "completed") -> None:
     """A job with one task of ``points`` points in ``status``, last written at OLD."""
     generation = opened_writer(db, job, "t").generation
-    db.apply_update(job, "t", suffix(generation, 1, 0, points, 0.5), now=OLD)
-    db.patch_task(job, "t", TaskPatch(status=status, details={}, metrics=None), now=OLD)
+    db.tasks.apply_update(job, "t", suffix(generation, 1, 0, points, 0.5), now=OLD)
+    db.tasks.patch_task(job, "t", TaskPatch(status=status, details={}, metrics=None), now=OLD)
 
 
 def test_unfinished_statuses_are_the_non_terminal_ones() -> None:
@@ -241,7 +241,7 @@ def test_retention_removes_finished_old_jobs_and_keeps_the_rest(
     finished_job(db, f"old-failed-{tag}", 10, status="failed")
     finished_job(db, f"old-running-{tag}", 10, status="running")
     generation = opened_writer(db, f"recent-{tag}", "t").generation
-    db.apply_update(f"recent-{tag}", "t", suffix(generation, 1, 0, 5, 1.0), now=NOW)
+    db.tasks.apply_update(f"recent-{tag}", "t", suffix(generation, 1, 0, 5, 1.0), now=NOW)
     worker = RetentionWorker(
         db,
         retain_days=30,
@@ -252,9 +252,9 @@ def test_retention_removes_finished_old_jobs_and_keeps_the_rest(
     done = worker.run_once()
 
     assert (2, 130) == (done.jobs, done.points)
-    assert db.get_job(f"old-done-{tag}") is None
-    assert db.get_task(f"old-done-{tag}", "t") is None
-    assert db.get_job(f"old-running-{tag}") is not None
+    assert db.jobs.get_job(f"old-done-{tag}") is None
+    assert db.tasks.get_task(f"old-done-{tag}", "t") is None
+    assert db.jobs.get_job(f"old-running-{tag}") is not None
     assert 5 == len(stored_values(db, f"recent-{tag}"))
     with db.backend.read() as conn:
         left = conn.execute(
@@ -271,10 +271,10 @@ def test_points_are_purged_in_bounded_batches(open_db: Callable[[], Database]) -
     db = open_db()
     job = f"big-{uuid.uuid4().hex[:8]}"
     finished_job(db, job, 1000)
-    assert db.delete_job(job, now=NOW)
+    assert db.jobs.delete_job(job, now=NOW)
 
     batches = []
-    while (deleted := db.purge_points(limit=300)) is not None:
+    while (deleted := db.retention.purge_points(limit=300)) is not None:
         batches.append(deleted)
 
     assert [300, 300, 300, 100] == batches
@@ -288,22 +288,22 @@ def test_a_deleted_task_vanishes_at_once_though_its_points_wait(
     db = open_db()
     job = f"gone-{uuid.uuid4().hex[:8]}"
     generation = opened_writer(db, job, "t").generation
-    db.apply_update(job, "t", suffix(generation, 1, 0, 40, 0.5), now=OLD)
+    db.tasks.apply_update(job, "t", suffix(generation, 1, 0, 40, 0.5), now=OLD)
 
-    assert db.delete_job(job, now=NOW)
+    assert db.jobs.delete_job(job, now=NOW)
 
     assert (None, None, None) == (
-        db.get_job(job),
-        db.get_task(job, "t"),
-        db.series_columns(job, "t", None),
+        db.jobs.get_job(job),
+        db.tasks.get_task(job, "t"),
+        db.tasks.series_columns(job, "t", None),
     )
-    late = db.apply_update(job, "t", suffix(generation, 2, 40, 5, 9.0), now=NOW)
+    late = db.tasks.apply_update(job, "t", suffix(generation, 2, 40, 5, 9.0), now=NOW)
     assert isinstance(late, StaleWriter)
     again = opened_writer(db, job, "t").generation
-    applied = db.apply_update(job, "t", suffix(again, 1, 0, 3, 2.0), now=NOW)
+    applied = db.tasks.apply_update(job, "t", suffix(again, 1, 0, 3, 2.0), now=NOW)
     assert isinstance(applied, Applied)
     assert [(1, 2.0), (2, 2.0), (3, 2.0)] == stored_values(db, job)
-    assert db.purge_points(limit=100) is None  # the re-created task cleared the leftovers
+    assert db.retention.purge_points(limit=100) is None  # the re-created task cleared the leftovers
     assert 3 == len(stored_values(db, job))
 
 
@@ -328,24 +328,52 @@ def test_retention_racing_a_writer_of_an_old_job_never_leaves_half_a_task(
             job: str = job, generation: int = generation, barrier: threading.Barrier = barrier
         ) -> Any:
             barrier.wait(timeout=30)
-            return writer_db.apply_update(job, "t", suffix(generation, 1, 30, 10, 3.0), now=NOW)
+            return writer_db.tasks.apply_update(
+                job, "t", suffix(generation, 1, 30, 10, 3.0), now=NOW
+            )
 
         def retain(job: str = job, barrier: threading.Barrier = barrier) -> bool:
             barrier.wait(timeout=30)
-            return retention_db.delete_job(job, now=NOW, finished_before=cutoff)
+            return retention_db.jobs.delete_job(job, now=NOW, finished_before=cutoff)
 
         with ThreadPoolExecutor(2) as pool:
             wrote, deleted = pool.submit(write), pool.submit(retain)
             outcome, removed = wrote.result(timeout=60), deleted.result(timeout=60)
-        task = writer_db.get_task(job, "t")
+        task = writer_db.tasks.get_task(job, "t")
         if removed:
             assert isinstance(outcome, StaleWriter)
             assert task is None
-            assert writer_db.get_job(job) is None
+            assert writer_db.jobs.get_job(job) is None
         else:
             assert isinstance(outcome, Applied)
             assert task is not None
             assert 40 == len(task["status_details"]["metrics"]["loss"])
+
+
+def test_retention_never_deletes_a_job_whose_task_went_back_to_running_since_it_was_listed(
+    open_db: Callable[[], Database],
+) -> None:
+    """The listing is a hint: the delete itself re-checks that no task is unfinished.
+
+    A replica whose clock is behind restarts a task of a listed job and stamps
+    the job with an old time, so the job still looks old to the delete; only
+    the status check inside the delete's transaction keeps the running task.
+    """
+    retention_db, writer_db = open_db(), open_db()
+    cutoff = cutoff_for(datetime(2026, 3, 1, tzinfo=timezone.utc), 30)
+    job = f"revived-{uuid.uuid4().hex[:8]}"
+    finished_job(writer_db, job, 12)
+    assert job in retention_db.retention.expired_jobs(cutoff, limit=1000)
+    running = TaskPatch(status="running", details={}, metrics=None)
+    writer_db.tasks.patch_task(job, "t", running, now=OLD)
+
+    removed = retention_db.jobs.delete_job(job, now=NOW, finished_before=cutoff)
+
+    assert removed is False
+    task = writer_db.tasks.get_task(job, "t")
+    assert task is not None
+    assert "running" == task["status"]
+    assert 12 == len(stored_values(writer_db, job))
 
 
 def test_retention_days_must_be_positive(open_db: Callable[[], Database]) -> None:

@@ -169,7 +169,7 @@ def test_any_details_either_store_or_are_422_never_an_error(
         assert 422 == refused
         return
     task_id = uuid.uuid4().hex
-    database.patch_task("text", task_id, patch, now="2026-01-01T00:00:00Z")
-    stored = database.get_task("text", task_id)
+    database.tasks.patch_task("text", task_id, patch, now="2026-01-01T00:00:00Z")
+    stored = database.tasks.get_task("text", task_id)
     assert stored is not None
     assert patch.details == {k: v for k, v in stored["status_details"].items() if k != "metrics"}

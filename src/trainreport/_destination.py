@@ -16,13 +16,9 @@ the driver must do (set ``cancel_requested``). They read no clock (``now`` and
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Callable
-from typing import Any
-
 import attrs
 
+from trainreport._config import ReportingConfig
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import StoredState, parse_stored_task
 from trainreport._recorder import Build, Recorder
@@ -47,10 +43,14 @@ __all__ = [
     "Settled",
     "describe_sink",
     "floor_of",
+    "in_flight",
+    "is_open",
+    "new_destination",
     "seed_source",
     "settle_error",
     "settle_open",
     "settle_send",
+    "warn_if_unsent_old",
 ]
 
 _log = get_logger()
@@ -154,6 +154,49 @@ class Destination:
     def full_state(self) -> bool:
         """The destination takes complete ``metrics`` only (no series-suffix extension)."""
         return not self.suffix_mode
+
+
+def is_open(dest: Destination) -> bool:
+    """Whether ``dest`` is open now (a call, so a type checker does not narrow it for good)."""
+    return dest.opened is not None
+
+
+def in_flight(dest: Destination) -> bool:
+    """Whether a request to ``dest`` is in flight (see :func:`is_open`)."""
+    return dest.job is not None
+
+
+def new_destination(
+    index: int, sink: Sink, config: ReportingConfig, *, interval: float | None = None
+) -> Destination:
+    """Destination ``index`` of a reporter, with its scheduler made from ``config``.
+
+    A destination's own floor (``Sink.min_interval_seconds``, e.g. Kubeflow
+    Trainer's 5 s) holds whatever the config says: for regular sends, and as a
+    gap between any two attempts (events, retries, flush).
+
+    Args:
+        index: its position in ``Reporter(sinks=[...])``.
+        sink: where its updates go.
+        config: the reporter's configuration (intervals and backoff, seconds).
+        interval: a send interval (seconds) used instead of the config's when
+            shorter (a local run log, which is its own journal).
+    """
+    floor = floor_of(sink)
+    regular = config.min_report_interval_seconds
+    if interval is not None:
+        regular = min(regular, interval)
+    scheduler = SendScheduler(
+        min_interval=max(regular, floor),
+        min_request_gap=floor,
+        heartbeat=config.heartbeat_seconds,
+        backoff_initial=config.backoff_initial_seconds,
+        backoff_max=config.backoff_max_seconds,
+        backoff_multiplier=config.backoff_multiplier,
+        backoff_jitter=config.backoff_jitter,
+        rejected_backoff=config.rejected_backoff_seconds,
+    )
+    return Destination(index=index, sink=sink, scheduler=scheduler)
 
 
 def seed_source(
@@ -371,98 +414,29 @@ def _failed(dest: Destination, result: object, now: float) -> float:
     return delay
 
 
-class Sender:
-    """Runs a destination's requests: on the reporter thread, or on a small thread of its own.
+def warn_if_unsent_old(
+    destinations: list[Destination], recorder: Recorder, limit: float, now: float
+) -> None:
+    """Log ``trainreport.unsent_data_old`` for each destination with data unsent ``limit`` s.
 
-    With one destination the reporter thread calls the sink itself (no
-    thread hop). With several, each destination gets a sender thread, so a
-    destination that hangs holds only its own thread: the reporter thread
-    keeps draining and scheduling, and the others keep their cadence
-    (``docs/engine.md``). The reporter thread hands a :class:`Job` over and
-    reads it back once ``done``; the sender touches nothing else.
-
-    Args:
-        sink: the destination's sink.
-        threaded: run requests on a thread of its own.
-        on_done: called (from the sender thread) when a job is done (wakes
-            the reporter thread).
-        name: the thread's name.
-        after_open: called with the sink, the :class:`Opened` answer and the
-            job's timeout after a successful open, on the same thread; its
-            result is the open's (the journal delivers what dead processes
-            left there, before the stored task seeds anything).
+    Once per ``limit`` seconds per destination at most; ``limit`` <= 0 turns the
+    warning off. ``now`` is the scheduling clock (seconds).
     """
-
-    def __init__(
-        self,
-        sink: Sink,
-        *,
-        threaded: bool,
-        on_done: Any = None,
-        name: str = "trainreport-sender",
-        after_open: Callable[[Sink, Opened, float | None], OpenResult] | None = None,
-    ) -> None:
-        self._sink = sink
-        self._after_open = after_open
-        self._threaded = threaded
-        self._on_done = on_done
-        self._name = name
-        self._jobs: list[Job] = []
-        self._ready = threading.Condition()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-
-    def submit(self, job: Job) -> None:
-        """Run ``job`` (at once on this thread, or on the sender thread)."""
-        if not self._threaded:
-            self._run(job)
-            return
-        with self._ready:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
-                self._thread.start()
-            self._jobs.append(job)
-            self._ready.notify()
-
-    def _run(self, job: Job) -> None:
-        sink = self._sink
-        try:
-            if job.build is None:
-                opened = sink.open(timeout_seconds=job.timeout)
-                if self._after_open is not None and isinstance(opened, Opened):
-                    opened = self._after_open(sink, opened, job.timeout)
-                job.result = opened
-            else:
-                job.result = sink.send(job.build.update, timeout_seconds=job.timeout)
-        except Exception as exc:  # a raising sink gets the backoff, never kills a thread
-            job.error = exc
-        job.done = True
-
-    def _loop(self) -> None:
-        while True:
-            with self._ready:
-                while not self._jobs and not self._stopping:
-                    self._ready.wait()
-                if not self._jobs:
-                    break
-                job = self._jobs.pop(0)
-            self._run(job)
-            if self._on_done is not None:
-                self._on_done()
-        self._close_sink()
-
-    def close(self, timeout: float) -> None:
-        """Close the sink once the request in flight (if any) ends; wait up to ``timeout`` s."""
-        if self._thread is None:
-            self._close_sink()
-            return
-        with self._ready:
-            self._stopping = True
-            self._ready.notify()
-        self._thread.join(max(0.0, timeout) if math.isfinite(timeout) else None)
-
-    def _close_sink(self) -> None:
-        try:
-            self._sink.close()
-        except Exception as exc:
-            _log.warning("trainreport.sink_close_failed", error=describe_exception(exc))
+    if limit <= 0:
+        return
+    for dest in destinations:
+        since = dest.scheduler.pending_since
+        if since is None or now - since < limit:
+            continue
+        last = dest.last_unsent_warning
+        if last is not None and now - last < limit:
+            continue
+        dest.last_unsent_warning = now
+        _log.warning(
+            "trainreport.unsent_data_old",
+            age_seconds=round(now - since, 1),
+            unsent_points=recorder.unsent_points(dest.index),
+            consecutive_failures=dest.scheduler.consecutive_failures,
+            last_error=dest.last_error,
+            destination=dest.label,
+        )

@@ -1,7 +1,7 @@
 """The Starlette application of the reference job-status service (``docs/protocol.md``).
 
 Request handling is the thin I/O shell around two pure layers: ``_wire``
-(strict JSON and validation) and ``_db`` (SQLite transactions). Parsing,
+(strict JSON and validation) and ``_db`` (storage transactions). Parsing,
 validation, storage and the encoding of large responses run in the thread
 pool, so a big request never stalls the event loop. The shell enforces the
 browser rules (``_security``: Host, Origin, JSON-only writes), the body limits
@@ -204,11 +204,11 @@ def create_app(
         now = wall_clock()
         return sum(
             staleness(TaskStatus.RUNNING, t, now=now, stale_after_seconds=stale_after) is not None
-            for t in db.running_task_update_times()
+            for t in db.health.running_task_update_times()
         )
 
     stale_after = stale_after_seconds
-    metrics = ServerMetrics(db.count_tasks_by_status, count_stale)
+    metrics = ServerMetrics(db.health.count_tasks_by_status, count_stale)
     api = _Api(
         db,
         limits,
@@ -358,9 +358,9 @@ class _Api:
 
         def read() -> Response:
             if own_job is None:
-                jobs = self._db.list_jobs(limit=limit)
+                jobs = self._db.jobs.list_jobs(limit=limit)
             else:
-                job = self._db.get_job(own_job)  # a job token lists its own job, if it exists
+                job = self._db.jobs.get_job(own_job)  # a job token lists its own job, if it exists
                 jobs = [] if job is None else [job]
             return JSONResponse({"jobs": [self._with_stale(job) for job in jobs]})
 
@@ -368,7 +368,7 @@ class _Api:
 
     async def get_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
-        job = await run_in_threadpool(self._db.get_job, job_id)
+        job = await run_in_threadpool(self._db.jobs.get_job, job_id)
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
         return JSONResponse(self._with_stale(job))
@@ -376,13 +376,13 @@ class _Api:
     async def put_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
         now = self._utc_now()
-        created, job = await run_in_threadpool(lambda: self._db.put_job(job_id, now=now))
+        created, job = await run_in_threadpool(lambda: self._db.jobs.put_job(job_id, now=now))
         return JSONResponse(self._with_stale(job), status_code=201 if created else 200)
 
     async def cancel_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
         now = self._utc_now()
-        job = await run_in_threadpool(lambda: self._db.cancel_job(job_id, now=now))
+        job = await run_in_threadpool(lambda: self._db.jobs.cancel_job(job_id, now=now))
         if job is None:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
         return JSONResponse(self._with_stale(job))
@@ -390,7 +390,7 @@ class _Api:
     async def delete_job(self, request: Request) -> Response:
         job_id = validate_id(request.path_params["job_id"], "job_id")
         now = self._utc_now()
-        deleted = await run_in_threadpool(lambda: self._db.delete_job(job_id, now=now))
+        deleted = await run_in_threadpool(lambda: self._db.jobs.delete_job(job_id, now=now))
         if not deleted:
             raise ApiError(404, "not_found", f"job {job_id!r} does not exist")
         self._retention.wake()  # its points go in the background, in bounded batches
@@ -401,7 +401,7 @@ class _Api:
         include = METRICS.read_bool(request.query_params)
 
         def read() -> Response:
-            found = self._db.read_task(job_id, task_id, include_metrics=include)
+            found = self._db.tasks.read_task(job_id, task_id, include_metrics=include)
             if found is None:
                 raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
             task, updated_at = found
@@ -418,7 +418,7 @@ class _Api:
 
         def store(body: bytearray) -> _Patched:  # one trip to the thread pool: parse to commit
             patch = validate_patch(check_text(parse_json(body), body))
-            stored = self._db.patch_task(job_id, task_id, patch, now=now)
+            stored = self._db.tasks.patch_task(job_id, task_id, patch, now=now)
             return _Patched(stored.status, stored.cancel_requested, _points(patch.metrics or ()))
 
         async with held_body(request, self._limits, self._budget) as body:
@@ -434,7 +434,7 @@ class _Api:
             )
 
         def open_writer() -> Response:
-            opened = self._db.open_writer(job_id, task_id, claim)
+            opened = self._db.tasks.open_writer(job_id, task_id, claim)
             if isinstance(opened, StaleAttempt):
                 raise ApiError(
                     409,
@@ -462,7 +462,7 @@ class _Api:
 
         def apply(body: bytearray) -> tuple[TaskUpdate, UpdateOutcome]:  # one trip, as above
             update = validate_update(check_text(parse_json(body), body))
-            return update, self._db.apply_update(job_id, task_id, update, now=now)
+            return update, self._db.tasks.apply_update(job_id, task_id, update, now=now)
 
         async with held_body(request, self._limits, self._budget) as body:
             update, outcome = await run_in_threadpool(apply, body)
@@ -496,7 +496,7 @@ class _Api:
         max_points = MAX_POINTS.read_int(request.query_params)
 
         def read() -> Response:
-            columns = self._db.series_columns(job_id, task_id, names)
+            columns = self._db.tasks.series_columns(job_id, task_id, names)
             if columns is None:
                 raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
             return JSONResponse({"series": _page.shape_columns(columns, max_points)})
@@ -510,7 +510,7 @@ class _Api:
 
     async def readyz(self, _request: Request) -> Response:
         try:
-            await run_in_threadpool(self._db.check_ready)
+            await run_in_threadpool(self._db.health.check_ready)
         except Exception as exc:  # any failure means "not ready"; the probe must answer
             if is_database_error(exc):
                 self._metrics.database_errors.inc()

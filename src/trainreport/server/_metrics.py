@@ -67,7 +67,7 @@ class ServerMetrics:
 
     Args:
         task_counts: reads the number of tasks per status from the database
-            (``Database.count_tasks_by_status``); called at scrape time.
+            (``Database.health.count_tasks_by_status``); called at scrape time.
         stale_tasks: counts the stale tasks (``server/_stale.py``: running,
             no write for ``stale_after_seconds``); called at scrape time.
     """

@@ -1,6 +1,6 @@
 """Retention: removing finished jobs older than N days, and the points of deleted jobs.
 
-A job goes in two steps (``Database.delete_job``, ``Database.purge_points``):
+A job goes in two steps (``Database.jobs.delete_job``, ``Database.retention.purge_points``):
 its rows of ``jobs``, ``tasks``, ``series`` and ``writers`` vanish in one short
 transaction that re-checks, under the job's lock, that the job is still
 finished and old (a writer that got in first wins; a writer that comes after
@@ -119,17 +119,17 @@ class RetentionWorker:
             while not self._stopping.is_set():
                 batch = [
                     job
-                    for job in self._db.expired_jobs(cutoff, limit=_JOBS_PER_BATCH)
+                    for job in self._db.retention.expired_jobs(cutoff, limit=_JOBS_PER_BATCH)
                     if job not in seen
                 ]
                 if not batch:
                     break
                 for job_id in batch:
                     seen.add(job_id)
-                    jobs += self._db.delete_job(job_id, now=stamp, finished_before=cutoff)
+                    jobs += self._db.jobs.delete_job(job_id, now=stamp, finished_before=cutoff)
         points = 0
         while not self._stopping.is_set():
-            deleted = self._db.purge_points(limit=self._points_per_batch)
+            deleted = self._db.retention.purge_points(limit=self._points_per_batch)
             if deleted is None:
                 break
             points += deleted

@@ -1,7 +1,8 @@
 """The storage interface behind the reference server: what a database backend provides.
 
 The rules of the protocol (writer generations, sequence numbers, series-suffix
-offsets, retention) are written once, in ``_db.Database``, as SQL that both
+offsets, retention) are written once, in the parts of ``_db.Database``
+(``_db_tasks``, ``_db_jobs``, ``_db_retention``), as SQL that both
 backends understand; a backend only provides transactions with the guarantees
 those rules need:
 

@@ -1,0 +1,124 @@
+"""The attempt's start on the reporter thread: the journal, and which stored task seeds the store.
+
+A resumed run continues the curves a destination already holds
+(docs/design.md#metrics). With several destinations the store is seeded from
+the first one, in list order, that holds the task (:func:`seed_source`); every
+other destination is brought up to date from its own lengths
+(:func:`adopt`). A destination whose first open is still in flight holds the
+decision back one debounce interval at most after the first successful open,
+so a hanging one never stalls the others (``docs/engine.md``).
+
+The journal (``docs/engine.md``, "The journal in front of a service") is
+claimed when the attempt begins; what dead processes left in it is delivered
+right after the journal destination's first open, on that destination's
+sender, before the stored task seeds anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainreport._destination import Destination, adopt, seed_source
+from trainreport._journal_feed import JournalKeeper
+from trainreport._logging import describe_exception, get_logger
+from trainreport._payloads import StoredState
+from trainreport._recorder import Recorder
+from trainreport._sink import Opened, OpenResult, Sink
+
+__all__ = ["Resume"]
+
+_log = get_logger()
+
+
+class Resume:
+    """The journal and the seed decision of one attempt.
+
+    Args:
+        open_journal: called once with the recorder when the attempt begins;
+            returns the journal keeper or ``None`` (no journal).
+        interval: how long (scheduling-clock seconds) the first successful
+            open waits for the others' before the store is seeded (the debounce
+            interval).
+    """
+
+    def __init__(
+        self,
+        open_journal: Callable[[Recorder], JournalKeeper | None] | None,
+        *,
+        interval: float,
+    ) -> None:
+        self._open_journal = open_journal
+        self._interval = interval
+        self.journal: JournalKeeper | None = None
+        #: When (scheduling clock) the first destination opened.
+        self._first_opened_at: float | None = None
+
+    def open_journal(self, recorder: Recorder, wall_clock: Callable[[], str]) -> None:
+        """Claim the journal: a failure means no journal (logged), never a dead thread."""
+        if self._open_journal is None:
+            return
+        try:
+            self.journal = self._open_journal(recorder)
+        except Exception as exc:
+            _log.warning("trainreport.journal_unavailable", reason=describe_exception(exc, 300))
+            return
+        if self.journal is not None:
+            # The sends' stamps: a journal's updated_at orders with theirs (recovery
+            # sends the journal's task fields only when they are not older).
+            self.journal.wall_clock = wall_clock
+
+    def recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
+        """After the journal destination's open: deliver what dead processes left first."""
+        journal = self.journal
+        if journal is None or not journal.journal.left_over:
+            return opened
+        return journal.recover(sink, opened, timeout)
+
+    def seed_if_decided(
+        self,
+        destinations: list[Destination],
+        recorder: Recorder,
+        now: float,
+        *,
+        stopping: bool,
+        patient: bool,
+    ) -> None:
+        """Seed the store once :func:`seed_source` can decide, then adopt every other destination.
+
+        Args:
+            destinations: the reporter's destinations, in order.
+            recorder: the attempt's state (not seeded yet).
+            now: the scheduling clock's time (seconds).
+            stopping: ``close()`` began: wait for no other first open.
+            patient: wait for every first open (right after one ended).
+        """
+        if self._first_opened_at is None and any(d.opened for d in destinations):
+            self._first_opened_at = now
+        waited = self._first_opened_at is not None and (
+            now - self._first_opened_at >= self._interval
+        )
+        source = seed_source(destinations, stop_waiting=not patient and (waited or stopping))
+        if source is False:
+            return
+        state = StoredState(series={})
+        if isinstance(source, Destination) and source.stored is not None:
+            state = source.stored
+        recorder.seed(state, source.index if isinstance(source, Destination) else 0)
+        if state.series:
+            _log.info(
+                "trainreport.resumed",
+                series=len(state.series),
+                points=sum(len(s[0]) for s in state.series.values()),
+                destination=source.label if isinstance(source, Destination) else None,
+            )
+        for dest in destinations:
+            if dest is source:
+                dest.known = True
+                dest.stored = None
+            elif dest.opened is not None:
+                adopt(dest, recorder)
+        if not isinstance(source, Destination):
+            # Nothing stored anywhere: every opened destination starts from nothing.
+            for dest in destinations:
+                if dest.opened is not None:
+                    dest.known = True

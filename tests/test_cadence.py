@@ -1,0 +1,88 @@
+"""How long the reporter thread sleeps between cycles (``_cadence.next_wait``, pure: ``now`` in).
+
+It wakes at least once per debounce interval (report calls do not signal it),
+never spins on a zero interval, never waits past a day, wakes when a send or
+the journal is due, and not for a destination whose request is in flight.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainreport import MemorySink
+from trainreport._cadence import MIN_JOURNAL_WAIT_SECONDS, next_wait
+from trainreport._destination import Destination, Job
+from trainreport._scheduler import SendScheduler
+
+
+def destination(index: int = 0, *, interval: float = 10.0) -> Destination:
+    scheduler = SendScheduler(min_interval=interval, backoff_jitter=0.0)
+    return Destination(index=index, sink=MemorySink(), scheduler=scheduler)
+
+
+def test_with_nothing_due_the_thread_wakes_once_per_debounce_interval() -> None:
+    """The shortest interval counts: a local run log's, when shorter than the config's."""
+    regular, local_log = destination(0), destination(1, interval=2.0)
+
+    assert 2.0 == next_wait(
+        0.0, [regular, local_log], interval=10.0, flush_now=False, journal_due=None
+    )
+
+
+def test_a_zero_interval_never_spins_and_a_huge_one_is_capped_at_a_day() -> None:
+    """0 s waits 50 ms; 1e12 s waits 86,400 s (``Event.wait`` must not overflow)."""
+    zero, huge = destination(interval=0.0), destination(interval=1e12)
+
+    assert (0.05, 86_400.0) == (
+        next_wait(0.0, [zero], interval=0.0, flush_now=False, journal_due=None),
+        next_wait(0.0, [huge], interval=1e12, flush_now=False, journal_due=None),
+    )
+
+
+def test_a_due_send_a_waiting_flush_and_the_journal_wake_the_thread_sooner() -> None:
+    """Due in 3 s: 3 s. A flush that may send: at once. The journal due: at its time."""
+    dest = destination()
+    dest.scheduler.on_retry_later(0.0, 3.0)
+
+    assert 3.0 == next_wait(0.0, [dest], interval=10.0, flush_now=False, journal_due=None)
+    assert 0.0 == next_wait(0.0, [dest], interval=10.0, flush_now=True, journal_due=None)
+    idle = destination()
+    assert 1.5 == next_wait(0.0, [idle], interval=10.0, flush_now=False, journal_due=1.5)
+    assert MIN_JOURNAL_WAIT_SECONDS == next_wait(  # overdue: a record at once, never a spin
+        5.0, [idle], interval=10.0, flush_now=False, journal_due=4.0
+    )
+
+
+def test_a_destination_with_a_request_in_flight_does_not_set_the_wake() -> None:
+    """Its sender wakes the thread when the request ends; its overdue send is not a spin."""
+    busy = destination()
+    busy.scheduler.note_change(0.0, urgent=True)
+    busy.job = Job(None)
+
+    assert 10.0 == next_wait(5.0, [busy], interval=10.0, flush_now=False, journal_due=None)
+
+
+@given(
+    now=st.floats(0.0, 1e6),
+    interval=st.floats(0.0, 1e9),
+    delays=st.lists(st.none() | st.floats(0.0, 1e7), min_size=1, max_size=4),
+)
+def test_the_wait_is_bounded_and_never_later_than_a_due_send(
+    now: float, interval: float, delays: list[float | None]
+) -> None:
+    """0 <= wait <= a day, and no later than any destination's due send."""
+    dests = []
+    for i, delay in enumerate(delays):
+        dest = destination(i, interval=interval)
+        if delay is not None:
+            dest.scheduler.on_retry_later(now, delay)
+        dests.append(dest)
+
+    wait = next_wait(now, dests, interval=interval, flush_now=False, journal_due=None)
+
+    assert 0.0 <= wait <= 86_400.0
+    for dest in dests:
+        due = dest.scheduler.due_at()
+        if due is not None:
+            assert wait <= max(due - now, 0.0)
