@@ -15,15 +15,16 @@ import collections
 import contextlib
 import functools
 import sys
+from array import array
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from trainreport._config import ReportingConfig
-from trainreport._histogram import LatencyHistogram
+from trainreport._histogram import FOLD_AT, LatencyHistogram
 from trainreport._lifecycle import ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._reports import queued_bytes
+from trainreport._reports import Report, queued_bytes
 from trainreport._worker import Worker
 
 __all__ = ["ReportQueue", "report_call", "safe_str"]
@@ -51,7 +52,7 @@ def report_call(
             method(self, *args, **kwargs)
         except Exception as exc:
             self._failed(name, exc)
-        self._histogram.observe(perf_counter_ns() - t0)
+        self._latencies.append(perf_counter_ns() - t0)
 
     return report
 
@@ -72,7 +73,7 @@ class ReportQueue:
     runs on the caller's thread.
     """
 
-    _queue: collections.deque[tuple[Any, ...]]
+    _queue: collections.deque[Report]
     _clock: Callable[[], float]
     _machine: ReporterMachine
     _worker: Worker | None
@@ -82,6 +83,7 @@ class ReportQueue:
     _drain_depth: int
     _wake_depth: int
     _histogram: LatencyHistogram
+    _latencies: array[int]
     _queue_drops: int
     _after_close_drops: int
     _caller_drops: int
@@ -105,6 +107,8 @@ class ReportQueue:
         # then drain_queue_depth; past a wake, no more until the thread drained.
         self._wake_depth = 1
         self._histogram = LatencyHistogram()
+        # Report calls record their durations here (the histogram's pending buffer).
+        self._latencies = self._histogram.pending
         self._queue_drops = 0
         self._after_close_drops = 0
         self._caller_drops = 0
@@ -142,6 +146,7 @@ class ReportQueue:
         """
         self._queued_bytes -= nbytes
         self._wake_depth = self._drain_depth if deep_only else 1
+        self._histogram.fold()  # the report calls' durations, off the training thread
 
     def _wake_for_depth(self) -> None:
         self._wake_depth = sys.maxsize  # one wake per drain, not one per report
@@ -153,6 +158,8 @@ class ReportQueue:
             worker.wake.set()
 
     def _refuse_report(self) -> None:
+        if len(self._latencies) >= FOLD_AT:  # no drain comes: keep the buffer bounded
+            self._histogram.fold()
         if not self._accepting:
             self._dropped_after_close()
             return

@@ -28,7 +28,7 @@ from trainreport._logging import get_logger
 from trainreport._process_hooks import forget, remember
 from trainreport._recorder import Recorder
 from trainreport._reporter_stats import ReporterStats, assemble_stats
-from trainreport._reports import TERMINAL_KINDS
+from trainreport._reports import TERMINAL_KINDS, kind_of
 from trainreport._sink import Sink
 from trainreport._terminal_reports import TerminalReports
 from trainreport._worker import Worker, utc_now_iso
@@ -357,7 +357,7 @@ class ReporterLifecycle(TerminalReports):
         # Reports made before the hook count even when still queued (a completion
         # reported just before exit must not read as a run without status).
         terminal = (recorder is not None and recorder.is_terminal) or any(
-            item[0] in TERMINAL_KINDS for item in list(self._queue)
+            kind_of(item) in TERMINAL_KINDS for item in list(self._queue)
         )
         if not terminal:
             if uncaught is not None:
@@ -386,6 +386,7 @@ class ReporterLifecycle(TerminalReports):
 
         Cheap; never raises.
         """
+        self._histogram.fold()
         return assemble_stats(
             state=self._machine.state.value,
             destinations=len(self._sinks),

@@ -10,13 +10,12 @@ changes the reporter.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
 
 from trainreport._histogram import LatencyHistogram
 from trainreport._recorder import Recorder
-from trainreport._reports import queued_points
+from trainreport._reports import Report, queued_points
 from trainreport._worker import Worker
 
 __all__ = ["DestinationStats", "ReporterStats", "assemble_stats"]
@@ -114,7 +113,7 @@ def assemble_stats(
     worker: Worker | None,
     recorder: Recorder | None,
     histogram: LatencyHistogram,
-    queued: Sequence[tuple[Any, ...]],
+    queued: Sequence[Report],
     queued_bytes: int,
     caller_drops: Mapping[str, int],
 ) -> ReporterStats:

@@ -31,7 +31,6 @@ import datetime
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from trainreport._config import ReportingConfig
 from trainreport._destination import (
@@ -50,6 +49,7 @@ from trainreport._journal_feed import JournalKeeper
 from trainreport._logging import describe_exception, get_logger
 from trainreport._payloads import StoredState
 from trainreport._recorder import Recorder
+from trainreport._reports import Report
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import Opened, OpenResult, Sink
 from trainreport.sinks._file import FileSink
@@ -155,7 +155,7 @@ class Worker:
         *,
         recorder: Recorder,
         sinks: list[Sink],
-        queue: collections.deque[tuple[Any, ...]],
+        queue: collections.deque[Report],
         config: ReportingConfig,
         clock: Callable[[], float],
         wall_clock: Callable[[], str] | None = None,
