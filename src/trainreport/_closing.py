@@ -17,11 +17,11 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from trainreport._destination import Destination, in_flight, is_open, settle_error
 from trainreport._dispatch import Dispatch
 from trainreport._recorder import Recorder
+from trainreport._reports import Report
 from trainreport._scheduler import SendScheduler
 
 __all__ = ["CloseSequence", "CloseState", "close_wait"]
@@ -114,7 +114,7 @@ class CloseSequence:
         *,
         destinations: list[Destination],
         recorder: Recorder,
-        queue: collections.deque[tuple[Any, ...]],
+        queue: collections.deque[Report],
         clock: Callable[[], float],
         dispatch: Dispatch,
         drain: Callable[[], None],

@@ -18,7 +18,6 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from trainreport._destination import (
     Destination,
@@ -30,6 +29,7 @@ from trainreport._destination import (
 )
 from trainreport._logging import get_logger
 from trainreport._recorder import Recorder
+from trainreport._reports import Report
 from trainreport._sender import Sender
 from trainreport._sink import Opened
 
@@ -58,7 +58,7 @@ class Dispatch:
         self,
         *,
         recorder: Recorder,
-        queue: collections.deque[tuple[Any, ...]],
+        queue: collections.deque[Report],
         clock: Callable[[], float],
         wall_clock: Callable[[], str],
         cancel_requested: threading.Event,

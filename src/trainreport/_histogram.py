@@ -1,46 +1,118 @@
 """A cheap latency histogram for the time the training thread spends in report calls.
 
-Buckets are quarter-octaves of nanoseconds: recording is one ``bit_length`` and
-one list increment (tens of nanoseconds), and a percentile is read back within
-about ±10 %. Not thread-safe by design: it is written by the thread that makes
-report calls, and a lost increment under a rare race only blurs a statistic.
+Buckets are quarter-octaves of nanoseconds (bucket ``k`` holds the durations
+``d`` with ``floor(4 * log2(d)) == k``), so a percentile, read back as its
+bucket's geometric midpoint, is within ±9.1 % (``2 ** (1/8)``).
+
+Recording is one ``array.append`` of the duration to
+:attr:`LatencyHistogram.pending` (a C call: no bucket arithmetic on the
+caller's thread); :meth:`LatencyHistogram.fold` moves the pending durations
+into the buckets, in C (``map``, ``log2``, ``Counter``). The reporter calls
+``fold`` on the reporter thread after each drain, in ``stats()``, and on the
+caller's thread only when reports are refused (the queue's guard tripped, or
+the reporter is closed) with at least :data:`FOLD_AT` durations pending, so
+the buffer stays bounded when no drain comes (a hanging destination). Count,
+total and maximum stay exact.
+
+Thread-safety: appends come from the threads making report calls; one fold
+runs at a time (a second one at the same moment returns at once, leaving the
+durations to the next). A fold removes exactly the durations it counted, so an
+append racing with it is kept for the next fold.
 """
 
 from __future__ import annotations
 
-__all__ = ["LatencyHistogram"]
+import os
+import threading
+from array import array
+from collections import Counter
+from math import log2
+
+__all__ = ["FOLD_AT", "LatencyHistogram"]
 
 _SUB = 4  # sub-buckets per octave
 _BUCKETS = 64 * _SUB
+#: Pending durations at which a refused report call folds them on the caller's thread.
+FOLD_AT = 512
+
+# One fold at a time, for every histogram: folds are rare and short, and a
+# module lock keeps the histogram picklable (an unstarted Reporter pickles).
+_folding = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    global _folding  # noqa: PLW0603 - a child forked during a fold must not inherit it held
+    _folding = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+_times_four = (4.0).__mul__
+
+
+def bucket_of(ns: int) -> int:
+    """The bucket index of a duration of ``ns`` nanoseconds (0 counts as 1 ns)."""
+    return int(4.0 * log2(max(ns, 1)))
 
 
 class LatencyHistogram:
-    """Counts durations in nanoseconds; reports p50/p99/max in microseconds."""
+    """Counts durations in nanoseconds; reports p50/p99/max in microseconds.
 
-    __slots__ = ("counts", "max_ns", "total_ns")
+    Attributes:
+        pending: durations recorded and not folded yet, nanoseconds
+            (``pending.append(ns)`` records one).
+        counts: durations per bucket (folded ones).
+        max_ns: the longest folded duration, nanoseconds.
+        total_ns: the sum of the folded durations, nanoseconds.
+    """
+
+    __slots__ = ("counts", "max_ns", "pending", "total_ns")
 
     def __init__(self) -> None:
+        self.pending = array("q")
         self.counts = [0] * _BUCKETS
         self.max_ns = 0
         self.total_ns = 0
 
     @property
     def count(self) -> int:
-        """Number of durations recorded."""
+        """Number of durations recorded (folded ones; call :meth:`fold` first)."""
         return sum(self.counts)
 
     def observe(self, ns: int) -> None:
-        """Record one duration of ``ns`` nanoseconds (>= 0). Never raises for ints >= 0.
+        """Record one duration of ``ns`` nanoseconds (>= 0). Never raises for ints >= 0."""
+        self.pending.append(ns)
 
-        ``Reporter.report_train_step`` inlines these lines (a call costs as much).
-        """
-        n = ns.bit_length()
-        self.counts[(n << 2) | ((ns >> (n - 3)) & 3) if n > 2 else n << 2] += 1
-        self.total_ns += ns
-        self.max_ns = max(self.max_ns, ns)
+    def fold(self) -> None:
+        """Move the pending durations into the buckets. Never raises."""
+        if not _folding.acquire(blocking=False):
+            return  # another thread is folding: these durations go in the next fold
+        try:
+            pending = self.pending
+            n = len(pending)
+            if not n:
+                return
+            taken = pending[:n]
+            del pending[:n]  # one C call: a racing append lands after the n taken
+            self.total_ns += sum(taken)
+            longest = max(taken)
+            self.max_ns = max(self.max_ns, longest)
+            if min(taken) < 1:  # log2 needs >= 1 (a clock that did not move)
+                taken = array("q", [max(ns, 1) for ns in taken])
+            counts = self.counts
+            # Bucket every duration in C (map, log2, Counter): no Python loop per duration.
+            for index, c in Counter(map(int, map(_times_four, map(log2, taken)))).items():
+                counts[index] += c
+        finally:
+            _folding.release()
 
     def percentile_us(self, q: float) -> float:
-        """The ``q`` quantile (0 < q <= 1) in microseconds, from bucket midpoints; 0.0 if empty."""
+        """The ``q`` quantile (0 < q <= 1) in microseconds, from bucket midpoints; 0.0 if empty.
+
+        Reads the folded durations (call :meth:`fold` first).
+        """
         total = self.count
         if total == 0:
             return 0.0
@@ -54,9 +126,5 @@ class LatencyHistogram:
 
 
 def _midpoint_ns(index: int) -> float:
-    n, sub = divmod(index, _SUB)
-    if n <= 2:
-        return float((1 << n) - 1) if n else 0.0
-    low = (4 + sub) << (n - 3)
-    high = (5 + sub) << (n - 3)
-    return (low + high) / 2.0
+    """The geometric midpoint of bucket ``index``, nanoseconds."""
+    return float(2.0 ** ((index + 0.5) / _SUB))

@@ -40,7 +40,7 @@ from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._naming import DatasetOrder, check_name, qualify
 from trainreport._params import MAX_PARAM_ITEMS
 from trainreport._payloads import StoredState, encode_details
-from trainreport._reports import REPORT_NAME, Kind, dispatch, queued_bytes
+from trainreport._reports import REPORT_NAME, Kind, Report, dispatch, kind_of, queued_bytes
 from trainreport._selection import SeriesSelector
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._store import MetricStore, Series
@@ -378,7 +378,7 @@ class Recorder:
 
     # --- applying reports ----------------------------------------------------------
 
-    def apply_all(self, queue: deque[tuple[Any, ...]]) -> tuple[bool, int, bool]:
+    def apply_all(self, queue: deque[Report]) -> tuple[bool, int, bool]:
         """Take every report queued now off ``queue`` and apply them, in order, under the lock.
 
         Returns:
@@ -397,19 +397,19 @@ class Recorder:
             store = self._store
             return urgent, released, bool(store.points_recorded or store.scalars)
 
-    def apply(self, item: tuple[Any, ...]) -> bool:
+    def apply(self, item: Report) -> bool:
         """Apply one report (see :meth:`apply_all`). True for an event report."""
         with self._lock:
             return self._apply(item)
 
-    def _apply(self, item: tuple[Any, ...]) -> bool:
+    def _apply(self, item: Report) -> bool:
         try:
             return dispatch(item, self)
         except TransitionError as exc:  # strict mode (tests): surfaced by Reporter.close()
             self._strict_violations.append(str(exc))
             return False
         except Exception as exc:  # a bug or a hostile object must never stop the reporter
-            kind: Any = item[0] if type(item) is tuple and item else None
+            kind: Any = kind_of(item)
             self._drops["invalid_report"] += 1
             self._once.warning(
                 ("apply", kind),

@@ -37,21 +37,47 @@ FAILED             error type name (str), message (str)
 gave that is not tensor-like, judged on the reporter thread), ``None``, or a
 :class:`NotAMapping` marker. Nothing here validates: names, values, steps and
 epochs are judged on the reporter thread.
+
+The training step's short form. ``report_train_step`` (the hot path) hands
+over a dict instead of a tuple: the copy of the caller's metrics itself, with
+the clock reading, the step and the epoch under three header keys
+(:data:`TRAIN_TIME`, :data:`TRAIN_STEP`, :data:`TRAIN_EPOCH`) that no metric
+name can take (a control character is never valid in a name). It takes this
+form when ``metrics`` is a ``dict``, the step an ``int`` and the epoch an
+``int``, a ``float`` or ``None`` (every training loop's case); any other call
+makes the ``TRAIN`` tuple above. Why: a copy of plain numbers is a container
+the garbage collector does not track, so a report queued in this form costs
+the training thread's collections nothing however long the queue grows (a
+hanging or unreachable destination keeps every report queued until the stored
+task is read), and the copy is the call's only allocation. :func:`dispatch`
+takes the header keys back out, so the handler sees the same arguments for
+both forms (a Hypothesis property in ``tests/test_reports.py`` pins it).
+
+The rule for values (both forms): an ``int`` or ``float`` is queued as it
+is; anything else is converted on the caller's thread, at call time, with
+``.item()`` (a tensor's value is taken when it is reported, never later:
+it may be changed in place, or live on a device); what cannot be converted is
+queued as it is and judged on the reporter thread.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import attrs
 
 from trainreport._values import caller_value
 
 __all__ = [
+    "HEADER_KEYS",
     "REPORT_BYTES",
+    "Report",
     "TERMINAL_KINDS",
+    "TRAIN_EPOCH",
+    "TRAIN_STEP",
+    "TRAIN_TIME",
     "VALUE_BYTES",
     "Kind",
     "NotAMapping",
@@ -65,10 +91,12 @@ __all__ = [
     "epoch_end",
     "failed",
     "hyperparameters",
+    "kind_of",
     "metrics_report",
     "queued_bytes",
     "queued_points",
     "train",
+    "to_numbers",
     "training_start",
     "validation",
 ]
@@ -88,6 +116,9 @@ class Kind(enum.IntEnum):
     CANCELLED = 8
     FAILED = 9
 
+
+#: A queued report: a tuple ``(kind, t, *fields)``, or a training step's short form.
+Report: TypeAlias = "tuple[Any, ...] | dict[str, Any]"
 
 #: The report method behind each kind, for log events about a dropped report.
 REPORT_NAME = {
@@ -111,6 +142,15 @@ _VALIDATION = Kind.VALIDATION
 _METRICS = Kind.METRICS
 _HYPERPARAMETERS = Kind.HYPERPARAMETERS
 _STEP_TYPES = frozenset({int, float, type(None)})
+_KINDS = frozenset(Kind)
+
+#: The header keys of a training step's short form (a ``dict``): the caller's clock
+#: reading, the step and the epoch. A control character is never valid in a metric name.
+TRAIN_TIME = "\x00t"
+TRAIN_STEP = "\x00step"
+TRAIN_EPOCH = "\x00epoch"
+#: How many header keys a short-form report carries.
+HEADER_KEYS = 3
 
 #: The queue's memory guard estimates a queued report at this many bytes (the
 #: tuple, the copied dict's table and header, the numbers) ...
@@ -160,11 +200,11 @@ def copy_metrics(metrics: object) -> object:
             return copied
     except Exception:  # noqa: S110 - a str or an object without __add__: converted below
         pass
-    _to_numbers(copied)
+    to_numbers(copied)
     return copied
 
 
-def _to_numbers(copied: dict[Any, Any]) -> None:
+def to_numbers(copied: dict[Any, Any]) -> None:
     """Turn each value of a copied metrics dict into a plain number, in place (``.item()``)."""
     for key, value in copied.items():  # same keys: assigning while iterating is safe
         copied[key] = caller_value(value)
@@ -176,11 +216,12 @@ def copy_scalar(value: object) -> object:
 
 
 def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, ...]:
-    """``report_train_step``'s report (the hot path: this one call, one copy, one tuple).
+    """``report_train_step``'s report as a ``TRAIN`` tuple (the general form).
 
-    A dict of plain numbers takes :func:`copy_metrics`' fast path inlined
-    (a function call is a measurable share of a 1 µs report call); anything
-    else goes through :func:`copy_metrics`.
+    ``report_train_step`` makes the short form itself (see the module's
+    docstring) and calls this for every other call. A dict of plain numbers
+    takes :func:`copy_metrics`' fast path inlined; anything else goes through
+    :func:`copy_metrics`.
     """
     copied: object
     if type(metrics) is dict:
@@ -190,7 +231,7 @@ def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, 
         except Exception:
             plain = False
         if not plain:
-            _to_numbers(copied)  # the copy, converted in place: one copy in all
+            to_numbers(copied)  # the copy, converted in place: one copy in all
     else:
         copied = copy_metrics(metrics)
     return (
@@ -252,8 +293,29 @@ def failed(t: float, error_type: str, message: str) -> tuple[Any, ...]:
 # --- sizing (either thread) --------------------------------------------------------------
 
 
-def _carried(item: tuple[Any, ...]) -> object:
-    """The dict of values a report carries (metrics, or the flat params), or None."""
+def kind_of(item: object) -> Kind | None:
+    """The kind of a queued report (either form), or None for what no builder here makes."""
+    if type(item) is dict:
+        return Kind.TRAIN
+    if type(item) is tuple and item and item[0] in _KINDS:
+        return Kind(item[0])
+    return None
+
+
+def _values_in(item: object) -> int | None:
+    """How many metric values (or params) a report carries, or None when it carries no dict.
+
+    A short form counts without its header keys, whether or not
+    :func:`dispatch` has taken them out yet.
+    """
+    if type(item) is dict:
+        return len(item) - HEADER_KEYS if TRAIN_TIME in item else len(item)
+    values = _carried(item)
+    return len(values) if type(values) is dict else None
+
+
+def _carried(item: object) -> object:
+    """The dict of values a report tuple carries (metrics, or the flat params), or None."""
     match item:
         case (Kind.TRAIN, _, _, _, values) | (Kind.VALIDATION, _, _, _, values, _):
             return values
@@ -262,22 +324,22 @@ def _carried(item: tuple[Any, ...]) -> object:
     return None
 
 
-def queued_bytes(item: tuple[Any, ...]) -> int:
-    """The memory guard's estimate of one queued report, in bytes. Never raises.
+def queued_bytes(item: object) -> int:
+    """The memory guard's estimate of one queued report (either form), in bytes. Never raises.
 
     ``Reporter.report_train_step`` adds the same sum for its report; the
-    reporter thread subtracts this for every report it drains, so the two agree.
+    reporter thread subtracts this for every report it drains (before or after
+    applying it), so the two agree.
     """
-    values = _carried(item)
-    return REPORT_BYTES + VALUE_BYTES * len(values) if type(values) is dict else REPORT_BYTES
+    n = _values_in(item)
+    return REPORT_BYTES if n is None else REPORT_BYTES + VALUE_BYTES * n
 
 
-def queued_points(item: tuple[Any, ...]) -> int:
+def queued_points(item: object) -> int:
     """Metric values a queued report carries (each may become a point). Never raises."""
-    if item[0] == _HYPERPARAMETERS:
+    if type(item) is tuple and item and item[0] == _HYPERPARAMETERS:
         return 0
-    values = _carried(item)
-    return len(values) if type(values) is dict else 0
+    return _values_in(item) or 0
 
 
 # --- unpacking (the reporter thread) -----------------------------------------------------
@@ -303,16 +365,24 @@ class ReportHandler(Protocol):
     def terminal(self, kind: Kind, reason: object, message: object) -> bool: ...
 
 
-def dispatch(item: tuple[Any, ...], handler: ReportHandler) -> bool:
-    """Apply one queued report to ``handler``.
+def dispatch(item: Report, handler: ReportHandler) -> bool:
+    """Apply one queued report (either form) to ``handler``.
+
+    A training step's short form loses its header keys here (the dict is the
+    metrics the handler receives).
 
     Returns:
         True for an event report (it bypasses the debounce), False otherwise.
 
     Raises:
-        ValueError: for a tuple no builder here makes (a bug); whatever the
-            handler raises propagates (the recorder catches it).
+        ValueError: for a tuple no builder here makes (a bug); KeyError for a
+            dict without the header keys (a bug); whatever the handler raises
+            propagates (the recorder catches it).
     """
+    if type(item) is dict:
+        pop = item.pop
+        handler.train_step(pop(TRAIN_TIME), pop(TRAIN_STEP), pop(TRAIN_EPOCH), item)
+        return False
     match item:
         case (Kind.TRAIN, t, step, epoch, metrics):
             handler.train_step(t, step, epoch, metrics)
@@ -338,4 +408,4 @@ def dispatch(item: tuple[Any, ...], handler: ReportHandler) -> bool:
             return handler.terminal(Kind.CANCELLED, reason, None)
         case (Kind.FAILED, _, error_type, message):
             return handler.terminal(Kind.FAILED, error_type, message)
-    raise ValueError(f"not a report: kind {item[0]!r} with {len(item)} items")
+    raise ValueError(f"not a report: kind {item[0]!r} with {len(item)} items")  # type: ignore[index]

@@ -30,7 +30,6 @@ import collections
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from trainreport._cadence import next_wait
 from trainreport._closing import CloseSequence
@@ -45,6 +44,7 @@ from trainreport._flushing import FlushRequests
 from trainreport._journal_feed import JournalKeeper
 from trainreport._logging import describe_exception, get_logger
 from trainreport._recorder import Recorder
+from trainreport._reports import Report
 from trainreport._resume import Resume
 from trainreport._sender import Sender
 from trainreport._sink import Sink
@@ -93,7 +93,7 @@ class Worker:
         *,
         recorder: Recorder,
         sinks: list[Sink],
-        queue: collections.deque[tuple[Any, ...]],
+        queue: collections.deque[Report],
         config: ReportingConfig,
         clock: Callable[[], float],
         wall_clock: Callable[[], str] | None = None,

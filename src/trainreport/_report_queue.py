@@ -1,0 +1,189 @@
+"""The report queue the training thread fills: its guard, its wake rule, its drop counters.
+
+Every report call appends one tuple (built by ``_reports``) to a
+``collections.deque``: no lock, no ``Event.set`` per report, no I/O
+(docs/design.md#shape). This module owns what that append is checked and
+followed by: the byte-budgeted memory guard (``max_queue_bytes``), the wake
+rule (the run's first point at once, then one wake per ``drain_queue_depth``
+reports, none again until the thread drained), the counters of refused and
+failed reports, and the latency histogram's timing of every report call.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import sys
+from array import array
+from collections.abc import Callable
+from time import perf_counter_ns
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from trainreport._config import ReportingConfig
+from trainreport._histogram import FOLD_AT, LatencyHistogram
+from trainreport._lifecycle import ReporterMachine, ReporterState
+from trainreport._logging import OnceLogger, get_logger
+from trainreport._reports import Report, queued_bytes
+from trainreport._worker import Worker
+
+__all__ = ["ReportQueue", "report_call", "safe_str"]
+
+_log = get_logger()
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R", bound="ReportQueue")
+
+
+def report_call(
+    method: Callable[Concatenate[_R, _P], None],
+) -> Callable[Concatenate[_R, _P], None]:
+    """Time a report method into the latency histogram and keep any exception from the caller.
+
+    Every report method but ``report_train_step`` (which inlines the same
+    lines: it is the hot path) runs under this. Never raises an ``Exception``.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def report(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        t0 = perf_counter_ns()
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            self._failed(name, exc)
+        self._latencies.append(perf_counter_ns() - t0)
+
+    return report
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a placeholder naming its type when ``__str__`` raises. Never raises."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+class ReportQueue:
+    """The queue side of ``Reporter``: the state report calls share with the reporter thread.
+
+    A base of ``Reporter``, not used alone. The reporter thread only calls
+    :meth:`_drained` (through the worker's ``on_drained``); everything else
+    runs on the caller's thread.
+    """
+
+    _queue: collections.deque[Report]
+    _clock: Callable[[], float]
+    _machine: ReporterMachine
+    _worker: Worker | None
+    _accepting: bool
+    _max_queue_bytes: int
+    _queued_bytes: int
+    _drain_depth: int
+    _wake_depth: int
+    _histogram: LatencyHistogram
+    _latencies: array[int]
+    _queue_drops: int
+    _after_close_drops: int
+    _caller_drops: int
+    _once: OnceLogger
+
+    def _init_queue(self, config: ReportingConfig, clock: Callable[[], float]) -> None:
+        """Set up the queue's state (``Reporter.__init__``)."""
+        self._queue = collections.deque()
+        self._clock = clock
+        self._machine = ReporterMachine()
+        self._worker = None
+        self._accepting = True
+        self._max_queue_bytes = config.max_queue_bytes
+        # Estimated bytes of the reports queued: added by report calls, subtracted by
+        # the reporter thread as it drains (each update is one indivisible step
+        # under the GIL; an estimate, not an exact count).
+        self._queued_bytes = 0
+        self._drain_depth = config.drain_queue_depth
+        # A report that brings the queue to this depth wakes the reporter thread: 1
+        # until the run's first point was drained (the first point goes at once),
+        # then drain_queue_depth; past a wake, no more until the thread drained.
+        self._wake_depth = 1
+        self._histogram = LatencyHistogram()
+        # Report calls record their durations here (the histogram's pending buffer).
+        self._latencies = self._histogram.pending
+        self._queue_drops = 0
+        self._after_close_drops = 0
+        self._caller_drops = 0
+        self._once = OnceLogger()
+
+    def _caller_drop_counts(self) -> dict[str, int]:
+        """Drops counted on the caller's side, by reason (for ``stats()``)."""
+        return {
+            "queue_full": self._queue_drops,
+            "after_close": self._after_close_drops,
+            "report_failed": self._caller_drops,
+        }
+
+    def _put(self, item: tuple[Any, ...], *, wake: bool) -> None:
+        """Append one report (every report method but the inlined report_train_step).
+
+        ``wake``: an event report, sent at once.
+        """
+        queue = self._queue
+        if not self._accepting or self._queued_bytes >= self._max_queue_bytes:
+            self._refuse_report()
+            return
+        queue.append(item)
+        self._queued_bytes += queued_bytes(item)
+        if len(queue) >= self._wake_depth:
+            self._wake_for_depth()
+        elif wake:
+            self._wake_worker()
+
+    def _drained(self, nbytes: int, deep_only: bool) -> None:
+        """The reporter thread took reports of ``nbytes`` (estimated) off the queue.
+
+        ``deep_only``: wake it again only at ``drain_queue_depth`` (else at the
+        next report: the run's first point is still to come).
+        """
+        self._queued_bytes -= nbytes
+        self._wake_depth = self._drain_depth if deep_only else 1
+        self._histogram.fold()  # the report calls' durations, off the training thread
+
+    def _wake_for_depth(self) -> None:
+        self._wake_depth = sys.maxsize  # one wake per drain, not one per report
+        self._wake_worker()
+
+    def _wake_worker(self) -> None:
+        worker = self._worker
+        if worker is not None:
+            worker.wake.set()
+
+    def _refuse_report(self) -> None:
+        if len(self._latencies) >= FOLD_AT:  # no drain comes: keep the buffer bounded
+            self._histogram.fold()
+        if not self._accepting:
+            self._dropped_after_close()
+            return
+        self._queue_drops += 1
+        if self._queue_drops == 1:
+            _log.error(
+                "trainreport.queue_full",
+                max_queue_bytes=self._max_queue_bytes,
+                queued_reports=len(self._queue),
+            )
+
+    def _dropped_after_close(self) -> None:
+        if self._machine.state is ReporterState.INERT:
+            return
+        self._after_close_drops += 1
+        if self._after_close_drops == 1:
+            _log.warning("trainreport.report_after_close")
+
+    def _failed(self, report: str, exc: Exception) -> None:
+        self._caller_drops += 1
+        with contextlib.suppress(Exception):  # logging must not raise into training
+            self._once.warning(
+                ("report_failed", report),
+                "trainreport.report_failed",
+                report=report,
+                error=f"{type(exc).__name__}"[:100],
+            )

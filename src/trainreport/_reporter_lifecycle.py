@@ -1,0 +1,399 @@
+"""The reporter's lifecycle: start, flush, close, and what fork and exit do to it.
+
+Orchestration only (docs/engine.md, docs/lifecycle.md): ``start()`` builds the
+recorder and the worker and starts the reporter thread (or makes the reporter
+inert on another rank or when disabled); ``flush()`` and ``close()`` hand the
+worker a deadline and report whether every destination holds everything;
+the fork and exit hooks (``_process_hooks``) call back into the two methods at
+the end. The lifecycle's states and transitions are the table in
+``_lifecycle.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from trainreport._config import ReportingConfig
+from trainreport._environment import DISABLED, journal_off
+from trainreport._journal_feed import JournalKeeper, journal_identity
+from trainreport._lifecycle import ReporterInput, ReporterState
+from trainreport._logging import get_logger
+from trainreport._process_hooks import forget, remember
+from trainreport._recorder import Recorder
+from trainreport._reporter_stats import ReporterStats, assemble_stats
+from trainreport._reports import TERMINAL_KINDS, kind_of
+from trainreport._sink import Sink
+from trainreport._terminal_reports import TerminalReports
+from trainreport._worker import Worker, utc_now_iso
+from trainreport.exceptions import TransitionError
+from trainreport.sinks._journal import Journal
+
+__all__ = ["RANK_VARIABLES", "ReporterLifecycle"]
+
+_log = get_logger()
+
+#: Environment variables read, in order, for the global rank (docs/design.md#guarantees).
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+
+
+def _budget(timeout: float) -> float:
+    """A wait in seconds that `Event.wait` and `Thread.join` take: NaN, < 0 -> 0; inf capped."""
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        return 0.0
+    if math.isnan(seconds) or seconds < 0:
+        return 0.0
+    return min(seconds, threading.TIMEOUT_MAX / 2)
+
+
+def _global_rank(environ: Mapping[str, str]) -> int:
+    for name in RANK_VARIABLES:
+        raw = environ.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            return int(raw)
+        except ValueError:
+            _log.warning("trainreport.rank_unreadable", variable=name, value=raw[:50])
+            return 0
+    return 0
+
+
+def _disabled(environ: Mapping[str, str]) -> bool:
+    return environ.get(DISABLED, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def journal_options(
+    config: ReportingConfig, sinks: Sequence[Sink], clock: Callable[[], float]
+) -> dict[str, Any]:
+    """The worker's journal arguments (``docs/engine.md``, "The journal in front of a service").
+
+    With the config's ``journal`` on and ``TRAINREPORT_JOURNAL`` not ``0``:
+    a ``FileSink`` (the local run log is its own journal) is sent to at
+    least every ``journal_interval_seconds``, and the first destination
+    with a job and a task that is not a local file gets a journal. None
+    when the only destinations are local run logs (the embedded default).
+    """
+    if not config.journal or journal_off(os.environ):
+        return {}
+    options: dict[str, Any] = {"local_log_interval_seconds": config.journal_interval_seconds}
+    keyed = [(i, journal_identity(sink)) for i, sink in enumerate(sinks)]
+    found = next(((i, ids) for i, ids in keyed if ids is not None), None)
+    if found is None:
+        return options
+    index, (job_id, task_id) = found
+
+    def open_journal(recorder: Recorder) -> JournalKeeper | None:
+        journal = Journal.claim(
+            config.journal_dir,
+            job_id,
+            task_id,
+            fsync_seconds=config.journal_fsync_seconds,
+            clock=clock,
+        )
+        if journal is None:
+            return None
+        return JournalKeeper(
+            journal,
+            recorder,
+            interval_seconds=config.journal_interval_seconds,
+            clock=clock,
+            wall_clock=utc_now_iso,
+        )
+
+    options.update(open_journal=open_journal, journal_destination=index)
+    return options
+
+
+_L = TypeVar("_L", bound="ReporterLifecycle")
+
+
+class ReporterLifecycle(TerminalReports):
+    """Start, flush, close, fork and exit, and reading the state (a base of ``Reporter``)."""
+
+    _sinks: tuple[Sink, ...]
+    _config: ReportingConfig
+    _rank: int | None
+    _recorder: Recorder | None
+    _cancel: threading.Event | None
+    _pid: int | None
+    _owner_pid: int
+    _series_default: tuple[str, ...]
+    _warned_undelivered: bool
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set when the job-status service asks the run to stop (the job was cancelled).
+
+        Check ``reporter.cancel_requested.is_set()`` in the training loop and
+        stop cleanly. Created on first access; never raises.
+        """
+        if self._cancel is None:
+            self._cancel = threading.Event()
+        return self._cancel
+
+    def start(self: _L) -> _L:
+        """Start the reporter thread and return at once (it reads the stored task itself).
+
+        On a rank other than global rank 0, when ``TRAINREPORT_DISABLED=1``, or
+        in a process forked from the one that created it, the reporter becomes
+        inert: no thread, no sink, and report calls do nothing. Idempotent:
+        a second call does nothing.
+
+        Returns:
+            ``self``, for chaining. Never raises for a destination problem.
+        """
+        return self._start(threaded=True)
+
+    def _start(self: _L, *, threaded: bool) -> _L:
+        """``start()``; ``threaded=False`` (tests) drives the same worker without a thread."""
+        if self._machine.state is not ReporterState.NEW:
+            return self
+        rank = self._rank if self._rank is not None else _global_rank(os.environ)
+        if rank != 0 or _disabled(os.environ):
+            self._machine.apply(ReporterInput.START_INERT)
+            self._accepting = False
+            self._queue.clear()
+            self._queued_bytes = 0
+            _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
+            return self
+        self._pid = os.getpid()
+        recorder = Recorder(
+            self._config, destinations=len(self._sinks), series_default=self._series_default
+        )
+        self._recorder = recorder
+        self._worker = Worker(
+            recorder=recorder,
+            sinks=list(self._sinks),
+            queue=self._queue,
+            config=self._config,
+            clock=self._clock,
+            cancel_requested=self.cancel_requested,
+            on_drained=self._drained,
+            threaded=threaded,
+            **journal_options(self._config, self._sinks, self._clock),
+        )
+        self._machine.apply(ReporterInput.START)
+        remember(self)
+        self._worker.start()
+        return self
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything recorded now, ignoring the debounce, and wait for delivery.
+
+        Args:
+            timeout: seconds to wait at most (default: the config's
+                ``close_timeout_seconds``).
+
+        Returns:
+            True when everything recorded so far was delivered. Never raises.
+        """
+        worker = self._worker
+        if worker is None or self._machine.state is not ReporterState.RUNNING:
+            return self._machine.state is not ReporterState.NEW and self._delivered()
+        budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
+        done = worker.request_flush()
+        if not worker.threaded:  # tests: one cycle on this thread
+            worker.cycle()
+        return done.wait(budget) and worker.everything_delivered()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Drain the queue, send the tail and join the reporter thread, within ``timeout``.
+
+        Call it from a ``finally`` block. Idempotent: later calls return the
+        first call's answer (or wait for it when it is still running). On a
+        reporter that was never started, with reports queued, it starts it
+        first (rank and ``TRAINREPORT_DISABLED`` rules apply) and logs
+        ``trainreport.started_at_close``; a forked copy of an unstarted
+        reporter sends nothing (its parent delivers the reports).
+
+        Args:
+            timeout: seconds the whole close may take (default: the config's
+                ``close_timeout_seconds``). A dead or hanging destination delays
+                the caller by at most this.
+
+        Returns:
+            True only when everything recorded was delivered and nothing was
+            dropped by the queue's memory guard.
+
+        Raises:
+            TransitionError: only with ``ReportingConfig(strict_transitions=True)``
+                (tests), when a report was refused by the lifecycle tables.
+                Never raises otherwise.
+        """
+        budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
+        deadline = time.monotonic() + budget
+        if self._machine.state is ReporterState.NEW and not self._close_unstarted():
+            return True
+        state = self._machine.state
+        if state is ReporterState.INERT:
+            return True
+        worker = self._worker
+        assert worker is not None
+        if state is ReporterState.RUNNING:
+            self._machine.apply(ReporterInput.CLOSE)
+            self._accepting = False
+            worker.stop(deadline)
+            if not worker.threaded:  # tests: the closing pass on this thread
+                worker.finish()
+        if os.getpid() == self._pid and worker.threaded:
+            worker.thread.join(max(deadline - time.monotonic(), 0.0))
+        if worker.threaded and worker.thread.is_alive():
+            self._warn_undelivered(worker, timed_out=True)
+            return False
+        first_close = self._machine.state is ReporterState.CLOSING
+        if first_close:
+            self._machine.apply(ReporterInput.CLOSED)
+            forget(self)
+        self._raise_strict_violations()
+        delivered = self._delivered()
+        if not delivered and first_close:
+            self._warn_undelivered(worker, timed_out=False)
+        return delivered
+
+    def _warn_undelivered(self, worker: Worker, *, timed_out: bool) -> None:
+        """One warning per destination that did not receive everything. Never raises."""
+        if self._warned_undelivered:  # close() is idempotent; so is its warning
+            return
+        self._warned_undelivered = True
+        try:
+            stats = self.stats()
+            dropped = sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes"))
+            for dest, figures in zip(worker.destinations, stats.destinations, strict=True):
+                holds_all = dest.finished_cleanly or (
+                    worker.alive and worker.recorder.all_delivered(dest.index)
+                )
+                if holds_all and not stats.queue_depth and not dropped:
+                    continue
+                _log.warning(
+                    "trainreport.close_undelivered",
+                    destination=dest.label,
+                    undelivered_reports=stats.queue_depth,
+                    undelivered_points=figures.points_unsent,
+                    dropped=dropped,
+                    last_error=figures.last_error,
+                    never_answered=not dest.answered,
+                    timed_out=timed_out and dest.job is not None,
+                )
+        except Exception:  # noqa: S110 - a warning must never break close()
+            pass
+
+    def _close_unstarted(self) -> bool:
+        """``close()`` on a reporter whose ``start()`` was forgotten (docs/engine.md).
+
+        With queued reports, in the process that made them, it starts the
+        reporter now (same rank and ``TRAINREPORT_DISABLED`` rules as ``start()``)
+        and logs ``trainreport.started_at_close``, so that the caller's
+        ``close()`` delivers them within its deadline. Otherwise (nothing queued,
+        or a forked copy of a parent's queue) it closes without sending.
+
+        Returns:
+            True when the reporter was started and ``close()`` must go on.
+        """
+        queued = len(self._queue)
+        if queued and os.getpid() == self._owner_pid:
+            self.start()
+            if self._machine.state is ReporterState.RUNNING:  # not another rank, not disabled
+                _log.warning("trainreport.started_at_close", queued_reports=queued)
+            return True
+        self._machine.apply(ReporterInput.CLOSE)
+        self._accepting = False
+        self._queue.clear()
+        self._queued_bytes = 0
+        if queued:  # a forked child's copy: its parent holds and delivers these reports
+            _log.info("trainreport.closed_in_forked_copy", reports_left_to_parent=queued)
+        return False
+
+    def _delivered(self) -> bool:
+        worker = self._worker
+        if worker is None:
+            return not self._queue
+        done = worker.finished_cleanly() if not worker.alive else worker.everything_delivered()
+        return done and self._queue_drops == 0
+
+    def _raise_strict_violations(self) -> None:
+        recorder = self._recorder
+        violations = recorder.strict_violations() if recorder is not None else ()
+        if violations:
+            raise TransitionError("; ".join(violations))
+
+    def __enter__(self: _L) -> _L:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Report the block's outcome (:meth:`report_outcome`), then close."""
+        self.report_outcome(exc)
+        self.close()
+
+    # --- process hooks ---------------------------------------------------------------
+
+    def _after_fork_in_child(self) -> None:
+        self._accepting = False
+        self._queue = collections.deque()
+        self._queued_bytes = 0
+        self._machine.apply(ReporterInput.FORKED)
+        if self._recorder is not None:
+            self._recorder.after_fork()
+        self._worker = None
+        self._cancel = None
+
+    def _close_at_exit(self, uncaught: BaseException | None) -> None:
+        if self._pid != os.getpid() or self._machine.state is not ReporterState.RUNNING:
+            return
+        recorder = self._recorder
+        # Reports made before the hook count even when still queued (a completion
+        # reported just before exit must not read as a run without status).
+        terminal = (recorder is not None and recorder.is_terminal) or any(
+            kind_of(item) in TERMINAL_KINDS for item in list(self._queue)
+        )
+        if not terminal:
+            if uncaught is not None:
+                self.report_outcome(uncaught)
+            else:
+                _log.warning("trainreport.run_ended_without_status")
+        self.close(self._config.atexit_timeout_seconds)
+
+    # --- reading ---------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The task record the destination should now hold, in the ``GET`` shape.
+
+        ``{"status": ..., "status_details": {..., "metrics": {name: [{"step", "epoch",
+        "value"}]}}}``, the same shape as ``MemorySink.task``. It reflects the
+        reports the reporter thread has applied; call :meth:`flush` (or
+        :meth:`close`) first for an up-to-date view. Never raises.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            return {"status": "pending", "status_details": {}}
+        return recorder.snapshot()
+
+    def stats(self) -> ReporterStats:
+        """Counters, per destination and in total, and the report-call latency histogram.
+
+        Cheap; never raises.
+        """
+        self._histogram.fold()
+        return assemble_stats(
+            state=self._machine.state.value,
+            destinations=len(self._sinks),
+            worker=self._worker,
+            recorder=self._recorder,
+            histogram=self._histogram,
+            queued=list(self._queue),
+            queued_bytes=self._queued_bytes,
+            caller_drops=self._caller_drop_counts(),
+        )

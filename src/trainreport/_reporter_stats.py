@@ -1,0 +1,184 @@
+"""What ``Reporter.stats()`` returns, and how it is put together.
+
+The two frozen values (:class:`ReporterStats`, one :class:`DestinationStats`
+per destination) and :func:`assemble_stats`, which builds them from the
+recorder's counters, the worker's destinations, the reports still queued and
+the caller-side counters and latency histogram. Reading only: nothing here
+changes the reporter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from trainreport._histogram import LatencyHistogram
+from trainreport._recorder import Recorder
+from trainreport._reports import Report, queued_points
+from trainreport._worker import Worker
+
+__all__ = ["DestinationStats", "ReporterStats", "assemble_stats"]
+
+
+@attrs.frozen
+class DestinationStats:
+    """One destination's share of ``Reporter.stats()``.
+
+    Attributes:
+        destination: the sink, as its repr shows it (``HttpSink`` shows URL, job, task).
+        requests_sent: requests attempted to it (reads of the stored task included).
+        requests_failed: those that were not delivered.
+        consecutive_failures: failures since its last delivered send.
+        bytes_sent: request bytes put on the wire (as the sink counts them).
+        points_delivered: points it is known to hold.
+        points_unsent: points it is not known to hold (queued reports included).
+        last_error: its last failure's reason, or None.
+        last_success_at: wall-clock time (ISO 8601 UTC) of its last delivered send.
+    """
+
+    destination: str
+    requests_sent: int
+    requests_failed: int
+    consecutive_failures: int
+    bytes_sent: int
+    points_delivered: int
+    points_unsent: int
+    last_error: str | None
+    last_success_at: str | None
+
+
+@attrs.frozen
+class ReporterStats:
+    """A point-in-time view of a reporter's health (``Reporter.stats()``).
+
+    With several destinations the top-level figures are totals: requests,
+    failures and bytes are summed; ``consecutive_failures`` is the largest;
+    ``points_delivered`` counts the points every destination holds and
+    ``points_unsent`` the points some destination does not hold yet;
+    ``last_error`` is the first destination's (in list order) that has one;
+    ``last_success_at`` the latest. ``destinations`` has each one's own figures.
+
+    Attributes:
+        state: the reporter's lifecycle state (``new``, ``running``, ``closing``,
+            ``closed``, ``inert``).
+        requests_sent: sends attempted (including failed ones).
+        requests_failed: sends that were not delivered.
+        consecutive_failures: failures since the last delivered send.
+        bytes_sent: request bytes put on the wire (as the sink counts them).
+        points_recorded: series points applied to the store.
+        points_delivered: points the destination is known to hold.
+        points_unsent: points not yet known to be delivered.
+        queue_depth: reports queued and not yet applied.
+        queue_bytes: the memory guard's estimate of those reports, in bytes.
+        drops: dropped items by reason (``queue_full``, ``name_cap``,
+            ``not_chartable``, ``invalid_step``, ``after_close``, ...).
+        rewinds: training-step rewinds and series tail replacements (docs/design.md#metrics).
+        last_error: the last send failure's reason, or None.
+        last_success_at: wall-clock time (ISO 8601 UTC) of the last delivered send.
+        report_calls: report calls made on this reporter.
+        report_p50_us: median time inside a report call, microseconds (±10 %).
+        report_p99_us: 99th percentile of the same, microseconds (±10 %).
+        report_max_us: longest report call, microseconds.
+        report_total_seconds: total time spent inside report calls, seconds.
+        destinations: each destination's figures, in ``Reporter(sinks=[...])`` order.
+    """
+
+    state: str
+    requests_sent: int
+    requests_failed: int
+    consecutive_failures: int
+    bytes_sent: int
+    points_recorded: int
+    points_delivered: int
+    points_unsent: int
+    queue_depth: int
+    queue_bytes: int
+    drops: Mapping[str, int]
+    rewinds: int
+    last_error: str | None
+    last_success_at: str | None
+    report_calls: int
+    report_p50_us: float
+    report_p99_us: float
+    report_max_us: float
+    report_total_seconds: float
+    destinations: tuple[DestinationStats, ...] = ()
+
+
+def assemble_stats(
+    *,
+    state: str,
+    destinations: int,
+    worker: Worker | None,
+    recorder: Recorder | None,
+    histogram: LatencyHistogram,
+    queued: Sequence[Report],
+    queued_bytes: int,
+    caller_drops: Mapping[str, int],
+) -> ReporterStats:
+    """One :class:`ReporterStats` from the reporter's parts. Never raises.
+
+    Args:
+        state: the lifecycle state's value (``running``, ...).
+        destinations: how many sinks the reporter has (before ``start()`` there
+            is no worker to ask).
+        worker: the reporter thread's driver, or None before ``start()``.
+        recorder: the store's owner, or None before ``start()``.
+        histogram: the report calls' latency histogram.
+        queued: a snapshot (a list) of the reports still queued: not applied
+            yet (e.g. the stored task was never read), so recorded but unsent;
+            each metric value they carry counts as a point.
+        queued_bytes: the memory guard's estimate of those reports, in bytes.
+        caller_drops: drops counted on the caller's side, by reason (zero
+            counts are left out).
+    """
+    drops: dict[str, int] = {}
+    recorded = rewinds = 0
+    delivered, unsent = (0,) * destinations, (0,) * destinations
+    if recorder is not None:
+        counts = recorder.counts()
+        drops.update(counts.drops)
+        recorded, rewinds = counts.points_recorded, counts.rewinds
+        delivered, unsent = counts.delivered, counts.unsent
+    points_queued = sum(map(queued_points, queued))
+    recorded += points_queued
+    drops.update((reason, n) for reason, n in caller_drops.items() if n)
+    per = tuple(
+        DestinationStats(
+            destination=dest.label,
+            requests_sent=dest.requests_sent,
+            requests_failed=dest.requests_failed,
+            consecutive_failures=dest.scheduler.consecutive_failures,
+            bytes_sent=dest.bytes_sent,
+            points_delivered=delivered[dest.index],
+            points_unsent=unsent[dest.index] + points_queued,
+            last_error=dest.last_error,
+            last_success_at=dest.last_success_at,
+        )
+        for dest in (worker.destinations if worker is not None else ())
+    )
+    successes = [d.last_success_at for d in per if d.last_success_at is not None]
+    h = histogram
+    return ReporterStats(
+        state=state,
+        requests_sent=sum(d.requests_sent for d in per),
+        requests_failed=sum(d.requests_failed for d in per),
+        consecutive_failures=max((d.consecutive_failures for d in per), default=0),
+        bytes_sent=sum(d.bytes_sent for d in per),
+        points_recorded=recorded,
+        points_delivered=min(delivered),
+        points_unsent=max(unsent) + points_queued,
+        queue_depth=len(queued),
+        queue_bytes=max(queued_bytes, 0),
+        drops=drops,
+        rewinds=rewinds,
+        last_error=next((d.last_error for d in per if d.last_error is not None), None),
+        last_success_at=max(successes) if successes else None,
+        report_calls=h.count,
+        report_p50_us=h.percentile_us(0.5),
+        report_p99_us=h.percentile_us(0.99),
+        report_max_us=h.max_ns / 1000.0,
+        report_total_seconds=h.total_ns / 1e9,
+        destinations=per,
+    )
