@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import email.utils
-import gzip
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from trainreport._sink import (
     Split,
 )
 from trainreport.exceptions import ProtocolError, SinkError, TransportError
+from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
 
 __all__ = [
     "GZIP_MIN_BYTES",
@@ -61,8 +61,6 @@ __all__ = [
     "split_userinfo",
 ]
 
-#: Bodies above this size (bytes, before compression) are gzip-compressed when allowed.
-GZIP_MIN_BYTES = 1024
 #: Characters of a server's error message kept in a result's reason.
 _MESSAGE_CHARS = 200
 
@@ -303,6 +301,15 @@ class HttpTransport:
         self._token_cache: tuple[tuple[int, int, int], str] | None = None
         self._headers = dict(headers or {})
         self._auth = auth
+        # What every request carries, built once (docs/engine.md, "The cost of a send").
+        fixed = {
+            "User-Agent": "trainreport",
+            "Accept": "application/json",
+            "Accept-Encoding": ENCODING_GZIP,
+        }
+        fixed.update(self._headers)
+        self._basic = urllib3.util.make_headers(basic_auth=userinfo) if userinfo is not None else {}
+        self._fixed_headers = fixed
         parts = urllib.parse.urlsplit(self.url)
         self._prefix, self._netloc = parts.path, parts.netloc
         #: Why the base URL cannot be used, or ``None``.
@@ -313,16 +320,26 @@ class HttpTransport:
         )
         #: Compress bodies over :data:`GZIP_MIN_BYTES` (the server accepts gzip).
         self.gzip = False
+        #: The gzip compressor (python-isal's when installed, see ``_gzip.py``).
+        self.compress = compressor()
         #: Bytes the last request put on the wire (head and body as sent).
         self.last_bytes = 0
         # Connection state: created on first use, never pickled.
         self.pool: urllib3.PoolManager | None = None
         self.pid: int | None = None
+        # The pool of the base URL's host, taken from ``pool`` once: requests go to it
+        # directly (what ``PoolManager.urlopen`` does for each request, done once), or
+        # ``None`` when a proxy applies and requests go through the ProxyManager.
+        self._host_pool: urllib3.HTTPConnectionPool | None = None
+        self._no_deadline = urllib3.Timeout(
+            connect=self.connect_timeout_seconds, read=self.read_timeout_seconds
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["pool"] = None
         state["pid"] = None
+        state["_host_pool"] = None
         return state
 
     @property
@@ -333,6 +350,7 @@ class HttpTransport:
     def close(self) -> None:
         """Drop the connection pool (closing its idle connections). Idempotent; never raises."""
         pool, self.pool = self.pool, None
+        self._host_pool = None
         if pool is not None and self.pid == os.getpid():
             try:
                 pool.clear()
@@ -353,38 +371,50 @@ class HttpTransport:
             ProtocolError: the response could not be read as HTTP.
         """
         self.last_bytes = 0
-        timeout = self.timeout(deadline)
+        timeout = self._no_deadline if deadline is None else self.timeout(deadline)
         pool = self.pool_for_this_process()
         headers = self.request_headers()
         if body is not None:
             headers["Content-Type"] = "application/json"
             if self.gzip and len(body) > GZIP_MIN_BYTES:
-                body = gzip.compress(body, compresslevel=6)
+                body = self.compress(body)
                 headers["Content-Encoding"] = ENCODING_GZIP
             headers["Content-Length"] = str(len(body))
-        url = self.url + resource
+        target = self._prefix + resource
         self.last_bytes = (
             (len(body) if body is not None else 0)
             + len(method)
-            + len(self._prefix)
-            + len(resource)
+            + len(target)
             + len(" HTTP/1.1\r\n")
             + sum(len(k) + len(v) + 4 for k, v in headers.items())
             + len("Host")
             + len(self._netloc)
             + 4
         )
+        host_pool = self._host_pool
         try:
-            response = pool.request(
-                method,
-                url,
-                body=body,
-                headers=headers,
-                timeout=timeout,
-                retries=False,
-                redirect=False,
-                preload_content=True,
-            )
+            if host_pool is not None:
+                response = host_pool.urlopen(
+                    method,
+                    target,
+                    body=body,
+                    headers=headers,
+                    timeout=timeout,
+                    retries=False,
+                    redirect=False,
+                    preload_content=True,
+                )
+            else:
+                response = pool.urlopen(
+                    method,
+                    self.url + resource,
+                    body=body,
+                    headers=headers,
+                    timeout=timeout,
+                    retries=False,
+                    redirect=False,
+                    preload_content=True,
+                )
         except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
             # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
             raise UnreachableError(f"{method} failed to connect: {cause(exc)}") from exc
@@ -418,6 +448,11 @@ class HttpTransport:
         if self.pool is None or self.pid != pid:
             self.pool = self.make_pool()
             self.pid = pid
+            self._host_pool = (
+                None
+                if isinstance(self.pool, urllib3.ProxyManager)
+                else self.pool.connection_from_url(self.url)
+            )
         return self.pool
 
     def make_pool(self) -> urllib3.PoolManager:
@@ -425,17 +460,13 @@ class HttpTransport:
         return new_pool(self.url, self.ca_certs, num_pools=2)
 
     def request_headers(self) -> dict[str, str]:
-        headers = {
-            "User-Agent": "trainreport",
-            "Accept": "application/json",
-            "Accept-Encoding": ENCODING_GZIP,
-        }
-        headers.update(self._headers)
+        """A fresh dict of the headers this request carries (credentials included)."""
+        headers = self._fixed_headers.copy()
         token = self.current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        elif self._userinfo is not None:
-            headers.update(urllib3.util.make_headers(basic_auth=self._userinfo))
+        elif self._basic:
+            headers.update(self._basic)
         if self._auth is not None:
             try:
                 extra = dict(self._auth())
