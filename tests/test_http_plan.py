@@ -33,6 +33,7 @@ from trainreport.sinks._http import HttpSink
 from trainreport.sinks._http_plan import (
     Members,
     head_that_fits,
+    members_bytes_bound,
     piece_bytes,
     plan_requests,
     slice_series,
@@ -53,7 +54,7 @@ def series_updates(draw: Any, name: str | None = None) -> SeriesUpdate:
         name if name is not None else draw(names),
         draw(st.integers(0, 10**12)),
         array("q", steps),
-        array("i", epochs),
+        array(draw(st.sampled_from(["i", "q"])), epochs),  # the wire's int32, or int64
         array("d", values),
     )
 
@@ -71,6 +72,16 @@ def updates(draw: Any) -> Update:
 def test_a_members_size_by_arithmetic_is_its_encoded_size(series: SeriesUpdate) -> None:
     """suffix_member_bytes (no column encoded) equals the encoded member's UTF-8 length."""
     assert len(suffix_member(series).encode()) == suffix_member_bytes(series)
+
+
+@given(st.lists(series_updates(), max_size=4))
+def test_the_cheap_bound_of_a_bodys_series_is_never_below_their_exact_size(
+    series: list[SeriesUpdate],
+) -> None:
+    """members_bytes_bound (lengths only) >= the members' encoded size, so a send whose
+    bound fits the cap never needed splitting."""
+    exact = sum(len(suffix_member(s).encode()) + 1 for s in series)
+    assert members_bytes_bound(series) >= exact
 
 
 @given(updates(), st.integers(1, 10**6), st.integers(0, 10**9))

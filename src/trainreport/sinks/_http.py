@@ -72,7 +72,13 @@ from trainreport._sink import (
 )
 from trainreport.exceptions import ConfigError, SinkError
 from trainreport.sinks._http_open import open_session
-from trainreport.sinks._http_plan import Members, Part, piece_bytes, plan_requests
+from trainreport.sinks._http_plan import (
+    Members,
+    Part,
+    members_bytes_bound,
+    piece_bytes,
+    plan_requests,
+)
 from trainreport.sinks._http_transport import (
     HttpTransport,
     UnreachableError,
@@ -406,19 +412,20 @@ class HttpSink(Sink):
             self._sequence += 1  # never reused, even for a resend after a lost response
             empty = len(join_suffix_body(generation, self._sequence, "", ()))
             envelope_bytes = (empty, empty + details_bytes)
-            if not planned:
-                # The body's exact size, from arithmetic: no point is encoded to plan.
-                size = envelope_bytes[details]
-                if chosen:
-                    size += len(',"series":{}') - 1 + sum(piece_bytes(s) for s in chosen)
-                if size > self._cap:
+            if not planned and chosen:
+                # Over the cap? A cheap bound first, then the exact size by arithmetic:
+                # a body that must be split is planned before any point is encoded.
+                room = self._cap - envelope_bytes[details] - len(',"series":{}') + 1
+                if members_bytes_bound(chosen) > room and (
+                    sum(piece_bytes(s) for s in chosen) > room
+                ):
                     parts[:0] = self._replan(update, series, details, envelope_bytes)
                     continue
             body = join_suffix_body(
                 generation,
                 self._sequence,
                 details_json if details else "",
-                [members(s) for s in chosen],
+                [members(s) for s in chosen],  # each encoded once: a re-plan reuses them
             )
             response = self._transport.request("POST", self._path + UPDATES_PATH, body, deadline)
             sent += self._transport.last_bytes

@@ -19,7 +19,15 @@ from typing import TypeAlias
 from trainreport._payloads import suffix_member, suffix_member_bytes
 from trainreport._sink import SeriesUpdate, Update
 
-__all__ = ["Members", "Part", "head_that_fits", "piece_bytes", "plan_requests", "slice_series"]
+__all__ = [
+    "Members",
+    "Part",
+    "head_that_fits",
+    "members_bytes_bound",
+    "piece_bytes",
+    "plan_requests",
+    "slice_series",
+]
 
 #: Bytes reserved in a split request for the envelope's variable parts (sequence digits).
 _ENVELOPE_SLACK = 64
@@ -51,6 +59,24 @@ class Members:
 def piece_bytes(series: SeriesUpdate) -> int:
     """Encoded size of one series member ``"name":{...},`` of a suffix body, in bytes."""
     return suffix_member_bytes(series) + 1
+
+
+#: Per series, the most a member adds besides 6 bytes per name character and 32 per point:
+#: quotes, colon and comma (4), the frame (46) and each column's base64 rounding (3 x 4).
+_MEMBER_OVERHEAD_BOUND = 4 + 46 + 12
+
+
+def members_bytes_bound(series: Sequence[SeriesUpdate]) -> int:
+    """An upper bound of ``sum(piece_bytes(s) for s in series)``, without JSON or base64.
+
+    A name character takes at most 6 bytes in JSON (``\\u001f``), a point at most 32
+    base64 characters (three columns of at most 8 bytes an item), so a send whose bound
+    fits the cap is encoded straight away, and only a larger one is sized exactly.
+    """
+    total = 0
+    for s in series:
+        total += 6 * len(s.name) + 32 * len(s.values) + len(str(s.offset)) + _MEMBER_OVERHEAD_BOUND
+    return total
 
 
 def slice_series(series: SeriesUpdate, start: int, stop: int) -> SeriesUpdate:
