@@ -43,6 +43,7 @@ from trainreport._sink import (
 )
 from trainreport.exceptions import ProtocolError, SinkError, TransportError
 from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
+from trainreport.sinks._http_connection import KeepAlive
 
 __all__ = [
     "GZIP_MIN_BYTES",
@@ -324,13 +325,10 @@ class HttpTransport:
         self.compress = compressor()
         #: Bytes the last request put on the wire (head and body as sent).
         self.last_bytes = 0
-        # Connection state: created on first use, never pickled.
-        self.pool: urllib3.PoolManager | None = None
+        # Connection state: created on first use, never pickled. A KeepAlive (one
+        # connection, see _http_connection.py), or a ProxyManager when a proxy applies.
+        self.pool: KeepAlive | urllib3.PoolManager | None = None
         self.pid: int | None = None
-        # The pool of the base URL's host, taken from ``pool`` once: requests go to it
-        # directly (what ``PoolManager.urlopen`` does for each request, done once), or
-        # ``None`` when a proxy applies and requests go through the ProxyManager.
-        self._host_pool: urllib3.HTTPConnectionPool | None = None
         self._no_deadline = urllib3.Timeout(
             connect=self.connect_timeout_seconds, read=self.read_timeout_seconds
         )
@@ -339,7 +337,6 @@ class HttpTransport:
         state = self.__dict__.copy()
         state["pool"] = None
         state["pid"] = None
-        state["_host_pool"] = None
         return state
 
     @property
@@ -350,10 +347,9 @@ class HttpTransport:
     def close(self) -> None:
         """Drop the connection pool (closing its idle connections). Idempotent; never raises."""
         pool, self.pool = self.pool, None
-        self._host_pool = None
         if pool is not None and self.pid == os.getpid():
             try:
-                pool.clear()
+                pool.close() if isinstance(pool, KeepAlive) else pool.clear()
             except Exception as exc:  # closing must not fail the reporter's shutdown
                 _log.debug("trainreport.pool_close_failed", error=type(exc).__name__)
 
@@ -391,19 +387,9 @@ class HttpTransport:
             + len(self._netloc)
             + 4
         )
-        host_pool = self._host_pool
         try:
-            if host_pool is not None:
-                response = host_pool.urlopen(
-                    method,
-                    target,
-                    body=body,
-                    headers=headers,
-                    timeout=timeout,
-                    retries=False,
-                    redirect=False,
-                    preload_content=True,
-                )
+            if isinstance(pool, KeepAlive):
+                response = pool.request(method, target, body, headers, timeout)
             else:
                 response = pool.urlopen(
                     method,
@@ -442,22 +428,25 @@ class HttpTransport:
         """The request's timeouts, cut to what is left before ``deadline`` (monotonic)."""
         return deadline_timeout(self.connect_timeout_seconds, self.read_timeout_seconds, deadline)
 
-    def pool_for_this_process(self) -> urllib3.PoolManager:
-        """The pool, created on first use and again in a forked child (never the parent's)."""
+    def pool_for_this_process(self) -> KeepAlive | urllib3.PoolManager:
+        """The connection, created on first use and again in a forked child (never the parent's)."""
         pid = os.getpid()
         if self.pool is None or self.pid != pid:
             self.pool = self.make_pool()
             self.pid = pid
-            self._host_pool = (
-                None
-                if isinstance(self.pool, urllib3.ProxyManager)
-                else self.pool.connection_from_url(self.url)
-            )
         return self.pool
 
-    def make_pool(self) -> urllib3.PoolManager:
-        """A PoolManager, or a ProxyManager when the environment's proxy applies to the URL."""
-        return new_pool(self.url, self.ca_certs, num_pools=2)
+    def make_pool(self) -> KeepAlive | urllib3.PoolManager:
+        """A :class:`KeepAlive` to the base URL's host, or a ProxyManager when the
+        environment's proxy applies to the URL."""
+        if proxy_for(self.url) is not None:
+            return new_pool(self.url, self.ca_certs, num_pools=2)
+        parts = urllib.parse.urlsplit(self.url)
+        try:
+            port = parts.port
+        except ValueError as exc:  # as urllib3 tells a bad URL (HttpSink: Rejected)
+            raise urllib3.exceptions.LocationParseError(self.url) from exc
+        return KeepAlive(parts.scheme, parts.hostname or "", port, self.ca_certs)
 
     def request_headers(self) -> dict[str, str]:
         """A fresh dict of the headers this request carries (credentials included)."""
