@@ -1,9 +1,10 @@
 """HTTP transport of the job-status sinks: one request, its errors, its credentials.
 
-``HttpTransport`` sends one request and never retries it (``retries=False``, no
-redirects): connection pooling (a pool per process, created again in a forked
-child), timeouts within a deadline, the environment's proxy, gzip of large
-bodies, and the credentials (a bearer token or a token file re-read when it
+``HttpTransport`` sends one request and never retries it (no retries, no
+redirects): one keep-alive connection per process (``_http_connection.py``,
+created again in a forked child; through urllib3's ProxyManager when the
+environment's proxy applies), timeouts within a deadline, gzip of large
+bodies (``_gzip.py``), and the credentials (a bearer token or a token file re-read when it
 changes, else the base URL's userinfo as Basic auth). urllib3's errors are
 mapped here to :class:`~trainreport.exceptions.TransportError` /
 :class:`~trainreport.exceptions.ProtocolError`; :func:`classify_failure` turns
