@@ -24,7 +24,6 @@ Run: ``python benchmarks/bench_bytes.py [--steps N]``; ``pytest benchmarks/bench
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import tempfile
 from pathlib import Path
@@ -40,6 +39,7 @@ from trainreport._config import ReportingConfig as _Config
 from trainreport._payloads import StoredState, encode_details, encode_points, encode_suffix_body
 from trainreport._recorder import Recorder
 from trainreport._reports import train
+from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
 
 SEND_EVERY = 50
 HEADER_BYTES = 350  # request line + headers per request, as HttpSink counts them (measured below)
@@ -47,6 +47,7 @@ HEADER_BYTES = 350  # request line + headers per request, as HttpSink counts the
 
 def simulate(steps: int) -> dict[str, float]:
     """Exact body bytes of every send of a run, both modes, with and without gzip."""
+    compress = compressor()
     recorder = Recorder(_Config())
     recorder.start_attempt()
     recorder.seed(StoredState(series={}))
@@ -61,7 +62,8 @@ def simulate(steps: int) -> dict[str, float]:
         update = build.update
         body = encode_suffix_body(update, writer_generation=1, sequence=sends + 1)
         suffix_raw += len(body)
-        suffix_gz += len(gzip.compress(body, compresslevel=6))
+        # as HttpSink sends it: gzip above the threshold, with the process's compressor
+        suffix_gz += len(compress(body)) if len(body) > GZIP_MIN_BYTES else len(body)
         assert update.series is not None
         point_bytes += sum(len(encode_points(s)) - 2 + 1 for s in update.series)
         # the full-state PATCH at this send: details + every series' points so far

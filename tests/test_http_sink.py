@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 from faults import FaultProxy, black_hole_server, closed_port
 from trainreport import Delivered, Opened, Rejected, Resynchronise, RetryLater, Split
+from trainreport._payloads import encode_patch_body, encode_suffix_body
 from trainreport._sink import CAPABILITY_GZIP, CAPABILITY_SERIES_SUFFIX, SeriesUpdate, Update
 from trainreport.exceptions import ConfigError
 from trainreport.server import ServerHandle
+from trainreport.sinks._gzip import GZIP_MIN_BYTES, gzip_isal, gzip_zlib, isal_available
 from trainreport.sinks._http import HttpSink
 from trainreport.sinks._http_transport import Response, classify_failure, parse_retry_after
 from trainreport.testing import capture_events
@@ -473,21 +475,65 @@ def test_413_on_a_small_body_is_split(server: ServerHandle) -> None:
         assert isinstance(sink.send(update(points("a", 0, [1]))), Split)
 
 
-def test_bodies_over_a_kibibyte_are_gzipped_when_the_server_accepts_it(
-    server: ServerHandle,
+def _update_of_size(name: str, body_bytes: int, *, full_state: bool) -> Update:
+    """An update of one series whose body is ``body_bytes`` long, give or take 100 bytes."""
+
+    def made(n: int) -> Update:
+        return Update("running", {"step": 1}, (points(name, 0, range(1, n + 1)),), full_state)
+
+    def size(n: int) -> int:
+        u = made(n)
+        if full_state:
+            return len(encode_patch_body(u))
+        return len(encode_suffix_body(u, writer_generation=1, sequence=1))
+
+    n = body_bytes * 1000 // size(1000)
+    while size(n) > body_bytes:
+        n -= 1
+    return made(n)
+
+
+@pytest.mark.parametrize("compress", [gzip_zlib, gzip_isal], ids=["zlib", "isal"])
+def test_bodies_over_the_threshold_are_gzipped_when_the_server_accepts_it(
+    server: ServerHandle, compress: Any
 ) -> None:
-    """Content-Encoding gzip for a large body, none for a small one (both modes)."""
+    """Content-Encoding gzip above GZIP_MIN_BYTES, none at or below it (both modes, both
+    compressors); the server stores the points a gzip body carries."""
+    if compress is gzip_isal and not isal_available():
+        pytest.skip("python-isal (the fast extra) is not installed")
     for use_extension in (True, False):
         with FaultProxy.for_url(server.url) as proxy:
-            sink = HttpSink(proxy.url, f"job-{use_extension}", use_extension=use_extension)
+            job = f"job-{use_extension}-{compress.__name__}"
+            sink = HttpSink(proxy.url, job, use_extension=use_extension)
             sink.open()
-            sink.send(update(points("a", 0, [1]), status=None))
-            big = Update("running", {"step": 1}, (points("a", 0, range(1, 500)),), True)
-            sink.send(big if not use_extension else update(*big.series or ()))
-            sent = [r for r in proxy.requests if r.method in ("POST", "PATCH") and r.body]
-            encodings = [r.headers.get("content-encoding") for r in sent][-2:]
+            sink._transport.compress = compress
+            small = _update_of_size("a", GZIP_MIN_BYTES, full_state=not use_extension)
+            big = _update_of_size("b", GZIP_MIN_BYTES + 200, full_state=not use_extension)
+            for each in (small, big):
+                result = sink.send(each)
+                assert isinstance(result, Delivered), result
+            sent = [r for r in proxy.requests if r.method == "PATCH" or r.path.endswith("/updates")]
+            sizes = [len(decoded(r.body, r.headers)) for r in sent]
+            encodings = [r.headers.get("content-encoding") for r in sent]
             assert [None, "gzip"] == encodings
-            assert "gzip" == sent[-1].headers["content-encoding"]
+            assert sizes[0] <= GZIP_MIN_BYTES < sizes[1]
+            assert len(sent[1].body) < sizes[1] / 2  # really compressed
+            assert (big.series or ())[0].steps.tolist() == steps_of(stored(server.url, job), "b")
+
+
+@given(st.binary(max_size=4096) | st.text(max_size=2048).map(str.encode))
+def test_isal_and_zlib_bodies_inflate_to_the_same_bytes(body: bytes) -> None:
+    """The accelerated compressor (python-isal) and the standard one give standard gzip
+    that inflates to the body, byte for byte (fast path against general path)."""
+    if not isal_available():
+        pytest.skip("python-isal (the fast extra) is not installed")
+    assert body == gzip.decompress(gzip_isal(body)) == gzip.decompress(gzip_zlib(body))
+
+
+def test_the_compressor_is_isal_when_installed() -> None:
+    """A transport compresses with python-isal when the fast extra is installed."""
+    expected = gzip_isal if isal_available() else gzip_zlib
+    assert expected is HttpSink("http://jobs:1", "j")._transport.compress
 
 
 def test_lost_response_resend_uses_a_new_sequence_and_is_idempotent(server: ServerHandle) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 from array import array
 from typing import Any
 
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from trainreport import MemorySink
 from trainreport._sink import SeriesUpdate, Update
+from trainreport.sinks import _runlog
 from trainreport.sinks._runlog import (
     FORMAT_VERSION,
     HEADER,
@@ -307,3 +309,19 @@ def test_a_snapshot_replaces_everything_and_can_start_series_past_index_zero() -
     assert {"a": 2} == replayed.state.lengths()
     assert {"job_id": "j"} == replayed.run
     assert state.to_task() == replayed.state.to_task()
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the one-piece path is little-endian")
+@given(st.integers(0, 3 * _runlog._CHUNK_ITEMS), st.sampled_from(["q", "i", "d"]))
+def test_a_columns_pieces_are_its_little_endian_bytes_in_bounded_pieces(
+    length: int, typecode: str
+) -> None:
+    """One piece for a short column (the fast path) or several for a long one (the
+    general path): either way the pieces joined are the column's bytes, each piece at
+    most _CHUNK_ITEMS items."""
+    column = array(typecode, [7]) * length
+    pieces: list[bytes] = []
+    _runlog._column_pieces(column, pieces)
+    assert column.tobytes() == b"".join(pieces)
+    assert all(len(p) <= _runlog._CHUNK_ITEMS * column.itemsize for p in pieces)
+    assert len(pieces) == -(-length // _runlog._CHUNK_ITEMS)

@@ -49,8 +49,12 @@ __all__ = [
     "encode_suffix_body",
     "encode_suffix_series",
     "finite_or_none",
+    "join_suffix_body",
     "parse_stored_task",
     "structure_response",
+    "suffix_details",
+    "suffix_member",
+    "suffix_member_bytes",
 ]
 
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
@@ -127,6 +131,65 @@ def encode_patch_body(update: Update) -> bytes:
     return f'{{{status}"status_details":{details}}}'.encode()
 
 
+def suffix_member(series: SeriesUpdate) -> str:
+    """One member of a suffix body's ``series`` object: ``"name":{"offset":k,...}``."""
+    return f"{_dumps(series.name)}:{encode_suffix_series(series)}"
+
+
+def _b64_chars(nbytes: int) -> int:
+    return 4 * ((nbytes + 2) // 3)
+
+
+#: The characters of :func:`encode_suffix_series` besides the offset's digits and the columns.
+_SERIES_FRAME_CHARS = len('{"offset":,"steps":"","epochs":"","values":""}')
+
+
+def suffix_member_bytes(series: SeriesUpdate) -> int:
+    """``len(suffix_member(series).encode())``, computed without encoding any column.
+
+    Base64 of ``n`` bytes is ``4 * ceil(n / 3)`` characters, so the size of a
+    series (or of any slice of it) is arithmetic: a sink plans how to split a
+    large update without encoding a point it will not send.
+    """
+    n = len(series.values)
+    return (
+        len(_dumps(series.name).encode())
+        + 1
+        + _SERIES_FRAME_CHARS
+        + len(str(series.offset))
+        + _b64_chars(n * series.steps.itemsize)
+        + _b64_chars(n * series.epochs.itemsize)
+        + _b64_chars(n * series.values.itemsize)
+    )
+
+
+def suffix_details(update: Update) -> str:
+    """What a request carrying ``update``'s details adds: ``,"status":..,"status_details":{..}``.
+
+    Raises:
+        ValueError: a detail is not strict JSON (the reporter never builds one).
+    """
+    status = f',"status":{_dumps(update.status)}' if update.status is not None else ""
+    return f'{status},"status_details":{{{encode_details(update.status_details)}}}'
+
+
+def join_suffix_body(
+    writer_generation: int, sequence: int, details: str, members: Iterable[str]
+) -> bytes:
+    """A series-suffix body from its encoded parts (see :func:`encode_suffix_body`).
+
+    Args:
+        writer_generation: the writer's generation.
+        sequence: this request's sequence number.
+        details: :func:`suffix_details` of the update, or ``""`` for a request without them.
+        members: :func:`suffix_member` of each series the request carries, in order.
+    """
+    series = ",".join(members)
+    tail = f',"series":{{{series}}}}}' if series else "}"
+    head = f'{{"writer_generation":{writer_generation},"sequence":{sequence}'
+    return f"{head}{details}{tail}".encode()
+
+
 def encode_suffix_body(
     update: Update,
     *,
@@ -137,6 +200,10 @@ def encode_suffix_body(
 ) -> bytes:
     """A series-suffix update body (``docs/protocol.md``), UTF-8 JSON.
 
+    ``{"writer_generation":G,"sequence":S,"status":...,"status_details":{...},
+    "series":{"name":{...},...}}``; ``status`` only when not ``None``, ``series``
+    only when there is one.
+
     Args:
         update: the update to encode.
         writer_generation: the generation the server issued to this writer.
@@ -146,17 +213,13 @@ def encode_suffix_body(
         include_details: whether to include ``status`` and ``status_details``
             (a split update carries them in one of its requests only).
     """
-    members = [f'"writer_generation":{writer_generation}', f'"sequence":{sequence}']
-    if include_details:
-        if update.status is not None:
-            members.append(f'"status":{_dumps(update.status)}')
-        members.append(f'"status_details":{_object([encode_details(update.status_details)])}')
     chosen = update.series if series is None else series
-    if chosen:
-        members.append(
-            '"series":' + _object(f"{_dumps(s.name)}:{encode_suffix_series(s)}" for s in chosen)
-        )
-    return _object(members).encode()
+    return join_suffix_body(
+        writer_generation,
+        sequence,
+        suffix_details(update) if include_details else "",
+        (suffix_member(s) for s in chosen or ()),
+    )
 
 
 def decode_column(text: str, typecode: str) -> list[Any]:

@@ -16,7 +16,8 @@ import enum
 import re
 import sys
 from array import array
-from base64 import b64decode, b64encode
+from base64 import b64decode
+from binascii import b2a_base64
 from typing import Any, Final
 
 __all__ = [
@@ -139,7 +140,8 @@ def encode_column(column: array[Any]) -> str:
     if _BIG_ENDIAN:
         column = array(column.typecode, column)
         column.byteswap()
-    return b64encode(column.tobytes()).decode("ascii")
+    # binascii reads the array's buffer: no copy of the column into a bytes object first.
+    return b2a_base64(column, newline=False).decode("ascii")
 
 
 def decode_column(text: str | bytes, typecode: str) -> array[Any]:

@@ -51,8 +51,9 @@ from trainreport._logging import OnceLogger, get_logger
 from trainreport._payloads import (
     UpdateResponse,
     encode_patch_body,
-    encode_suffix_body,
+    join_suffix_body,
     structure_response,
+    suffix_details,
 )
 from trainreport._protocol import (
     TASK_PATH_TEMPLATE,
@@ -71,7 +72,13 @@ from trainreport._sink import (
 )
 from trainreport.exceptions import ConfigError, SinkError
 from trainreport.sinks._http_open import open_session
-from trainreport.sinks._http_plan import Part, plan_requests
+from trainreport.sinks._http_plan import (
+    Members,
+    Part,
+    members_bytes_bound,
+    piece_bytes,
+    plan_requests,
+)
 from trainreport.sinks._http_transport import (
     HttpTransport,
     UnreachableError,
@@ -369,12 +376,10 @@ class HttpSink(Sink):
         update: Update,
         series: tuple[SeriesUpdate, ...] | None,
         details: bool,
-        generation: int,
+        envelope_bytes: tuple[int, int],
     ) -> list[Part]:
         """The requests that carry ``series`` (+ details) within the current cap."""
-        return plan_requests(
-            update, series, details, generation=generation, sequence=self._sequence, cap=self._cap
-        )
+        return plan_requests(update, series, details, envelope_bytes=envelope_bytes, cap=self._cap)
 
     def _send_patch(self, update: Update, deadline: float | None) -> SendResult:
         response = self._transport.request("PATCH", self._path, encode_patch_body(update), deadline)
@@ -397,30 +402,41 @@ class HttpSink(Sink):
         cancel = False
         sent = 0
         refusals = 0
+        # Encoded once per send, whatever the splitting (docs/engine.md, "The cost of a send").
+        details_json = suffix_details(update)
+        details_bytes = len(details_json.encode())
+        members = Members()
         while parts:
             series, details, planned = parts.pop(0)
+            chosen = (update.series or ()) if series is None else series
             self._sequence += 1  # never reused, even for a resend after a lost response
-            body = encode_suffix_body(
-                update,
-                writer_generation=generation,
-                sequence=self._sequence,
-                series=series,
-                include_details=details,
+            empty = len(join_suffix_body(generation, self._sequence, "", ()))
+            envelope_bytes = (empty, empty + details_bytes)
+            if not planned and chosen:
+                # Over the cap? A cheap bound first, then the exact size by arithmetic:
+                # a body that must be split is planned before any point is encoded.
+                room = self._cap - envelope_bytes[details] - len(',"series":{}') + 1
+                if members_bytes_bound(chosen) > room and (
+                    sum(piece_bytes(s) for s in chosen) > room
+                ):
+                    parts[:0] = self._replan(update, series, details, envelope_bytes)
+                    continue
+            body = join_suffix_body(
+                generation,
+                self._sequence,
+                details_json if details else "",
+                [members(s) for s in chosen],  # each encoded once: a re-plan reuses them
             )
-            if len(body) > self._cap and not planned:
-                parts[:0] = self._replan(update, series, details, generation)
-                continue
             response = self._transport.request("POST", self._path + UPDATES_PATH, body, deadline)
             sent += self._transport.last_bytes
-            carries_series = bool(update.series) if series is None else bool(series)
-            if response.status == 413 and not carries_series:
+            if response.status == 413 and not chosen:
                 # Details alone are too large: splitting cannot help; the reporter drops the field.
                 return classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
             if response.status == 413 and len(body) > MIN_SPLIT_BYTES and refusals < _MAX_413:
                 refusals += 1
                 self._cap = max(min(self._cap, len(body)) // 2, MIN_SPLIT_BYTES)
                 _log.info("trainreport.request_too_large", request_cap_bytes=self._cap)
-                parts[:0] = self._replan(update, series, details, generation)
+                parts[:0] = self._replan(update, series, details, envelope_bytes)
                 continue
             if not 200 <= response.status < 300:
                 return classify_failure(response, datetime.datetime.now(datetime.timezone.utc))

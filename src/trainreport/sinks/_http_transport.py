@@ -1,9 +1,10 @@
 """HTTP transport of the job-status sinks: one request, its errors, its credentials.
 
-``HttpTransport`` sends one request and never retries it (``retries=False``, no
-redirects): connection pooling (a pool per process, created again in a forked
-child), timeouts within a deadline, the environment's proxy, gzip of large
-bodies, and the credentials (a bearer token or a token file re-read when it
+``HttpTransport`` sends one request and never retries it (no retries, no
+redirects): one keep-alive connection per process (``_http_connection.py``,
+created again in a forked child; through urllib3's ProxyManager when the
+environment's proxy applies), timeouts within a deadline, gzip of large
+bodies (``_gzip.py``), and the credentials (a bearer token or a token file re-read when it
 changes, else the base URL's userinfo as Basic auth). urllib3's errors are
 mapped here to :class:`~trainreport.exceptions.TransportError` /
 :class:`~trainreport.exceptions.ProtocolError`; :func:`classify_failure` turns
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import email.utils
-import gzip
 import json
 import math
 import os
@@ -43,6 +43,8 @@ from trainreport._sink import (
     Split,
 )
 from trainreport.exceptions import ProtocolError, SinkError, TransportError
+from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
+from trainreport.sinks._http_connection import KeepAlive
 
 __all__ = [
     "GZIP_MIN_BYTES",
@@ -61,8 +63,6 @@ __all__ = [
     "split_userinfo",
 ]
 
-#: Bodies above this size (bytes, before compression) are gzip-compressed when allowed.
-GZIP_MIN_BYTES = 1024
 #: Characters of a server's error message kept in a result's reason.
 _MESSAGE_CHARS = 200
 
@@ -303,6 +303,15 @@ class HttpTransport:
         self._token_cache: tuple[tuple[int, int, int], str] | None = None
         self._headers = dict(headers or {})
         self._auth = auth
+        # What every request carries, built once (docs/engine.md, "The cost of a send").
+        fixed = {
+            "User-Agent": "trainreport",
+            "Accept": "application/json",
+            "Accept-Encoding": ENCODING_GZIP,
+        }
+        fixed.update(self._headers)
+        self._basic = urllib3.util.make_headers(basic_auth=userinfo) if userinfo is not None else {}
+        self._fixed_headers = fixed
         parts = urllib.parse.urlsplit(self.url)
         self._prefix, self._netloc = parts.path, parts.netloc
         #: Why the base URL cannot be used, or ``None``.
@@ -313,11 +322,17 @@ class HttpTransport:
         )
         #: Compress bodies over :data:`GZIP_MIN_BYTES` (the server accepts gzip).
         self.gzip = False
+        #: The gzip compressor (python-isal's when installed, see ``_gzip.py``).
+        self.compress = compressor()
         #: Bytes the last request put on the wire (head and body as sent).
         self.last_bytes = 0
-        # Connection state: created on first use, never pickled.
-        self.pool: urllib3.PoolManager | None = None
+        # Connection state: created on first use, never pickled. A KeepAlive (one
+        # connection, see _http_connection.py), or a ProxyManager when a proxy applies.
+        self.pool: KeepAlive | urllib3.PoolManager | None = None
         self.pid: int | None = None
+        self._no_deadline = urllib3.Timeout(
+            connect=self.connect_timeout_seconds, read=self.read_timeout_seconds
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -335,7 +350,7 @@ class HttpTransport:
         pool, self.pool = self.pool, None
         if pool is not None and self.pid == os.getpid():
             try:
-                pool.clear()
+                pool.close() if isinstance(pool, KeepAlive) else pool.clear()
             except Exception as exc:  # closing must not fail the reporter's shutdown
                 _log.debug("trainreport.pool_close_failed", error=type(exc).__name__)
 
@@ -353,21 +368,20 @@ class HttpTransport:
             ProtocolError: the response could not be read as HTTP.
         """
         self.last_bytes = 0
-        timeout = self.timeout(deadline)
+        timeout = self._no_deadline if deadline is None else self.timeout(deadline)
         pool = self.pool_for_this_process()
         headers = self.request_headers()
         if body is not None:
             headers["Content-Type"] = "application/json"
             if self.gzip and len(body) > GZIP_MIN_BYTES:
-                body = gzip.compress(body, compresslevel=6)
+                body = self.compress(body)
                 headers["Content-Encoding"] = ENCODING_GZIP
             headers["Content-Length"] = str(len(body))
-        url = self.url + resource
+        target = self._prefix + resource
         self.last_bytes = (
             (len(body) if body is not None else 0)
             + len(method)
-            + len(self._prefix)
-            + len(resource)
+            + len(target)
             + len(" HTTP/1.1\r\n")
             + sum(len(k) + len(v) + 4 for k, v in headers.items())
             + len("Host")
@@ -375,16 +389,19 @@ class HttpTransport:
             + 4
         )
         try:
-            response = pool.request(
-                method,
-                url,
-                body=body,
-                headers=headers,
-                timeout=timeout,
-                retries=False,
-                redirect=False,
-                preload_content=True,
-            )
+            if isinstance(pool, KeepAlive):
+                response = pool.request(method, target, body, headers, timeout)
+            else:
+                response = pool.urlopen(
+                    method,
+                    self.url + resource,
+                    body=body,
+                    headers=headers,
+                    timeout=timeout,
+                    retries=False,
+                    redirect=False,
+                    preload_content=True,
+                )
         except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
             # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
             raise UnreachableError(f"{method} failed to connect: {cause(exc)}") from exc
@@ -412,30 +429,34 @@ class HttpTransport:
         """The request's timeouts, cut to what is left before ``deadline`` (monotonic)."""
         return deadline_timeout(self.connect_timeout_seconds, self.read_timeout_seconds, deadline)
 
-    def pool_for_this_process(self) -> urllib3.PoolManager:
-        """The pool, created on first use and again in a forked child (never the parent's)."""
+    def pool_for_this_process(self) -> KeepAlive | urllib3.PoolManager:
+        """The connection, created on first use and again in a forked child (never the parent's)."""
         pid = os.getpid()
         if self.pool is None or self.pid != pid:
             self.pool = self.make_pool()
             self.pid = pid
         return self.pool
 
-    def make_pool(self) -> urllib3.PoolManager:
-        """A PoolManager, or a ProxyManager when the environment's proxy applies to the URL."""
-        return new_pool(self.url, self.ca_certs, num_pools=2)
+    def make_pool(self) -> KeepAlive | urllib3.PoolManager:
+        """A :class:`KeepAlive` to the base URL's host, or a ProxyManager when the
+        environment's proxy applies to the URL."""
+        if proxy_for(self.url) is not None:
+            return new_pool(self.url, self.ca_certs, num_pools=2)
+        parts = urllib.parse.urlsplit(self.url)
+        try:
+            port = parts.port
+        except ValueError as exc:  # as urllib3 tells a bad URL (HttpSink: Rejected)
+            raise urllib3.exceptions.LocationParseError(self.url) from exc
+        return KeepAlive(parts.scheme, parts.hostname or "", port, self.ca_certs)
 
     def request_headers(self) -> dict[str, str]:
-        headers = {
-            "User-Agent": "trainreport",
-            "Accept": "application/json",
-            "Accept-Encoding": ENCODING_GZIP,
-        }
-        headers.update(self._headers)
+        """A fresh dict of the headers this request carries (credentials included)."""
+        headers = self._fixed_headers.copy()
         token = self.current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        elif self._userinfo is not None:
-            headers.update(urllib3.util.make_headers(basic_auth=self._userinfo))
+        elif self._basic:
+            headers.update(self._basic)
         if self._auth is not None:
             try:
                 extra = dict(self._auth())

@@ -121,6 +121,10 @@ def _column(values: array[Any], typecode: str) -> array[Any]:
 
 def _column_pieces(column: array[Any], out: list[bytes]) -> None:
     """Append ``column``'s little-endian bytes to ``out``, in pieces of bounded size."""
+    if LITTLE_ENDIAN and len(column) <= _CHUNK_ITEMS:
+        if column:  # the common case: one piece, no slice copied first
+            out.append(column.tobytes())
+        return
     for start in range(0, len(column), _CHUNK_ITEMS):
         part = column[start : start + _CHUNK_ITEMS]
         if not LITTLE_ENDIAN:
