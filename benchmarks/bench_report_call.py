@@ -119,7 +119,7 @@ def measure_memory(steps: int = STEPS) -> dict[str, float]:
         recorder.apply(item)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    retained = recorder._store.retained_points()
+    retained = recorder.retained_points()
     # The queue: the same reports waiting in a deque (copied dicts, as the hot path makes).
     tracemalloc.start()
     q0 = tracemalloc.get_traced_memory()[0]
