@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from trainreport._columnar import ColumnarIngest
 from trainreport._epochs import EpochResolver
 from trainreport._events import EventIngest
 from trainreport._lifecycle import Outcome, TaskEvent
@@ -39,16 +40,20 @@ class Ingest:
         epochs: the attempt's epoch resolver.
     """
 
-    __slots__ = ("_epochs", "_events", "_names", "_record")
+    __slots__ = ("_columnar", "_epochs", "_events", "_names", "_record")
 
     def __init__(self, record: RunRecord, names: NameTables, epochs: EpochResolver) -> None:
         self._record = record
         self._names = names
         self._epochs = epochs
         self._events = EventIngest(record, epochs)
+        self._columnar = ColumnarIngest(record, names, epochs)
 
     def apply_all(self, queue: deque[tuple[Any, ...]]) -> tuple[bool, int, bool]:
         """Take every report queued now off ``queue`` and apply them, in order.
+
+        Runs of like training reports are applied as batches
+        (``_columnar.py``), everything else one report at a time.
 
         Returns:
             (an event report was among them, their estimated bytes for the
@@ -58,10 +63,26 @@ class Ingest:
         released = 0
         apply = self.apply
         popleft = queue.popleft
-        for _ in range(len(queue)):
-            item = popleft()
+        remaining = len(queue)  # the training thread may append meanwhile: never iterate it
+        plan_for = self._columnar.plan_for
+        item: tuple[Any, ...] | None = None
+        while True:
+            if item is None:
+                if not remaining:
+                    break
+                item = popleft()
+                remaining -= 1
+            plan = plan_for(item)
+            if plan is not None:  # a run of like training reports: one batch
+                taken, nbytes, left = self._columnar.take(plan, item, popleft, remaining, apply)
+                remaining -= taken
+                released += nbytes
+                if left is not item:
+                    item = left
+                    continue
             urgent |= apply(item)
             released += queued_bytes(item)
+            item = None
         store = self._record.store
         return urgent, released, bool(store.points_recorded or store.scalars)
 
