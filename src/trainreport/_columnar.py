@@ -31,6 +31,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from operator import itemgetter
+from struct import Struct, error
 from typing import Any
 
 from trainreport._epochs import EpochResolver
@@ -243,14 +244,17 @@ class ColumnarIngest:
         if not items:
             return True
         columns = list(zip(*rows, strict=True))
-        values: dict[int, array[float]] = {}
+        # Each column packed as native doubles (the bytes ``array('d')`` holds) before
+        # anything changes: ints are converted as float() converts them.
+        pack = Struct(f"{len(items)}d").pack
+        values: dict[int, bytes] = {}
         for i in plan.used:
             column = columns[i]
             if not _NUMBERS.issuperset(map(type, column)):
                 return False
             try:
-                values[i] = array("d", column)
-            except OverflowError:  # an int too large for a float: dropped per point
+                values[i] = pack(*column)
+            except (OverflowError, error):  # an int too large for a float: per point
                 return False
         record = self._record
         store = record.store
@@ -259,9 +263,9 @@ class ColumnarIngest:
         for i, s in plan.series:
             s.steps.extend(step_column)
             s.epochs.extend(epoch_column)
-            s.values.extend(values[i])
+            s.values.frombytes(values[i])
         for i, name in plan.scalars:
-            store.scalars[name] = values[i][-1]
+            store.scalars[name] = float(columns[i][-1])
         store.points_recorded += len(items) * len(plan.series)
         store.max_step = steps[-1]
         record.at_epoch = epoch
