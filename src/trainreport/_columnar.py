@@ -4,9 +4,10 @@ The common case on the reporter thread is a queue of ``report_train_step``
 reports with the same metric keys every step (docs/design.md#performance). Applied
 one point at a time that is a Python loop per point; here a run of such
 reports is gathered, its values transposed with C-level builtins
-(``zip(*rows)``, ``array.extend``) and appended column by column, using one
-cached :class:`_Plan` per key set (which keys are series, which scalars,
-which are refused, and the series themselves).
+(``zip(*rows)``, one ``struct`` pack per column, ``array.frombytes``) and
+appended column by column, using one cached :class:`_Plan` per key set
+(which keys are series, which scalars, which are refused, and the series
+themselves).
 
 A report joins the run only when the per-point path
 (:meth:`~trainreport._ingest.Ingest.train_step`) would apply it quietly and
