@@ -67,7 +67,7 @@ def simulate(steps: int) -> dict[str, float]:
         assert update.series is not None
         point_bytes += sum(len(encode_points(s)) - 2 + 1 for s in update.series)
         # the full-state PATCH at this send: details + every series' points so far
-        names = sum(len(name) + 4 for name in recorder._store.series)
+        names = sum(len(name) + 4 for name in recorder._record.store.series)
         full_raw += len(encode_details(update.status_details)) + point_bytes + names + 60
         recorder.on_delivered(0, build, None)
         sends += 1

@@ -194,7 +194,7 @@ def measure_memory(steps: int = STEPS) -> dict[str, float]:
         recorder.apply(item)
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    retained = recorder._store.retained_points()
+    retained = recorder.retained_points()
     # The queue: 1,000 reports as report_train_step queues them (an unstarted reporter).
     queuing = Reporter(MemorySink(), ReportingConfig(), rank=0)
     tracemalloc.start()

@@ -1055,7 +1055,7 @@ def test_logging_a_bad_name_is_bounded_however_many_distinct_names_arrive() -> N
     assert 20_000 == reporter.stats().drops["invalid_name"]
     recorder = reporter._recorder
     assert recorder is not None
-    assert len(recorder._once._seen) <= 200
+    assert len(recorder._record.once._seen) <= 200
 
 
 def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() -> None:
@@ -1068,9 +1068,9 @@ def test_distinct_phases_and_datasets_past_the_name_cap_keep_nothing_per_name() 
     assert reporter.close(timeout=10)
     recorder = reporter._recorder
     assert recorder is not None
-    assert len(recorder._names) <= 40
-    assert len(recorder._datasets.datasets) <= 10
-    assert len(recorder._once._seen) <= 200
+    assert len(recorder._names.tables) <= 40
+    assert len(recorder._record.datasets.datasets) <= 10
+    assert len(recorder._record.once._seen) <= 200
     assert reporter.stats().drops["name_cap"] >= 9_980
 
 

@@ -133,7 +133,7 @@ def test_names_refused_by_the_cap_are_not_remembered_forever() -> None:
     reporter.close(timeout=5)
     recorder = reporter._recorder
     assert recorder is not None
-    assert 1000 >= sum(len(names) for names in recorder._names.values())
+    assert 1000 >= sum(len(names) for names in recorder._names.tables.values())
 
 
 class _ServerThatLosesAPoint(ScriptedSink):

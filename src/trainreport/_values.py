@@ -117,6 +117,9 @@ _OBJECT: Final = NotChartable("object")
 
 MAX_STEP: Final[int] = 2**53
 """Largest accepted step (the largest integer every JSON reader holds exactly)."""
+#: Float epochs at or past this are left to :meth:`EpochRule.resolve` (the batch
+#: path takes only epochs whose ``ceil`` is exact and small).
+_FLOAT_EPOCH_LIMIT: Final = 2.0**31
 
 
 def is_bool(value: object) -> bool:
@@ -277,6 +280,28 @@ class EpochRule:
             return NotChartable("too large")
         except Exception:
             return _OBJECT
+        return resolved
+
+    def settled(self, epoch: object, num_epochs: int | None) -> int | None:
+        """What :meth:`resolve` returns for ``epoch`` at a step above 0, when that is quiet.
+
+        For a plain ``int`` index (once the base is decided) or a finite,
+        non-negative plain ``float``: the epoch, with nothing logged or decided.
+        None for anything else (:meth:`resolve` then decides and logs).
+        Changes nothing; never raises.
+        """
+        if type(epoch) is int:
+            if epoch < 0 or self._zero_based is None:
+                return None
+            resolved = max(1, epoch + 1 if self._zero_based else epoch)
+        elif type(epoch) is float:
+            if not 0.0 <= epoch < _FLOAT_EPOCH_LIMIT:  # NaN, negative, inf, huge
+                return None
+            resolved = max(1, math.ceil(epoch))
+        else:
+            return None
+        if type(num_epochs) is int and num_epochs >= 1:
+            resolved = min(resolved, num_epochs)
         return resolved
 
     def _resolve(self, epoch: object) -> int | NotChartable:
