@@ -49,6 +49,8 @@ class MeasuringSink(Sink):
         open_cpu_s: CPU seconds spent in ``open`` calls.
         thread_cpu_s: the reporter thread's total CPU seconds, read at
             ``close`` (``None`` until the thread closed the sink).
+        close_cpu_s: CPU seconds spent in ``close`` (a FileSink writes its
+            task record there).
         closed: set once ``close`` ran.
     """
 
@@ -61,6 +63,7 @@ class MeasuringSink(Sink):
         self.open_cpu_s = 0.0
         self.opens = 0
         self.thread_cpu_s: float | None = None
+        self.close_cpu_s = 0.0
         self.closed = threading.Event()
 
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
@@ -88,11 +91,13 @@ class MeasuringSink(Sink):
         return result
 
     def close(self) -> None:
-        """``inner.close``, then the thread's total CPU."""
+        """``inner.close``, timed in thread CPU, then the thread's total CPU."""
+        t0 = time.thread_time()
         try:
             self.inner.close()
         finally:
             self.thread_cpu_s = time.thread_time()
+            self.close_cpu_s = self.thread_cpu_s - t0
             self.closed.set()
 
 

@@ -991,7 +991,9 @@ def render_doc(
             "`Reporter(FileSink(...))` on a local temporary directory, in the same loop: every "
             "byte the sink wrote (log appends, compactions, the task record at close) over the "
             "final record (compact JSON, the `GET` shape); the reporter thread's CPU over the "
-            "points recorded; the loop's slowdown. `python benchmarks/bench_run_log.py "
+            "points recorded, less the sink's close (the task record written once after the "
+            "loop, every point as decimal text), whose share is in brackets; the loop's "
+            "slowdown. `python benchmarks/bench_run_log.py "
             "--compare-with OLD_CHECKOUT` measures an earlier version beside it.",
             "",
             embedded_table,

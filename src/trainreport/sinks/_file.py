@@ -243,8 +243,7 @@ class FileSink(Sink):
             except OSError as exc:
                 _write_failed(self.log_path, exc)
         self.bytes_written += writer.bytes_written - before
-        task = writer.state.to_task()
-        if task is None or writer.state.bases:
+        if not writer.state.task.exists or writer.state.bases:
             return
         try:
             _, written = replace_file(
