@@ -37,6 +37,9 @@ class DestinationStats:
         points_unsent: points it is not known to hold (queued reports included).
         last_error: its last failure's reason, or None.
         last_success_at: wall-clock time (ISO 8601 UTC) of its last delivered send.
+        superseded: it said a later attempt (or a later writer) owns the task
+            (HTTP 409 ``stale_attempt``/``stale_writer``): nothing more is sent
+            to it, and ``flush()`` and ``close()`` do not wait for it.
     """
 
     destination: str
@@ -48,6 +51,7 @@ class DestinationStats:
     points_unsent: int
     last_error: str | None
     last_success_at: str | None
+    superseded: bool = False
 
 
 @attrs.frozen
@@ -214,6 +218,7 @@ def assemble_stats(
             points_unsent=unsent[dest.index] + points_queued,
             last_error=dest.last_error,
             last_success_at=dest.last_success_at,
+            superseded=dest.superseded,
         )
         for dest in (worker.destinations if worker is not None else ())
     )
