@@ -241,6 +241,39 @@ def test_flush_and_close_share_the_deadline_across_destinations(server: ServerHa
     assert both.close(timeout=5)
 
 
+def test_a_superseded_destination_gets_one_request_and_no_flush_or_close_waits_for_it() -> None:
+    """409 ``stale_writer`` (a later writer owns the task): one request, then none at all.
+
+    Flushes and close() send nothing more to it and return at once with False;
+    the other destination gets every point; one log event; stats() says so.
+    """
+    superseded = ScriptedSink()
+    superseded.fail_sends.extend([Rejected("HTTP 409 stale_writer: stop writing", 409)] * 100)
+    healthy = MemorySink()
+    clock = FakeClock()
+    config = ReportingConfig(min_report_interval_seconds=1.0, backoff_jitter=0.0)
+    reporter = Reporter(sinks=[superseded, healthy], config=config, clock=clock, rank=0)
+    worker = drive(reporter)
+    with capture_events() as events:
+        for step in range(1, 31):
+            clock.advance(400.0)  # past the rejection backoff every step
+            reporter.report_train_step(step=step, metrics={"loss": float(step)})
+            worker.cycle()
+            if step % 10 == 0:
+                assert not reporter.flush(timeout=30.0)  # no real wait: the test would hang
+        delivered = reporter.close(timeout=30.0)
+    assert not delivered
+    assert 1 == len(superseded.sent)
+    assert list(range(1, 31)) == [p[0] for p in curve(healthy.task, "train_loss")]
+    stats = reporter.stats().destinations
+    assert (True, False) == (stats[0].superseded, stats[1].superseded)
+    names = [e["event"] for e in events]
+    assert 1 == names.count("trainreport.destination_superseded")
+    assert "trainreport.send_rejected" not in names
+    after = names[names.index("trainreport.destination_superseded") :]
+    assert "trainreport.unsent_data_old" not in after  # its data will never be sent: no nagging
+
+
 def test_settling_a_send_is_a_function_of_the_destination_and_now() -> None:
     """No thread, no clock: Retry-After, a rejection and a delivery, each at a given ``now``."""
     recorder = Recorder(ReportingConfig(), destinations=2)

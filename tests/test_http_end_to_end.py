@@ -332,9 +332,9 @@ def test_a_fenced_zombie_writer_cannot_overwrite_the_new_one(server: ServerHandl
     assert_server_holds(server.url, current)
     values = [p["value"] for p in stored(server.url)["status_details"]["metrics"]["train_loss"]]
     assert -1.0 not in values
-    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
-    assert 409 == rejected[0]["status_code"]
-    assert "stale_writer" in rejected[0]["reason"]
+    superseded = [e for e in events if e["event"] == "trainreport.destination_superseded"]
+    assert 409 == superseded[0]["status_code"]
+    assert "stale_writer" in superseded[0]["reason"]
 
 
 def test_a_plain_server_without_capabilities_gets_complete_curves(
@@ -538,9 +538,49 @@ def test_a_zombie_of_an_earlier_attempt_that_opens_late_never_takes_the_task(
     task = stored(server.url)
     assert list(range(1, 41)) == steps_of(task, "train_loss")
     assert {7.0} == {p["value"] for p in task["status_details"]["metrics"]["train_loss"]}
-    rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
-    assert 409 == rejected[0]["status_code"]
-    assert "stale_attempt" in rejected[0]["reason"]
+    superseded = [e for e in events if e["event"] == "trainreport.destination_superseded"]
+    assert 409 == superseded[0]["status_code"]
+    assert "stale_attempt" in superseded[0]["reason"]
+
+
+@pytest.mark.parametrize("later", [2, 1], ids=["later attempt", "later writer"])
+def test_a_superseded_writer_makes_one_refused_request_however_often_it_flushes(
+    server: ServerHandle, proxy: FaultProxy, later: int
+) -> None:
+    """A later attempt (or a later writer of this one) claimed the task: nothing more is sent.
+
+    The old writer, behind the proxy that counts its requests, goes on
+    reporting and flushes 4 times: exactly one request is refused (409), each
+    flush returns False at once, and stats() and one log event say so.
+    """
+    old = reporter_for(proxy.url, attempt=AttemptIdentity(number=1, started_at=1000.0))
+    train(old, range(1, 11), flush_every=10)
+    new = reporter_for(server.url, attempt=AttemptIdentity(number=later, started_at=1000.0))
+    train(new, range(11, 21), loss=lambda step: 7.0, flush_every=10)
+    before = proxy.requests_seen
+    timeout = 3.0
+    with capture_events() as events:
+        started = time.monotonic()
+        for round_ in range(4):
+            steps = range(11 + 10 * round_, 21 + 10 * round_)
+            train(old, steps, loss=lambda step: -1.0)
+            assert not old.flush(timeout=timeout)
+        took = time.monotonic() - started
+        assert not old.close(timeout=timeout)
+
+    refused = proxy.requests[before:]
+    assert 1 == len(refused)
+    assert took < timeout  # not one flush waited for its timeout
+    figures = old.stats().destinations[0]
+    assert figures.superseded
+    assert "HTTP 409 stale_" in (figures.last_error or "")
+    superseded = [e for e in events if e["event"] == "trainreport.destination_superseded"]
+    assert 1 == len(superseded)
+    assert 409 == superseded[0]["status_code"]
+    assert not [e for e in events if e["event"] == "trainreport.send_rejected"]
+    assert new.close(timeout=10)
+    assert_server_holds(server.url, new)
+    assert not new.stats().destinations[0].superseded
 
 
 def test_a_process_start_time_orders_attempts_without_a_number(server: ServerHandle) -> None:

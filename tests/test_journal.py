@@ -372,3 +372,126 @@ def test_sync_of_a_damaged_journal_says_what_was_unreadable(
         assert 0 == status
         assert "is damaged" in err
         assert list(range(1, 21)) == stored_steps(server.url)  # the two intact records
+
+
+# --- the journal in Reporter.stats() ------------------------------------------------------
+
+
+def test_stats_show_the_journal_recording_its_path_records_bytes_and_last_fsync(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """A platform engineer sees the journal on, where it is, what it wrote, when it fsync'ed."""
+    clock = FakeClock()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0)
+    assert reporter.stats().journal is None  # not started: nothing claimed yet
+    worker = drive(reporter)
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    worker.cycle()
+    worker.cycle()
+    for step in range(2, 11):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    clock.advance(1.0)
+    worker.cycle()
+    path = tmp_path / "job-1" / "train.log"
+
+    journal = reporter.stats().journal
+    assert journal is not None
+    assert ("recording", str(path), None) == (journal.state, journal.path, journal.error)
+    assert journal.records >= 1
+    assert journal.bytes_written >= path.stat().st_size > 0  # a rewrite replaced earlier bytes
+    assert journal.last_fsync_at is not None
+    assert journal.last_fsync_at.endswith("Z")
+    assert reporter.close(timeout=10.0)
+    closed = reporter.stats().journal
+    assert closed is not None
+    assert "removed" == closed.state  # delivered: nothing left on disk
+    assert not path.exists()
+
+
+def test_stats_say_a_journal_kept_at_close_when_the_service_never_answered(
+    tmp_path: Path, down_url: str
+) -> None:
+    """The service down: the journal is kept (fsync'ed) for the next process or sync."""
+    sink = HttpSink(down_url, "job-1", connect_timeout_seconds=0.5, read_timeout_seconds=2.0)
+    reporter = Reporter(sink, config_for(tmp_path), rank=0).start()
+    for step in range(1, 11):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    assert not reporter.close(timeout=5.0)
+
+    journal = reporter.stats().journal
+    assert journal is not None
+    assert ("kept", str(tmp_path / "job-1" / "train.log")) == (journal.state, journal.path)
+    assert journal.records >= 1
+    assert journal.bytes_written > 0
+    assert journal.last_fsync_at is not None
+
+
+def test_stats_say_why_a_reporter_has_no_journal(tmp_path: Path, server: ServerHandle) -> None:
+    """Unwritable directory: ``unavailable``; another live process's claim: ``busy``."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    figures = []
+    held = Journal.claim(tmp_path / "held", "job-1", "train")
+    assert held is not None
+    for journal_dir in (blocker / "journal", tmp_path / "held"):
+        sink = HttpSink(server.url, "job-1")
+        reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
+        reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+        assert reporter.close(timeout=5.0)
+        figures.append(reporter.stats().journal)
+    held.close(delivered=True)
+
+    unavailable, busy = figures
+    assert unavailable is not None
+    assert busy is not None
+    assert ("unavailable", 0, 0, None) == (
+        unavailable.state,
+        unavailable.records,
+        unavailable.bytes_written,
+        unavailable.last_fsync_at,
+    )
+    assert unavailable.error is not None
+    assert "directory" in unavailable.error.lower()
+    assert ("busy", str(tmp_path / "held" / "job-1" / "train.log")) == (busy.state, busy.path)
+    assert busy.error is not None
+
+
+def test_stats_say_a_journal_stopped_by_a_failed_write(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """A write that fails (here: its file closed under it) turns the journal off: ``failed``."""
+    clock = FakeClock()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0)
+    worker = drive(reporter)
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    worker.cycle()
+    worker.cycle()
+    assert worker.journal is not None
+    worker.journal.journal.writer.close()  # every later write fails
+    reporter.report_train_step(step=2, epoch=1, metrics={"loss": 0.5})
+    clock.advance(1.0)
+    with capture_events() as events:
+        worker.cycle()
+
+    journal = reporter.stats().journal
+    assert journal is not None
+    assert "failed" == journal.state
+    assert journal.error is not None
+    assert ["trainreport.journal_write_failed"] == [
+        e["event"] for e in events if e["event"].startswith("trainreport.journal")
+    ]
+    reporter.close(timeout=10.0)
+
+
+def test_stats_have_no_journal_when_it_is_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: ServerHandle
+) -> None:
+    """``TRAINREPORT_JOURNAL=0`` (or a sink with no job and task): ``journal`` is None."""
+    monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
+    reporter = Reporter(HttpSink(server.url, "job-1"), config_for(tmp_path), rank=0).start()
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    assert reporter.flush(timeout=5.0)
+    assert reporter.stats().journal is None
+    assert reporter.close(timeout=5.0)

@@ -24,6 +24,7 @@ EXPECTED = [
     "DestinationStats",
     "FileSink",
     "HttpSink",
+    "JournalStats",
     "KubeflowSink",
     "MemorySink",
     "NotFoundError",

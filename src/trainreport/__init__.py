@@ -13,6 +13,7 @@ from trainreport._config import ReportingConfig
 from trainreport._lifecycle import Phase, ReporterState, TaskStatus
 from trainreport._naming import STRIPPED_PREFIXES
 from trainreport._reporter import DestinationStats, Reporter, ReporterStats
+from trainreport._reporter_stats import JournalStats
 from trainreport.exceptions import (
     ClientError,
     ConfigError,
@@ -51,6 +52,7 @@ __all__ = [
     "DestinationStats",
     "FileSink",
     "HttpSink",
+    "JournalStats",
     "KubeflowSink",
     "MemorySink",
     "NotFoundError",

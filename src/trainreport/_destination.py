@@ -45,6 +45,7 @@ __all__ = [
     "floor_of",
     "in_flight",
     "is_open",
+    "is_superseded",
     "new_destination",
     "seed_source",
     "settle_error",
@@ -61,6 +62,17 @@ _POINT_JSON_BYTES = 45
 _MIN_DROPPED_FIELD_BYTES = 1024
 #: A sink's ``min_interval_seconds`` at or past this (a day) is ignored as unusable.
 MAX_FLOOR_SECONDS = 86_400.0
+
+
+#: A refusal with this status says a later attempt (or writer) owns the task: ``HttpSink``
+#: maps the protocol's 409 ``stale_writer`` and ``stale_attempt`` to ``Rejected(..., 409)``
+#: (every other 409 is a ``Resynchronise``); a custom sink says the same with this status.
+SUPERSEDED_STATUS = 409
+
+
+def is_superseded(result: object) -> bool:
+    """Whether ``result`` says a later attempt owns the task (``Rejected`` with status 409)."""
+    return isinstance(result, Rejected) and result.status_code == SUPERSEDED_STATUS
 
 
 def floor_of(sink: Sink) -> float:
@@ -149,6 +161,11 @@ class Destination:
     def __attrs_post_init__(self) -> None:
         if not self.label:
             self.label = describe_sink(self.sink)
+
+    @property
+    def superseded(self) -> bool:
+        """A later attempt owns the task at this destination: nothing more is sent to it."""
+        return self.scheduler.superseded
 
     @property
     def full_state(self) -> bool:
@@ -384,9 +401,22 @@ def _too_large(
     _failed(dest, Rejected(result.reason, 413), now)
 
 
-def _failed(dest: Destination, result: object, now: float) -> float:
+def _failed(dest: Destination, result: object, now: float) -> None:
     dest.requests_failed += 1
     scheduler = dest.scheduler
+    if is_superseded(result):
+        assert isinstance(result, Rejected)
+        dest.last_error = result.reason[:300]
+        if not scheduler.superseded:
+            scheduler.on_superseded(now)
+            _log.warning(
+                "trainreport.destination_superseded",
+                reason=result.reason[:300],
+                status_code=result.status_code,
+                destination=dest.label,
+                consequence="a later attempt owns the task: nothing more is sent here",
+            )
+        return
     if isinstance(result, RetryLater):
         delay = scheduler.on_retry_later(now, result.delay_seconds)
         reason = result.reason
@@ -411,7 +441,6 @@ def _failed(dest: Destination, result: object, now: float) -> float:
             destination=dest.label,
         )
     dest.last_error = reason[:300]
-    return delay
 
 
 def warn_if_unsent_old(
@@ -426,7 +455,7 @@ def warn_if_unsent_old(
         return
     for dest in destinations:
         since = dest.scheduler.pending_since
-        if since is None or now - since < limit:
+        if dest.superseded or since is None or now - since < limit:
             continue
         last = dest.last_unsent_warning
         if last is not None and now - last < limit:

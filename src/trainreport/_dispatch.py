@@ -96,7 +96,12 @@ class Dispatch:
             deadline: while closing, the real time (``time.monotonic``) a
                 request to the destination must end by, asked before each
                 request (an answer can change it); its timeout is the time left.
+
+        A superseded destination (a later attempt owns the task) gets no
+        request: nothing it is sent can be accepted (``docs/engine.md``).
         """
+        if dest.superseded:
+            return False
         if dest.opened is None:
             dest.requests_sent += 1  # reading the stored task is a request too
             job = Job(None, closing=closing, timeout=_timeout(dest, deadline))

@@ -30,6 +30,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
+
 from trainreport._logging import describe_exception, get_logger
 from trainreport._recorder import Recorder
 from trainreport._sink import (
@@ -49,7 +51,7 @@ from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog_replay import DamageKind, replay
 from trainreport.sinks._runlog_state import LogState
 
-__all__ = ["JournalKeeper", "journal_identity"]
+__all__ = ["JournalKeeper", "JournalWatch", "journal_identity"]
 
 _log = get_logger()
 _MISSING = object()
@@ -80,6 +82,29 @@ def journal_identity(sink: Sink) -> tuple[str, str] | None:
     if isinstance(job, str) and isinstance(task, str) and job and task:
         return job, task
     return None
+
+
+@attrs.define(eq=False)
+class JournalWatch:
+    """What ``Reporter.stats()`` reads about a reporter's journal (written on the reporter thread).
+
+    Attributes:
+        path: the journal file it is (or would be) kept in, or ``None`` for an invalid id.
+        state: ``pending`` until the claim, then ``recording``, ``busy`` or
+            ``unavailable`` (the claim's outcome); the keeper's journal says
+            ``failed``, ``kept`` or ``removed`` later.
+        error: why there is no journal (``busy``, ``unavailable``), or ``None``.
+        keeper: the claimed journal's keeper, or ``None``.
+    """
+
+    path: str | None
+    state: str = "pending"
+    error: str | None = None
+    keeper: JournalKeeper | None = None
+
+    def refused(self, state: str, reason: str) -> None:
+        """The claim failed (``Journal.claim``'s ``refused``): no journal for this attempt."""
+        self.state, self.error = state, reason[:300]
 
 
 class JournalKeeper:

@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 from trainreport._config import ReportingConfig
 from trainreport._environment import DISABLED, journal_off
-from trainreport._journal_feed import JournalKeeper, journal_identity
+from trainreport._journal_feed import JournalKeeper, JournalWatch, journal_identity
 from trainreport._lifecycle import ReporterInput, ReporterState
-from trainreport._logging import get_logger
+from trainreport._logging import describe_exception, get_logger
 from trainreport._process_hooks import forget, remember
 from trainreport._recorder import Recorder
 from trainreport._reporter_stats import ReporterStats, assemble_stats
@@ -33,7 +33,7 @@ from trainreport._sink import Sink
 from trainreport._terminal_reports import TerminalReports
 from trainreport._worker import Worker, utc_now_iso
 from trainreport.exceptions import TransitionError
-from trainreport.sinks._journal import Journal
+from trainreport.sinks._journal import Journal, JournalPaths
 
 __all__ = ["RANK_VARIABLES", "ReporterLifecycle"]
 
@@ -73,7 +73,7 @@ def _disabled(environ: Mapping[str, str]) -> bool:
 
 def journal_options(
     config: ReportingConfig, sinks: Sequence[Sink], clock: Callable[[], float]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], JournalWatch | None]:
     """The worker's journal arguments (``docs/engine.md``, "The journal in front of a service").
 
     With the config's ``journal`` on and ``TRAINREPORT_JOURNAL`` not ``0``:
@@ -81,36 +81,53 @@ def journal_options(
     least every ``journal_interval_seconds``, and the first destination
     with a job and a task that is not a local file gets a journal. None
     when the only destinations are local run logs (the embedded default).
+
+    Returns:
+        the worker's keyword arguments, and what ``stats()`` reads about the
+        journal (``None``: no journal is kept).
     """
     if not config.journal or journal_off(os.environ):
-        return {}
+        return {}, None
     options: dict[str, Any] = {"local_log_interval_seconds": config.journal_interval_seconds}
     keyed = [(i, journal_identity(sink)) for i, sink in enumerate(sinks)]
     found = next(((i, ids) for i, ids in keyed if ids is not None), None)
     if found is None:
-        return options
+        return options, None
     index, (job_id, task_id) = found
 
+    try:
+        path: str | None = str(JournalPaths(config.journal_dir, job_id, task_id).current)
+    except ValueError:
+        path = None
+    watch = JournalWatch(path)
+
     def open_journal(recorder: Recorder) -> JournalKeeper | None:
-        journal = Journal.claim(
-            config.journal_dir,
-            job_id,
-            task_id,
-            fsync_seconds=config.journal_fsync_seconds,
-            clock=clock,
-        )
+        try:
+            journal = Journal.claim(
+                config.journal_dir,
+                job_id,
+                task_id,
+                fsync_seconds=config.journal_fsync_seconds,
+                clock=clock,
+                refused=watch.refused,
+            )
+        except Exception as exc:  # Resume logs it: the run goes on without a journal
+            watch.refused("unavailable", describe_exception(exc))
+            raise
         if journal is None:
             return None
-        return JournalKeeper(
+        keeper = JournalKeeper(
             journal,
             recorder,
             interval_seconds=config.journal_interval_seconds,
             clock=clock,
             wall_clock=utc_now_iso,
         )
+        watch.keeper, watch.state = keeper, "recording"
+        return keeper
 
     options.update(open_journal=open_journal, journal_destination=index)
-    return options
+    return options, watch
 
 
 _L = TypeVar("_L", bound="ReporterLifecycle")
@@ -128,6 +145,8 @@ class ReporterLifecycle(TerminalReports):
     _owner_pid: int
     _series_default: tuple[str, ...]
     _warned_undelivered: bool
+    #: What ``stats()`` says about the journal (set at ``start()``; ``None``: no journal).
+    _journal_watch: JournalWatch | None = None
 
     @property
     def cancel_requested(self) -> threading.Event:
@@ -170,6 +189,7 @@ class ReporterLifecycle(TerminalReports):
             self._config, destinations=len(self._sinks), series_default=self._series_default
         )
         self._recorder = recorder
+        options, self._journal_watch = journal_options(self._config, self._sinks, self._clock)
         self._worker = Worker(
             recorder=recorder,
             sinks=list(self._sinks),
@@ -179,7 +199,7 @@ class ReporterLifecycle(TerminalReports):
             cancel_requested=self.cancel_requested,
             on_drained=self._drained,
             threaded=threaded,
-            **journal_options(self._config, self._sinks, self._clock),
+            **options,
         )
         self._machine.apply(ReporterInput.START)
         remember(self)
@@ -396,4 +416,5 @@ class ReporterLifecycle(TerminalReports):
             queued=list(self._queue),
             queued_bytes=self._queued_bytes,
             caller_drops=self._caller_drop_counts(),
+            journal=self._journal_watch,
         )

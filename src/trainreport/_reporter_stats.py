@@ -1,10 +1,11 @@
 """What ``Reporter.stats()`` returns, and how it is put together.
 
-The two frozen values (:class:`ReporterStats`, one :class:`DestinationStats`
-per destination) and :func:`assemble_stats`, which builds them from the
-recorder's counters, the worker's destinations, the reports still queued and
-the caller-side counters and latency histogram. Reading only: nothing here
-changes the reporter.
+The frozen values (:class:`ReporterStats`, one :class:`DestinationStats`
+per destination, :class:`JournalStats` for the journal) and
+:func:`assemble_stats`, which builds them from the recorder's counters, the
+worker's destinations, the reports still queued, the caller-side counters and
+latency histogram, and what the reporter thread keeps about the journal.
+Reading only: nothing here changes the reporter.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from trainreport._histogram import LatencyHistogram
+from trainreport._journal_feed import JournalWatch
 from trainreport._recorder import Recorder
 from trainreport._reports import Report, queued_points
 from trainreport._worker import Worker
 
-__all__ = ["DestinationStats", "ReporterStats", "assemble_stats"]
+__all__ = ["DestinationStats", "JournalStats", "ReporterStats", "assemble_stats", "journal_stats"]
 
 
 @attrs.frozen
@@ -35,6 +37,9 @@ class DestinationStats:
         points_unsent: points it is not known to hold (queued reports included).
         last_error: its last failure's reason, or None.
         last_success_at: wall-clock time (ISO 8601 UTC) of its last delivered send.
+        superseded: it said a later attempt (or a later writer) owns the task
+            (HTTP 409 ``stale_attempt``/``stale_writer``): nothing more is sent
+            to it, and ``flush()`` and ``close()`` do not wait for it.
     """
 
     destination: str
@@ -46,6 +51,35 @@ class DestinationStats:
     points_unsent: int
     last_error: str | None
     last_success_at: str | None
+    superseded: bool = False
+
+
+@attrs.frozen
+class JournalStats:
+    """The journal's share of ``Reporter.stats()`` (``docs/engine.md``, "The journal").
+
+    Attributes:
+        state: ``pending`` (started, not claimed yet: the reporter thread
+            claims it when the attempt begins), ``recording``, ``busy``
+            (another live process keeps this job and task's journal),
+            ``unavailable`` (an invalid id, a directory or file that cannot be
+            created or opened), ``failed`` (a write failed; it stopped),
+            ``kept`` (closed and kept on disk: not everything was delivered)
+            or ``removed`` (closed and removed: everything was delivered).
+        path: the journal file (``<journal_dir>/<job id>/<task id>.log``), or
+            None when an id is not a valid file name.
+        records: records written (appends and whole rewrites).
+        bytes_written: bytes written to the file (appends, rewrites, compactions).
+        last_fsync_at: wall-clock time (ISO 8601 UTC) of its last ``fsync``, or None.
+        error: why it is ``busy``, ``unavailable`` or ``failed``, or None.
+    """
+
+    state: str
+    path: str | None
+    records: int
+    bytes_written: int
+    last_fsync_at: str | None
+    error: str | None
 
 
 @attrs.frozen
@@ -82,6 +116,9 @@ class ReporterStats:
         report_max_us: longest report call, microseconds.
         report_total_seconds: total time spent inside report calls, seconds.
         destinations: each destination's figures, in ``Reporter(sinks=[...])`` order.
+        journal: the journal's figures; None before ``start()`` and when no
+            journal is kept (``journal`` off, ``TRAINREPORT_JOURNAL=0``, or no
+            destination with a job and task that is not a local file).
     """
 
     state: str
@@ -104,6 +141,30 @@ class ReporterStats:
     report_max_us: float
     report_total_seconds: float
     destinations: tuple[DestinationStats, ...] = ()
+    journal: JournalStats | None = None
+
+
+def journal_stats(watch: JournalWatch | None) -> JournalStats | None:
+    """The journal's figures from what the reporter thread keeps up to date. Never raises."""
+    if watch is None:
+        return None
+    keeper = watch.keeper
+    if keeper is None:
+        return JournalStats(watch.state, watch.path, 0, 0, None, watch.error)
+    journal = keeper.journal
+    state = "recording"
+    if journal.failed:
+        state = "failed"
+    elif journal.closed:
+        state = "removed" if journal.removed else "kept"
+    return JournalStats(
+        state=state,
+        path=str(journal.paths.current),
+        records=keeper.records,
+        bytes_written=journal.writer.bytes_written,
+        last_fsync_at=journal.fsynced_at,
+        error=journal.error,
+    )
 
 
 def assemble_stats(
@@ -116,6 +177,7 @@ def assemble_stats(
     queued: Sequence[Report],
     queued_bytes: int,
     caller_drops: Mapping[str, int],
+    journal: JournalWatch | None = None,
 ) -> ReporterStats:
     """One :class:`ReporterStats` from the reporter's parts. Never raises.
 
@@ -132,6 +194,7 @@ def assemble_stats(
         queued_bytes: the memory guard's estimate of those reports, in bytes.
         caller_drops: drops counted on the caller's side, by reason (zero
             counts are left out).
+        journal: what the reporter thread keeps about the journal, or None.
     """
     drops: dict[str, int] = {}
     recorded = rewinds = 0
@@ -155,6 +218,7 @@ def assemble_stats(
             points_unsent=unsent[dest.index] + points_queued,
             last_error=dest.last_error,
             last_success_at=dest.last_success_at,
+            superseded=dest.superseded,
         )
         for dest in (worker.destinations if worker is not None else ())
     )
@@ -181,4 +245,5 @@ def assemble_stats(
         report_max_us=h.max_ns / 1000.0,
         report_total_seconds=h.total_ns / 1e9,
         destinations=per,
+        journal=journal_stats(journal),
     )

@@ -75,6 +75,8 @@ class SendScheduler:
     _retry_at: float | None = attrs.field(default=None, init=False)
     #: The destination asked for no request before this time (Retry-After).
     not_before: float | None = attrs.field(default=None, init=False)
+    #: A later attempt (or writer) owns the task: nothing is ever due again.
+    superseded: bool = attrs.field(default=False, init=False)
     _rejected: bool = attrs.field(default=False, init=False)
     _new_since_rejection: bool = attrs.field(default=False, init=False)
     #: When the last attempt (delivered or not) was made, for ``min_request_gap``.
@@ -133,6 +135,8 @@ class SendScheduler:
         return last is None or self.min_request_gap <= 0 or now >= last + self.min_request_gap
 
     def _due_at(self) -> float | None:
+        if self.superseded:
+            return None
         if self._rejected:
             if not self._new_since_rejection:
                 return None
@@ -203,6 +207,17 @@ class SendScheduler:
         self._new_since_rejection = False
         self._retry_at = now + self.rejected_backoff
         return self.rejected_backoff
+
+    def on_superseded(self, now: float) -> None:
+        """The destination said at ``now`` that a later attempt owns the task: stop for good.
+
+        Nothing this process sends there can be accepted, so no send is due
+        again, whatever is recorded, flushed or how long it waits.
+        """
+        self.last_attempt = now
+        self.consecutive_failures += 1
+        self.superseded = True
+        self._retry_at = None
 
     def backoff_delay(self, failures: int) -> float:
         """The jittered delay (seconds) after ``failures`` consecutive failures (>= 1)."""

@@ -187,7 +187,10 @@ class Worker:
 
     def _nothing_left_to_send(self) -> bool:
         recorder = self.recorder
-        return not self.queue and not any(recorder.has_changes(d.index) for d in self.destinations)
+        # A superseded destination takes nothing more: a flush does not wait for it.
+        return not self.queue and not any(
+            recorder.has_changes(d.index) for d in self.destinations if not d.superseded
+        )
 
     # --- the thread ----------------------------------------------------------------
 

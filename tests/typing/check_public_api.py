@@ -22,6 +22,7 @@ from trainreport import (
     DestinationStats,
     FileSink,
     HttpSink,
+    JournalStats,
     MemorySink,
     Phase,
     Reporter,
@@ -77,6 +78,7 @@ def check_reporter(path: Path) -> None:
     assert_type(reporter.close(timeout=5.0), bool)
     assert_type(reporter.stats(), ReporterStats)
     assert_type(reporter.stats().destinations, tuple[DestinationStats, ...])
+    assert_type(reporter.stats().journal, JournalStats | None)
     assert_type(reporter.sinks, tuple[Sink, ...])
     assert_type(reporter.snapshot(), dict[str, Any])
     assert_type(Reporter.from_env({}), Reporter)

@@ -38,6 +38,7 @@ from pathlib import Path
 from trainreport._logging import describe_exception, get_logger
 from trainreport._protocol import ID_PATTERN
 from trainreport._sink import Update
+from trainreport._stamps import utc_now_iso
 from trainreport.sinks._runlog_state import LogState
 from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter
 
@@ -159,7 +160,11 @@ class Journal:
         left_over: journals of dead processes still to deliver, oldest first.
         fsync_seconds: least time between two ``fsync`` calls, seconds.
         clock: monotonic clock for the fsync interval (seconds).
+        wall_clock: ISO 8601 UTC text of now, for :attr:`fsynced_at`.
         failed: a write failed; the journal appends nothing more (logged once).
+        error: why it failed, or ``None``.
+        fsynced_at: when (ISO 8601 UTC) it was last ``fsync``-ed, or ``None``.
+        closed: :meth:`close` ran; ``removed`` says whether the file went with it.
     """
 
     def __init__(
@@ -170,13 +175,19 @@ class Journal:
         *,
         fsync_seconds: float,
         clock: Callable[[], float],
+        wall_clock: Callable[[], str] = utc_now_iso,
     ) -> None:
         self.paths = paths
         self.writer = writer
         self.left_over = paths.left_over()
         self.fsync_seconds = fsync_seconds
         self.clock = clock
+        self.wall_clock = wall_clock
         self.failed = False
+        self.error: str | None = None
+        self.fsynced_at: str | None = None
+        self.closed = False
+        self.removed = False
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
 
@@ -189,6 +200,7 @@ class Journal:
         *,
         fsync_seconds: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        refused: Callable[[str, str], None] | None = None,
     ) -> Journal | None:
         """Claim the journal of ``job_id``/``task_id`` under ``directory`` for this process.
 
@@ -200,25 +212,33 @@ class Journal:
             the journal, or ``None`` after one log event: ``trainreport.journal_busy``
             (another live process holds the task's journal) or
             ``trainreport.journal_unavailable`` (an invalid id, a directory
-            that cannot be created or written, a file that cannot be opened).
-            Never raises.
+            that cannot be created or written, a file that cannot be opened),
+            after which ``refused`` (when given) is called with ``"busy"`` or
+            ``"unavailable"`` and the reason. Never raises.
         """
+
+        def refuse(state: str, reason: str) -> None:
+            if refused is not None:
+                refused(state, reason)
+
         try:
             paths = JournalPaths(directory, job_id, task_id)
         except ValueError as exc:
             _log.warning("trainreport.journal_unavailable", reason=str(exc)[:300])
+            refuse("unavailable", str(exc)[:300])
             return None
         lock_fd: int | None = None
         try:
             paths.job_dir.mkdir(parents=True, exist_ok=True)
             lock_fd = _take_lock(paths.lock)
             if lock_fd is None:
+                reason = "another live process keeps this task's journal"
                 _log.warning(
                     "trainreport.journal_busy",
                     path=str(paths.current),
-                    reason="another live process keeps this task's journal; "
-                    "this one runs without a journal",
+                    reason=f"{reason}; this one runs without a journal",
                 )
+                refuse("busy", reason)
                 return None
             if paths.current.exists():
                 moved = paths.set_aside(paths.current)
@@ -238,6 +258,7 @@ class Journal:
                 path=str(paths.current),
                 reason=describe_exception(exc),
             )
+            refuse("unavailable", describe_exception(exc))
             return None
         writer.min_compact_bytes = JOURNAL_MIN_COMPACT_BYTES
         return cls(paths, lock_fd, writer, fsync_seconds=fsync_seconds, clock=clock)
@@ -266,7 +287,7 @@ class Journal:
             now = self.clock()
             if now - self._last_fsync >= self.fsync_seconds:
                 self.writer.fsync()
-                self._last_fsync = now
+                self._fsynced(now)
         except (OSError, ValueError) as exc:
             self._fail(exc)
             return False
@@ -292,8 +313,12 @@ class Journal:
         except (OSError, ValueError) as exc:
             self._fail(exc)
             return False
-        self._last_fsync = self.clock()
+        self._fsynced(self.clock())  # compact() fsyncs the new file
         return True
+
+    def _fsynced(self, now: float) -> None:
+        self._last_fsync = now
+        self.fsynced_at = self.wall_clock()
 
     def trim(self, keep_from: Mapping[str, int]) -> None:
         """Forget, per series, the points before ``keep_from[name]`` (delivered to the service).
@@ -310,9 +335,12 @@ class Journal:
                 writer.compact()
             except (OSError, ValueError) as exc:
                 self._fail(exc)
+            else:
+                self._fsynced(self.clock())
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = True
+        self.error = describe_exception(exc)
         _log.warning(
             "trainreport.journal_write_failed",
             path=str(self.paths.current),
@@ -345,6 +373,7 @@ class Journal:
         try:
             if not remove and not self.failed:
                 writer.fsync()
+                self._fsynced(self.clock())
         except (OSError, ValueError) as exc:
             self._fail(exc)
         finally:
@@ -353,6 +382,7 @@ class Journal:
         if remove:
             with contextlib.suppress(OSError):
                 self.paths.current.unlink()
+        self.closed, self.removed = True, remove
         self._release(remove_files=remove and not self.left_over)
 
     def _release(self, *, remove_files: bool) -> None:
