@@ -41,7 +41,6 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import TypeVar
 
 import urllib3
 
@@ -62,7 +61,6 @@ __all__ = ["DEFAULT_TASK_PATH", "HttpSink", "parse_retry_after"]
 DEFAULT_TASK_PATH = TASK_PATH_TEMPLATE
 
 _log = get_logger()
-_R = TypeVar("_R", bound=OpenResult | SendResult)
 
 
 class HttpSink(Sink):
@@ -261,7 +259,14 @@ class HttpSink(Sink):
             408/429/5xx) or :class:`Rejected` (401/403/..., a bad URL).
             Never raises.
         """
-        return self._as_result(self._open, timeout_seconds)
+        if self._transport.url_problem is not None:
+            return Rejected(self._transport.url_problem)
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        try:
+            return self._transport.scrubbed(self._open(deadline))
+        except Exception as exc:
+            # a sink never raises into the reporter (docs/design.md#guarantees)
+            return self._failure(exc)
 
     def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
         """Deliver one update: ``PATCH`` (baseline) or ``POST .../updates`` (extension).
@@ -269,8 +274,8 @@ class HttpSink(Sink):
         In series-suffix mode the body is split into several requests when it
         exceeds the request cap (per series, and a long series into
         offset-contiguous chunks; ``status`` and ``status_details`` ride in
-        the first request only), and a 413 halves the cap (down to
-        16 KiB, ``_http_send.MIN_SPLIT_BYTES``) and retries before :class:`Split` is returned.
+        the first request only), and a 413 halves the cap (down to 16 KiB,
+        ``_http_send.MIN_SPLIT_BYTES``) and retries before :class:`Split` is returned.
         If any request of a split update fails, that failure is returned and
         nothing is claimed delivered (resending is idempotent).
 
@@ -283,7 +288,18 @@ class HttpSink(Sink):
             One of :data:`~trainreport.sinks.SendResult`, classified per
             docs/design.md#failure-handling. Never raises.
         """
-        return self._as_result(lambda deadline: self._send(update, deadline), timeout_seconds)
+        if self._transport.url_problem is not None:
+            return Rejected(self._transport.url_problem)
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        try:
+            if self._generation is None:
+                return self._transport.scrubbed(
+                    send_patch(self._transport, self._path, update, deadline)
+                )
+            return self._transport.scrubbed(self._suffix.send(update, self._generation, deadline))
+        except Exception as exc:
+            # a sink never raises into the reporter (docs/design.md#guarantees)
+            return self._failure(exc)
 
     def close(self) -> None:
         """Drop the connection pool (closing its idle connections). Idempotent; never raises."""
@@ -291,25 +307,17 @@ class HttpSink(Sink):
 
     # --- errors become results (docs/design.md#guarantees) ------------------------------
 
-    def _as_result(
-        self, call: Callable[[float | None], _R], timeout_seconds: float | None
-    ) -> _R | RetryLater | Rejected:
-        """``call(deadline)`` scrubbed of credentials, or the result its exception means."""
-        if self._transport.url_problem is not None:
-            return Rejected(self._transport.url_problem)
-        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
-        try:
-            return self._transport.scrubbed(call(deadline))
-        except SinkError as exc:
+    def _failure(self, exc: Exception) -> RetryLater | Rejected:
+        """The result an exception from opening or sending means, scrubbed of credentials."""
+        if isinstance(exc, SinkError):
             return RetryLater(
                 self._transport.scrub(str(exc)), unreachable=isinstance(exc, UnreachableError)
             )
-        except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
-            return Rejected(self._transport.scrub(f"invalid URL: {type(e).__name__}: {e}"))
-        except (
-            Exception
-        ) as exc:  # a sink never raises into the reporter (docs/design.md#guarantees)
-            return RetryLater(self._transport.scrub(f"unexpected {type(exc).__name__}: {exc}"))
+        if isinstance(
+            exc, urllib3.exceptions.LocationValueError | urllib3.exceptions.ProxySchemeUnknown
+        ):
+            return Rejected(self._transport.scrub(f"invalid URL: {type(exc).__name__}: {exc}"))
+        return RetryLater(self._transport.scrub(f"unexpected {type(exc).__name__}: {exc}"))
 
     def _open(self, deadline: float | None) -> OpenResult:
         self._generation = None  # a failed open leaves no writer of an earlier one
@@ -326,8 +334,3 @@ class HttpSink(Sink):
         self._generation = session.generation
         self._suffix.cap = session.cap
         return session.result
-
-    def _send(self, update: Update, deadline: float | None) -> SendResult:
-        if self._generation is None:
-            return send_patch(self._transport, self._path, update, deadline)
-        return self._suffix.send(update, self._generation, deadline)
