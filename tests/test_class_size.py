@@ -15,15 +15,6 @@ import trainreport
 #: The most lines a class may span, decorators and docstring included.
 MAX_CLASS_LINES = 300
 
-#: Classes still over the limit, each being split elsewhere right now. The lead
-#: removes an entry when its split lands; an entry whose class fits is an error,
-#: so the list only shrinks.
-STILL_BEING_SPLIT = {
-    # sinks/_http.py: over the limit too (about 340 lines) and owned by the
-    # sinks' branch; listed so the rule holds for everything else meanwhile.
-    ("sinks/_http.py", "HttpSink"),
-}
-
 SOURCE = Path(trainreport.__file__).parent
 
 
@@ -41,26 +32,14 @@ def class_lengths(root: Path = SOURCE) -> dict[tuple[str, str], int]:
 
 
 def test_no_class_is_longer_than_one_sitting() -> None:
-    """No class outside the allow-list spans more than MAX_CLASS_LINES lines."""
+    """No class spans more than MAX_CLASS_LINES lines."""
     too_long = {
         f"{module}:{name} ({lines} lines)"
         for (module, name), lines in class_lengths().items()
-        if lines > MAX_CLASS_LINES and (module, name) not in STILL_BEING_SPLIT
+        if lines > MAX_CLASS_LINES
     }
 
     assert set() == too_long
-
-
-def test_the_allow_list_names_only_classes_that_are_still_too_long() -> None:
-    """An allow-listed class that is gone or fits is dropped from the list, not kept."""
-    lengths = class_lengths()
-    stale = {
-        f"{module}:{name}"
-        for module, name in STILL_BEING_SPLIT
-        if lengths.get((module, name), 0) <= MAX_CLASS_LINES
-    }
-
-    assert set() == stale
 
 
 def test_the_measure_counts_a_class_whole_from_its_first_decorator(tmp_path: Path) -> None:

@@ -16,10 +16,13 @@ The sink speaks two wire modes (``docs/protocol.md``):
 
 The sink decides nothing about retries (docs/design.md#failure-handling): every request goes out
 once and its outcome is classified into a :mod:`trainreport._sink` result; the
-reporter's scheduler owns backoff. Four modules share the work: this one (the
-protocol: send, what an answer means), ``_http_open.py`` (opening: capabilities,
-the writer claim, the stored task), ``_http_transport.py`` (one
-request: pool, timeouts, proxy, gzip, credentials, urllib3's errors mapped to
+reporter's scheduler owns backoff. Five modules share the work: this one (the
+sink: its settings, the wire mode and writer it holds, errors turned into
+results), ``_http_open.py`` (opening: capabilities, the writer claim, the stored
+task), ``_http_send.py`` (sending one update: the baseline ``PATCH``, or the
+numbered suffix requests with the 413 re-planning, and what an answer means),
+``_http_transport.py`` (one request: connection, timeouts, proxy, gzip,
+credentials, urllib3's errors mapped to
 :class:`~trainreport.exceptions.TransportError` /
 :class:`~trainreport.exceptions.ProtocolError`) and ``_http_plan.py`` (splitting
 a suffix update into requests that fit the cap). Errors become results at the
@@ -33,70 +36,31 @@ log event, result reason, exception message or ``repr()``.
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
 import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 
-import cattrs
 import urllib3
 
 from trainreport._attempt import AttemptIdentity
 from trainreport._environment import URL as ENV_URL
 from trainreport._environment import HttpDestination, read_http_destination
-from trainreport._logging import OnceLogger, get_logger
-from trainreport._payloads import (
-    UpdateResponse,
-    encode_patch_body,
-    join_suffix_body,
-    structure_response,
-    suffix_details,
-)
-from trainreport._protocol import (
-    TASK_PATH_TEMPLATE,
-    UPDATES_PATH,
-)
-from trainreport._sink import (
-    Delivered,
-    OpenResult,
-    Rejected,
-    Resynchronise,
-    RetryLater,
-    SendResult,
-    SeriesUpdate,
-    Sink,
-    Update,
-)
+from trainreport._logging import get_logger
+from trainreport._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH
+from trainreport._sink import OpenResult, Rejected, RetryLater, SendResult, Sink, Update
 from trainreport.exceptions import ConfigError, SinkError
 from trainreport.sinks._http_open import open_session
-from trainreport.sinks._http_plan import (
-    Members,
-    Part,
-    members_bytes_bound,
-    piece_bytes,
-    plan_requests,
-)
-from trainreport.sinks._http_transport import (
-    HttpTransport,
-    UnreachableError,
-    classify_failure,
-    parse_retry_after,
-)
+from trainreport.sinks._http_send import SuffixSender, send_patch
+from trainreport.sinks._http_transport import HttpTransport, UnreachableError, parse_retry_after
 
 __all__ = ["DEFAULT_TASK_PATH", "HttpSink", "parse_retry_after"]
 
 #: The task resource of the reference server and of the baseline job-status API.
 DEFAULT_TASK_PATH = TASK_PATH_TEMPLATE
-#: The smallest request cap (bytes) a 413 halves down to before giving up with ``Split``.
-MIN_SPLIT_BYTES = 16 * 1024
-#: 413 answers one send absorbs (halving its cap each time) before returning ``Split``.
-_MAX_413 = 8
 
 _log = get_logger()
-_once = OnceLogger()
 
 
 class HttpSink(Sink):
@@ -209,10 +173,12 @@ class HttpSink(Sink):
         self.use_extension = use_extension
         self.attempt = attempt
         self._path = "/" + path.lstrip("/")
-        # Protocol state learned at open().
+        # Protocol state learned at open(): the writer generation (None: baseline mode) and,
+        # in the suffix sender, the request cap; its sequence numbers outlive an open.
         self._generation: int | None = None
-        self._cap = self.max_request_bytes
-        self._sequence = 0
+        self._suffix = SuffixSender(
+            self._transport, self._path + UPDATES_PATH, self.max_request_bytes
+        )
 
     def __repr__(self) -> str:
         token = "'***'" if self._transport.has_credentials else "None"
@@ -298,16 +264,9 @@ class HttpSink(Sink):
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
             return self._transport.scrubbed(self._open(deadline))
-        except SinkError as exc:
-            return RetryLater(
-                self._transport.scrub(str(exc)), unreachable=isinstance(exc, UnreachableError)
-            )
-        except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
-            return Rejected(self._transport.scrub(f"invalid URL: {type(e).__name__}: {e}"))
-        except (
-            Exception
-        ) as exc:  # a sink never raises into the reporter (docs/design.md#guarantees)
-            return RetryLater(self._transport.scrub(f"unexpected {type(exc).__name__}: {exc}"))
+        except Exception as exc:
+            # a sink never raises into the reporter (docs/design.md#guarantees)
+            return self._failure(exc)
 
     def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
         """Deliver one update: ``PATCH`` (baseline) or ``POST .../updates`` (extension).
@@ -315,8 +274,8 @@ class HttpSink(Sink):
         In series-suffix mode the body is split into several requests when it
         exceeds the request cap (per series, and a long series into
         offset-contiguous chunks; ``status`` and ``status_details`` ride in
-        the first request only), and a 413 halves the cap (down to
-        ``MIN_SPLIT_BYTES``) and retries before :class:`Split` is returned.
+        the first request only), and a 413 halves the cap (down to 16 KiB,
+        ``_http_send.MIN_SPLIT_BYTES``) and retries before :class:`Split` is returned.
         If any request of a split update fails, that failure is returned and
         nothing is claimed delivered (resending is idempotent).
 
@@ -334,28 +293,35 @@ class HttpSink(Sink):
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
             if self._generation is None:
-                return self._transport.scrubbed(self._send_patch(update, deadline))
-            return self._transport.scrubbed(self._send_suffix(update, self._generation, deadline))
-        except SinkError as exc:
-            return RetryLater(
-                self._transport.scrub(str(exc)), unreachable=isinstance(exc, UnreachableError)
-            )
-        except (urllib3.exceptions.LocationValueError, urllib3.exceptions.ProxySchemeUnknown) as e:
-            return Rejected(self._transport.scrub(f"invalid URL: {type(e).__name__}: {e}"))
-        except (
-            Exception
-        ) as exc:  # a sink never raises into the reporter (docs/design.md#guarantees)
-            return RetryLater(self._transport.scrub(f"unexpected {type(exc).__name__}: {exc}"))
+                return self._transport.scrubbed(
+                    send_patch(self._transport, self._path, update, deadline)
+                )
+            return self._transport.scrubbed(self._suffix.send(update, self._generation, deadline))
+        except Exception as exc:
+            # a sink never raises into the reporter (docs/design.md#guarantees)
+            return self._failure(exc)
 
     def close(self) -> None:
         """Drop the connection pool (closing its idle connections). Idempotent; never raises."""
         self._transport.close()
 
-    # --- opening --------------------------------------------------------------------
+    # --- errors become results (docs/design.md#guarantees) ------------------------------
+
+    def _failure(self, exc: Exception) -> RetryLater | Rejected:
+        """The result an exception from opening or sending means, scrubbed of credentials."""
+        if isinstance(exc, SinkError):
+            return RetryLater(
+                self._transport.scrub(str(exc)), unreachable=isinstance(exc, UnreachableError)
+            )
+        if isinstance(
+            exc, urllib3.exceptions.LocationValueError | urllib3.exceptions.ProxySchemeUnknown
+        ):
+            return Rejected(self._transport.scrub(f"invalid URL: {type(exc).__name__}: {exc}"))
+        return RetryLater(self._transport.scrub(f"unexpected {type(exc).__name__}: {exc}"))
 
     def _open(self, deadline: float | None) -> OpenResult:
         self._generation = None  # a failed open leaves no writer of an earlier one
-        self._cap = self.max_request_bytes
+        self._suffix.cap = self.max_request_bytes
         session = open_session(
             self._transport,
             self._path,
@@ -366,86 +332,5 @@ class HttpSink(Sink):
         )
         self.attempt = session.attempt  # read once: every re-open claims as the same attempt
         self._generation = session.generation
-        self._cap = session.cap
+        self._suffix.cap = session.cap
         return session.result
-
-    # --- sending --------------------------------------------------------------------
-
-    def _replan(
-        self,
-        update: Update,
-        series: tuple[SeriesUpdate, ...] | None,
-        details: bool,
-        envelope_bytes: tuple[int, int],
-    ) -> list[Part]:
-        """The requests that carry ``series`` (+ details) within the current cap."""
-        return plan_requests(update, series, details, envelope_bytes=envelope_bytes, cap=self._cap)
-
-    def _send_patch(self, update: Update, deadline: float | None) -> SendResult:
-        response = self._transport.request("PATCH", self._path, encode_patch_body(update), deadline)
-        sent = self._transport.last_bytes
-        if not 200 <= response.status < 300:
-            return classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
-        cancel = False
-        try:
-            doc = json.loads(response.data) if response.data else None
-        except (ValueError, RecursionError):
-            doc = None  # a plain server may answer anything on success
-        if isinstance(doc, dict):
-            cancel = doc.get("cancel_requested") is True
-        return Delivered(cancel_requested=cancel, bytes_sent=sent)
-
-    def _send_suffix(self, update: Update, generation: int, deadline: float | None) -> SendResult:
-        # Each part: (series or None for all of the update's, carries details, already planned).
-        parts: list[Part] = [(None, True, False)]
-        lengths: dict[str, int] = {}
-        cancel = False
-        sent = 0
-        refusals = 0
-        # Encoded once per send, whatever the splitting (docs/engine.md, "The cost of a send").
-        details_json = suffix_details(update)
-        details_bytes = len(details_json.encode())
-        members = Members()
-        while parts:
-            series, details, planned = parts.pop(0)
-            chosen = (update.series or ()) if series is None else series
-            self._sequence += 1  # never reused, even for a resend after a lost response
-            empty = len(join_suffix_body(generation, self._sequence, "", ()))
-            envelope_bytes = (empty, empty + details_bytes)
-            if not planned and chosen:
-                # Over the cap? A cheap bound first, then the exact size by arithmetic:
-                # a body that must be split is planned before any point is encoded.
-                room = self._cap - envelope_bytes[details] - len(',"series":{}') + 1
-                if members_bytes_bound(chosen) > room and (
-                    sum(piece_bytes(s) for s in chosen) > room
-                ):
-                    parts[:0] = self._replan(update, series, details, envelope_bytes)
-                    continue
-            body = join_suffix_body(
-                generation,
-                self._sequence,
-                details_json if details else "",
-                [members(s) for s in chosen],  # each encoded once: a re-plan reuses them
-            )
-            response = self._transport.request("POST", self._path + UPDATES_PATH, body, deadline)
-            sent += self._transport.last_bytes
-            if response.status == 413 and not chosen:
-                # Details alone are too large: splitting cannot help; the reporter drops the field.
-                return classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
-            if response.status == 413 and len(body) > MIN_SPLIT_BYTES and refusals < _MAX_413:
-                refusals += 1
-                self._cap = max(min(self._cap, len(body)) // 2, MIN_SPLIT_BYTES)
-                _log.info("trainreport.request_too_large", request_cap_bytes=self._cap)
-                parts[:0] = self._replan(update, series, details, envelope_bytes)
-                continue
-            if not 200 <= response.status < 300:
-                return classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
-            try:
-                answer = structure_response(json.loads(response.data), UpdateResponse)
-            except (ValueError, RecursionError, cattrs.BaseValidationError):
-                return RetryLater("malformed response to POST .../updates")
-            if answer.duplicate:
-                return Resynchronise("the server saw this sequence already", answer.series_lengths)
-            lengths.update(answer.series_lengths)
-            cancel |= answer.cancel_requested
-        return Delivered(series_lengths=lengths, cancel_requested=cancel, bytes_sent=sent)

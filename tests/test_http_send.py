@@ -1,0 +1,184 @@
+"""Sending one update (sinks/_http_send.py) through HttpSink: sequences, splitting, 413s, answers.
+
+Against the real reference server (fixtures in conftest.py), with tests/faults.py's
+proxy in between where a fault is needed. No mocks. The helpers that build
+updates and read the stored task are test_http_sink.py's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import urllib3
+
+from faults import FaultProxy
+from test_http_sink import decoded, points, steps_of, stored, update
+from trainreport import Delivered, Rejected, Resynchronise, RetryLater, Split
+from trainreport._sink import Update
+from trainreport.server import ServerHandle
+from trainreport.sinks._http import HttpSink
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --- series-suffix mode: one update, one or several requests ------------------------------
+
+
+def test_suffix_send_delivers_with_the_servers_lengths(server: ServerHandle) -> None:
+    """The answer carries the lengths the server holds and the bytes put on the wire."""
+    sink = HttpSink(server.url, "job-1")
+    sink.open()
+    result = sink.send(update(points("a", 0, range(1, 4)), points("b", 0, [1])))
+    assert isinstance(result, Delivered)
+    assert {"a": 3, "b": 1} == result.series_lengths
+    assert not result.cancel_requested
+    assert result.bytes_sent > 200
+    assert [1, 2, 3] == steps_of(stored(server.url), "a")
+
+
+def test_large_update_is_split_per_series_and_into_contiguous_chunks(server: ServerHandle) -> None:
+    """Above the cap, each request is under it; details ride in the first request only."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1", max_request_bytes=4096)
+        sink.open()
+        big = update(
+            points("long", 0, range(1, 1001)),
+            points("short", 0, range(1, 4)),
+            points("mid", 0, range(1, 201)),
+            step=1000,
+        )
+        result = sink.send(big)
+        assert isinstance(result, Delivered)
+        assert {"long": 1000, "short": 3, "mid": 200} == result.series_lengths
+        bodies = [
+            json.loads(decoded(r.body, r.headers)) for r in proxy.requests if r.method == "POST"
+        ][1:]
+    assert len(bodies) >= 4
+    assert all(len(json.dumps(b, separators=(",", ":"))) <= 4096 for b in bodies)
+    assert ["status_details" in b for b in bodies] == [True] + [False] * (len(bodies) - 1)
+    sequences = [b["sequence"] for b in bodies]
+    assert sorted(set(sequences)) == sequences
+    offsets = [b["series"]["long"]["offset"] for b in bodies if "long" in b.get("series", {})]
+    assert 0 == offsets[0]
+    assert sorted(offsets) == offsets
+    task = stored(server.url)
+    assert list(range(1, 1001)) == steps_of(task, "long")
+    assert list(range(1, 201)) == steps_of(task, "mid")
+    assert 1000 == task["status_details"]["step"]
+
+
+def test_a_failed_request_of_a_split_update_fails_the_send_and_a_resend_repairs_it(
+    server: ServerHandle,
+) -> None:
+    """Partial success claims nothing; resending the same update leaves no hole or duplicate."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1", max_request_bytes=4096)
+        sink.open()
+        big = update(points("a", 0, range(1, 601)), points("b", 0, range(1, 601)))
+        proxy.fail_next(1, 503, path="/updates", skip=2)
+        result = sink.send(big)
+        assert isinstance(result, RetryLater)
+        assert isinstance(sink.send(big), Delivered)
+    task = stored(server.url)
+    assert list(range(1, 601)) == steps_of(task, "a")
+    assert list(range(1, 601)) == steps_of(task, "b")
+
+
+def test_413_halves_the_cap_and_retries_before_giving_up(server: ServerHandle) -> None:
+    """A 413 on a large body is absorbed by splitting further; the update is delivered."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1")
+        sink.open()
+        proxy.fail_next(1, 413, path="/updates")
+        result = sink.send(update(points("a", 0, range(1, 3001))))
+        assert isinstance(result, Delivered)
+        assert {"a": 3000} == result.series_lengths
+        faults = [r.fault for r in proxy.requests if r.path.endswith("/updates")]
+    assert "fail" == faults[0]
+    assert len(faults) >= 3
+    assert list(range(1, 3001)) == steps_of(stored(server.url), "a")
+
+
+def test_413_on_a_small_body_is_split(server: ServerHandle) -> None:
+    """A body already at the floor cannot be split further: Split."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1")
+        sink.open()
+        proxy.fail_next(1, 413, path="/updates")
+        assert isinstance(sink.send(update(points("a", 0, [1]))), Split)
+
+
+# --- sequences and what an answer means ------------------------------------------------
+
+
+def test_lost_response_resend_uses_a_new_sequence_and_is_idempotent(server: ServerHandle) -> None:
+    """The server applied it, the client never heard: the resend is a new sequence, no duplicate."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1")
+        sink.open()
+        first = update(points("a", 0, [1, 2]))
+        proxy.drop_responses_next(1, path="/updates")
+        assert isinstance(sink.send(first), RetryLater)
+        result = sink.send(update(points("a", 0, [1, 2, 3])))
+        assert isinstance(result, Delivered)
+        assert {"a": 3} == result.series_lengths
+        sequences = [
+            json.loads(decoded(r.body, r.headers))["sequence"]
+            for r in proxy.requests
+            if r.path.endswith("/updates")
+        ]
+    assert [1, 2] == sequences
+    assert [1, 2, 3] == steps_of(stored(server.url), "a")
+
+
+def test_a_gap_asks_to_resynchronise_with_the_stored_lengths(server: ServerHandle) -> None:
+    """An offset beyond the stored series is refused with the lengths held (409 series_gap)."""
+    sink = HttpSink(server.url, "job-1")
+    sink.open()
+    sink.send(update(points("a", 0, [1, 2])))
+    result = sink.send(update(points("a", 5, [9])))
+    assert isinstance(result, Resynchronise)
+    assert {"a": 2} == result.series_lengths
+
+
+def test_a_fenced_writer_is_rejected(server: ServerHandle) -> None:
+    """Writer A is fenced once writer B opens: A's sends are Rejected (409 stale_writer)."""
+    a, b = HttpSink(server.url, "job-1"), HttpSink(server.url, "job-1")
+    a.open()
+    assert isinstance(a.send(update(points("x", 0, [1]))), Delivered)
+    b.open()
+    result = a.send(update(points("x", 0, [1, 2])))
+    assert isinstance(result, Rejected)
+    assert 409 == result.status_code
+    assert "stale_writer" in result.reason
+    assert [1] == steps_of(stored(server.url), "x")
+
+
+def test_a_malformed_success_answer_is_retried_later(server: ServerHandle) -> None:
+    """A 2xx that is not the update answer is not taken as delivered."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1")
+        sink.open()
+        proxy.fail_next(1, 200, body=b"<html>hi</html>", path="/updates")
+        result = sink.send(update())
+        assert RetryLater("malformed response to POST .../updates") == result
+
+
+def test_cancel_requested_is_reported_in_both_modes(server: ServerHandle) -> None:
+    """After ``POST /v1/jobs/{job}/cancel`` a delivery says cancel_requested."""
+    for use_extension in (True, False):
+        job = f"job-{use_extension}"
+        sink = HttpSink(server.url, job, use_extension=use_extension)
+        sink.open()
+        first = sink.send(Update("running", {"step": 1}, None, not use_extension))
+        assert isinstance(first, Delivered)
+        assert not first.cancel_requested
+        urllib3.request(
+            "POST",
+            f"{server.url}/v1/jobs/{job}/cancel",
+            headers={"Content-Type": "application/json"},
+        )
+        second = sink.send(Update("running", {"step": 2}, None, not use_extension))
+        assert isinstance(second, Delivered)
+        assert second.cancel_requested
