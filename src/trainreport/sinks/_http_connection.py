@@ -88,35 +88,13 @@ class KeepAlive:
         headers: dict[str, str],
         timeout: urllib3.Timeout,
     ) -> urllib3.BaseHTTPResponse:
-        """Send one request to ``target`` (a path) and read its whole answer.
-
-        Retried once, on a new connection, only when a kept-alive connection
-        turns out to have been closed by the server before it answered anything
-        (the keep-alive race: the server's close crossed the request; it
-        processed nothing), as HTTP clients do (RFC 9112 section 9.3.1); never
-        otherwise.
+        """Send one request to ``target`` (a path) and read its whole answer; never retried.
 
         Raises:
             urllib3.exceptions.HTTPError: ``NewConnectionError``,
                 ``ConnectTimeoutError``, ``SSLError``, ``ReadTimeoutError``,
                 ``ProtocolError`` and the response's own errors, as the pool raises them.
         """
-        reused = self._slot[0] is not None and self._slot[0].is_connected
-        try:
-            return self._request(method, target, body, headers, timeout)
-        except ProtocolError as exc:
-            if not reused or not isinstance(exc.__cause__, _CLOSED_BEFORE_ANSWER):
-                raise
-        return self._request(method, target, body, headers, timeout)
-
-    def _request(
-        self,
-        method: str,
-        target: str,
-        body: bytes | None,
-        headers: dict[str, str],
-        timeout: urllib3.Timeout,
-    ) -> urllib3.BaseHTTPResponse:
         conn = self._connection()
         timing = timeout.clone()
         timing.start_connect()
@@ -154,9 +132,6 @@ class KeepAlive:
             self.close()
             raise
 
-
-#: What a kept-alive connection the server closed before answering raises.
-_CLOSED_BEFORE_ANSWER = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 #: urllib3's timeout error names a pool; a KeepAlive has none.
 _NO_POOL: Any = None
