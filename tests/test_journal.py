@@ -249,6 +249,21 @@ def _damaged(kind: str, good: bytes) -> bytes:
     return b"this is not a run log at all\n"
 
 
+def _leave_damaged_journal(directory: Path, kind: str, last_step: int) -> Path:
+    """A journal a dead process left, with records of 10 steps up to ``last_step``, damaged.
+
+    Returns its path.
+    """
+    dead = Journal.claim(directory, "job-1", "train")
+    assert dead is not None
+    for start in range(1, last_step + 1, 10):
+        dead.append(update("train_loss", start - 1, list(range(start, start + 10))))
+    dead._release(remove_files=False)
+    path = directory / "job-1" / "train.log"
+    path.write_bytes(_damaged(kind, path.read_bytes()))
+    return path
+
+
 @pytest.mark.parametrize(
     "kind", ["truncated", "corrupted in the middle", "newer version", "not a log"]
 )
@@ -256,13 +271,7 @@ def test_a_damaged_left_journal_never_stops_the_run(
     tmp_path: Path, server: ServerHandle, kind: str
 ) -> None:
     """Intact records before the damage are delivered; the damage is logged; close() is True."""
-    dead = Journal.claim(tmp_path, "job-1", "train")
-    assert dead is not None
-    for start in range(1, 41, 10):
-        dead.append(update("train_loss", start - 1, list(range(start, start + 10))))
-    dead._release(remove_files=False)
-    path = tmp_path / "job-1" / "train.log"
-    path.write_bytes(_damaged(kind, path.read_bytes()))
+    _leave_damaged_journal(tmp_path, kind, 40)
 
     with capture_events() as events:
         delivered = train(server.url, tmp_path, range(41, 51))
@@ -354,13 +363,7 @@ def test_sync_of_a_damaged_journal_says_what_was_unreadable(
     """Intact records are uploaded (exit 0, the damage on stderr); nothing readable: exit 1."""
     from trainreport.cli import main  # noqa: PLC0415
 
-    dead = Journal.claim(tmp_path, "job-1", "train")
-    assert dead is not None
-    for start in range(1, 31, 10):
-        dead.append(update("train_loss", start - 1, list(range(start, start + 10))))
-    dead._release(remove_files=False)
-    path = tmp_path / "job-1" / "train.log"
-    path.write_bytes(_damaged(kind, path.read_bytes()))
+    path = _leave_damaged_journal(tmp_path, kind, 30)
 
     status = main(["sync", str(path), "--url", server.url])
 
