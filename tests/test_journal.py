@@ -319,13 +319,20 @@ def test_a_local_file_or_a_memory_sink_gets_no_journal(tmp_path: Path, sink_kind
 # --- the reporter thread's cadence (injected clock) -------------------------------------
 
 
+def _sends_a_minute_apart_journal_every_second(
+    tmp_path: Path, server: ServerHandle
+) -> tuple[Reporter, FakeClock]:
+    """An unstarted reporter to the server on an injected clock: sends 60 s apart, journal 1 s."""
+    clock = FakeClock()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    return Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0), clock
+
+
 def test_the_thread_appends_to_the_journal_every_interval_while_sends_are_far_apart(
     tmp_path: Path, server: ServerHandle
 ) -> None:
     """Sends a minute apart, journal every second: points reach the journal within the interval."""
-    clock = FakeClock()
-    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
-    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0)
+    reporter, clock = _sends_a_minute_apart_journal_every_second(tmp_path, server)
     worker = drive(reporter)
     reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
     worker.cycle()  # the first point goes at once; the journal starts
@@ -384,9 +391,7 @@ def test_stats_show_the_journal_recording_its_path_records_bytes_and_last_fsync(
     tmp_path: Path, server: ServerHandle
 ) -> None:
     """A platform engineer sees the journal on, where it is, what it wrote, when it fsync'ed."""
-    clock = FakeClock()
-    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
-    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0)
+    reporter, clock = _sends_a_minute_apart_journal_every_second(tmp_path, server)
     assert reporter.stats().journal is None  # not started: nothing claimed yet
     worker = drive(reporter)
     reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
@@ -464,9 +469,7 @@ def test_stats_say_a_journal_stopped_by_a_failed_write(
     tmp_path: Path, server: ServerHandle
 ) -> None:
     """A write that fails (here: its file closed under it) turns the journal off: ``failed``."""
-    clock = FakeClock()
-    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
-    reporter = Reporter(HttpSink(server.url, "job-1"), config, clock=clock, rank=0)
+    reporter, clock = _sends_a_minute_apart_journal_every_second(tmp_path, server)
     worker = drive(reporter)
     reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
     worker.cycle()
