@@ -81,6 +81,14 @@ class SeriesSelector:
         self._charted: list[str] = []
         self._scalar_notes = 0
 
+    def _every_name(self, patterns: object) -> list[str]:
+        """The fallback for patterns with nothing usable in them: every name, and a log event."""
+        self._explicit = False
+        get_logger().warning(
+            "trainreport.config_patterns_unusable", type=type(patterns).__name__, using=["*"]
+        )
+        return ["*"]
+
     def _parse(self, patterns: object) -> list[str]:
         logger = get_logger()
         if isinstance(patterns, str):
@@ -91,13 +99,7 @@ class SeriesSelector:
                 raise TypeError("bytes are not a list of patterns")
             entries = list(cast("Iterable[object]", patterns))
         except Exception:
-            self._explicit = False
-            logger.warning(
-                "trainreport.config_patterns_unusable",
-                type=type(patterns).__name__,
-                using=["*"],
-            )
-            return ["*"]
+            return self._every_name(patterns)
         usable: list[str] = []
         for index, entry in enumerate(entries):
             if isinstance(entry, str):
@@ -109,13 +111,7 @@ class SeriesSelector:
                     type=type(entry).__name__,
                 )
         if entries and not usable:
-            self._explicit = False
-            logger.warning(
-                "trainreport.config_patterns_unusable",
-                type=type(patterns).__name__,
-                using=["*"],
-            )
-            return ["*"]
+            return self._every_name(patterns)
         return usable
 
     @property
