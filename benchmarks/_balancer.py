@@ -57,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {"content-type": "application/json"}, body)
             return
         length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else None
+        request_body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() in _FORWARDED}
         order = random.sample(self.server.upstreams, len(self.server.upstreams))
         started = time.perf_counter()
@@ -71,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
                 response = self.server.pool.request(
                     self.command,
                     upstream + self.path,
-                    body=body,
+                    body=request_body,
                     headers=headers,
                     timeout=urllib3.Timeout(connect=1.0, read=60.0),
                     decode_content=False,

@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -98,21 +99,18 @@ def main(argv: list[str] | None = None) -> int:
                     _run(server.url, hole_url, args.seconds, args.interval, "b"),
                 )
             )
-            original = worker_module.Sender
 
             def one_thread(sink: Any, **kwargs: Any) -> Sender:
                 return Sender(sink, **{**kwargs, "threaded": False})
 
-            worker_module.Sender = one_thread  # type: ignore[misc,assignment]
-            try:
+            # The worker builds its senders by the name it imported: one thread for all.
+            with mock.patch.object(worker_module, "Sender", one_thread):
                 rows.append(
                     (
                         "+ hanging, one thread",
                         _run(server.url, hole_url, args.seconds, args.interval, "c"),
                     )
                 )
-            finally:
-                worker_module.Sender = original  # type: ignore[misc]
         finally:
             server.stop()
     hole.close()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -112,10 +113,7 @@ class Servers:
             count = 1
         else:
             if pg_url is None:
-                sys.path.insert(0, str(ROOT / "tests"))
-                from postgres import PostgresInstance  # noqa: PLC0415
-
-                self.instance = PostgresInstance()
+                self.instance = _from_tests("postgres").PostgresInstance()
                 pg_url = self.instance.new_schema()
             self.target = pg_url
             count = 2
@@ -161,7 +159,7 @@ def balancer(upstreams: list[str]) -> Iterator[str]:
 
 def _records(url: str) -> list[tuple[str, str, int, float]]:
     response = urllib3.request("GET", url + "/__stats", timeout=10.0)
-    return [tuple(r) for r in json.loads(response.data)]  # type: ignore[misc]
+    return [tuple(r) for r in json.loads(response.data)]
 
 
 # -- one scenario --------------------------------------------------------------------------
@@ -268,11 +266,16 @@ def run_scenario(
     }
 
 
+def _from_tests(name: str) -> Any:
+    """The test suite's module ``name`` (a PostgreSQL it starts, its task helpers)."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    return importlib.import_module(name)
+
+
 def _check(url: str, reporters: int, zombies: int, steps: int, results: dict[str, Any]) -> int:
     """Every task equals its final writer's snapshot, each series steps 1..N once."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from helpers import without_updated_at  # noqa: PLC0415
-
+    without_updated_at = _from_tests("helpers").without_updated_at
     pool = urllib3.PoolManager(timeout=urllib3.Timeout(total=60.0))
     total = 0
     finals = [(f"bench-r{i}", f"r{i}") for i in range(reporters)]
