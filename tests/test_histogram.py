@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainreport import MemorySink, Reporter
-from trainreport._histogram import FOLD_AT, LatencyHistogram, bucket_of
+from trainreport import MemorySink, Reporter, _report_calls, _report_queue
+from trainreport._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram, bucket_of
 from trainreport.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,3 +77,50 @@ def test_refused_report_calls_keep_the_pending_durations_bounded() -> None:
     assert len(reporter._latencies) <= FOLD_AT
     assert calls == reporter.stats().report_calls
     assert 0 == len(reporter._latencies)
+
+
+class _TimingClock:
+    """A ``perf_counter_ns`` stand-in: each read 1 ms after the last; counts its reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        return self.reads * 1_000_000
+
+
+def test_one_report_call_in_timed_every_reads_the_timing_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hot path and the other report calls share one sample: the first call, then one in
+    TIMED_EVERY, reads the timing clock (twice); every call still counts in ``report_calls``."""
+    timing = _TimingClock()
+    monkeypatch.setattr(_report_calls, "perf_counter_ns", timing)
+    monkeypatch.setattr(_report_queue, "perf_counter_ns", timing)
+    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
+    calls = 10 * TIMED_EVERY
+    for step in range(1, calls // 2 + 1):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+        reporter.report_validation(step=step, metrics={"loss": 1.0})
+    assert 2 * 10 == timing.reads
+    stats = reporter.stats()
+    assert calls == stats.report_calls
+    # Each timed call lasted 1 ms by the stand-in clock; the total is scaled to every call.
+    assert 1000.0 == stats.report_max_us
+    assert stats.report_total_seconds == pytest.approx(calls * 1e-3)
+    assert 0 < stats.report_p50_us <= stats.report_p99_us <= stats.report_max_us
+
+
+def test_refused_report_calls_are_sampled_like_accepted_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After close() a call is refused: still counted, still timed only one call in TIMED_EVERY."""
+    timing = _TimingClock()
+    monkeypatch.setattr(_report_calls, "perf_counter_ns", timing)
+    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
+    reporter.close(timeout=1)
+    for step in range(1, 2 * TIMED_EVERY + 1):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+    assert 2 * 2 == timing.reads
+    assert 2 * TIMED_EVERY == reporter.stats().report_calls

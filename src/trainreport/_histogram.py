@@ -4,6 +4,15 @@ Buckets are quarter-octaves of nanoseconds (bucket ``k`` holds the durations
 ``d`` with ``floor(4 * log2(d)) == k``), so a percentile, read back as its
 bucket's geometric midpoint, is within ±9.1 % (``2 ** (1/8)``).
 
+Report calls are timed by sample: the first call, then one in
+:data:`TIMED_EVERY` (every kind of report call shares the count), reads the
+timing clock; every call is counted. Timing each call cost about a third of the
+hot path's own time in ``benchmarks/`` (two clock reads and an append, each from
+cold caches after the training step's work: ``docs/performance.md``), while a
+sample of one in 16 still gives the percentiles from thousands of calls in
+any real run. The maximum is the longest timed call, and the total is the
+timed calls' total scaled to every call.
+
 Recording is one ``array.append`` of the duration to
 :attr:`LatencyHistogram.pending` (a C call: no bucket arithmetic on the
 caller's thread); :meth:`LatencyHistogram.fold` moves the pending durations
@@ -11,8 +20,8 @@ into the buckets, in C (``map``, ``log2``, ``Counter``). The reporter calls
 ``fold`` on the reporter thread after each drain, in ``stats()``, and on the
 caller's thread only when reports are refused (the queue's guard tripped, or
 the reporter is closed) with at least :data:`FOLD_AT` durations pending, so
-the buffer stays bounded when no drain comes (a hanging destination). Count,
-total and maximum stay exact.
+the buffer stays bounded when no drain comes (a hanging destination). The
+folded count, total and maximum are exact for the durations recorded.
 
 Thread-safety: appends come from the threads making report calls; one fold
 runs at a time (a second one at the same moment returns at once, leaving the
@@ -28,10 +37,12 @@ from array import array
 from collections import Counter
 from math import log2
 
-__all__ = ["FOLD_AT", "LatencyHistogram"]
+__all__ = ["FOLD_AT", "TIMED_EVERY", "LatencyHistogram"]
 
 _SUB = 4  # sub-buckets per octave
 _BUCKETS = 64 * _SUB
+#: One report call in this many is timed (a power of two: the test is a bit mask).
+TIMED_EVERY = 16
 #: Pending durations at which a refused report call folds them on the caller's thread.
 FOLD_AT = 512
 

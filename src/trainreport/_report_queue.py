@@ -6,7 +6,8 @@ Every report call appends one tuple (built by ``_reports``) to a
 followed by: the byte-budgeted memory guard (``max_queue_bytes``), the wake
 rule (the run's first point at once, then one wake per ``drain_queue_depth``
 reports, none again until the thread drained), the counters of refused and
-failed reports, and the latency histogram's timing of every report call.
+failed reports, the count of report calls and the latency histogram's timing
+of a sample of them (``_histogram``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from time import perf_counter_ns
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from trainreport._config import ReportingConfig
-from trainreport._histogram import FOLD_AT, LatencyHistogram
+from trainreport._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram
 from trainreport._lifecycle import ReporterMachine, ReporterState
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._reports import Report, queued_bytes
@@ -31,6 +32,9 @@ __all__ = ["ReportQueue", "report_call", "safe_str"]
 
 _log = get_logger()
 
+#: A report call whose count has none of these bits set is timed (``_histogram``).
+UNTIMED_MASK = TIMED_EVERY - 1
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R", bound="ReportQueue")
 
@@ -38,7 +42,7 @@ _R = TypeVar("_R", bound="ReportQueue")
 def report_call(
     method: Callable[Concatenate[_R, _P], None],
 ) -> Callable[Concatenate[_R, _P], None]:
-    """Time a report method into the latency histogram and keep any exception from the caller.
+    """Count a report method's calls, time one in ``TIMED_EVERY``, keep exceptions from the caller.
 
     Every report method but ``report_train_step`` (which inlines the same
     lines: it is the hot path) runs under this. Never raises an ``Exception``.
@@ -47,12 +51,15 @@ def report_call(
 
     @functools.wraps(method)
     def report(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
-        t0 = perf_counter_ns()
+        calls = self._calls
+        self._calls = calls + 1
+        t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()
         try:
             method(self, *args, **kwargs)
         except Exception as exc:
             self._failed(name, exc)
-        self._latencies.append(perf_counter_ns() - t0)
+        if t0:
+            self._latencies.append(perf_counter_ns() - t0)
 
     return report
 
@@ -84,6 +91,7 @@ class ReportQueue:
     _wake_depth: int
     _histogram: LatencyHistogram
     _latencies: array[int]
+    _calls: int
     _queue_drops: int
     _after_close_drops: int
     _caller_drops: int
@@ -107,8 +115,12 @@ class ReportQueue:
         # then drain_queue_depth; past a wake, no more until the thread drained.
         self._wake_depth = 1
         self._histogram = LatencyHistogram()
-        # Report calls record their durations here (the histogram's pending buffer).
+        # Timed report calls record their durations here (the histogram's pending buffer).
         self._latencies = self._histogram.pending
+        # Report calls made, of every kind, counted with no lock: CPython switches
+        # threads at calls and backward jumps, none of which falls between a call's
+        # read and write of the count, so concurrent calls lose no count.
+        self._calls = 0
         self._queue_drops = 0
         self._after_close_drops = 0
         self._caller_drops = 0
