@@ -87,6 +87,8 @@ HEAD_LENGTH = struct.Struct("<I")
 POINT_BYTES = 20
 #: Items per piece when a long column is encoded (so no one copy holds the GIL for long).
 _CHUNK_ITEMS = 1 << 16
+#: A body of at most this many points (1.25 MB of columns) is joined into one piece.
+_JOIN_POINTS = 1 << 16
 #: Columns are little-endian on disk; a big-endian machine swaps bytes.
 LITTLE_ENDIAN = sys.byteorder == "little"
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
@@ -134,11 +136,15 @@ def _column_pieces(column: array[Any], out: list[bytes]) -> None:
 
 def _frame(kind: int, pieces: list[bytes]) -> list[bytes]:
     """Prefix ``pieces`` (the body) with a record header; returns the record's pieces."""
-    crc = 0
-    length = 0
-    for piece in pieces:
-        crc = zlib.crc32(piece, crc)
-        length += len(piece)
+    if len(pieces) == 1:  # an update's body, joined by _body: one CRC call
+        crc = zlib.crc32(pieces[0])
+        length = len(pieces[0])
+    else:
+        crc = 0
+        length = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+            length += len(piece)
     head = HEADER.pack(FORMAT_VERSION, kind, 0, length, crc, 0)
     header = head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
     return [header, *pieces]
@@ -163,6 +169,15 @@ def _body(
         head["foreign"] = dict(foreign)
     encoded = _dumps(head).encode("utf-8")
     pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
+    parts: list[Any] = pieces.copy()
+    points = 0
+    for s in series or ():
+        parts += (s.steps, s.epochs, s.values)
+        points += len(s.values)
+    if LITTLE_ENDIAN and points <= _JOIN_POINTS:
+        # The common case, a send's worth of points: one join straight from the
+        # columns' buffers (no copy of each column first), so one body and one CRC.
+        return [b"".join(parts)]
     for s in series or ():
         _column_pieces(s.steps, pieces)
         _column_pieces(s.epochs, pieces)
@@ -182,24 +197,34 @@ def normalised(update: Update) -> Update:
     if not update.series:
         return update
     out = []
-    for s in update.series:
-        try:
-            steps, epochs, values = (
-                _column(s.steps, STEPS_TYPECODE),
-                _column(s.epochs, EPOCHS_TYPECODE),
-                _column(s.values, VALUES_TYPECODE),
-            )
-        except (OverflowError, TypeError) as exc:
-            raise ValueError(f"series {s.name!r}: {exc}") from exc
+    converted = False
+    for given in update.series:
+        s = given
+        steps, epochs, values = s.steps, s.epochs, s.values
+        if not (  # the engine's own columns: nothing to convert
+            type(steps) is array
+            and steps.typecode == STEPS_TYPECODE
+            and type(epochs) is array
+            and epochs.typecode == EPOCHS_TYPECODE
+            and type(values) is array
+            and values.typecode == VALUES_TYPECODE
+        ):
+            try:
+                steps, epochs, values = (
+                    _column(steps, STEPS_TYPECODE),
+                    _column(epochs, EPOCHS_TYPECODE),
+                    _column(values, VALUES_TYPECODE),
+                )
+            except (OverflowError, TypeError) as exc:
+                raise ValueError(f"series {s.name!r}: {exc}") from exc
+            s = SeriesUpdate(s.name, s.offset, steps, epochs, values)
+            converted = True
         if not len(steps) == len(epochs) == len(values):
             raise ValueError(f"series {s.name!r}: columns of different lengths")
         if s.offset < 0:
             raise ValueError(f"series {s.name!r}: negative offset")
-        if steps is s.steps and epochs is s.epochs and values is s.values:
-            out.append(s)
-        else:
-            out.append(SeriesUpdate(s.name, s.offset, steps, epochs, values))
-    return attrs.evolve(update, series=tuple(out))
+        out.append(s)
+    return attrs.evolve(update, series=tuple(out)) if converted else update
 
 
 def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[bytes]:

@@ -63,10 +63,10 @@ class LogState:
         """
         bases = self.bases
         if update.full_state or update.series is None or not bases:
-            self.task.apply(update)
+            lengths = self.task.apply(update)
             if update.full_state and update.series is not None:
                 bases.clear()
-            return self.lengths()
+            return lengths if not bases else self.lengths()  # no base: the record's own
         local = []
         rebased = {}
         for s in update.series:

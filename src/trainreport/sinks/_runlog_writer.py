@@ -294,7 +294,7 @@ class RunLogWriter:
                 nothing changed.
         """
         pieces = append_record(self.state, update)
-        size = sum(len(p) for p in pieces)
+        size = sum(map(len, pieces))
         self._pending.extend(pieces)
         self._pending_bytes += size
         return size
