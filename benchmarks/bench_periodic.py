@@ -77,16 +77,22 @@ def _update(k: int) -> Update:
     return Update("Running", {"phase": "training", "step": start + POINTS}, series, False)
 
 
-def file_send_units(directory: Path, count: int) -> Callable[[int], None]:
-    """A unit of work: send the next prepared update to one open ``FileSink``."""
+def file_send_units(directory: Path, count: int) -> tuple[Callable[[int], None], FileSink]:
+    """A unit of work: send the next prepared update to one open ``FileSink`` (returned too).
+
+    Raises:
+        RuntimeError: (from the unit) a send was not delivered.
+    """
     sink = FileSink(directory / "periodic.log")
     sink.open()
     updates = [_update(k) for k in range(count)]
 
     def unit(k: int) -> None:
-        sink.send(updates[k])
+        result = sink.send(updates[k])
+        if type(result) is not Delivered:
+            raise RuntimeError(f"send {k} was not delivered: {result}")
 
-    return unit
+    return unit, sink
 
 
 def json_units(count: int) -> Callable[[int], None]:
@@ -109,13 +115,15 @@ def run_pattern(
     done = threading.Event()
 
     def worker() -> None:
-        for k in range(count):
-            t0 = time.thread_time()
-            unit(k)
-            cpu.append(time.thread_time() - t0)
-            if pattern != PATTERNS[0]:
-                time.sleep(INTERVAL_S)
-        done.set()
+        try:
+            for k in range(count):
+                t0 = time.thread_time()
+                unit(k)
+                cpu.append(time.thread_time() - t0)
+                if pattern != PATTERNS[0]:
+                    time.sleep(INTERVAL_S)
+        finally:
+            done.set()  # a unit that raised must not leave the training loop spinning
 
     thread = threading.Thread(target=worker, name="periodic-unit")
     thread.start()
@@ -123,6 +131,8 @@ def run_pattern(
         while not done.is_set():
             busy(iterations)
     thread.join()
+    if len(cpu) != count:
+        raise RuntimeError(f"{pattern}: {len(cpu)} of {count} units ran (see the thread's error)")
     return cpu
 
 
@@ -135,13 +145,14 @@ def measure(count: int = 200, rounds: int = 2) -> dict[tuple[str, str], float]:
             for pattern in PATTERNS:
                 directory = Path(tmp) / f"{r}-{PATTERNS.index(pattern)}"
                 directory.mkdir()
-                units = {
-                    "file send": file_send_units(directory, count),
-                    "json": json_units(count),
-                }
-                for name, unit in units.items():
-                    got = run_pattern(unit, count, pattern, iterations)
-                    samples.setdefault((name, pattern), []).extend(got)
+                file_unit, sink = file_send_units(directory, count)
+                units = {"file send": file_unit, "json": json_units(count)}
+                try:
+                    for name, unit in units.items():
+                        got = run_pattern(unit, count, pattern, iterations)
+                        samples.setdefault((name, pattern), []).extend(got)
+                finally:
+                    sink.close()
     return {key: statistics.median(values) for key, values in samples.items()}
 
 

@@ -67,55 +67,79 @@ def test_durations_recorded_after_a_fold_wait_for_the_next_one() -> None:
     assert 3_000 == h.max_ns
 
 
-def test_refused_report_calls_keep_the_pending_durations_bounded() -> None:
-    """With no drain ever coming (a closed reporter), refused calls fold what is pending."""
+def test_refused_report_calls_keep_the_unfolded_durations_bounded() -> None:
+    """With no drain ever coming (a closed reporter), refused calls fold what is recorded,
+    in both buffers: sampled training steps and the other report calls."""
     reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
     reporter.close(timeout=1)
-    calls = 3 * FOLD_AT
-    for step in range(calls):
+    histogram = reporter._histogram
+    steps = 3 * FOLD_AT * TIMED_EVERY
+    for step in range(steps):
         reporter.report_train_step(step=step, metrics={"loss": 1.0})
-    assert len(reporter._latencies) <= FOLD_AT
-    assert calls == reporter.stats().report_calls
+        assert histogram.unfolded() <= FOLD_AT
+    others = 3 * FOLD_AT
+    for step in range(others):
+        reporter.report_validation(step=step, metrics={"loss": 1.0})
+        assert histogram.unfolded() <= FOLD_AT
+    assert histogram.count > 0  # folded on the caller's thread, before any stats()
+    assert steps + others == reporter.stats().report_calls
     assert 0 == len(reporter._latencies)
 
 
 class _TimingClock:
-    """A ``perf_counter_ns`` stand-in: each read 1 ms after the last; counts its reads."""
+    """A ``perf_counter_ns`` stand-in: each read ``step_ns`` after the last; counts its reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, step_ns: int = 1_000_000) -> None:
         self.reads = 0
+        self.step_ns = step_ns
 
     def __call__(self) -> int:
         self.reads += 1
-        return self.reads * 1_000_000
+        return self.reads * self.step_ns
 
 
-def test_one_report_call_in_timed_every_reads_the_timing_clock(
+def test_the_first_training_step_then_one_in_timed_every_reads_the_timing_clock(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The hot path and the other report calls share one sample: the first call, then one in
-    TIMED_EVERY, reads the timing clock (twice); every call still counts in ``report_calls``."""
+    """report_train_step times its first call, then calls 17, 33, ...: two clock reads each."""
     timing = _TimingClock()
     monkeypatch.setattr(_report_calls, "perf_counter_ns", timing)
-    monkeypatch.setattr(_report_queue, "perf_counter_ns", timing)
     reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
-    calls = 10 * TIMED_EVERY
-    for step in range(1, calls // 2 + 1):
+    reads_after = {}
+    for step in range(1, 10 * TIMED_EVERY + 1):
         reporter.report_train_step(step=step, metrics={"loss": 1.0})
-        reporter.report_validation(step=step, metrics={"loss": 1.0})
-    assert 2 * 10 == timing.reads
-    stats = reporter.stats()
-    assert calls == stats.report_calls
-    # Each timed call lasted 1 ms by the stand-in clock; the total is scaled to every call.
-    assert 1000.0 == stats.report_max_us
-    assert stats.report_total_seconds == pytest.approx(calls * 1e-3)
-    assert 0 < stats.report_p50_us <= stats.report_p99_us <= stats.report_max_us
+        reads_after[step] = timing.reads
+    assert 2 == reads_after[1] == reads_after[TIMED_EVERY]
+    assert 4 == reads_after[TIMED_EVERY + 1]
+    assert 2 * 10 == reads_after[10 * TIMED_EVERY]
+    assert 10 * TIMED_EVERY == reporter.stats().report_calls
 
 
-def test_refused_report_calls_are_sampled_like_accepted_ones(
+def test_a_sampled_training_step_stands_for_timed_every_calls_and_others_for_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """After close() a call is refused: still counted, still timed only one call in TIMED_EVERY."""
+    """Training steps (1 ms each, sampled) and validations (3 ms each, every one timed),
+    made in a fixed pattern: both kinds are timed, and the weighted histogram counts,
+    sums and ranks them as if every call had been timed."""
+    monkeypatch.setattr(_report_calls, "perf_counter_ns", _TimingClock(1_000_000))
+    monkeypatch.setattr(_report_queue, "perf_counter_ns", _TimingClock(3_000_000))
+    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
+    steps = 2 * TIMED_EVERY
+    for step in range(1, steps + 1):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0})
+        if step % 8 == 0:  # a period that divides TIMED_EVERY: a shared count would alias
+            reporter.report_validation(step=step, metrics={"loss": 1.0})
+    validations = steps // 8
+    stats = reporter.stats()
+    assert steps + validations == stats.report_calls
+    assert stats.report_total_seconds == pytest.approx(steps * 1e-3 + validations * 3e-3)
+    assert 3000.0 == stats.report_max_us
+    assert stats.report_p50_us == pytest.approx(1000.0, rel=0.091)
+    assert stats.report_p99_us == pytest.approx(3000.0, rel=0.091)
+
+
+def test_refused_training_steps_are_counted_and_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After close() each call is refused: still counted, still timed one call in TIMED_EVERY."""
     timing = _TimingClock()
     monkeypatch.setattr(_report_calls, "perf_counter_ns", timing)
     reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
@@ -123,4 +147,6 @@ def test_refused_report_calls_are_sampled_like_accepted_ones(
     for step in range(1, 2 * TIMED_EVERY + 1):
         reporter.report_train_step(step=step, metrics={"loss": 1.0})
     assert 2 * 2 == timing.reads
-    assert 2 * TIMED_EVERY == reporter.stats().report_calls
+    stats = reporter.stats()
+    assert 2 * TIMED_EVERY == stats.report_calls
+    assert 2 * TIMED_EVERY == stats.drops["after_close"]

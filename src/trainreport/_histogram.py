@@ -4,24 +4,27 @@ Buckets are quarter-octaves of nanoseconds (bucket ``k`` holds the durations
 ``d`` with ``floor(4 * log2(d)) == k``), so a percentile, read back as its
 bucket's geometric midpoint, is within ±9.1 % (``2 ** (1/8)``).
 
-Report calls are timed by sample: the first call, then one in
-:data:`TIMED_EVERY` (every kind of report call shares the count), reads the
-timing clock; every call is counted. Timing each call cost about a third of the
-hot path's own time in ``benchmarks/`` (two clock reads and an append, each from
-cold caches after the training step's work: ``docs/performance.md``), while a
-sample of one in 16 still gives the percentiles from thousands of calls in
-any real run. The maximum is the longest timed call, and the total is the
-timed calls' total scaled to every call.
+``report_train_step``, the hot path, is timed by sample: its first call,
+then one in :data:`TIMED_EVERY` (its own count), reads the timing clock, and
+its duration goes to :attr:`LatencyHistogram.sampled`, where it stands for
+that many calls when folded. Every other report call is rare (validation,
+events) and is timed each time, into :attr:`LatencyHistogram.pending`, with
+a weight of one. The hot path keeps its own count so that a loop making the
+same few report calls each step can never sample one kind only. Timing
+every training step measured at 0.2 to 0.3 µs of a 2.8 to 5.2 µs call
+(``benchmarks/bench_call_parts.py``, ``docs/performance.md``). A sample of
+one in 16 still gives percentiles from thousands of calls in any real run.
+Percentiles, count and total are weighted estimates; the maximum is the
+longest timed call.
 
-Recording is one ``array.append`` of the duration to
-:attr:`LatencyHistogram.pending` (a C call: no bucket arithmetic on the
-caller's thread); :meth:`LatencyHistogram.fold` moves the pending durations
-into the buckets, in C (``map``, ``log2``, ``Counter``). The reporter calls
-``fold`` on the reporter thread after each drain, in ``stats()``, and on the
-caller's thread only when reports are refused (the queue's guard tripped, or
-the reporter is closed) with at least :data:`FOLD_AT` durations pending, so
-the buffer stays bounded when no drain comes (a hanging destination). The
-folded count, total and maximum are exact for the durations recorded.
+Recording is one ``array.append`` of the duration (a C call: no bucket
+arithmetic on the caller's thread); :meth:`LatencyHistogram.fold` moves the
+recorded durations into the buckets, in C (``map``, ``log2``, ``Counter``).
+The reporter calls ``fold`` on the reporter thread after each drain, in
+``stats()``, and on the caller's thread only when reports are refused (the
+queue's guard tripped, or the reporter is closed) with at least
+:data:`FOLD_AT` durations in either buffer, so the buffers stay bounded when
+no drain comes (a hanging destination).
 
 Thread-safety: appends come from the threads making report calls; one fold
 runs at a time (a second one at the same moment returns at once, leaving the
@@ -41,7 +44,7 @@ __all__ = ["FOLD_AT", "TIMED_EVERY", "LatencyHistogram"]
 
 _SUB = 4  # sub-buckets per octave
 _BUCKETS = 64 * _SUB
-#: One report call in this many is timed (a power of two: the test is a bit mask).
+#: One ``report_train_step`` call in this many is timed (a power of two: the test is a bit mask).
 TIMED_EVERY = 16
 #: Pending durations at which a refused report call folds them on the caller's thread.
 FOLD_AT = 512
@@ -69,55 +72,65 @@ def bucket_of(ns: int) -> int:
 
 
 class LatencyHistogram:
-    """Counts durations in nanoseconds; reports p50/p99/max in microseconds.
+    """Counts durations in nanoseconds, each with a weight; reports p50/p99/max in microseconds.
 
     Attributes:
-        pending: durations recorded and not folded yet, nanoseconds
-            (``pending.append(ns)`` records one).
-        counts: durations per bucket (folded ones).
+        pending: durations of calls timed each time, not folded yet,
+            nanoseconds (``pending.append(ns)`` records one, weight 1).
+        sampled: durations of sampled calls, not folded yet, nanoseconds;
+            each stands for :data:`TIMED_EVERY` calls (weight ``TIMED_EVERY``).
+        counts: weighted durations per bucket (folded ones).
         max_ns: the longest folded duration, nanoseconds.
-        total_ns: the sum of the folded durations, nanoseconds.
+        total_ns: the weighted sum of the folded durations, nanoseconds.
     """
 
-    __slots__ = ("counts", "max_ns", "pending", "total_ns")
+    __slots__ = ("counts", "max_ns", "pending", "sampled", "total_ns")
 
     def __init__(self) -> None:
         self.pending = array("q")
+        self.sampled = array("q")
         self.counts = [0] * _BUCKETS
         self.max_ns = 0
         self.total_ns = 0
 
     @property
     def count(self) -> int:
-        """Number of durations recorded (folded ones; call :meth:`fold` first)."""
+        """Calls the folded durations stand for (weighted; call :meth:`fold` first)."""
         return sum(self.counts)
 
     def observe(self, ns: int) -> None:
-        """Record one duration of ``ns`` nanoseconds (>= 0). Never raises for ints >= 0."""
+        """Record one duration of ``ns`` nanoseconds (>= 0), weight 1. Never raises for ints."""
         self.pending.append(ns)
 
+    def unfolded(self) -> int:
+        """Durations recorded and not folded yet, in both buffers."""
+        return len(self.pending) + len(self.sampled)
+
     def fold(self) -> None:
-        """Move the pending durations into the buckets. Never raises."""
+        """Move the recorded durations into the buckets, with their weights. Never raises."""
         if not _folding.acquire(blocking=False):
             return  # another thread is folding: these durations go in the next fold
         try:
-            pending = self.pending
-            n = len(pending)
-            if not n:
-                return
-            taken = pending[:n]
-            del pending[:n]  # one C call: a racing append lands after the n taken
-            self.total_ns += sum(taken)
-            longest = max(taken)
-            self.max_ns = max(self.max_ns, longest)
-            if min(taken) < 1:  # log2 needs >= 1 (a clock that did not move)
-                taken = array("q", [max(ns, 1) for ns in taken])
-            counts = self.counts
-            # Bucket every duration in C (map, log2, Counter): no Python loop per duration.
-            for index, c in Counter(map(int, map(_times_four, map(log2, taken)))).items():
-                counts[index] += c
+            self._fold(self.pending, 1)
+            self._fold(self.sampled, TIMED_EVERY)
         finally:
             _folding.release()
+
+    def _fold(self, buffer: array[int], weight: int) -> None:
+        n = len(buffer)
+        if not n:
+            return
+        taken = buffer[:n]
+        del buffer[:n]  # one C call: a racing append lands after the n taken
+        self.total_ns += sum(taken) * weight
+        longest = max(taken)
+        self.max_ns = max(self.max_ns, longest)
+        if min(taken) < 1:  # log2 needs >= 1 (a clock that did not move)
+            taken = array("q", [max(ns, 1) for ns in taken])
+        counts = self.counts
+        # Bucket every duration in C (map, log2, Counter): no Python loop per duration.
+        for index, c in Counter(map(int, map(_times_four, map(log2, taken)))).items():
+            counts[index] += c * weight
 
     def percentile_us(self, q: float) -> float:
         """The ``q`` quantile (0 < q <= 1) in microseconds, from bucket midpoints; 0.0 if empty.

@@ -6,8 +6,8 @@ Every report call appends one tuple (built by ``_reports``) to a
 followed by: the byte-budgeted memory guard (``max_queue_bytes``), the wake
 rule (the run's first point at once, then one wake per ``drain_queue_depth``
 reports, none again until the thread drained), the counters of refused and
-failed reports, the count of report calls and the latency histogram's timing
-of a sample of them (``_histogram``).
+failed reports, the count of report calls and their timing for the latency
+histogram (``_histogram``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["ReportQueue", "report_call", "safe_str"]
 
 _log = get_logger()
 
-#: A report call whose count has none of these bits set is timed (``_histogram``).
+#: A ``report_train_step`` whose count has none of these bits set is timed (``_histogram``).
 UNTIMED_MASK = TIMED_EVERY - 1
 
 _P = ParamSpec("_P")
@@ -42,24 +42,23 @@ _R = TypeVar("_R", bound="ReportQueue")
 def report_call(
     method: Callable[Concatenate[_R, _P], None],
 ) -> Callable[Concatenate[_R, _P], None]:
-    """Count a report method's calls, time one in ``TIMED_EVERY``, keep exceptions from the caller.
+    """Count and time a report method's calls and keep any exception from the caller.
 
-    Every report method but ``report_train_step`` (which inlines the same
-    lines: it is the hot path) runs under this. Never raises an ``Exception``.
+    Every report method but ``report_train_step`` (the hot path, which counts
+    itself and is timed by sample: ``_histogram``) runs under this; these calls
+    are rare, and each is timed. Never raises an ``Exception``.
     """
     name = method.__name__
 
     @functools.wraps(method)
     def report(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
-        calls = self._calls
-        self._calls = calls + 1
-        t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()
+        self._calls += 1
+        t0 = perf_counter_ns()
         try:
             method(self, *args, **kwargs)
         except Exception as exc:
             self._failed(name, exc)
-        if t0:
-            self._latencies.append(perf_counter_ns() - t0)
+        self._latencies.append(perf_counter_ns() - t0)
 
     return report
 
@@ -91,7 +90,10 @@ class ReportQueue:
     _wake_depth: int
     _histogram: LatencyHistogram
     _latencies: array[int]
-    _calls: int
+    _sampled: array[int]
+    # Class defaults: a Reporter pickled before these counts existed still counts.
+    _calls: int = 0
+    _train_calls: int = 0
     _queue_drops: int
     _after_close_drops: int
     _caller_drops: int
@@ -115,11 +117,15 @@ class ReportQueue:
         # then drain_queue_depth; past a wake, no more until the thread drained.
         self._wake_depth = 1
         self._histogram = LatencyHistogram()
-        # Timed report calls record their durations here (the histogram's pending buffer).
+        # Report calls record their durations here (the histogram's buffers): every
+        # other report call in _latencies, one report_train_step in TIMED_EVERY in _sampled.
         self._latencies = self._histogram.pending
-        # Report calls made, of every kind, counted with no lock: CPython switches
-        # threads at calls and backward jumps, none of which falls between a call's
-        # read and write of the count, so concurrent calls lose no count.
+        self._sampled = self._histogram.sampled
+        # Calls made: report_train_step's, and every other kind's. Counted with no lock.
+        # With the GIL, CPython switches threads only at calls and backward jumps, and
+        # none falls inside one `+= 1` or the hot path's one-line count, so concurrent
+        # calls lose no count; a build without the GIL could lose (never add) one.
+        self._train_calls = 0
         self._calls = 0
         self._queue_drops = 0
         self._after_close_drops = 0
@@ -170,7 +176,7 @@ class ReportQueue:
             worker.wake.set()
 
     def _refuse_report(self) -> None:
-        if len(self._latencies) >= FOLD_AT:  # no drain comes: keep the buffer bounded
+        if self._histogram.unfolded() >= FOLD_AT:  # no drain comes: keep the buffers bounded
             self._histogram.fold()
         if not self._accepting:
             self._dropped_after_close()

@@ -413,7 +413,7 @@ class ReporterLifecycle(TerminalReports):
             worker=self._worker,
             recorder=self._recorder,
             histogram=self._histogram,
-            report_calls=self._calls,
+            report_calls=self._calls + self._train_calls,
             queued=list(self._queue),
             queued_bytes=self._queued_bytes,
             caller_drops=self._caller_drop_counts(),

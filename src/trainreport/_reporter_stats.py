@@ -111,13 +111,14 @@ class ReporterStats:
         last_error: the last send failure's reason, or None.
         last_success_at: wall-clock time (ISO 8601 UTC) of the last delivered send.
         report_calls: report calls made on this reporter (every call, of every kind).
-        report_p50_us: median time inside a report call, microseconds (±10 %),
-            from a sample: the first call, then one in 16, is timed (timing
-            every call cost a third of the call's own time).
-        report_p99_us: 99th percentile of the same sample, microseconds (±10 %).
+        report_p50_us: median time inside a report call, microseconds (±10 %).
+            ``report_train_step`` is timed by sample (its first call, then
+            one in 16, each standing for 16 calls); other report calls are
+            timed each time.
+        report_p99_us: 99th percentile of the same, microseconds (±10 %).
         report_max_us: longest timed report call, microseconds.
         report_total_seconds: estimated total time spent inside report calls
-            (the timed calls' total scaled to every call), seconds.
+            (the sampled training steps weighted as above), seconds.
         destinations: each destination's figures, in ``Reporter(sinks=[...])`` order.
         journal: the journal's figures; None before ``start()`` and when no
             journal is kept (``journal`` off, ``TRAINREPORT_JOURNAL=0``, or no
@@ -191,8 +192,8 @@ def assemble_stats(
             is no worker to ask).
         worker: the reporter thread's driver, or None before ``start()``.
         recorder: the store's owner, or None before ``start()``.
-        histogram: the latency histogram of the timed report calls (a sample,
-            ``_histogram.TIMED_EVERY``).
+        histogram: the report calls' latency histogram (training steps by
+            weighted sample: ``_histogram``).
         report_calls: report calls made, of every kind.
         queued: a snapshot (a list) of the reports still queued: not applied
             yet (e.g. the stored task was never read), so recorded but unsent;
@@ -249,8 +250,7 @@ def assemble_stats(
         report_p50_us=h.percentile_us(0.5),
         report_p99_us=h.percentile_us(0.99),
         report_max_us=h.max_ns / 1000.0,
-        # The timed calls' total scaled to every call (each timed call stands for TIMED_EVERY).
-        report_total_seconds=h.total_ns / 1e9 * report_calls / h.count if h.count else 0.0,
+        report_total_seconds=h.total_ns / 1e9,
         destinations=per,
         journal=journal_stats(journal),
     )

@@ -136,7 +136,7 @@ def _column_pieces(column: array[Any], out: list[bytes]) -> None:
 
 def _frame(kind: int, pieces: list[bytes]) -> list[bytes]:
     """Prefix ``pieces`` (the body) with a record header; returns the record's pieces."""
-    if len(pieces) == 1:  # an update's body, joined by _body: one CRC call
+    if len(pieces) == 1:  # one piece (a body _body joined, or a RUN record): one CRC call
         crc = zlib.crc32(pieces[0])
         length = len(pieces[0])
     else:
