@@ -331,12 +331,19 @@ def test_a_columns_pieces_are_its_little_endian_bytes_in_bounded_pieces(
 @given(updates=update_sequences())
 def test_a_joined_body_is_the_same_record_as_one_in_pieces(updates: list[Update]) -> None:
     """A send's body is joined straight from the columns (one piece, one CRC); the same
-    updates encoded in bounded pieces (the path of long columns) give the same bytes."""
+    updates, and a snapshot of their state, encoded in bounded pieces (the path of long
+    columns) give the same bytes."""
+    state = LogState()
+    assert all(len(append_record(state, u)) == 2 for u in updates)  # header, joined body
+    state.bases = dict.fromkeys(state.task.series, 3)  # a snapshot trimmed past index 0
     joined, _, _ = build(updates)
+    joined_snapshot = b"".join(encode_snapshot(state))
     original = _runlog._JOIN_POINTS
     _runlog._JOIN_POINTS = -1  # every body in pieces (a fixture cannot wrap @given examples)
     try:
         in_pieces, _, _ = build(updates)
+        snapshot_in_pieces = b"".join(encode_snapshot(state))
     finally:
         _runlog._JOIN_POINTS = original
     assert joined == in_pieces
+    assert joined_snapshot == snapshot_in_pieces
