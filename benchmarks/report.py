@@ -349,8 +349,9 @@ def profile_hot_path(steps: int, iterations: int) -> str:
         reading = (
             "The hot path alone misses the target on this machine at this time too: the "
             "call's own work (copying the 14-entry dict, the plain-number check with `sum()`, "
-            "the deque append and the call's duration appended, all listed above) takes that "
-            "long here; `python benchmarks/bench_report_call.py` shows the same. In the runs, "
+            "the deque append and, one call in 16, its duration appended, all listed above) "
+            "takes that long here; `python benchmarks/bench_report_call.py` shows the same, and "
+            "`python benchmarks/bench_call_parts.py` what each part costs. In the runs, "
             "the reporter thread, the server and the proxy share the machine's two cores with "
             "the training thread, which adds to it."
         )
