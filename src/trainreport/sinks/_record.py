@@ -71,17 +71,11 @@ class TaskRecord:
                 of the update is applied then).
         """
         if update.series is not None and not update.full_state:
-            series, foreign = self.series, self.foreign
+            lengths = self.lengths()
             for s in update.series:
-                if s.offset > 0:  # a suffix from 0 always fits; others must leave no gap
-                    if s.name in foreign:  # counted as lengths() counts it
-                        raw = foreign[s.name]
-                        held = len(raw) if isinstance(raw, list) else 0
-                    else:
-                        cols = series.get(s.name)
-                        held = 0 if cols is None else len(cols[0])
-                    if s.offset > held:
-                        raise SeriesGapError(s.name, s.offset, held)
+                held = lengths.get(s.name, 0)
+                if s.offset > held:
+                    raise SeriesGapError(s.name, s.offset, held)
         self.exists = True
         if update.status is not None:
             self.status = update.status

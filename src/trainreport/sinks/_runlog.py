@@ -136,15 +136,11 @@ def _column_pieces(column: array[Any], out: list[bytes]) -> None:
 
 def _frame(kind: int, pieces: list[bytes]) -> list[bytes]:
     """Prefix ``pieces`` (the body) with a record header; returns the record's pieces."""
-    if len(pieces) == 1:  # one piece (a body _body joined, or a RUN record): one CRC call
-        crc = zlib.crc32(pieces[0])
-        length = len(pieces[0])
-    else:
-        crc = 0
-        length = 0
-        for piece in pieces:
-            crc = zlib.crc32(piece, crc)
-            length += len(piece)
+    crc = 0
+    length = 0
+    for piece in pieces:  # one piece (a body _body joined) is one CRC call
+        crc = zlib.crc32(piece, crc)
+        length += len(piece)
     head = HEADER.pack(FORMAT_VERSION, kind, 0, length, crc, 0)
     header = head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
     return [header, *pieces]
@@ -169,15 +165,11 @@ def _body(
         head["foreign"] = dict(foreign)
     encoded = _dumps(head).encode("utf-8")
     pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
-    parts: list[Any] = pieces.copy()
-    points = 0
-    for s in series or ():
-        parts += (s.steps, s.epochs, s.values)
-        points += len(s.values)
-    if LITTLE_ENDIAN and points <= _JOIN_POINTS:
+    columns = [c for s in series or () for c in (s.steps, s.epochs, s.values)]
+    if LITTLE_ENDIAN and sum(map(len, columns[2::3])) <= _JOIN_POINTS:  # [2::3]: the values
         # The common case, a send's worth of points: one join straight from the
         # columns' buffers (no copy of each column first), so one body and one CRC.
-        return [b"".join(parts)]
+        return [b"".join([*pieces, *columns])]
     for s in series or ():
         _column_pieces(s.steps, pieces)
         _column_pieces(s.epochs, pieces)
@@ -198,32 +190,24 @@ def normalised(update: Update) -> Update:
         return update
     out = []
     converted = False
-    for given in update.series:
-        s = given
-        steps, epochs, values = s.steps, s.epochs, s.values
-        if not (  # the engine's own columns: nothing to convert
-            type(steps) is array
-            and steps.typecode == STEPS_TYPECODE
-            and type(epochs) is array
-            and epochs.typecode == EPOCHS_TYPECODE
-            and type(values) is array
-            and values.typecode == VALUES_TYPECODE
-        ):
-            try:
-                steps, epochs, values = (
-                    _column(steps, STEPS_TYPECODE),
-                    _column(epochs, EPOCHS_TYPECODE),
-                    _column(values, VALUES_TYPECODE),
-                )
-            except (OverflowError, TypeError) as exc:
-                raise ValueError(f"series {s.name!r}: {exc}") from exc
-            s = SeriesUpdate(s.name, s.offset, steps, epochs, values)
-            converted = True
+    for s in update.series:
+        try:
+            steps, epochs, values = (
+                _column(s.steps, STEPS_TYPECODE),
+                _column(s.epochs, EPOCHS_TYPECODE),
+                _column(s.values, VALUES_TYPECODE),
+            )
+        except (OverflowError, TypeError) as exc:
+            raise ValueError(f"series {s.name!r}: {exc}") from exc
         if not len(steps) == len(epochs) == len(values):
             raise ValueError(f"series {s.name!r}: columns of different lengths")
         if s.offset < 0:
             raise ValueError(f"series {s.name!r}: negative offset")
-        out.append(s)
+        if steps is s.steps and epochs is s.epochs and values is s.values:
+            out.append(s)
+        else:
+            out.append(SeriesUpdate(s.name, s.offset, steps, epochs, values))
+            converted = True
     return attrs.evolve(update, series=tuple(out)) if converted else update
 
 
