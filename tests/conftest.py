@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from helpers import CALLER_ENVIRONMENT_NAMES, CALLER_ENVIRONMENT_PREFIXES, SUITE_KNOBS
+
 if TYPE_CHECKING:
     from trainreport.server import ServerHandle
     from trainreport.server._db import Database, WriterOpened
@@ -100,9 +102,15 @@ def database_target(request: pytest.FixtureRequest, storage: str, tmp_path: Path
 
 @pytest.fixture(autouse=True)
 def _no_journal_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``TRAINREPORT_JOURNAL=0`` for every test: journals are kept per job and task under the
-    working directory, and tests reuse job ids. Tests of the journal delete the variable
-    and give ``journal_dir`` a temporary directory."""
+    """Every test starts from an environment without the caller's reporting settings, and
+    with ``TRAINREPORT_JOURNAL=0``: journals are kept per job and task under the working
+    directory, and tests reuse job ids. Tests of the journal delete the variable and give
+    ``journal_dir`` a temporary directory."""
+    for name in list(os.environ):
+        if name in SUITE_KNOBS:
+            continue
+        if name.startswith(CALLER_ENVIRONMENT_PREFIXES) or name in CALLER_ENVIRONMENT_NAMES:
+            monkeypatch.delenv(name)
     monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
 
 

@@ -7,7 +7,23 @@ from collections import deque
 from typing import Any
 
 from trainreport import MemorySink
+from trainreport._reporter_lifecycle import RANK_VARIABLES
 from trainreport._sink import OpenResult, SendResult, Sink, Update
+
+# What the library reads from a process's environment, and the caller's shell may have
+# set: a developer's own TRAINREPORT_URL, a rank from an enclosing job, a proxy that would
+# route the tests' loopback requests elsewhere. No test may see them unless it sets them.
+# The suite's own knobs (README's soak, the screenshot, PostgreSQL's binaries) stay.
+CALLER_ENVIRONMENT_PREFIXES = ("TRAINREPORT_", "KUBEFLOW_TRAINER_")
+SUITE_KNOBS = frozenset(
+    f"TRAINREPORT_{knob}"
+    for knob in ("STATEFUL_EXAMPLES", "KILLS", "SKIP_POSTGRES", "PG_BIN", "SAVE_SCREENSHOT")
+)
+CALLER_ENVIRONMENT_NAMES = (
+    *RANK_VARIABLES,
+    *(f"{name}_PROXY" for name in ("HTTP", "HTTPS", "ALL", "NO")),
+    *(f"{name}_proxy" for name in ("http", "https", "all", "no")),
+)
 
 
 class ScriptedSink(Sink):

@@ -8,12 +8,14 @@ misspelled ``TRAINREPORT_*`` variable is named once with the closest valid one.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 import attrs
 import pytest
 
 import trainreport
+from helpers import CALLER_ENVIRONMENT_NAMES, CALLER_ENVIRONMENT_PREFIXES, SUITE_KNOBS
 from trainreport import HttpSink, Reporter, ReportingConfig
 from trainreport import _environment as environment
 from trainreport._config import CONVERTER, env_variable
@@ -181,3 +183,16 @@ def test_variables_are_named_only_where_the_environment_is_read() -> None:
         for literal in _variable_literals(path)
     }
     assert set() == elsewhere
+
+
+def test_tests_do_not_see_the_callers_reporting_environment() -> None:
+    """The suite runs as in a fresh shell: nothing the library reads from the environment
+    (a developer's ``TRAINREPORT_URL``, a rank, a proxy) reaches a test unless the test
+    sets it (``tests/conftest.py``); only the suite's own knobs and the journal switch are
+    left."""
+    leaked = {
+        name
+        for name in os.environ
+        if name.startswith(CALLER_ENVIRONMENT_PREFIXES) or name in CALLER_ENVIRONMENT_NAMES
+    }
+    assert {"TRAINREPORT_JOURNAL"} == leaked - SUITE_KNOBS
