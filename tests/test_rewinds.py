@@ -22,7 +22,7 @@ from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport._payloads import StoredState
 from trainreport._recorder import Recorder
 from trainreport._reports import train, validation
-from trainreport._rewinds import MAX_REWIND_EVENTS, MAX_SERIES_NAMED
+from trainreport._rewinds import MAX_REWIND_EVENTS, MAX_SERIES_NAMED, RewindLog
 from trainreport._store import MetricStore
 from trainreport.testing import FakeClock, capture_events
 
@@ -316,3 +316,20 @@ def test_the_issues_loop_through_a_reporter() -> None:
     task = sink.task
     assert task is not None
     assert 50 == len(curve(task, "train_loss"))
+
+
+def test_the_not_logged_line_comes_even_when_the_warning_filled_the_cap() -> None:
+    """The warning as the cap's last event: the next rewind still says it is not logged."""
+    log = RewindLog(max_events=2)
+    with capture_events() as events:
+        log.rewound(1, [("train_loss", 50, 50)], first_step=1)
+        log.rewound(20, [("train_loss", 50, 31)], first_step=1)
+        log.rewound(1, [("train_loss", 50, 50)], first_step=1)
+        log.rewound(1, [("train_loss", 50, 50)], first_step=1)
+        log.rewound(1, [("train_loss", 50, 50)], first_step=1)
+    assert [
+        "trainreport.series_rewound",
+        "trainreport.series_rewound",
+        "trainreport.step_looks_like_batch_index",
+        "trainreport.series_rewound_not_logged",
+    ] == [e["event"] for e in rewind_events(events)]

@@ -10,9 +10,9 @@ step, which keeps only the last epoch. So each rewind is said:
   (``series_count`` says how many), ``from_step`` (the new point's step),
   ``last_step`` (the largest last step before) and ``points_replaced``;
   ``resume`` is True for the resume purge;
-* at most :data:`MAX_REWIND_EVENTS` of those per process, then one
-  ``trainreport.series_rewound_not_logged`` line (the counts go on in
-  ``stats()``);
+* at most :data:`MAX_REWIND_EVENTS` rewind events per process (the warning
+  below among them), then one ``trainreport.series_rewound_not_logged`` line
+  (the counts go on in ``stats()``);
 * the second rewind (not the resume purge) back to a step at or below this
   process's first training step (with no training step yet: at or below
   the step the first rewind went back to) is the batch-index pattern: one
@@ -34,7 +34,7 @@ from trainreport._store import Rewound
 
 __all__ = ["MAX_REWIND_EVENTS", "MAX_SERIES_NAMED", "RewindLog"]
 
-#: ``trainreport.series_rewound`` events logged per process (the warning aside).
+#: Rewind events logged per process, the batch-index warning included.
 MAX_REWIND_EVENTS = 10
 #: Series names one event lists (``series_count`` has them all).
 MAX_SERIES_NAMED = 5
@@ -54,11 +54,13 @@ class RewindLog:
             ``..._not_logged`` line.
     """
 
-    __slots__ = ("_first_low", "_logged", "_lows", "_max_events", "_warned")
+    __slots__ = ("_first_low", "_limit_said", "_logged", "_lows", "_max_events", "_warned")
 
     def __init__(self, max_events: int = MAX_REWIND_EVENTS) -> None:
         self._max_events = max_events
+        #: Rewind events logged, the warning included.
         self._logged = 0
+        self._limit_said = False
         self._lows = 0
         self._first_low: int | None = None
         self._warned = False
@@ -113,8 +115,8 @@ class RewindLog:
                 "from an earlier checkpoint); if the step was not meant to go back, "
                 "report a global step that only grows",
             )
-        elif self._logged == self._max_events:
-            self._logged += 1
+        elif not self._limit_said:
+            self._limit_said = True
             _log.info(
                 "trainreport.series_rewound_not_logged",
                 logged=self._max_events,
