@@ -47,7 +47,7 @@ def test_purge_after_discards_later_points_in_every_series() -> None:
         store.record("train_loss", step, 1, float(step))
         if step % 5 == 0:
             store.record("val_loss", step, 1, float(step))
-    assert 5 == store.purge_after(6)
+    assert 5 == sum(discarded for _, _, discarded in store.purge_after(6))
     store.record("train_loss", 6, 1, 60.0)
     assert [1, 2, 3, 4, 5, 6] == steps(store.series["train_loss"])
     assert [5] == steps(store.series["val_loss"])

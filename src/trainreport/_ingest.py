@@ -155,7 +155,8 @@ class Ingest:
             record.first_train_step = step
             stored = record.stored_last_train
             if record.seeded and stored is not None and step <= stored:
-                record.store.purge_after(step)
+                cut = record.store.purge_after(step)
+                record.rewind_log.rewound(step, cut, first_step=step, resume=True)
                 record.first_step = None
         if record.first_step is None or step <= record.first_step[1]:
             record.first_step = (t, step)
@@ -264,3 +265,5 @@ class Ingest:
         store.points_recorded += appended
         if fresh:
             store.max_step = step
+        elif store.rewound:  # the step went back in some series: one rewind, said once
+            record.rewind_log.rewound(step, store.end_report(), first_step=record.first_train_step)

@@ -56,7 +56,8 @@ class RecorderCounts:
         delivered: per destination, the points it is known to hold.
         unsent: per destination, the points it is not known to hold.
         drops: dropped items by reason.
-        rewinds: rewinds and tail replacements.
+        rewinds: reports (and resume cuts) whose step went back in some series.
+        points_replaced_by_rewinds: the points those rewinds removed.
     """
 
     points_recorded: int
@@ -64,6 +65,7 @@ class RecorderCounts:
     unsent: tuple[int, ...]
     drops: Mapping[str, int]
     rewinds: int
+    points_replaced_by_rewinds: int
 
 
 class Recorder:
@@ -250,6 +252,7 @@ class Recorder:
                 unsent=tuple(store.unsent_points(d) for d in range(n)),
                 drops=dict(self._record.drops),
                 rewinds=store.rewinds,
+                points_replaced_by_rewinds=store.points_replaced_by_rewinds,
             )
 
     def unsent_points(self, d: int) -> int:

@@ -107,7 +107,13 @@ class ReporterStats:
         queue_bytes: the memory guard's estimate of those reports, in bytes.
         drops: dropped items by reason (``queue_full``, ``name_cap``,
             ``not_chartable``, ``invalid_step``, ``after_close``, ...).
-        rewinds: training-step rewinds and series tail replacements (docs/design.md#metrics).
+        rewinds: how many times the step went back (docs/design.md#metrics): each
+            report that rewound one or more series counts one, and so does the
+            resume purge (a run resumed from an earlier checkpoint); a
+            re-reported last step is not a rewind.
+        points_replaced_by_rewinds: the points those rewinds removed (the
+            history a step going back deleted; the new points are counted in
+            ``points_recorded``).
         last_error: the last send failure's reason, or None.
         last_success_at: wall-clock time (ISO 8601 UTC) of the last delivered send.
         report_calls: report calls made on this reporter (every call, of every kind).
@@ -137,6 +143,7 @@ class ReporterStats:
     queue_bytes: int
     drops: Mapping[str, int]
     rewinds: int
+    points_replaced_by_rewinds: int
     last_error: str | None
     last_success_at: str | None
     report_calls: int
@@ -204,12 +211,13 @@ def assemble_stats(
         journal: what the reporter thread keeps about the journal, or None.
     """
     drops: dict[str, int] = {}
-    recorded = rewinds = 0
+    recorded = rewinds = replaced = 0
     delivered, unsent = (0,) * destinations, (0,) * destinations
     if recorder is not None:
         counts = recorder.counts()
         drops.update(counts.drops)
         recorded, rewinds = counts.points_recorded, counts.rewinds
+        replaced = counts.points_replaced_by_rewinds
         delivered, unsent = counts.delivered, counts.unsent
     points_queued = sum(map(queued_points, queued))
     recorded += points_queued
@@ -244,6 +252,7 @@ def assemble_stats(
         queue_bytes=max(queued_bytes, 0),
         drops=drops,
         rewinds=rewinds,
+        points_replaced_by_rewinds=replaced,
         last_error=next((d.last_error for d in per if d.last_error is not None), None),
         last_success_at=max(successes) if successes else None,
         report_calls=report_calls,

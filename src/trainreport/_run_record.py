@@ -20,6 +20,7 @@ from trainreport._config import ReportingConfig
 from trainreport._lifecycle import TaskMachine
 from trainreport._logging import OnceLogger
 from trainreport._naming import DatasetOrder
+from trainreport._rewinds import RewindLog
 from trainreport._selection import SeriesSelector
 from trainreport._sticky import StickyFields
 from trainreport._store import MetricStore
@@ -42,6 +43,8 @@ class RunRecord:
     machine: TaskMachine
     selector: SeriesSelector
     once: OnceLogger = attrs.field(factory=OnceLogger)
+    #: Says each rewind in the log, bounded (``_rewinds.py``).
+    rewind_log: RewindLog = attrs.field(factory=RewindLog)
     drops: Counter[str] = attrs.field(factory=Counter)
     strict_violations: list[str] = attrs.field(factory=list)
     datasets: DatasetOrder = attrs.field(factory=DatasetOrder)

@@ -20,6 +20,7 @@ from trainreport._metric_names import NameTables
 from trainreport._naming import DatasetOrder
 from trainreport._payloads import StoredState
 from trainreport._run_record import RunRecord
+from trainreport._store import Rewound
 
 __all__ = ["points_json", "seed"]
 
@@ -61,9 +62,8 @@ def seed(record: RunRecord, names: NameTables, state: StoredState, d: int) -> No
         if first is not None and stored_last_train is not None and first <= stored_last_train
         else None
     )
-    if cut is not None:
-        store.rewinds += 1
     record.stored_last_train = stored_last_train
+    replaced: list[Rewound] = []
     for name, (steps, epochs, values) in state.series.items():
         if name in store.scalar_names:  # a name stored as a series stays a series
             store.make_series(name)
@@ -75,7 +75,14 @@ def seed(record: RunRecord, names: NameTables, state: StoredState, d: int) -> No
             # Past the name cap: kept on the destination as it is, never deleted.
             record.preserved[name] = points_json(steps, epochs, values)
             continue
+        if cut is not None and keep < len(steps):
+            replaced.append((name, steps[-1], len(steps) - keep))
         store.seed(name, steps, epochs, values, keep, d)
+    if replaced:  # the resume rewind, applied here: counted and said as the purge is
+        assert cut is not None
+        store.rewinds += 1
+        store.points_replaced_by_rewinds += sum(n for _, _, n in replaced)
+        record.rewind_log.rewound(cut, replaced, first_step=first, resume=True)
     for name in record.provisional - set(state.series):
         store.demote(name)  # a scalar after all: only its latest value is kept
     record.provisional.clear()

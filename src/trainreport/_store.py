@@ -29,8 +29,12 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
+from typing import TypeAlias
 
-__all__ = ["MetricStore", "Series"]
+__all__ = ["MetricStore", "Rewound", "Series"]
+
+#: One series a rewind cut: (qualified name, its last step before, points removed).
+Rewound: TypeAlias = "tuple[str, int, int]"
 
 
 class Series:
@@ -111,7 +115,12 @@ class MetricStore:
         self.scalar_names: set[str] = set()
         #: The largest step of any point recorded (-1: none); a later step appends plainly.
         self.max_step = -1
+        #: Reports (and resume cuts) that rewound a series: docs/design.md#metrics.
         self.rewinds = 0
+        #: Points those rewinds removed (a re-reported last step is not a rewind).
+        self.points_replaced_by_rewinds = 0
+        #: The series rewound since :meth:`end_report` last took them.
+        self.rewound: list[Rewound] = []
         self.points_recorded = 0
         self.points_discarded = 0
 
@@ -154,28 +163,54 @@ class MetricStore:
         if s is None:
             self.scalars[name] = value
             return
-        rewound = bool(s.steps) and s.steps[-1] > step
-        self.points_discarded += s.append(step, epoch, value)
+        steps = s.steps
+        if steps and steps[-1] > step:  # a rewind: noted for end_report()
+            last = steps[-1]
+            discarded = s.append(step, epoch, value)
+            self.points_replaced_by_rewinds += discarded
+            self.rewound.append((name, last, discarded))
+        else:
+            discarded = s.append(step, epoch, value)
+        self.points_discarded += discarded
         self.points_recorded += 1
         self.max_step = max(self.max_step, step)
-        if rewound:
-            self.rewinds += 1
 
-    def purge_after(self, step: int) -> int:
+    def end_report(self) -> list[Rewound]:
+        """The series the report just recorded rewound; counts one rewind if there are any.
+
+        Called once a report's points are recorded: a report that rewinds 100
+        series is one rewind (and one log event, ``_rewinds.py``).
+        """
+        rewound = self.rewound
+        if not rewound:
+            return rewound
+        self.rewinds += 1
+        self.rewound = []
+        return rewound
+
+    def purge_after(self, step: int) -> list[Rewound]:
         """Discard every point with a step later than ``step``, in every series.
 
         The run-wide purge of a run resumed from an earlier checkpoint
         (TensorBoard's purge on restart); the recorder decides when it applies
         (once per process, ``docs/engine.md``). Points at ``step`` itself are
-        replaced by :meth:`record` as they arrive. Counts one rewind.
+        replaced by :meth:`record` as they arrive. Counts one rewind when it
+        discards anything.
 
         Returns:
-            The number of points discarded.
+            Each series that lost points: (name, its last step before, points discarded).
         """
-        discarded = sum(s.discard_after(step) for s in self.series.values())
+        cut: list[Rewound] = []
+        for name, s in self.series.items():
+            last = s.steps[-1] if s.steps else step
+            discarded = s.discard_after(step)
+            if discarded:
+                cut.append((name, last, discarded))
+        discarded = sum(n for _, _, n in cut)
         self.points_discarded += discarded
-        self.rewinds += 1
-        return discarded
+        self.points_replaced_by_rewinds += discarded
+        self.rewinds += bool(cut)
+        return cut
 
     def seed(
         self,
