@@ -31,6 +31,7 @@ from trainreport.exceptions import ConfigError
 from trainreport.sinks._kubeflow_status import (
     MAX_BODY_BYTES,
     MAX_METRICS,
+    MetricPriority,
     build_body,
     format_value,
 )
@@ -97,10 +98,10 @@ def update(details: dict[str, Any], status: str = "running") -> Update:
 # --------------------------------------------------------------------------- a real run
 
 
-def test_a_run_posts_progress_eta_and_current_values_series_first(
+def test_a_run_posts_progress_eta_and_current_values(
     kubeflow: KubeflowConformanceServer, token_file: Path
 ) -> None:
-    """Progress, ETA and every current value reach the TrainJob status; series come first."""
+    """Progress, ETA and every current value reach the TrainJob status, bookkeeping first."""
     reporter, clock = make(sink_for(kubeflow, token_file))
     drive(reporter)
     reporter.report_training_start(max_steps=10, num_epochs=2)
@@ -502,6 +503,120 @@ def test_left_out_metrics_are_logged_once_by_name(
     assert MAX_METRICS == len(kubeflow.stored[JOB]["metrics"])
 
 
+# ------------------------------------------------------------------------ which metrics come first
+
+
+#: The bookkeeping metrics every post starts with (``status`` .. ``num_epochs`` here).
+BOOKKEEPING = ["status", "phase", "step", "max_steps", "epoch", "num_epochs"]
+#: Every bookkeeping name a post may carry.
+BOOKKEEPING_ALL = {*BOOKKEEPING, "checkpoint_step", "cancel_reason", "error"}
+
+
+def layer_metrics(count: int) -> dict[str, float]:
+    """``count`` per-layer metrics, as a model with many layers logs them."""
+    return {f"layer_{i:03d}_grad_norm": float(i) for i in range(count)}
+
+
+def test_loss_and_learning_rate_are_posted_after_300_layer_metrics_arrived_first(
+    kubeflow: KubeflowConformanceServer, token_file: Path
+) -> None:
+    """300 layer metrics reported before ``loss``: the TrainJob still shows the loss and the LR."""
+    reporter, clock = make(sink_for(kubeflow, token_file))
+    drive(reporter)
+    reporter.report_training_start(max_steps=10, num_epochs=2)
+    reporter.report_train_step(step=1, epoch=1, metrics=layer_metrics(300))
+    clock.advance(6.0)
+    cycle(reporter)
+    reporter.report_train_step(
+        step=2, epoch=1, metrics={**layer_metrics(300), "loss": 0.5, "learning_rate": 1e-4}
+    )
+    reporter.report_metrics(step=2, metrics={"loss": 0.75}, phase="validation")
+    clock.advance(6.0)
+    cycle(reporter)
+    reporter.close(10)
+    names = names_of(kubeflow.stored[JOB])
+    assert (
+        [
+            *BOOKKEEPING,
+            "train_loss",
+            "val_loss",
+            "train_learning_rate",
+            "train_layer_000_grad_norm",
+        ],
+        MAX_METRICS,
+    ) == (names[:10], len(names))
+
+
+def test_the_default_priority_is_phase_losses_losses_learning_rates_series_then_the_rest() -> None:
+    """Each tier in arrival order; ``time_series_metrics`` (the series) before the scalars."""
+    arrived = [
+        "train_layer_0_norm",
+        "system_gpu_util",
+        "train_lr",
+        "val_accuracy",
+        "train_aux_loss",
+        "val_loss",
+        "train_loss",
+        "test_loss",
+        "val_squad_loss",
+        "train_learning_rate",
+        "train_tokens",
+    ]
+    series = {"train_layer_0_norm", "val_accuracy", "train_loss", "val_loss", "train_lr"}
+    ordered = MetricPriority().order([(name, 1.0) for name in arrived], series=series)
+    assert [
+        "val_loss",
+        "train_loss",
+        "test_loss",
+        "train_aux_loss",
+        "val_squad_loss",
+        "train_lr",
+        "train_learning_rate",
+        "train_layer_0_norm",
+        "val_accuracy",
+        "system_gpu_util",
+        "train_tokens",
+    ] == [name for name, _ in ordered]
+
+
+def test_a_user_list_comes_first_in_the_user_s_order_then_the_default_tiers() -> None:
+    """``metrics=["val_*", "train_tokens"]``: a name goes where the first glob it matches is."""
+    arrived = ["train_loss", "train_tokens", "val_loss", "val_accuracy", "train_lr", "other"]
+    priority = MetricPriority(["val_*", "train_tokens"])
+    ordered = priority.order([(n, 0) for n in arrived], series=set())
+    assert ["val_loss", "val_accuracy", "train_tokens", "train_loss", "train_lr", "other"] == [
+        n for n, _ in ordered
+    ]
+
+
+def test_a_user_list_is_what_the_trainjob_shows_when_not_everything_fits(
+    kubeflow: KubeflowConformanceServer, token_file: Path
+) -> None:
+    """``KubeflowSink(metrics=[...])`` over 300 layers: the named ones first, never over 256."""
+    sink = sink_for(kubeflow, token_file, metrics=["train_layer_29*", "train_loss"])
+    reporter, clock = make(sink)
+    drive(reporter)
+    reporter.report_train_step(step=1, metrics={**layer_metrics(300), "loss": 0.5})
+    clock.advance(6.0)
+    cycle(reporter)
+    reporter.close(10)
+    names = names_of(kubeflow.stored[JOB])
+    values = [n for n in names if n not in BOOKKEEPING_ALL]
+    user = [f"train_layer_{i:03d}_grad_norm" for i in range(290, 300)] + ["train_loss"]
+    assert (user, "train_layer_000_grad_norm", MAX_METRICS) == (
+        values[: len(user)],
+        values[len(user)],
+        len(names),
+    )
+
+
+@pytest.mark.parametrize("metrics", [["!train_*"], [""], [3]])
+def test_a_user_list_takes_globs_only(metrics: list[Any]) -> None:
+    """An exclusion, an empty or a non-string entry is a ConfigError naming the entry."""
+    with pytest.raises(ConfigError, match=r"\$\.metrics\[0\]"):
+        KubeflowSink("https://host/status", metrics=metrics)
+
+
 # --------------------------------------------------------------------------- the conformance server
 
 
@@ -582,6 +697,29 @@ def test_from_env_reads_the_three_injected_variables(tmp_path: Path) -> None:
         str(tmp_path / "ca.crt"),
         str(tmp_path / "token"),
     ) == (sink.url, sink.ca_certs, sink._token_file.path if sink._token_file else None)
+
+
+def test_the_metrics_variable_names_what_comes_first(tmp_path: Path) -> None:
+    """``TRAINREPORT_KUBEFLOW_METRICS``: comma-separated globs, blanks dropped, order kept."""
+    env = kubeflow_env(tmp_path, TRAINREPORT_KUBEFLOW_METRICS=" val_*, train_loss,, ")
+    with capture_events() as events:
+        sink = KubeflowSink.from_env(env)
+    assert (("val_*", "train_loss"), []) == (
+        sink.metrics,
+        [e for e in events if e["event"].startswith("trainreport.config_field")],
+    )
+
+
+def test_a_bad_metrics_variable_is_logged_and_the_default_order_kept(tmp_path: Path) -> None:
+    """An exclusion in the list is refused (one event naming the variable); nothing is put first."""
+    env = kubeflow_env(tmp_path, TRAINREPORT_KUBEFLOW_METRICS="train_loss,!val_*")
+    with capture_events() as events:
+        sink = KubeflowSink.from_env(env)
+    invalid = [e for e in events if e["event"] == "trainreport.config_field_invalid"]
+    assert ((), ["TRAINREPORT_KUBEFLOW_METRICS"]) == (
+        sink.metrics,
+        [e["variable"] for e in invalid],
+    )
 
 
 def test_reporter_from_env_picks_kubeflow_when_it_is_the_only_destination(tmp_path: Path) -> None:
