@@ -18,13 +18,17 @@ How it rides on the engine:
 - ``min_interval_seconds`` is 5 s: the reporter never posts more often,
   whatever ``ReportingConfig`` says (``Sink.min_interval_seconds``).
 - 400/401/403/404/413/422 are :class:`~trainreport.Rejected` (the reporter's
-  long backoff, one log event, retried only with new data; a 403 also makes
-  the token file be read again); 408/429/5xx (but 501), timeouts and
+  long backoff, one log event, retried only with new data; a 401 or 403 also
+  makes the token file be read again before the next attempt, even when it
+  looks unchanged); 408/429/5xx (but 501), timeouts and
   connection errors are :class:`~trainreport.RetryLater` (``Retry-After``
   honoured).
 - TLS is always verified, against the CA file when one is given. The token
-  file is re-read whenever it changes (the kubelet rotates it in place) and
-  never logged or shown in ``repr()``.
+  file is ``stat``-ed before every post and read again whenever it changed:
+  Kubeflow Trainer v2.3 projects a token that expires after an hour
+  (``expirationSeconds: 3600``, audience per TrainJob), and the kubelet
+  swaps in a fresh one well before that. It is never logged or shown in
+  ``repr()``.
 """
 
 from __future__ import annotations
@@ -304,7 +308,7 @@ class KubeflowSink(Sink):
         if _is_transient(status):
             now = datetime.datetime.now(datetime.timezone.utc)
             return RetryLater(reason, _parse_retry_after(headers.get("retry-after"), now=now))
-        if status == 403 and self._token_file is not None:
+        if status in (401, 403) and self._token_file is not None:
             self._token_file.forget()  # a refused token: read the file again next time
         return Rejected(reason, status)
 

@@ -1,19 +1,36 @@
 """Kubeflow Trainer's TrainJob status endpoint: the contract and the request body (pure).
 
-The contract, read off Kubeflow Trainer (``pkg/status`` server and the
-``TrainerStatus`` / ``Metric`` / ``UpdateTrainJobStatusRequest`` API types) and
-stated in ``docs/integrations.md``:
+The contract, re-read in kubeflow/trainer v2.3.0 (tag ``v2.3.0``, commit
+658725bdae5c7e3a0854d93ac6ff492e109a22ab): the status server in
+``pkg/statusserver/`` (``server.go``, ``middleware.go``, ``auth.go``,
+``utils.go``), the ``TrainerStatus`` / ``Metric`` /
+``UpdateTrainJobStatusRequest`` types in
+``pkg/apis/trainer/v1alpha1/trainjob_types.go`` and the ``TrainJobStatus``
+runtime plugin in ``pkg/runtime/framework/plugins/trainjobstatus/``; stated
+in ``docs/integrations.md``:
 
-- ``POST <KUBEFLOW_TRAINER_SERVER_URL>`` (the full URL,
-  ``https://.../apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``),
-  ``Authorization: Bearer <projected service-account token>``, JSON body
-  ``{"trainerStatus": {"progressPercentage": 0..100, "estimatedRemainingSeconds": 0..2**31-1,
+- Behind the alpha feature gate ``TrainJobStatus`` (off by default,
+  ``pkg/features/features.go``). The server runs in the controller manager,
+  HTTPS only, on port 10443 (``StatusServer.Port``), with the webhook's
+  certificate; the plugin injects ``KUBEFLOW_TRAINER_SERVER_URL``
+  (``https://<webhook service>.<operator namespace>.svc:10443`` + the path),
+  ``KUBEFLOW_TRAINER_SERVER_CA_CERT`` and ``KUBEFLOW_TRAINER_SERVER_TOKEN``
+  (files under ``/var/run/secrets/kubeflow/trainer/``).
+- ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``,
+  ``Authorization: Bearer <projected service-account token>``: the token is
+  verified against the cluster's OIDC issuer (signature, expiry, the
+  audience ``trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``
+  of that one TrainJob, and the pod's namespace); it is projected with
+  ``expirationSeconds: 3600``. JSON body ``{"trainerStatus":
+  {"progressPercentage": 0..100, "estimatedRemainingSeconds": 0..2**31-1,
   "metrics": [{"name": 1..64 chars, "value": 1..64 chars}] (at most 256),
   "lastUpdatedTime": RFC 3339}}``; the body is capped at 64 KiB.
 - Each post replaces the stored trainer status (server-side apply of the whole
-  field): there is no history and nothing to read back.
-- 403: the token was refused; 404: unknown path or job; 413: body over 64 KiB;
-  422: undecodable payload or a field limit broken; 500: anything else.
+  field, ``metrics`` an atomic list): there is no history and nothing to read back.
+- 413: ``Content-Length`` over 64 KiB (checked first); 404: another path or
+  method, or a TrainJob that does not exist; 403: any token it refuses
+  (never 401); 422: undecodable payload or a field limit broken; 500:
+  anything else (the body of every error a Kubernetes ``Status``).
 
 Nothing here does I/O; :func:`build_body` is used by
 :class:`trainreport.sinks.KubeflowSink` and its tests.
@@ -43,11 +60,12 @@ __all__ = [
     "format_value",
 ]
 
-#: The endpoint's guidance (and its own Hugging Face callback's throttle): one post per 5 s.
+#: The endpoint's guidance (v2.3 ``docs/user-guides/trainjob-progress.md``; its SDK's
+#: and the Hugging Face callback's throttle): one post per 5 s.
 MIN_INTERVAL_SECONDS: Final[float] = 5.0
-#: ``metrics`` items per post (``+kubebuilder:validation:MaxItems=256``).
+#: ``metrics`` items per post (``TrainerStatus.Metrics``, ``+kubebuilder:validation:MaxItems=256``).
 MAX_METRICS: Final[int] = 256
-#: Request body cap of the status server (``maxBodySize = 1 << 16``), bytes.
+#: Request body cap of the status server (``pkg/statusserver/server.go``, ``1 << 16``), bytes.
 MAX_BODY_BYTES: Final[int] = 64 * 1024
 #: ``Metric.name`` length limit (``MaxLength=64``), characters.
 MAX_NAME_CHARS: Final[int] = 64
