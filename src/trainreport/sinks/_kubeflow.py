@@ -93,12 +93,8 @@ class KubeflowSink(Sink):
     0 once completed, left out after a failure), ``lastUpdatedTime`` and, as
     ``metrics``, ``status``, ``phase``, ``step``, ``max_steps``, ``epoch``,
     ``num_epochs``, ``checkpoint_step``, ``cancel_reason``, ``error``, then
-    every current value (formatting:
-    :func:`~trainreport.sinks._kubeflow_status.format_value`) in this order:
-    the names matching ``metrics`` (in its order), the loss of each phase
-    (``train_loss``, ``val_loss``...), the other ``*loss`` names, learning
-    rates, the series (the run's ``time_series_metrics``), the rest; each
-    group in arrival order
+    every current value (:func:`~trainreport.sinks._kubeflow_status.format_value`):
+    ``metrics``' names, losses, learning rates, series, the rest
     (:class:`~trainreport.sinks._kubeflow_status.MetricPriority`). Metrics
     beyond 256, beyond 64 KiB, or with names over 64 characters are left out,
     each logged once by name (``trainreport.kubeflow_metrics_left_out``).
@@ -114,10 +110,8 @@ class KubeflowSink(Sink):
         read_timeout_seconds: timeout of each socket read, seconds (> 0).
         min_interval_seconds: least time between two posts, seconds; raised
             to 5.0 when lower (the endpoint's guidance).
-        metrics: glob patterns over qualified names (``["train_loss", "val_*"]``,
-            matched as ``time_series_metrics`` is) of the metrics to post
-            first, in this order, before the default order; no ``!``
-            exclusions (``TRAINREPORT_KUBEFLOW_METRICS``, comma-separated).
+        metrics: globs over qualified names (``["train_loss", "val_*"]``, matched as
+            ``time_series_metrics`` is, no ``!``) of the metrics posted first, in order.
 
     Raises:
         ConfigError: a non-positive timeout, a URL that is not

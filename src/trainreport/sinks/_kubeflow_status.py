@@ -60,7 +60,7 @@ __all__ = [
     "format_value",
 ]
 
-#: The endpoint's guidance (v2.3 ``docs/user-guides/trainjob-progress.md``; its SDK's
+#: The endpoint's guidance (kubeflow/trainer v2.3, its user guide "TrainJob Progress"; its SDK's
 #: and the Hugging Face callback's throttle): one post per 5 s.
 MIN_INTERVAL_SECONDS: Final[float] = 5.0
 #: ``metrics`` items per post (``TrainerStatus.Metrics``, ``+kubebuilder:validation:MaxItems=256``).
