@@ -1,20 +1,43 @@
 """A conformance server for Kubeflow Trainer's TrainJob status endpoint, written from its contract.
 
-It plays the ``pkg/status`` server of Kubeflow Trainer over real sockets, so
+It plays Kubeflow Trainer's status server over real sockets, so
 :class:`trainreport.KubeflowSink` is tested against the contract rather than
-against itself (``docs/integrations.md`` states the contract):
+against itself (``docs/integrations.md`` states the contract). Its rules were
+re-read in kubeflow/trainer v2.3.0 (tag ``v2.3.0``, commit
+658725bdae5c7e3a0854d93ac6ff492e109a22ab): ``pkg/statusserver/server.go``
+(route, handler, answers), ``middleware.go`` (the body cap), ``auth.go`` and
+``utils.go`` (the token check and its per-TrainJob audience),
+``pkg/apis/trainer/v1alpha1/trainjob_types.go`` (``TrainerStatus``, ``Metric``,
+``UpdateTrainJobStatusRequest`` and their validation markers) and
+``pkg/runtime/framework/plugins/trainjobstatus/trainjobstatus.go`` (the
+variables and the projected token, 3600 s). Written from what that code does;
+none of it is copied. In upstream's order:
 
 - HTTPS only, with a certificate from a ``trustme`` test CA (the client must
   verify it against the CA file, as in a TrainJob);
-- ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status``
-  with ``Authorization: Bearer <token>``: a missing or wrong token is 403
-  (``Forbidden``, as upstream answers every authentication failure), an unknown
-  job or path 404, a ``Content-Length`` over 64 KiB 413, a body it cannot read
-  or decode 422, and a broken field limit 422 (``Invalid``, as the API
-  server's validation answers); every error body is a Kubernetes ``Status``;
+- a ``Content-Length`` over 64 KiB is 413 before anything else (the
+  middleware wraps the router): whatever the path or the token;
+- only ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}/status``
+  is routed; any other method or path is 404;
+- the ``Authorization`` header must carry exactly one bearer credential
+  (scheme in any case, any whitespace), a token issued with the audience
+  :func:`token_audience` of the path's TrainJob, for a pod of that
+  namespace, not expired (a projected token lives 3600 s): anything else is
+  403 ``Forbidden`` (upstream never answers 401);
+- a body that does not decode is 422 ``Invalid payload``; one without
+  ``trainerStatus`` (``{}``, ``null``) is 200 and changes nothing;
+- a broken field limit is 422 (``Invalid``, as the API server's validation
+  answers); every error body is a Kubernetes ``Status``;
+- a TrainJob that does not exist (its token may outlive it) is 404 (upstream's
+  API server looks the job up before it checks the limits; no client can
+  tell the two orders apart on a good body);
 - each accepted post replaces the job's stored trainer status (no history is
   kept by the contract; :attr:`KubeflowConformanceServer.accepted` keeps one
   here for the tests).
+
+Tokens are opaque strings here; the server keeps the claims upstream's OIDC
+verifier checks (audience, namespace, expiry) beside each one, which is
+what the signature check establishes upstream.
 
 It is stricter than upstream in one way, on purpose: unknown fields are a 422
 (Go's decoder would ignore them), so a typo in the client's body cannot pass.
@@ -23,8 +46,9 @@ the limits (constants) are shared.
 
 Fault injection for tests: :meth:`fail_next` answers the next requests with a
 status (and ``Retry-After``), :meth:`hang` makes requests wait without an
-answer until :meth:`release` or :meth:`stop`, :meth:`rotate_token` accepts a
-new token and refuses the old one.
+answer until :meth:`release` or :meth:`stop`, :meth:`rotate_token` expires a
+job's tokens and issues a new one (the kubelet's rotation),
+:meth:`issue_token` issues a token for a job that need not exist.
 """
 
 from __future__ import annotations
@@ -34,7 +58,8 @@ import json
 import re
 import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -58,11 +83,35 @@ _DRAIN_BYTES = 1 << 20
 _TRAINER_STATUS_FIELDS = frozenset(
     {"progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime"}
 )
+#: The projected token's lifetime (``tokenExpirySeconds`` of the TrainJobStatus plugin), s.
+TOKEN_LIFETIME_SECONDS = 3600.0
 
 
 def status_path(namespace: str, name: str) -> str:
-    """The endpoint's path for one TrainJob."""
+    """The endpoint's path for one TrainJob (upstream's ``StatusUrl``)."""
     return f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def token_audience(namespace: str, name: str) -> str:
+    """The audience a TrainJob's projected token is issued for (upstream's ``TokenAudience``)."""
+    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
+
+
+def bearer_credential(header: str) -> str:
+    """The one credential of a ``Bearer`` header, or ``""`` (upstream's ``extractRawToken``)."""
+    parts = header.split()
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        return ""
+    return parts[1]
+
+
+@attrs.frozen
+class Claims:
+    """What the verifier checks of a token: its audience, its pod's namespace, its expiry."""
+
+    audience: str
+    namespace: str
+    expires_at: float
 
 
 @attrs.define
@@ -94,15 +143,23 @@ def _rfc3339(value: object) -> bool:
     return parsed.tzinfo is not None
 
 
-def validate(document: object) -> dict[str, Any]:
+def validate(document: object) -> dict[str, Any] | None:
     """Check a decoded body against the contract; return its ``trainerStatus``.
+
+    Returns:
+        The ``trainerStatus``, or ``None`` when the body has none (upstream
+        answers 200 and applies nothing).
 
     Raises:
         InvalidError: with the first broken rule, in the API server's words.
     """
-    if not isinstance(document, dict) or set(document) != {"trainerStatus"}:
-        raise InvalidError("body must be an object with exactly trainerStatus")
-    status = document["trainerStatus"]
+    if document is None:
+        return None
+    if not isinstance(document, dict) or not set(document) <= {"trainerStatus"}:
+        raise InvalidError("body must be an object with only trainerStatus")
+    status = document.get("trainerStatus")
+    if status is None:
+        return None
     if not isinstance(status, dict):
         raise InvalidError("trainerStatus: must be an object")
     unknown = set(status) - _TRAINER_STATUS_FIELDS
@@ -138,7 +195,9 @@ class KubeflowConformanceServer:
 
     Args:
         directory: where the CA file is written.
-        jobs: ``{(namespace, name): token}`` of the TrainJobs that exist.
+        jobs: ``{(namespace, name): token}`` of the TrainJobs that exist, each
+            with a token issued for it now (good for an hour).
+        clock: the time tokens expire by, seconds (default ``time.time``).
 
     Attributes:
         ca_path: the CA file a client must trust (``KUBEFLOW_TRAINER_SERVER_CA_CERT``).
@@ -147,14 +206,24 @@ class KubeflowConformanceServer:
         seen: every request, in order.
     """
 
-    def __init__(self, directory: Path, jobs: Mapping[tuple[str, str], str]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        jobs: Mapping[tuple[str, str], str],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._ca = trustme.CA()
         self.ca_path = directory / "kubeflow-ca.crt"
         self._ca.cert_pem.write_to_path(str(self.ca_path))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
         self._lock = threading.Lock()
-        self._tokens = dict(jobs)
+        self._clock = clock
+        self._jobs = set(jobs)
+        self._tokens: dict[str, Claims] = {}
+        for job, token in jobs.items():
+            self.issue_token(job, token)
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.accepted: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.seen: list[Seen] = []
@@ -184,10 +253,22 @@ class KubeflowConformanceServer:
         with self._lock:
             self._failures.extend([(status, retry_after)] * count)
 
-    def rotate_token(self, job: tuple[str, str], token: str) -> None:
-        """From now on the job accepts only ``token``."""
+    def issue_token(
+        self, job: tuple[str, str], token: str, lifetime_seconds: float = TOKEN_LIFETIME_SECONDS
+    ) -> None:
+        """Issue ``token`` for ``job``'s pods (the job need not exist) for ``lifetime_seconds``."""
+        claims = Claims(token_audience(*job), job[0], self._clock() + lifetime_seconds)
         with self._lock:
-            self._tokens[job] = token
+            self._tokens[token] = claims
+
+    def rotate_token(self, job: tuple[str, str], token: str) -> None:
+        """The hour is up: ``job``'s tokens expire, and the kubelet's new ``token`` is good."""
+        audience = token_audience(*job)
+        with self._lock:
+            for old, claims in list(self._tokens.items()):
+                if claims.audience == audience:
+                    self._tokens[old] = attrs.evolve(claims, expires_at=-1.0)
+        self.issue_token(job, token)
 
     def hang(self) -> None:
         """Make every request wait, unanswered, until :meth:`release` or :meth:`stop`."""
@@ -222,8 +303,8 @@ class KubeflowConformanceServer:
                 server._handle(self)
 
             def do_GET(self) -> None:
-                """Nothing can be read from the endpoint."""
-                server._answer(self, 404, "Not found", "NotFound")
+                """Nothing can be read from the endpoint: only POST is routed."""
+                server._not_routed(self)
 
         return Handler
 
@@ -237,11 +318,10 @@ class KubeflowConformanceServer:
         retry_after: str | None = None,
         body: bytes | None = None,
     ) -> None:
-        if body is None:
+        if body is None:  # a metav1.Status as upstream encodes it (no kind, no apiVersion)
             body = json.dumps(
                 {
-                    "kind": "Status",
-                    "apiVersion": "v1",
+                    "metadata": {},
                     "status": "Failure",
                     "message": message,
                     "reason": reason,
@@ -267,16 +347,41 @@ class KubeflowConformanceServer:
             with self._lock:
                 self.requests_in_flight -= 1
 
+    def _not_routed(self, handler: BaseHTTPRequestHandler) -> None:
+        """Any method but POST: the size cap still comes first, then 404."""
+        length = int(handler.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self._too_large(handler, length, has_token=False)
+            return
+        with self._lock:
+            self.seen.append(Seen(handler.path, False, False, 0, 404))
+        self._answer(handler, 404, "Not found", "NotFound")
+
+    def _too_large(self, handler: BaseHTTPRequestHandler, length: int, *, has_token: bool) -> None:
+        handler.rfile.read(min(length, _DRAIN_BYTES))  # let the client finish sending
+        with self._lock:
+            self.seen.append(Seen(handler.path, has_token, False, length, 413))
+        self._answer(handler, 413, "Payload too large", "RequestEntityTooLarge")
+
+    def _authorized(self, token: str, job: tuple[str, str]) -> bool:
+        """Upstream's checks of a verified token: audience, namespace, expiry."""
+        with self._lock:
+            claims = self._tokens.get(token) if token else None
+        return (
+            claims is not None
+            and claims.audience == token_audience(*job)
+            and claims.namespace == job[0]
+            and self._clock() < claims.expires_at
+        )
+
     def _handle_now(self, handler: BaseHTTPRequestHandler) -> None:
         path = handler.path
-        header = handler.headers.get("Authorization", "")
-        token = header[len("Bearer ") :] if header.startswith("Bearer ") else ""
+        token = bearer_credential(handler.headers.get("Authorization", ""))
         match = STATUS_PATH.match(path)
         job = (match.group(1), match.group(2)) if match else None
         with self._lock:
-            expected = self._tokens.get(job) if job is not None else None
             failure = self._failures.pop(0) if self._failures else None
-        token_ok = bool(token) and token == expected
+        token_ok = job is not None and self._authorized(token, job)
         length = int(handler.headers.get("Content-Length") or 0)
 
         def seen(answer: int, size: int = 0) -> None:
@@ -288,18 +393,16 @@ class KubeflowConformanceServer:
             seen(failure[0], length)
             self._answer(handler, failure[0], "injected", "InternalError", retry_after=failure[1])
             return
-        if job is None or expected is None:
+        if length > MAX_BODY_BYTES:  # the middleware, before routing and auth
+            self._too_large(handler, length, has_token=bool(token))
+            return
+        if job is None:
             seen(404)
             self._answer(handler, 404, "Not found", "NotFound")
             return
         if not token_ok:
             seen(403)
             self._answer(handler, 403, "Forbidden", "Forbidden")
-            return
-        if length > MAX_BODY_BYTES:
-            handler.rfile.read(min(length, _DRAIN_BYTES))  # let the client finish sending
-            seen(413, length)
-            self._answer(handler, 413, "Payload too large", "RequestEntityTooLarge")
             return
         data = handler.rfile.read(length)
         try:
@@ -314,8 +417,15 @@ class KubeflowConformanceServer:
             seen(422, len(data))
             self._answer(handler, 422, str(exc), "Invalid")
             return
-        with self._lock:
-            self.stored[job] = status  # replace: the contract keeps no history
-            self.accepted.setdefault(job, []).append(status)
+        if status is not None:
+            with self._lock:
+                exists = job in self._jobs
+            if not exists:
+                seen(404, len(data))
+                self._answer(handler, 404, "Train job not found", "NotFound")
+                return
+            with self._lock:
+                self.stored[job] = status  # replace: the contract keeps no history
+                self.accepted.setdefault(job, []).append(status)
         seen(200, len(data))
         self._answer(handler, 200, "", "", body=json.dumps(document).encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import pickle
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ import pytest
 import urllib3
 
 from helpers import drive
-from kubeflow_conformance import KubeflowConformanceServer, status_path
+from kubeflow_conformance import KubeflowConformanceServer, status_path, token_audience
 from trainreport import (
     Delivered,
     FileSink,
@@ -31,6 +32,7 @@ from trainreport.exceptions import ConfigError
 from trainreport.sinks._kubeflow_status import (
     MAX_BODY_BYTES,
     MAX_METRICS,
+    MetricPriority,
     build_body,
     format_value,
 )
@@ -41,6 +43,7 @@ pytestmark = pytest.mark.timeout(60)
 JOB = ("team-a", "llama-ft")
 TOKEN = "projected-token-one"
 ROTATED = "projected-token-two"
+ORPHAN = "projected-token-of-a-deleted-job"
 WHEN = "2026-11-29T16:03:39Z"
 
 
@@ -97,10 +100,10 @@ def update(details: dict[str, Any], status: str = "running") -> Update:
 # --------------------------------------------------------------------------- a real run
 
 
-def test_a_run_posts_progress_eta_and_current_values_series_first(
+def test_a_run_posts_progress_eta_and_current_values(
     kubeflow: KubeflowConformanceServer, token_file: Path
 ) -> None:
-    """Progress, ETA and every current value reach the TrainJob status; series come first."""
+    """Progress, ETA and every current value reach the TrainJob status, bookkeeping first."""
     reporter, clock = make(sink_for(kubeflow, token_file))
     drive(reporter)
     reporter.report_training_start(max_steps=10, num_epochs=2)
@@ -275,6 +278,29 @@ def test_a_refused_token_is_a_rejection_then_the_new_file_is_used(
     assert all(ROTATED not in json.dumps(e, default=str) for e in events)
 
 
+@pytest.mark.parametrize("refusal", [401, 403])
+def test_a_refused_token_is_read_again_even_when_the_file_looks_unchanged(
+    kubeflow: KubeflowConformanceServer, token_file: Path, refusal: int
+) -> None:
+    """After a 401 or 403 the next post reads the file again, whatever its stat says."""
+    sink = sink_for(kubeflow, token_file)
+    assert isinstance(sink.send(update({"updated_at": WHEN}), timeout_seconds=10), Delivered)
+    kubeflow.fail_next(refusal)
+    refused = sink.send(update({"updated_at": WHEN}), timeout_seconds=10)
+    before = token_file.stat()
+    with token_file.open("r+") as handle:  # same inode, same size
+        handle.write(ROTATED + "\n")
+    os.utime(token_file, ns=(before.st_atime_ns, before.st_mtime_ns))  # same mtime
+    kubeflow.rotate_token(JOB, ROTATED)
+    after = sink.send(update({"updated_at": WHEN}), timeout_seconds=10)
+    sink.close()
+    assert (refusal, True) == (
+        refused.status_code if isinstance(refused, Rejected) else None,
+        isinstance(after, Delivered),
+    )
+    assert [200, refusal, 200] == [s.answer for s in kubeflow.seen]
+
+
 def test_tls_is_verified_against_the_ca_file(
     kubeflow: KubeflowConformanceServer, token_file: Path
 ) -> None:
@@ -302,7 +328,7 @@ def test_the_token_is_in_no_repr_and_no_pickle_of_a_started_pool(token_file: Pat
     ("path_job", "token", "expected"),
     [
         (JOB, "wrong-token", 403),
-        (("team-a", "no-such-job"), TOKEN, 404),
+        (("team-a", "no-such-job"), ORPHAN, 404),
     ],
 )
 def test_refused_requests_are_rejections_not_busy_loops(
@@ -313,6 +339,7 @@ def test_refused_requests_are_rejections_not_busy_loops(
     expected: int,
 ) -> None:
     """403 and 404: one request, one log event, nothing more until new data and the backoff."""
+    kubeflow.issue_token(("team-a", "no-such-job"), ORPHAN)  # a deleted job's token
     sink = KubeflowSink(kubeflow.url(*path_job), token=token, ca_certs=str(kubeflow.ca_path))
     reporter, clock = make(sink)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})  # queued: part of the first post
@@ -502,17 +529,139 @@ def test_left_out_metrics_are_logged_once_by_name(
     assert MAX_METRICS == len(kubeflow.stored[JOB]["metrics"])
 
 
+# ------------------------------------------------------------------------ which metrics come first
+
+
+#: The bookkeeping metrics every post starts with (``status`` .. ``num_epochs`` here).
+BOOKKEEPING = ["status", "phase", "step", "max_steps", "epoch", "num_epochs"]
+#: Every bookkeeping name a post may carry.
+BOOKKEEPING_ALL = {*BOOKKEEPING, "checkpoint_step", "cancel_reason", "error"}
+
+
+def layer_metrics(count: int) -> dict[str, float]:
+    """``count`` per-layer metrics, as a model with many layers logs them."""
+    return {f"layer_{i:03d}_grad_norm": float(i) for i in range(count)}
+
+
+def test_loss_and_learning_rate_are_posted_after_300_layer_metrics_arrived_first(
+    kubeflow: KubeflowConformanceServer, token_file: Path
+) -> None:
+    """300 layer metrics reported before ``loss``: the TrainJob still shows the loss and the LR."""
+    reporter, clock = make(sink_for(kubeflow, token_file))
+    drive(reporter)
+    reporter.report_training_start(max_steps=10, num_epochs=2)
+    reporter.report_train_step(step=1, epoch=1, metrics=layer_metrics(300))
+    clock.advance(6.0)
+    cycle(reporter)
+    reporter.report_train_step(
+        step=2, epoch=1, metrics={**layer_metrics(300), "loss": 0.5, "learning_rate": 1e-4}
+    )
+    reporter.report_metrics(step=2, metrics={"loss": 0.75}, phase="validation")
+    clock.advance(6.0)
+    cycle(reporter)
+    reporter.close(10)
+    names = names_of(kubeflow.stored[JOB])
+    assert (
+        [
+            *BOOKKEEPING,
+            "train_loss",
+            "val_loss",
+            "train_learning_rate",
+            "train_layer_000_grad_norm",
+        ],
+        MAX_METRICS,
+    ) == (names[:10], len(names))
+
+
+def test_the_default_priority_is_phase_losses_losses_learning_rates_series_then_the_rest() -> None:
+    """Each tier in arrival order; ``time_series_metrics`` (the series) before the scalars."""
+    arrived = [
+        "train_layer_0_norm",
+        "system_gpu_util",
+        "train_lr",
+        "val_accuracy",
+        "train_aux_loss",
+        "val_loss",
+        "train_loss",
+        "test_loss",
+        "val_squad_loss",
+        "train_learning_rate",
+        "train_tokens",
+    ]
+    series = {"train_layer_0_norm", "val_accuracy", "train_loss", "val_loss", "train_lr"}
+    ordered = MetricPriority().order([(name, 1.0) for name in arrived], series=series)
+    assert [
+        "val_loss",
+        "train_loss",
+        "test_loss",
+        "train_aux_loss",
+        "val_squad_loss",
+        "train_lr",
+        "train_learning_rate",
+        "train_layer_0_norm",
+        "val_accuracy",
+        "system_gpu_util",
+        "train_tokens",
+    ] == [name for name, _ in ordered]
+
+
+def test_a_user_list_comes_first_in_the_user_s_order_then_the_default_tiers() -> None:
+    """``metrics=["val_*", "train_tokens"]``: a name goes where the first glob it matches is."""
+    arrived = ["train_loss", "train_tokens", "val_loss", "val_accuracy", "train_lr", "other"]
+    priority = MetricPriority(["val_*", "train_tokens"])
+    ordered = priority.order([(n, 0) for n in arrived], series=set())
+    assert ["val_loss", "val_accuracy", "train_tokens", "train_loss", "train_lr", "other"] == [
+        n for n, _ in ordered
+    ]
+
+
+def test_a_user_list_is_what_the_trainjob_shows_when_not_everything_fits(
+    kubeflow: KubeflowConformanceServer, token_file: Path
+) -> None:
+    """``KubeflowSink(metrics=[...])`` over 300 layers: the named ones first, never over 256."""
+    sink = sink_for(kubeflow, token_file, metrics=["train_layer_29*", "train_loss"])
+    reporter, clock = make(sink)
+    drive(reporter)
+    reporter.report_train_step(step=1, metrics={**layer_metrics(300), "loss": 0.5})
+    clock.advance(6.0)
+    cycle(reporter)
+    reporter.close(10)
+    names = names_of(kubeflow.stored[JOB])
+    values = [n for n in names if n not in BOOKKEEPING_ALL]
+    user = [f"train_layer_{i:03d}_grad_norm" for i in range(290, 300)] + ["train_loss"]
+    assert (user, "train_layer_000_grad_norm", MAX_METRICS) == (
+        values[: len(user)],
+        values[len(user)],
+        len(names),
+    )
+
+
+@pytest.mark.parametrize("metrics", [["!train_*"], [""], [3]])
+def test_a_user_list_takes_globs_only(metrics: list[Any]) -> None:
+    """An exclusion, an empty or a non-string entry is a ConfigError naming the entry."""
+    with pytest.raises(ConfigError, match=r"\$\.metrics\[0\]"):
+        KubeflowSink("https://host/status", metrics=metrics)
+
+
 # --------------------------------------------------------------------------- the conformance server
 
 
-def post(server: KubeflowConformanceServer, body: bytes, *, token: str = TOKEN) -> int:
-    """A raw POST to the server's job, verified against its CA."""
+def post(
+    server: KubeflowConformanceServer,
+    body: bytes,
+    *,
+    token: str = TOKEN,
+    authorization: str | None = None,
+    path: str = status_path(*JOB),
+) -> int:
+    """A raw POST to the server (the job's path by default), verified against its CA."""
+    header = f"Bearer {token}" if authorization is None else authorization
     with urllib3.PoolManager(ca_certs=str(server.ca_path), cert_reqs="CERT_REQUIRED") as pool:
         response = pool.request(
             "POST",
-            server.base_url + status_path(*JOB),
+            server.base_url + path,
             body=body,
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            headers={"Authorization": header, "Content-Type": "application/json"},
             retries=False,
         )
         return response.status
@@ -549,6 +698,69 @@ def test_the_server_answers_broken_field_limits_with_422(
     assert JOB not in kubeflow.stored
 
 
+def test_the_server_checks_the_size_before_the_path_and_the_token(
+    kubeflow: KubeflowConformanceServer,
+) -> None:
+    """Upstream's body-size middleware runs before routing and auth: 413 for any path."""
+    big = body_with(metrics=[{"name": "x", "value": "y" * 60}] * 1200)
+    assert [413, 413] == [
+        post(kubeflow, big, token="nope"),
+        post(kubeflow, big, path="/apis/unknown"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (f"bearer {TOKEN}", 200),
+        (f"  Bearer \t {TOKEN}  ", 200),
+        (f"Bearer {TOKEN} another", 403),
+        (f"Basic {TOKEN}", 403),
+        (TOKEN, 403),
+        ("", 403),
+    ],
+)
+def test_the_server_reads_the_bearer_header_as_upstream_does(
+    kubeflow: KubeflowConformanceServer, header: str, expected: int
+) -> None:
+    """The scheme in any case, any whitespace; exactly one credential (``extractRawToken``)."""
+    assert expected == post(kubeflow, body_with(), authorization=header)
+
+
+def test_a_token_is_good_for_its_own_trainjob_only_and_for_an_hour(tmp_path: Path) -> None:
+    """The audience names the job: another job's token is 403, as is one past its hour."""
+    now = [1000.0]
+    other = ("team-a", "other-job")
+    server = KubeflowConformanceServer(tmp_path, {JOB: TOKEN, other: ROTATED}, clock=lambda: now[0])
+    try:
+        answers = [post(server, body_with(), token=ROTATED), post(server, body_with())]
+        now[0] += 3600.0
+        answers.append(post(server, body_with()))
+    finally:
+        server.stop()
+    assert (
+        [403, 200, 403],
+        "trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/llama-ft/status",
+    ) == (
+        answers,
+        token_audience(*JOB),
+    )
+
+
+def test_the_server_authorizes_before_it_decodes_and_finds_the_job_after(
+    kubeflow: KubeflowConformanceServer,
+) -> None:
+    """Wrong token and bad JSON: 403; a deleted job's good token: 404; no trainerStatus: 200."""
+    kubeflow.issue_token(("team-a", "deleted"), ORPHAN)
+    assert [403, 404, 200, 200] == [
+        post(kubeflow, b"{not json", token="nope"),
+        post(kubeflow, body_with(), token=ORPHAN, path=status_path("team-a", "deleted")),
+        post(kubeflow, b"{}"),
+        post(kubeflow, b'{"trainerStatus": null}'),
+    ]
+    assert JOB not in kubeflow.stored
+
+
 def test_the_server_checks_token_size_and_json(kubeflow: KubeflowConformanceServer) -> None:
     """Wrong token 403, over 64 KiB 413, not JSON 422, a good body 200 and stored."""
     good = body_with(progressPercentage=5, metrics=[{"name": "loss", "value": "0.5"}])
@@ -565,9 +777,14 @@ def test_the_server_checks_token_size_and_json(kubeflow: KubeflowConformanceServ
 # --------------------------------------------------------------------------- from_env
 
 
+#: The status server's Service as Kubeflow Trainer v2.3's plugin names it (the webhook
+#: Service of the controller manager, the status server's port 10443).
+SERVICE = "https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443"
+
+
 def kubeflow_env(tmp_path: Path, **more: str) -> dict[str, str]:
     return {
-        "KUBEFLOW_TRAINER_SERVER_URL": "https://trainer.kubeflow:8082" + status_path(*JOB),
+        "KUBEFLOW_TRAINER_SERVER_URL": SERVICE + status_path(*JOB),
         "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(tmp_path / "ca.crt"),
         "KUBEFLOW_TRAINER_SERVER_TOKEN": str(tmp_path / "token"),
         **more,
@@ -578,10 +795,33 @@ def test_from_env_reads_the_three_injected_variables(tmp_path: Path) -> None:
     """URL, CA file and token file come from Kubeflow Trainer's variables."""
     sink = KubeflowSink.from_env(kubeflow_env(tmp_path))
     assert (
-        "https://trainer.kubeflow:8082" + status_path(*JOB),
+        SERVICE + status_path(*JOB),
         str(tmp_path / "ca.crt"),
         str(tmp_path / "token"),
     ) == (sink.url, sink.ca_certs, sink._token_file.path if sink._token_file else None)
+
+
+def test_the_metrics_variable_names_what_comes_first(tmp_path: Path) -> None:
+    """``TRAINREPORT_KUBEFLOW_METRICS``: comma-separated globs, blanks dropped, order kept."""
+    env = kubeflow_env(tmp_path, TRAINREPORT_KUBEFLOW_METRICS=" val_*, train_loss,, ")
+    with capture_events() as events:
+        sink = KubeflowSink.from_env(env)
+    assert (("val_*", "train_loss"), []) == (
+        sink.metrics,
+        [e for e in events if e["event"].startswith("trainreport.config_field")],
+    )
+
+
+def test_a_bad_metrics_variable_is_logged_and_the_default_order_kept(tmp_path: Path) -> None:
+    """An exclusion in the list is refused (one event naming the variable); nothing is put first."""
+    env = kubeflow_env(tmp_path, TRAINREPORT_KUBEFLOW_METRICS="train_loss,!val_*")
+    with capture_events() as events:
+        sink = KubeflowSink.from_env(env)
+    invalid = [e for e in events if e["event"] == "trainreport.config_field_invalid"]
+    assert ((), ["TRAINREPORT_KUBEFLOW_METRICS"]) == (
+        sink.metrics,
+        [e["variable"] for e in invalid],
+    )
 
 
 def test_reporter_from_env_picks_kubeflow_when_it_is_the_only_destination(tmp_path: Path) -> None:

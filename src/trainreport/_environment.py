@@ -39,6 +39,7 @@ from trainreport._config import (
     env_variable,
 )
 from trainreport._logging import get_logger
+from trainreport._selection import check_globs
 
 __all__ = [
     "CA_CERTS",
@@ -49,6 +50,7 @@ __all__ = [
     "JOURNAL",
     "KNOWN_VARIABLES",
     "KUBEFLOW_CA_CERT",
+    "KUBEFLOW_METRICS",
     "KUBEFLOW_TOKEN",
     "KUBEFLOW_URL",
     "READ_TIMEOUT",
@@ -105,13 +107,15 @@ KUBEFLOW_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
 KUBEFLOW_CA_CERT: Final = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 #: Path of the projected service-account token (rotated in place; about an hour long).
 KUBEFLOW_TOKEN: Final = "KUBEFLOW_TRAINER_SERVER_TOKEN"  # noqa: S105 - a variable name
+#: Comma-separated globs of the metrics ``KubeflowSink`` posts first (its ``metrics``).
+KUBEFLOW_METRICS: Final = "TRAINREPORT_KUBEFLOW_METRICS"
 
 #: Every ``TRAINREPORT_*`` variable something reads: the destination's, the
 #: config fields', the attempt's, the server's, and the replaced ones (which
 #: ``ReportingConfig.from_env`` names the replacement of).
 KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
     {URL, JOB_ID, TASK_ID, TOKEN, TOKEN_FILE, CA_CERTS, CONNECT_TIMEOUT, READ_TIMEOUT}
-    | {DISABLED, SERVER_TOKEN, DB}
+    | {DISABLED, SERVER_TOKEN, DB, KUBEFLOW_METRICS}
     | {env_variable(field.name) for field in attrs.fields(ReportingConfig)}
     | {name for name in ATTEMPT_VARIABLES if name.startswith(ENV_PREFIX)}
     | set(REPLACED_VARIABLES)
@@ -137,6 +141,15 @@ def _text(value: object, _type: object) -> str:
 
 def _optional_text(value: object, _type: object) -> str | None:
     return str(value).strip() or None
+
+
+def _globs(value: object, _type: object) -> tuple[str, ...]:
+    """Comma-separated globs (blanks dropped). Raises ValueError on an unusable entry."""
+    entries = [entry.strip() for entry in str(value).split(",")]
+    globs, problems = check_globs([e for e in entries if e], field="metrics")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return globs
 
 
 @attrs.frozen
@@ -172,11 +185,14 @@ class KubeflowDestination:
         url: ``KUBEFLOW_TRAINER_SERVER_URL`` (the full status URL; ``""`` when unset).
         token_file: ``KUBEFLOW_TRAINER_SERVER_TOKEN`` (a path).
         ca_certs: ``KUBEFLOW_TRAINER_SERVER_CA_CERT`` (a path).
+        metrics: ``TRAINREPORT_KUBEFLOW_METRICS``, the globs of the metrics
+            posted first (``KubeflowSink(metrics=...)``).
     """
 
     url: str = ""
     token_file: str | None = None
     ca_certs: str | None = None
+    metrics: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -211,6 +227,7 @@ _KUBEFLOW_VARIABLES: Final[Mapping[str, str]] = {
     "url": KUBEFLOW_URL,
     "token_file": KUBEFLOW_TOKEN,
     "ca_certs": KUBEFLOW_CA_CERT,
+    "metrics": KUBEFLOW_METRICS,
 }
 
 
@@ -222,6 +239,8 @@ def _register(cls: type[Any]) -> None:
             hooks[field.name] = override(struct_hook=_positive_seconds)
         elif field.type in ("str", str):
             hooks[field.name] = override(struct_hook=_text)
+        elif field.type == "tuple[str, ...]":
+            hooks[field.name] = override(struct_hook=_globs)
         else:
             hooks[field.name] = override(struct_hook=_optional_text)
     CONVERTER.register_structure_hook(cls, make_dict_structure_fn(cls, CONVERTER, **hooks))

@@ -18,6 +18,8 @@ __all__ = [
     "MAX_CHARTED_LISTED",
     "MAX_SCALAR_NOTES",
     "SeriesSelector",
+    "check_globs",
+    "matches",
 ]
 
 
@@ -27,6 +29,62 @@ EXCLUDE_PREFIX: Final[str] = "!"
 MAX_SCALAR_NOTES: Final[int] = 50
 #: Charted names listed beside each of those events.
 MAX_CHARTED_LISTED: Final[int] = 20
+
+
+def matches(name: str, pattern: str) -> bool:
+    """Return whether the qualified metric ``name`` matches the glob ``pattern``.
+
+    The one matching rule of metric-name patterns (``time_series_metrics``,
+    ``KubeflowSink(metrics=...)``): :func:`fnmatch.fnmatchcase`, so globs are
+    case-sensitive and ``*`` also matches ``_`` and ``/``.
+
+    Args:
+        name: a qualified metric name (``train_loss``).
+        pattern: a glob without the exclusion prefix (``val_*``).
+
+    Returns:
+        Whether it matches. Never raises for two ``str``.
+    """
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def check_globs(patterns: object, *, field: str) -> tuple[tuple[str, ...], list[str]]:
+    """A list of plain globs (no ``!`` exclusions), and what is wrong with it.
+
+    For settings that name metrics to pick out rather than to keep or drop
+    (``KubeflowSink(metrics=...)``), matched with :func:`matches`. A bare
+    ``str`` is one pattern, as in ``time_series_metrics``.
+
+    Args:
+        patterns: the setting (an iterable of ``str``, or one ``str``).
+        field: the setting's name, for the problems' ``@ $.<field>[i]`` paths.
+
+    Returns:
+        ``(globs, problems)``: the usable globs in the order given, without
+        repeats, and one line per unusable entry (empty, not a ``str``, or an
+        exclusion). Never raises an ``Exception``.
+    """
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    try:
+        if isinstance(patterns, (bytes, bytearray)):
+            raise TypeError("bytes are not a list of patterns")
+        entries = list(cast("Iterable[object]", patterns))
+    except Exception:
+        return (), [f"expected a list of glob patterns @ $.{field}"]
+    globs: list[str] = []
+    problems: list[str] = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, str) or not entry:
+            problems.append(f"expected a non-empty glob pattern @ $.{field}[{index}]")
+        elif entry.startswith(EXCLUDE_PREFIX):
+            problems.append(
+                f"expected a glob to put first, not an exclusion ({EXCLUDE_PREFIX!r})"
+                f" @ $.{field}[{index}]"
+            )
+        else:
+            globs.append(str.__str__(entry))
+    return tuple(dict.fromkeys(globs)), problems
 
 
 class SeriesSelector:
@@ -135,7 +193,7 @@ class SeriesSelector:
         series = self._start_as_series
         rule: str | None = None
         for pattern, excludes, glob in self._rules:
-            if fnmatch.fnmatchcase(name, glob):
+            if matches(name, glob):
                 self._matched.add(pattern)
                 series = not excludes
                 rule = pattern

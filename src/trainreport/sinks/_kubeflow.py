@@ -12,17 +12,23 @@ How it rides on the engine:
   points not yet sent (cheap on the reporter thread) and
   ``status_details`` carries every current value (the engine's rule); the sink
   keeps the sticky details (``max_steps``, ``checkpoint_step``, ``error``...)
-  merged, and remembers which names are series, to list them first.
+  merged, and remembers which names are series (the run's
+  ``time_series_metrics``) and in which order names arrived, to order them
+  (:class:`~trainreport.sinks._kubeflow_status.MetricPriority`).
 - ``min_interval_seconds`` is 5 s: the reporter never posts more often,
   whatever ``ReportingConfig`` says (``Sink.min_interval_seconds``).
 - 400/401/403/404/413/422 are :class:`~trainreport.Rejected` (the reporter's
-  long backoff, one log event, retried only with new data; a 403 also makes
-  the token file be read again); 408/429/5xx (but 501), timeouts and
+  long backoff, one log event, retried only with new data; a 401 or 403 also
+  makes the token file be read again before the next attempt, even when it
+  looks unchanged); 408/429/5xx (but 501), timeouts and
   connection errors are :class:`~trainreport.RetryLater` (``Retry-After``
   honoured).
 - TLS is always verified, against the CA file when one is given. The token
-  file is re-read whenever it changes (the kubelet rotates it in place) and
-  never logged or shown in ``repr()``.
+  file is ``stat``-ed before every post and read again whenever it changed:
+  Kubeflow Trainer v2.3 projects a token that expires after an hour
+  (``expirationSeconds: 3600``, audience per TrainJob), and the kubelet
+  swaps in a fresh one well before that. It is never logged or shown in
+  ``repr()``.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import urllib3
@@ -40,6 +46,7 @@ import urllib3
 from trainreport._environment import KubeflowDestination, read_kubeflow_destination
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._recorder import RESERVED_KEYS
+from trainreport._selection import check_globs
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -59,6 +66,7 @@ from trainreport.sinks._http_transport import is_transient as _is_transient
 from trainreport.sinks._http_transport import parse_retry_after as _parse_retry_after
 from trainreport.sinks._kubeflow_status import (
     MIN_INTERVAL_SECONDS,
+    MetricPriority,
     build_body,
 )
 from trainreport.sinks._token import TokenFile
@@ -85,10 +93,11 @@ class KubeflowSink(Sink):
     0 once completed, left out after a failure), ``lastUpdatedTime`` and, as
     ``metrics``, ``status``, ``phase``, ``step``, ``max_steps``, ``epoch``,
     ``num_epochs``, ``checkpoint_step``, ``cancel_reason``, ``error``, then
-    every series' current value, then every scalar (formatting:
-    :func:`~trainreport.sinks._kubeflow_status.format_value`). Metrics beyond
-    256, beyond 64 KiB, or with names over 64 characters are left out, each
-    logged once by name (``trainreport.kubeflow_metrics_left_out``).
+    every current value (:func:`~trainreport.sinks._kubeflow_status.format_value`):
+    ``metrics``' names, losses, learning rates, series, the rest
+    (:class:`~trainreport.sinks._kubeflow_status.MetricPriority`). Metrics
+    beyond 256, beyond 64 KiB, or with names over 64 characters are left out,
+    each logged once by name (``trainreport.kubeflow_metrics_left_out``).
 
     Args:
         url: the endpoint's full ``https://`` URL (``KUBEFLOW_TRAINER_SERVER_URL``).
@@ -101,9 +110,12 @@ class KubeflowSink(Sink):
         read_timeout_seconds: timeout of each socket read, seconds (> 0).
         min_interval_seconds: least time between two posts, seconds; raised
             to 5.0 when lower (the endpoint's guidance).
+        metrics: globs over qualified names (``["train_loss", "val_*"]``, matched as
+            ``time_series_metrics`` is, no ``!``) of the metrics posted first, in order.
 
     Raises:
-        ConfigError: a non-positive timeout, or a URL that is not ``https://host/...``.
+        ConfigError: a non-positive timeout, a URL that is not
+            ``https://host/...``, or an empty, non-string or ``!`` entry in ``metrics``.
     """
 
     def __init__(
@@ -116,8 +128,9 @@ class KubeflowSink(Sink):
         connect_timeout_seconds: float = 5.0,
         read_timeout_seconds: float = 10.0,
         min_interval_seconds: float = MIN_INTERVAL_SECONDS,
+        metrics: Iterable[str] = (),
     ) -> None:
-        problems = []
+        first, problems = check_globs(metrics, field="metrics")
         parts = urllib.parse.urlsplit(url.strip())
         if parts.scheme != "https" or not parts.hostname:
             problems.append("expected an https://host/... URL @ $.url")
@@ -141,7 +154,11 @@ class KubeflowSink(Sink):
         self._pid: int | None = None
         self._details: dict[str, Any] = {}
         self._status: str | None = None
-        self._series: dict[str, None] = {}
+        self.metrics = first
+        self._priority = MetricPriority(first)
+        self._series: set[str] = set()
+        #: Every metric name seen, in arrival order (its value: its place).
+        self._arrival: dict[str, int] = {}
         self._non_finite: dict[str, float] = {}
         self._left_out_logged: set[str] = set()
         self._once = OnceLogger()
@@ -162,7 +179,9 @@ class KubeflowSink(Sink):
 
         Reads ``KUBEFLOW_TRAINER_SERVER_URL``, ``KUBEFLOW_TRAINER_SERVER_CA_CERT``
         (a path) and ``KUBEFLOW_TRAINER_SERVER_TOKEN`` (a path), which Kubeflow
-        Trainer's ``TrainJobStatus`` plugin injects into every container.
+        Trainer's ``TrainJobStatus`` runtime plugin injects into every trainer
+        container, and ``TRAINREPORT_KUBEFLOW_METRICS`` (comma-separated globs:
+        ``metrics``; a bad list is logged and ignored).
 
         Args:
             environ: the environment (default ``os.environ``).
@@ -180,7 +199,12 @@ class KubeflowSink(Sink):
         Raises:
             ConfigError: the URL is missing or not ``https://``.
         """
-        return cls(settings.url, token_file=settings.token_file, ca_certs=settings.ca_certs)
+        return cls(
+            settings.url,
+            token_file=settings.token_file,
+            ca_certs=settings.ca_certs,
+            metrics=settings.metrics,
+        )
 
     # --- the Sink interface --------------------------------------------------------
 
@@ -222,7 +246,7 @@ class KubeflowSink(Sink):
     # --- state -----------------------------------------------------------------------
 
     def _merge(self, update: Update) -> list[tuple[str, object]]:
-        """Merge ``update``; return the current metrics, series first, then scalars."""
+        """Merge ``update``; return the current metrics in posting order (``MetricPriority``)."""
         if update.status is not None:
             self._status = update.status
         current: dict[str, object] = {}
@@ -232,23 +256,21 @@ class KubeflowSink(Sink):
             else:
                 current[key] = value
         for series in update.series or ():
-            self._series.setdefault(series.name, None)
+            self._series.add(series.name)
             if len(series):
                 newest = series.values[-1]
                 if math.isfinite(newest):
                     self._non_finite.pop(series.name, None)
                 else:
                     self._non_finite[series.name] = newest
-        ordered: list[tuple[str, object]] = []
-        for name in self._series:
-            if name in self._non_finite:  # the engine omits non-finite current values
-                # (and may carry the last finite one it sent): the newest point wins
-                current.pop(name, None)
-                ordered.append((name, self._non_finite[name]))
-            elif name in current:
-                ordered.append((name, current.pop(name)))
-        ordered.extend(current.items())
-        return ordered
+        # The engine omits non-finite current values (and may carry the last finite
+        # one it sent): the newest point wins.
+        current.update(self._non_finite)
+        arrival = self._arrival
+        for name in current:
+            arrival.setdefault(name, len(arrival))
+        arrived = sorted(current.items(), key=lambda item: arrival[item[0]])
+        return self._priority.order(arrived, series=self._series)
 
     def _log_left_out(self, left_out: tuple[tuple[str, str], ...]) -> None:
         fresh = [(n, r) for n, r in left_out if n not in self._left_out_logged]
@@ -280,7 +302,7 @@ class KubeflowSink(Sink):
         if _is_transient(status):
             now = datetime.datetime.now(datetime.timezone.utc)
             return RetryLater(reason, _parse_retry_after(headers.get("retry-after"), now=now))
-        if status == 403 and self._token_file is not None:
+        if status in (401, 403) and self._token_file is not None:
             self._token_file.forget()  # a refused token: read the file again next time
         return Rejected(reason, status)
 

@@ -1,19 +1,36 @@
 """Kubeflow Trainer's TrainJob status endpoint: the contract and the request body (pure).
 
-The contract, read off Kubeflow Trainer (``pkg/status`` server and the
-``TrainerStatus`` / ``Metric`` / ``UpdateTrainJobStatusRequest`` API types) and
-stated in ``docs/integrations.md``:
+The contract, re-read in kubeflow/trainer v2.3.0 (tag ``v2.3.0``, commit
+658725bdae5c7e3a0854d93ac6ff492e109a22ab): the status server in
+``pkg/statusserver/`` (``server.go``, ``middleware.go``, ``auth.go``,
+``utils.go``), the ``TrainerStatus`` / ``Metric`` /
+``UpdateTrainJobStatusRequest`` types in
+``pkg/apis/trainer/v1alpha1/trainjob_types.go`` and the ``TrainJobStatus``
+runtime plugin in ``pkg/runtime/framework/plugins/trainjobstatus/``; stated
+in ``docs/integrations.md``:
 
-- ``POST <KUBEFLOW_TRAINER_SERVER_URL>`` (the full URL,
-  ``https://.../apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``),
-  ``Authorization: Bearer <projected service-account token>``, JSON body
-  ``{"trainerStatus": {"progressPercentage": 0..100, "estimatedRemainingSeconds": 0..2**31-1,
+- Behind the alpha feature gate ``TrainJobStatus`` (off by default,
+  ``pkg/features/features.go``). The server runs in the controller manager,
+  HTTPS only, on port 10443 (``StatusServer.Port``), with the webhook's
+  certificate; the plugin injects ``KUBEFLOW_TRAINER_SERVER_URL``
+  (``https://<webhook service>.<operator namespace>.svc:10443`` + the path),
+  ``KUBEFLOW_TRAINER_SERVER_CA_CERT`` and ``KUBEFLOW_TRAINER_SERVER_TOKEN``
+  (files under ``/var/run/secrets/kubeflow/trainer/``).
+- ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``,
+  ``Authorization: Bearer <projected service-account token>``: the token is
+  verified against the cluster's OIDC issuer (signature, expiry, the
+  audience ``trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status``
+  of that one TrainJob, and the pod's namespace); it is projected with
+  ``expirationSeconds: 3600``. JSON body ``{"trainerStatus":
+  {"progressPercentage": 0..100, "estimatedRemainingSeconds": 0..2**31-1,
   "metrics": [{"name": 1..64 chars, "value": 1..64 chars}] (at most 256),
   "lastUpdatedTime": RFC 3339}}``; the body is capped at 64 KiB.
 - Each post replaces the stored trainer status (server-side apply of the whole
-  field): there is no history and nothing to read back.
-- 403: the token was refused; 404: unknown path or job; 413: body over 64 KiB;
-  422: undecodable payload or a field limit broken; 500: anything else.
+  field, ``metrics`` an atomic list): there is no history and nothing to read back.
+- 413: ``Content-Length`` over 64 KiB (checked first); 404: another path or
+  method, or a TrainJob that does not exist; 403: any token it refuses
+  (never 401); 422: undecodable payload or a field limit broken; 500:
+  anything else (the body of every error a Kubernetes ``Status``).
 
 Nothing here does I/O; :func:`build_body` is used by
 :class:`trainreport.sinks.KubeflowSink` and its tests.
@@ -23,10 +40,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Container, Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import attrs
+
+from trainreport._selection import matches
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -36,15 +55,17 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "MIN_INTERVAL_SECONDS",
     "Body",
+    "MetricPriority",
     "build_body",
     "format_value",
 ]
 
-#: The endpoint's guidance (and its own Hugging Face callback's throttle): one post per 5 s.
+#: The endpoint's guidance (kubeflow/trainer v2.3, its user guide "TrainJob Progress"; its SDK's
+#: and the Hugging Face callback's throttle): one post per 5 s.
 MIN_INTERVAL_SECONDS: Final[float] = 5.0
-#: ``metrics`` items per post (``+kubebuilder:validation:MaxItems=256``).
+#: ``metrics`` items per post (``TrainerStatus.Metrics``, ``+kubebuilder:validation:MaxItems=256``).
 MAX_METRICS: Final[int] = 256
-#: Request body cap of the status server (``maxBodySize = 1 << 16``), bytes.
+#: Request body cap of the status server (``pkg/statusserver/server.go``, ``1 << 16``), bytes.
 MAX_BODY_BYTES: Final[int] = 64 * 1024
 #: ``Metric.name`` length limit (``MaxLength=64``), characters.
 MAX_NAME_CHARS: Final[int] = 64
@@ -68,6 +89,86 @@ _BOOKKEEPING: Final[tuple[str, ...]] = (
     "cancel_reason",
 )
 _TERMINAL: Final[frozenset[str]] = frozenset({"completed", "failed", "cancelled"})
+
+#: Other losses: names ending in ``loss`` (``train_aux_loss``, ``val_squad_loss``).
+_LOSS_GLOB: Final[str] = "*loss"
+#: Learning rates (``train_lr``, ``train_learning_rate``, ``train_group0_lr``).
+_LEARNING_RATE_GLOBS: Final[tuple[str, ...]] = ("lr", "*_lr", "*learning_rate")
+#: The default tiers, in the order they are posted (after the user's globs, tier 0).
+_PHASE_LOSS, _LOSS, _LEARNING_RATE, _SERIES, _REST = 1, 2, 3, 4, 5
+_T = TypeVar("_T")
+
+
+def _is_phase_loss(name: str) -> bool:
+    """``loss`` or ``<phase>_loss``: ``train_loss``, ``val_loss``, ``test_loss``."""
+    phase, _, rest = name.rpartition("_")
+    return name == "loss" or (rest == "loss" and bool(phase) and "_" not in phase)
+
+
+class MetricPriority:
+    """Which current values a post carries first, so the 256 it can hold are the ones read first.
+
+    The rule (``docs/integrations.md``, "Which metrics come first"), by
+    qualified name, each tier in arrival order (a stable sort):
+
+    0. names matching the user's globs (``KubeflowSink(metrics=...)``,
+       ``TRAINREPORT_KUBEFLOW_METRICS``), in the order of the first glob each
+       matches;
+    1. the loss of each phase: ``train_loss``, ``val_loss``, ``test_loss``
+       (``<phase>_loss``);
+    2. every other name ending in ``loss`` (``train_aux_loss``, ``val_squad_loss``);
+    3. learning rates: ``lr``, ``*_lr``, ``*learning_rate``;
+    4. the series: the names the run's ``time_series_metrics`` keeps a history
+       of (as :class:`trainreport._selection.SeriesSelector` decided them);
+    5. the rest (the scalars).
+
+    Globs match as ``time_series_metrics`` does
+    (:func:`trainreport._selection.matches`). A name's tier by pattern is
+    decided once and remembered. Not thread-safe (the reporter thread's).
+
+    Args:
+        first: the user's globs, already checked (:func:`trainreport._selection.check_globs`).
+    """
+
+    def __init__(self, first: Sequence[str] = ()) -> None:
+        self.first = tuple(first)
+        self._by_pattern: dict[str, tuple[int, int] | None] = {}
+
+    def _pattern_rank(self, name: str) -> tuple[int, int] | None:
+        for index, pattern in enumerate(self.first):
+            if matches(name, pattern):
+                return (0, index)
+        if _is_phase_loss(name):
+            return (_PHASE_LOSS, 0)
+        if matches(name, _LOSS_GLOB):
+            return (_LOSS, 0)
+        if any(matches(name, pattern) for pattern in _LEARNING_RATE_GLOBS):
+            return (_LEARNING_RATE, 0)
+        return None
+
+    def rank(self, name: str, *, is_series: bool) -> tuple[int, int]:
+        """``(tier, index of the user's glob)``: smaller comes first. Never raises for a ``str``."""
+        try:
+            by_pattern = self._by_pattern[name]
+        except KeyError:
+            by_pattern = self._by_pattern[name] = self._pattern_rank(name)
+        if by_pattern is not None:
+            return by_pattern
+        return (_SERIES, 0) if is_series else (_REST, 0)
+
+    def order(
+        self, metrics: Iterable[tuple[str, _T]], *, series: Container[str]
+    ) -> list[tuple[str, _T]]:
+        """``metrics`` (in arrival order) in posting order; each tier keeps arrival order.
+
+        Args:
+            metrics: ``(qualified name, current value)`` pairs, first arrived first.
+            series: the names that are series (tier 4).
+
+        Returns:
+            The same pairs, reordered. Never raises for ``str`` names.
+        """
+        return sorted(metrics, key=lambda item: self.rank(item[0], is_series=item[0] in series))
 
 
 def format_value(value: object) -> str:
@@ -162,7 +263,7 @@ def build_body(
 ) -> Body:
     """The request body for the current state, within every limit of the contract.
 
-    ``metrics`` keeps its order (the sink gives series first, then scalars);
+    ``metrics`` keeps its order (the sink's :class:`MetricPriority`);
     bookkeeping (``status``, ``phase``, ``step``, ``max_steps``, ``epoch``,
     ``num_epochs``, ``checkpoint_step``, ``cancel_reason``, ``error``) comes
     before them. A metric whose name is empty or longer than 64 characters,
