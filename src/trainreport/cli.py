@@ -449,12 +449,15 @@ def _add_demo(subparsers: Any) -> None:
     )
     demo.add_argument("--job-id", help="job id (default: demo-<local time>)")
     demo.add_argument("--url", help="report to this job-status service instead of starting one")
-    demo.add_argument(
+    token = demo.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file", type=Path, help="read the bearer token for --url from this file"
+    )
+    token.add_argument(
         "--token",
-        default=_environment.read_http_settings().token,
         help=(
-            "bearer token for --url (default: $TRAINREPORT_TOKEN; visible in the process "
-            "list: prefer the variable)"
+            "bearer token for --url (default: $TRAINREPORT_TOKEN, else the file named by "
+            "$TRAINREPORT_TOKEN_FILE; visible in the process list: prefer --token-file)"
         ),
     )
     demo.add_argument(
@@ -485,14 +488,37 @@ def _add_demo(subparsers: Any) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from trainreport._demo import run_demo  # noqa: PLC0415 - needs the demo extra
+        from trainreport._demo import (  # noqa: PLC0415 - needs the demo extra
+            check_service,
+            default_job_id,
+            run_demo,
+        )
     except ImportError as exc:
         print(
             f"trainreport demo needs the 'demo' extra ({exc}): pip install 'trainreport[demo]'",
             file=sys.stderr,
         )
         return 1
-    result = run_demo(args)
+    try:
+        args.token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport demo: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    args.job_id = args.job_id or default_job_id()
+    if args.url is not None:
+        args.url = args.url.rstrip("/")
+        try:  # before training: a wrong URL or token must not cost a whole run
+            check_service(args.url, args.job_id, args.token)
+        except ClientError as exc:
+            explained = _explain_client_error(exc, args.url, args.token)
+            print(f"trainreport demo: {explained}", file=sys.stderr)
+            return 2
+    try:
+        result = run_demo(args)
+    except ClientError as exc:  # reading the task back after training
+        url = exc.url if args.url is None else args.url
+        print(f"trainreport demo: {_explain_client_error(exc, url, args.token)}", file=sys.stderr)
+        return 1
     return 0 if result.task.get("status") == "completed" and result.closed_cleanly else 1
 
 
@@ -573,23 +599,9 @@ def _show(args: argparse.Namespace) -> int:
             )
             return 0
         task = client.read_task(url, args.job_id, args.task, token)
-    except UnreachableError as exc:
-        print(f"trainreport show: cannot reach {exc.url} ({exc})", file=sys.stderr)
-        return 1
-    except UnauthorizedError as exc:
-        print(f"trainreport show: {_explain_unauthorized(exc, token)}", file=sys.stderr)
-        return 1
-    except NotFoundError as exc:
-        if url.endswith("/v1"):
-            explained = f"{exc}; give the base URL without /v1: --url {_shown_url(url[:-3])}"
-        elif exc.job_id is None:
-            explained = f"{exc}; is {_shown_url(url)} a trainreport job-status service?"
-        else:
-            explained = _explain_not_found(exc, url, token)
-        print(f"trainreport show: {explained}", file=sys.stderr)
-        return 1
     except ClientError as exc:
-        print(f"trainreport show: {exc}", file=sys.stderr)
+        explained = _explain_client_error(exc, url, token, url_from="--url or $TRAINREPORT_URL")
+        print(f"trainreport show: {explained}", file=sys.stderr)
         return 1
     print(describe_task(task))
     return 0
@@ -662,6 +674,32 @@ def _shown_url(url: str) -> str:
     from trainreport.client import _redacted  # noqa: PLC0415
 
     return _redacted(url)
+
+
+def _explain_client_error(
+    exc: ClientError, url: str, token: str | None, *, url_from: str = "--url"
+) -> str:
+    """One line on what a failed read of ``url`` means and what to do (never the token).
+
+    The one wording for ``show`` and ``demo`` alike; ``url_from`` names where the
+    URL came from. Never raises.
+    """
+    if isinstance(exc, UnreachableError):
+        from trainreport.client import _unreachable_reason  # noqa: PLC0415
+
+        return (
+            f"cannot reach {exc.url}: {_unreachable_reason(exc.__cause__)}; is "
+            f"`trainreport serve` running there? check {url_from}"
+        )
+    if isinstance(exc, UnauthorizedError):
+        return _explain_unauthorized(exc, token)
+    if isinstance(exc, NotFoundError):
+        if url.endswith("/v1"):
+            return f"{exc}; give the base URL without /v1: --url {_shown_url(url[:-3])}"
+        if exc.job_id is None:
+            return f"{exc}; is {_shown_url(url)} a trainreport job-status service?"
+        return _explain_not_found(exc, url, token)
+    return str(exc)
 
 
 def _explain_unauthorized(exc: ClientError, token: str | None) -> str:
