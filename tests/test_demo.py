@@ -230,3 +230,37 @@ def test_demo_whose_final_read_fails_prints_one_line_and_stops_its_server(
     assert last.startswith(f"trainreport demo: cannot reach {asked[0]}: connection reset; ")
     with pytest.raises(urllib3.exceptions.HTTPError):  # the embedded server was stopped
         urllib3.request("GET", asked[0] + "/v1/jobs", retries=False, timeout=5.0)
+
+
+def test_sparkline_of_a_long_flat_series_shows_its_one_point_spike() -> None:
+    """10,000 points at 1.0 with one of 100: the character of its bucket is the full bar."""
+    values: list[float | None] = [1.0] * 10_000
+    values[5001] = 100.0
+
+    chart = sparkline(values)
+
+    assert 48 == len(chart)
+    assert 1 == chart.count("█")
+    assert {"▁", "█"} == set(chart)
+
+
+def test_sparkline_of_a_long_flat_series_shows_its_one_point_dip() -> None:
+    """The minimum counts too: one point of 0 among 10,000 at 1.0 is the lowest bar."""
+    values: list[float | None] = [1.0] * 10_000
+    values[7777] = 0.0
+
+    chart = sparkline(values)
+
+    assert 1 == chart.count("▁")
+    assert {"▁", "█"} == set(chart)
+
+
+def test_sparkline_buckets_leave_a_gap_only_where_nothing_is_finite() -> None:
+    """A bucket of non-finite points is a space; one finite point is enough to draw it."""
+    values: list[float | None] = [1.0] * 100 + [None] * 100 + [2.0] * 100
+    values[150] = float("nan")
+    values[250] = None
+
+    chart = sparkline(values, width=3)
+
+    assert "▁ █" == chart
