@@ -7,6 +7,7 @@ is read as a user reads it; ``show --url`` talks to the real reference server.
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import os
 import re
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from trainreport import FileSink, HttpSink, Reporter
+from trainreport import FileSink, HttpSink, Reporter, cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -369,6 +370,109 @@ def test_show_file_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> Non
     assert "Traceback" not in proc.stderr
     assert "BrokenPipeError" not in proc.stderr
     assert 1 == len(proc.stdout.splitlines())
+
+
+# -- show --follow ----------------------------------------------------------------------
+
+
+class Screen(io.StringIO):
+    """A captured stdout that says whether it is a terminal."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def task_at(status: str, step: int) -> dict[str, Any]:
+    return {"status": status, "status_details": {"step": step, "max_steps": 3}}
+
+
+def test_follow_redraws_until_the_task_is_terminal() -> None:
+    """One summary per read, one wait of --interval between reads, none after the last."""
+    reads = iter([task_at("running", 1), task_at("running", 2), task_at("completed", 3)])
+    waits: list[float] = []
+    out = Screen(tty=False)
+
+    code = cli._follow(lambda: next(reads), interval_seconds=2.5, sleep=waits.append, out=out)
+
+    assert 0 == code
+    assert [2.5, 2.5] == waits
+    assert ["step 1 of 3", "step 2 of 3", "step 3 of 3"] == re.findall(
+        r"step \d of 3", out.getvalue()
+    )
+    assert "\x1b[" not in out.getvalue()  # not a terminal: no escape codes
+
+
+def test_follow_clears_the_screen_before_each_summary_on_a_terminal() -> None:
+    """On a terminal each summary replaces the last one."""
+    reads = iter([task_at("running", 1), task_at("failed", 2)])
+    out = Screen(tty=True)
+
+    cli._follow(lambda: next(reads), interval_seconds=1.0, sleep=lambda _s: None, out=out)
+
+    assert 2 == out.getvalue().count(cli._CLEAR_SCREEN)
+    assert out.getvalue().startswith(cli._CLEAR_SCREEN)
+
+
+def test_follow_ends_quietly_on_ctrl_c() -> None:
+    """Ctrl-C while waiting (or reading) is the way to stop: exit 0, nothing raised."""
+    out = Screen(tty=False)
+
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    code = cli._follow(
+        lambda: task_at("running", 1), interval_seconds=1.0, sleep=interrupted, out=out
+    )
+
+    assert 0 == code
+    assert "step 1 of 3" in out.getvalue()
+
+
+def test_follow_keeps_going_past_a_failed_read_but_not_a_failed_first_one() -> None:
+    """A read that fails (it said why) is retried; a first read that fails is exit 1."""
+    reads = iter([task_at("running", 1), None, task_at("completed", 3)])
+    waits: list[float] = []
+
+    code = cli._follow(lambda: next(reads), interval_seconds=1.0, sleep=waits.append)
+    first = cli._follow(lambda: None, interval_seconds=1.0, sleep=waits.append)
+
+    assert (0, 1) == (code, first)
+    assert [1.0, 1.0] == waits
+
+
+def test_show_follow_of_a_finished_run_log_prints_it_once_and_exits_0(tmp_path: Path) -> None:
+    """``show --file LOG --follow`` of a closed run returns at once: the task is terminal."""
+    path = tmp_path / "run.log"
+    reporter = log_run(path, 3, close=False)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+    result = run_cli("show", "--file", str(path), "--follow", "--interval", "60")
+
+    assert 0 == result.returncode, result.stderr
+    assert 1 == result.stdout.count("status completed, phase done, step 3 of 6")
+
+
+def test_show_follow_of_a_finished_task_on_the_server_exits_0(server: Any) -> None:
+    """``show --url URL JOB --follow`` reads the server the same way."""
+    report_run(server.url, "j1")
+
+    result = run_cli("show", "--url", server.url, "j1", "-f", "--interval", "60", env=clean_env())
+
+    assert 0 == result.returncode, result.stderr
+    assert 1 == result.stdout.count("status completed, phase done, step 3 of 3")
+
+
+def test_show_follow_without_a_job_is_a_usage_error(server: Any) -> None:
+    """Following needs one task: the job list is not followed."""
+    result = run_cli("show", "--url", server.url, "--follow", env=clean_env())
+
+    assert 2 == result.returncode
+    assert "--follow needs a JOB_ID" in result.stderr
 
 
 # -- the command itself -----------------------------------------------------------------

@@ -111,6 +111,7 @@ def test_an_unreachable_service_names_the_url_and_the_job(closed_url: str) -> No
     assert isinstance(raised.value, TrainReportError)
     assert closed_url in str(raised.value)
     assert "'job-x'" in str(raised.value)
+    assert str(raised.value).endswith("cannot reach it (connection refused)")
     assert (closed_url, "job-x", "train", None) == (
         raised.value.url,
         raised.value.job_id,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +130,137 @@ def test_show_prints_a_task_from_the_server_and_fails_cleanly_on_404(server: Any
     )
     assert 1 == missing.returncode
     assert "no job 'nope'" in missing.stderr
+
+
+# -- demo --url: the service is checked before training ---------------------------------
+
+
+def run_demo_cli(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``trainreport demo --job-id d1 ARGS`` in ``tmp_path``, environment without TRAINREPORT_*."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
+    clean.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "trainreport.cli", "demo", "--steps", "5", "--job-id", "d1", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+        env=clean,
+    )
+
+
+def assert_refused_before_training(proc: subprocess.CompletedProcess[str], tmp_path: Path) -> None:
+    """Exit 2, one line on stderr, no traceback, nothing trained (no checkpoint written)."""
+    assert 2 == proc.returncode, proc.stderr
+    assert 1 == len(proc.stderr.strip().splitlines()), proc.stderr
+    assert proc.stderr.startswith("trainreport demo: ")
+    assert "Traceback" not in proc.stderr
+    assert "completed after" not in proc.stdout
+    assert not (tmp_path / "trainreport-runs" / "d1").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [({"TRAINREPORT_TOKEN": "wrong-token"}, "refused the token"), ({}, "requires a token")],
+)
+def test_demo_url_with_a_refused_or_missing_token_exits_2_before_training(
+    token_server: Any, tmp_path: Path, env: dict[str, str], says: str
+) -> None:
+    """A token the server refuses (or none) is one line naming how to pass it; nothing trains."""
+    proc = run_demo_cli(tmp_path, "--url", token_server.url, env=env)
+
+    assert_refused_before_training(proc, tmp_path)
+    assert says in proc.stderr
+    assert "TRAINREPORT_TOKEN" in proc.stderr
+    assert "wrong-token" not in proc.stderr
+
+
+def test_demo_of_an_unreachable_url_exits_2_before_training(tmp_path: Path) -> None:
+    """Nothing listening: one line naming the URL and why, and what to do; nothing trains."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, not listening: refused
+        proc = run_demo_cli(tmp_path, "--url", url)
+
+    assert_refused_before_training(proc, tmp_path)
+    assert f"cannot reach {url}: connection refused" in proc.stderr
+    assert "trainreport serve" in proc.stderr
+
+
+def test_demo_url_with_the_token_in_a_file_trains_and_reports(
+    token_server: Any, server_token: str, tmp_path: Path
+) -> None:
+    """The check lets a good token through: --token-file works as for show and sync."""
+    token_file = tmp_path / "token"
+    token_file.write_text(server_token + "\n")
+
+    proc = run_demo_cli(tmp_path, "--url", token_server.url, "--token-file", str(token_file))
+
+    assert 0 == proc.returncode, proc.stderr
+    assert "job d1: completed after 5 of 5 steps" in proc.stdout
+    assert f"chart page: {token_server.url}/jobs/d1/tasks/train" in proc.stdout
+
+
+def test_demo_whose_final_read_fails_prints_one_line_and_stops_its_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The read after training failing is one line and exit 1, not a traceback."""
+    from trainreport import UnreachableError, client  # noqa: PLC0415
+    from trainreport.cli import main  # noqa: PLC0415
+
+    asked: list[str] = []
+
+    def read_task(url: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        asked.append(url)
+        message = f"reading task 'train' of job 'd1' at {url}: cannot reach it"
+        raise UnreachableError(message, url=url) from ConnectionResetError(104, "Connection reset")
+
+    monkeypatch.setattr(client, "read_task", read_task)  # the module _demo reads through
+    monkeypatch.chdir(tmp_path)
+
+    code = main(["demo", "--steps", "3", "--job-id", "d1", "--interval", "0.05"])
+    err = capsys.readouterr().err
+
+    assert 1 == code
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"trainreport demo: cannot reach {asked[0]}: connection reset; ")
+    with pytest.raises(urllib3.exceptions.HTTPError):  # the embedded server was stopped
+        urllib3.request("GET", asked[0] + "/v1/jobs", retries=False, timeout=5.0)
+
+
+def test_sparkline_of_a_long_flat_series_shows_its_one_point_spike() -> None:
+    """10,000 points at 1.0 with one of 100: the character of its bucket is the full bar."""
+    values: list[float | None] = [1.0] * 10_000
+    values[5001] = 100.0
+
+    chart = sparkline(values)
+
+    assert 48 == len(chart)
+    assert 1 == chart.count("█")
+    assert {"▁", "█"} == set(chart)
+
+
+def test_sparkline_of_a_long_flat_series_shows_its_one_point_dip() -> None:
+    """The minimum counts too: one point of 0 among 10,000 at 1.0 is the lowest bar."""
+    values: list[float | None] = [1.0] * 10_000
+    values[7777] = 0.0
+
+    chart = sparkline(values)
+
+    assert 1 == chart.count("▁")
+    assert {"▁", "█"} == set(chart)
+
+
+def test_sparkline_buckets_leave_a_gap_only_where_nothing_is_finite() -> None:
+    """A bucket of non-finite points is a space; one finite point is enough to draw it."""
+    values: list[float | None] = [1.0] * 100 + [None] * 100 + [2.0] * 100
+    values[150] = float("nan")
+    values[250] = None
+
+    chart = sparkline(values, width=3)
+
+    assert "▁ █" == chart

@@ -542,3 +542,56 @@ def test_a_finished_task_reads_done_with_no_eta_on_the_page_and_in_the_job_list(
     assert ("done", "\N{EN DASH}") == (phase, eta)  # the page's "no value"
     assert "done" in row.split("\t")
     assert "checkpointing" not in row
+
+
+@needs_chromium
+def test_a_failed_run_shows_its_error_as_text_and_steps_with_thousands_separators(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """The error reads "type: message" near the top (no raw JSON, no markup run), and
+    "100,000 / 100,000" on the task page and in the job list."""
+    message = f"CUDA out of memory.\nTried to allocate 2.00 GiB {HOSTILE}"
+    _call(
+        pool,
+        f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}",
+        "PATCH",
+        {
+            "status": "failed",
+            "status_details": {
+                "phase": "training",
+                "step": 100_000,
+                "max_steps": 100_000,
+                "error": {"type": "OutOfMemoryError", "message": message},
+            },
+        },
+    )
+    stat = (
+        "(k) => Array.from(document.querySelectorAll('.stat')).find((s) => "
+        "s.querySelector('.k').textContent === k).querySelector('.v').textContent"
+    )
+
+    with Browser() as browser:
+        browser.open(f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        browser.wait_for("document.querySelector('.stat') !== null")
+        step = browser.evaluate(f"({stat})('step')")
+        error = browser.evaluate(
+            "(() => { const e = document.querySelector('.error');"
+            " return e && [e.querySelector('.type').textContent,"
+            " e.querySelector('pre').textContent]; })()"
+        )
+        main = browser.evaluate("document.querySelector('main').innerText")
+        images = browser.evaluate("document.querySelectorAll('img').length")
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelector('table.tasks') !== null")
+        row = browser.evaluate("document.querySelector('table.tasks tbody tr').innerText")
+        cut = browser.evaluate(
+            "(() => { const td = document.querySelector('table.tasks td.num');"
+            " return td.scrollWidth > td.clientWidth; })()"
+        )
+
+    assert "100,000 / 100,000" == step
+    assert not cut  # the whole step shows in the job list
+    assert ["OutOfMemoryError", message] == error
+    assert '"type"' not in main
+    assert 0 == images  # the message is text, never markup
+    assert "100,000 / 100,000" in row.split("\t")

@@ -369,6 +369,28 @@ def test_the_page_shows_the_stale_message_in_place_of_the_eta(
 
 
 @needs_chromium
+def test_the_job_list_shows_the_whole_stale_message(
+    start_server: Any, clock: ManualClock, job: str
+) -> None:
+    """Its cell wraps instead of cutting the message to "no update for 4…"; its title holds it."""
+    server = start_server(clock=clock)
+    _run(server.url, job)
+    clock.now += 245
+
+    with Browser() as browser:
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelector('td.stale') !== null")
+        cell = browser.evaluate(
+            "(() => { const td = document.querySelector('td.stale');"
+            " return [td.title, td.scrollWidth <= td.clientWidth,"
+            " getComputedStyle(td).textOverflow]; })()"
+        )
+
+    assert [DEAD, True] == cell[:2]
+    assert "ellipsis" != cell[2]
+
+
+@needs_chromium
 def test_a_live_task_page_still_shows_its_eta(
     start_server: Any, clock: ManualClock, job: str
 ) -> None:

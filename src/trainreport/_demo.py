@@ -13,6 +13,7 @@ Needs the ``demo`` extra (numpy, scikit-learn, the server extra).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import time
@@ -23,8 +24,9 @@ import numpy as np
 
 from trainreport import HttpSink, Reporter, ReportingConfig, client
 from trainreport._summary import describe_task
+from trainreport.exceptions import ClientError, NotFoundError
 
-__all__ = ["DemoResult", "run_demo", "train"]
+__all__ = ["DemoResult", "check_service", "default_job_id", "run_demo", "train"]
 
 
 class _MLP:
@@ -168,13 +170,46 @@ class DemoResult:
         self.closed_cleanly = closed_cleanly
 
 
+def default_job_id() -> str:
+    """``demo-<local time>``, e.g. ``demo-20250101-120000``. Never raises."""
+    return "demo-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def check_service(url: str, job_id: str, token: str | None) -> None:
+    """Check that ``url`` answers and takes ``token``, before anything is trained.
+
+    One ``GET`` of the task the demo will write, the read it makes after
+    training anyway: 200 (a job run again) and 404 (a new job) both pass.
+
+    Args:
+        url: the service's base URL.
+        job_id: the job the demo reports to.
+        token: the bearer token, or ``None``.
+
+    Raises:
+        UnreachableError, UnauthorizedError, ClientError: as
+            :func:`trainreport.client.read_task`, except ``NotFoundError``.
+    """
+    with contextlib.suppress(NotFoundError):
+        client.read_task(url, job_id, "train", token, timeout_seconds=_CHECK_TIMEOUT_SECONDS)
+
+
+#: Seconds the check before training may take (connect and read each).
+_CHECK_TIMEOUT_SECONDS = 5.0
+
+
 def run_demo(args: argparse.Namespace) -> DemoResult:
-    """Run the demo as ``trainreport demo`` does, print the summary, return what it saw."""
+    """Run the demo as ``trainreport demo`` does, print the summary, return what it saw.
+
+    Raises:
+        ClientError: reading the task back after training failed (the embedded
+            server, if any, is stopped first).
+    """
     from trainreport.server import start_in_thread  # noqa: PLC0415 - the server extra
 
     runs = Path(args.runs_dir)
     runs.mkdir(parents=True, exist_ok=True)
-    job_id = args.job_id or "demo-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    job_id = args.job_id or default_job_id()
     db_path = runs / "trainreport.db"
     server = None
     url = args.url
@@ -197,7 +232,12 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     finally:
         closed = reporter.close(timeout=30.0)
     elapsed = time.monotonic() - started
-    task = client.read_task(url, job_id, "train", args.token)
+    try:
+        task = client.read_task(url, job_id, "train", args.token)
+    except ClientError:
+        if server is not None:
+            server.stop()
+        raise
     _print_summary(reporter, task, job_id, elapsed, final, closed)
     page = f"{url}/jobs/{job_id}/tasks/train"
     result = DemoResult(url, job_id, task, closed)

@@ -28,22 +28,50 @@ _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 def sparkline(values: Sequence[float | None], width: int = 48) -> str:
-    """A one-line chart of ``values``, resampled to at most ``width`` characters.
+    """A one-line chart of ``values``, at most ``width`` characters, spikes kept.
 
-    ``None`` and non-finite points are drawn as spaces. Never raises.
+    Bars are scaled between the lowest and highest finite value. A longer
+    series is cut into ``width`` buckets of consecutive points, and each
+    character draws its bucket's minimum or maximum, whichever lies farther
+    from the bucket's median: a single point of a spike (or a dip) among
+    thousands shows as the bar of its bucket, where sampling one point per
+    character would miss it (docs/server.md, "Reading tasks in the terminal").
+    A bucket without a finite value is a space (a gap), as is a ``None`` or
+    non-finite point of a short series. Never raises.
     """
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
         return ""
-    if len(values) > width:
-        values = [values[round(i * (len(values) - 1) / (width - 1))] for i in range(width)]
     low, high = min(finite), max(finite)
     span = (high - low) or 1.0
     top = len(_SPARKS) - 1
+    shown = values if len(values) <= width else _extremes(values, width)
     return "".join(
         " " if v is None or not math.isfinite(v) else _SPARKS[min(top, int((v - low) / span * 8))]
-        for v in values
+        for v in shown
     )
+
+
+def _extremes(values: Sequence[float | None], buckets: int) -> list[float | None]:
+    """Per bucket of consecutive values, the minimum or maximum farther from its median.
+
+    ``None`` for a bucket without a finite value. ``len(values) > buckets >= 1``.
+    """
+    n = len(values)
+    picked: list[float | None] = []
+    for i in range(buckets):
+        bucket = sorted(
+            v
+            for v in values[i * n // buckets : (i + 1) * n // buckets]
+            if v is not None and math.isfinite(v)
+        )
+        if not bucket:
+            picked.append(None)
+            continue
+        median = bucket[len(bucket) // 2]
+        lowest, highest = bucket[0], bucket[-1]
+        picked.append(highest if highest - median >= median - lowest else lowest)
+    return picked
 
 
 def shown_phase(status: object, phase: object) -> str:

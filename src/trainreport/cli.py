@@ -16,9 +16,10 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from trainreport import _environment
 from trainreport.exceptions import ClientError, NotFoundError, UnauthorizedError, UnreachableError
@@ -42,6 +43,7 @@ DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 100
 DEFAULT_STALE_AFTER_SECONDS = 180.0
+DEFAULT_FOLLOW_INTERVAL_SECONDS = 2.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -449,12 +451,15 @@ def _add_demo(subparsers: Any) -> None:
     )
     demo.add_argument("--job-id", help="job id (default: demo-<local time>)")
     demo.add_argument("--url", help="report to this job-status service instead of starting one")
-    demo.add_argument(
+    token = demo.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file", type=Path, help="read the bearer token for --url from this file"
+    )
+    token.add_argument(
         "--token",
-        default=_environment.read_http_settings().token,
         help=(
-            "bearer token for --url (default: $TRAINREPORT_TOKEN; visible in the process "
-            "list: prefer the variable)"
+            "bearer token for --url (default: $TRAINREPORT_TOKEN, else the file named by "
+            "$TRAINREPORT_TOKEN_FILE; visible in the process list: prefer --token-file)"
         ),
     )
     demo.add_argument(
@@ -485,14 +490,37 @@ def _add_demo(subparsers: Any) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from trainreport._demo import run_demo  # noqa: PLC0415 - needs the demo extra
+        from trainreport._demo import (  # noqa: PLC0415 - needs the demo extra
+            check_service,
+            default_job_id,
+            run_demo,
+        )
     except ImportError as exc:
         print(
             f"trainreport demo needs the 'demo' extra ({exc}): pip install 'trainreport[demo]'",
             file=sys.stderr,
         )
         return 1
-    result = run_demo(args)
+    try:
+        args.token = _show_token(args)
+    except OSError as exc:
+        print(f"trainreport demo: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    args.job_id = args.job_id or default_job_id()
+    if args.url is not None:
+        args.url = args.url.rstrip("/")
+        try:  # before training: a wrong URL or token must not cost a whole run
+            check_service(args.url, args.job_id, args.token)
+        except ClientError as exc:
+            explained = _explain_client_error(exc, args.url, args.token)
+            print(f"trainreport demo: {explained}", file=sys.stderr)
+            return 2
+    try:
+        result = run_demo(args)
+    except ClientError as exc:  # reading the task back after training
+        url = exc.url if args.url is None else args.url
+        print(f"trainreport demo: {_explain_client_error(exc, url, args.token)}", file=sys.stderr)
+        return 1
     return 0 if result.task.get("status") == "completed" and result.closed_cleanly else 1
 
 
@@ -524,6 +552,25 @@ def _add_show(subparsers: Any) -> None:
     )
     show.add_argument("job_id", nargs="?", help="the job (with --url; without it: list the jobs)")
     show.add_argument("--task", default="train", help="the task id (default: train)")
+    show.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help=(
+            "watch the task: read it again and print a fresh summary every --interval "
+            "seconds until it is completed, failed or cancelled (Ctrl-C stops)"
+        ),
+    )
+    show.add_argument(
+        "--interval",
+        type=_positive_seconds,
+        default=DEFAULT_FOLLOW_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "seconds between two reads with --follow "
+            f"(default: {DEFAULT_FOLLOW_INTERVAL_SECONDS:g})"
+        ),
+    )
     token = show.add_mutually_exclusive_group()
     token.add_argument(
         "--token-file", type=Path, help="read the bearer token from this file (for --url)"
@@ -558,6 +605,8 @@ def _show(args: argparse.Namespace) -> int:
     from trainreport._summary import describe_jobs, describe_task  # noqa: PLC0415
 
     if args.file is not None:
+        if args.follow:
+            return _follow(lambda: _file_task(args.file), interval_seconds=args.interval)
         return _show_file(args.file)
     url = (args.url or _environment.read_http_settings().url or _LOCAL_URL).rstrip("/")
     try:
@@ -565,6 +614,16 @@ def _show(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"trainreport show: cannot read the token file: {exc}", file=sys.stderr)
         return 2
+    if args.follow:
+        if not args.job_id:
+            print(
+                "trainreport show: --follow needs a JOB_ID (or --file): it watches one task",
+                file=sys.stderr,
+            )
+            return 2
+        return _follow(
+            lambda: _url_task(url, args.job_id, args.task, token), interval_seconds=args.interval
+        )
     try:
         if not args.job_id:
             print(describe_jobs(client.list_jobs(url, token)))
@@ -573,26 +632,87 @@ def _show(args: argparse.Namespace) -> int:
             )
             return 0
         task = client.read_task(url, args.job_id, args.task, token)
-    except UnreachableError as exc:
-        print(f"trainreport show: cannot reach {exc.url} ({exc})", file=sys.stderr)
-        return 1
-    except UnauthorizedError as exc:
-        print(f"trainreport show: {_explain_unauthorized(exc, token)}", file=sys.stderr)
-        return 1
-    except NotFoundError as exc:
-        if url.endswith("/v1"):
-            explained = f"{exc}; give the base URL without /v1: --url {_shown_url(url[:-3])}"
-        elif exc.job_id is None:
-            explained = f"{exc}; is {_shown_url(url)} a trainreport job-status service?"
-        else:
-            explained = _explain_not_found(exc, url, token)
-        print(f"trainreport show: {explained}", file=sys.stderr)
-        return 1
     except ClientError as exc:
-        print(f"trainreport show: {exc}", file=sys.stderr)
+        explained = _explain_client_error(exc, url, token, url_from="--url or $TRAINREPORT_URL")
+        print(f"trainreport show: {explained}", file=sys.stderr)
         return 1
     print(describe_task(task))
     return 0
+
+
+#: What clears a terminal and puts the cursor at its top left (ANSI: home, erase display).
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def _follow(
+    read: Callable[[], Mapping[str, Any] | None],
+    *,
+    interval_seconds: float,
+    sleep: Callable[[float], object] = time.sleep,
+    out: TextIO | None = None,
+) -> int:
+    """``show --follow``: print a fresh summary of ``read()`` every ``interval_seconds``.
+
+    Stops when the task is terminal (completed, failed, cancelled) or on Ctrl-C.
+    On a terminal the screen is cleared before each summary; otherwise the
+    summaries follow one another (a log of the run's progress).
+
+    Args:
+        read: reads the task once; ``None`` when the read failed, having printed why.
+        interval_seconds: the wait between two reads, in seconds.
+        sleep: how to wait (``time.sleep``; tests pass a recorder).
+        out: where summaries go (default: ``sys.stdout``).
+
+    Returns:
+        0 once the task is terminal or on Ctrl-C; 1 when the first read fails
+        (a later failed read is retried: a server restarting, a log being written).
+        Never raises ``KeyboardInterrupt``.
+    """
+    from trainreport._lifecycle import TERMINAL_STATUSES  # noqa: PLC0415
+    from trainreport._summary import describe_task  # noqa: PLC0415
+
+    stream = sys.stdout if out is None else out
+    clear = stream.isatty()
+    first = True
+    try:
+        while True:
+            task = read()
+            if task is None and first:
+                return 1
+            if task is not None:
+                shown = describe_task(task)
+                stream.write(f"{_CLEAR_SCREEN if clear else ''}{shown}\n")
+                status = task.get("status")
+                if isinstance(status, str) and status in TERMINAL_STATUSES:
+                    stream.flush()
+                    return 0
+                stream.write(
+                    f"\n(read {time.strftime('%H:%M:%S')}; again every {interval_seconds:g} s "
+                    "until the task ends; Ctrl-C stops)\n"
+                )
+                stream.flush()
+            first = False
+            sleep(interval_seconds)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _url_task(url: str, job_id: str, task_id: str, token: str | None) -> dict[str, Any] | None:
+    """One read of ``show --url --follow``; ``None`` after printing why it failed."""
+    from trainreport import client  # noqa: PLC0415
+
+    try:
+        return client.read_task(url, job_id, task_id, token)
+    except ClientError as exc:
+        explained = _explain_client_error(exc, url, token, url_from="--url or $TRAINREPORT_URL")
+        print(f"trainreport show: {explained}", file=sys.stderr, flush=True)
+        return None
+
+
+def _file_task(path: Path) -> dict[str, Any] | None:
+    """One read of ``show --file --follow``; ``None`` after printing why it failed."""
+    run = _load("show", path)
+    return None if run is None else dict(run.task)
 
 
 @contextlib.contextmanager
@@ -662,6 +782,32 @@ def _shown_url(url: str) -> str:
     from trainreport.client import _redacted  # noqa: PLC0415
 
     return _redacted(url)
+
+
+def _explain_client_error(
+    exc: ClientError, url: str, token: str | None, *, url_from: str = "--url"
+) -> str:
+    """One line on what a failed read of ``url`` means and what to do (never the token).
+
+    The one wording for ``show`` and ``demo`` alike; ``url_from`` names where the
+    URL came from. Never raises.
+    """
+    if isinstance(exc, UnreachableError):
+        from trainreport.client import _unreachable_reason  # noqa: PLC0415
+
+        return (
+            f"cannot reach {exc.url}: {_unreachable_reason(exc.__cause__)}; is "
+            f"`trainreport serve` running there? check {url_from}"
+        )
+    if isinstance(exc, UnauthorizedError):
+        return _explain_unauthorized(exc, token)
+    if isinstance(exc, NotFoundError):
+        if url.endswith("/v1"):
+            return f"{exc}; give the base URL without /v1: --url {_shown_url(url[:-3])}"
+        if exc.job_id is None:
+            return f"{exc}; is {_shown_url(url)} a trainreport job-status service?"
+        return _explain_not_found(exc, url, token)
+    return str(exc)
 
 
 def _explain_unauthorized(exc: ClientError, token: str | None) -> str:

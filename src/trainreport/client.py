@@ -249,7 +249,12 @@ def _get(
         )
     except (urllib3.exceptions.HTTPError, ValueError) as exc:  # ValueError: an unusable URL
         raise _error(
-            UnreachableError, f"cannot reach it ({type(exc).__name__})", url, job_id, task_id, None
+            UnreachableError,
+            f"cannot reach it ({_unreachable_reason(exc)})",
+            url,
+            job_id,
+            task_id,
+            None,
         ) from exc
     if response.status != 200:
         raise _status_error(response, url, job_id, task_id, token)
@@ -259,6 +264,34 @@ def _get(
         raise _error(
             ClientError, "the answer is not JSON", url, job_id, task_id, response.status
         ) from exc
+
+
+def _unreachable_reason(exc: BaseException | None) -> str:
+    """Why a request could not be made, in a few lower-case words. Never raises.
+
+    The operating system's words for the first ``OSError`` in ``exc``'s chain of
+    causes ("connection refused", "name or service not known"), else "timed out"
+    for a timeout, else the message of an unusable URL or the exception's type name.
+
+    Args:
+        exc: what urllib3 raised (``None``: "unknown error").
+    """
+    chain: list[BaseException] = []
+    cause = exc
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for cause in chain:
+        if isinstance(cause, OSError) and cause.strerror:
+            return str(cause.strerror).lower()
+    # after the OS's words: urllib3's NewConnectionError is a ConnectTimeoutError too
+    if any(isinstance(c, TimeoutError | urllib3.exceptions.TimeoutError) for c in chain):
+        return "timed out"
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, ValueError) and str(exc):
+        return str(exc).rstrip(".")
+    return type(exc).__name__
 
 
 def _status_error(

@@ -7,7 +7,7 @@
     "#ca8a04", "#db2777", "#4f46e5", "#65a30d"];
   const KNOWN_DETAILS = new Set(["phase", "step", "max_steps", "epoch", "num_epochs",
     "percentage_done", "eta_seconds", "updated_at", "checkpoint_path", "hyperparameters",
-    "metrics"]);
+    "metrics", "error"]);
   const TERMINAL = new Set(["completed", "failed", "cancelled"]);
   const hashParams = new URLSearchParams(window.location.hash.slice(1));
   const token = hashParams.get("token");
@@ -165,11 +165,18 @@
   }
   function updatedCell(task) {
     const stale = staleMessage(task);
-    return stale ? el("td", "stale", stale) : el("td", "muted", fmtAgo(task.updated_at));
+    if (!stale) return el("td", "muted", fmtAgo(task.updated_at));
+    const cell = el("td", "stale", stale);  // wraps (page.css); the whole text on hover too
+    cell.title = stale;
+    return cell;
+  }
+  // Whole numbers with thousands separators ("100,000"), anything else as fmtValue.
+  function fmtCount(v) {
+    return Number.isInteger(v) ? v.toLocaleString("en-US") : fmtValue(v);
   }
   function stepText(step, max) {
     if (step === null || step === undefined) return "–";
-    return isNum(max) ? fmtValue(step) + " / " + fmtValue(max) : fmtValue(step);
+    return isNum(max) ? fmtCount(step) + " / " + fmtCount(max) : fmtCount(step);
   }
 
   // ---- index page --------------------------------------------------------------------
@@ -479,6 +486,22 @@
     return stat("checkpoint", value, null, "checkpoint");
   }
 
+  // A failed run's error ({"type", "message"} from report_error / report_outcome) as text:
+  // the type, then the message as written (line breaks kept); any other key below it.
+  function errorCard(error) {
+    const card = el("section", "card error");
+    const known = error && typeof error === "object" && !Array.isArray(error);
+    append(card, append(el("h2"), el("span", null, "error"),
+      known && typeof error.type === "string" ? el("span", "type", error.type) : null));
+    const message = known ? error.message : error;
+    append(card, el("pre", "message", typeof message === "string" ? message : fmtValue(message)));
+    if (known) {
+      const rest = Object.entries(error).filter(([k]) => k !== "type" && k !== "message").sort();
+      if (rest.length) append(card, kvList(rest));
+    }
+    return card;
+  }
+
   function renderDetails(container, tables, task) {
     const d = task.status_details || {};
     const frag = document.createDocumentFragment();
@@ -501,6 +524,7 @@
     progress.querySelector(".muted").remove();
     append(summary, progress);
     append(frag, summary);
+    if (d.error !== undefined && d.error !== null) append(frag, errorCard(d.error));
     container.replaceChildren(frag);
 
     const cols = el("div", "cols");
