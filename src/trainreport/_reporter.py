@@ -89,12 +89,12 @@ class Reporter(ReporterLifecycle):
         rank: int | None = None,
     ) -> None:
         if (sink is None) == (sinks is None):
-            raise ConfigError("give a sink, or sinks=[...], not both")
+            raise ConfigError(["give a sink, or sinks=[...], not both"])
         chosen = [sink] if sink is not None else list(sinks or ())
         if not chosen:
-            raise ConfigError("sinks=[...] is empty: give at least one sink")
+            raise ConfigError(["sinks=[...] is empty: give at least one sink"])
         if len({id(s) for s in chosen}) != len(chosen):
-            raise ConfigError("the same sink is given twice: each destination needs its own")
+            raise ConfigError(["the same sink is given twice: each destination needs its own"])
         self._sinks = tuple(chosen)
         self._config = config if config is not None else ReportingConfig()
         self._init_queue(self._config, clock)
