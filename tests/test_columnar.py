@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -65,7 +66,7 @@ def short_form(t: float, step: object, epoch: object, metrics: object) -> Report
     item = train(t, step, epoch, metrics)
     copied = item[4]
     if (
-        type(step) is not int
+        (type(step) is not int and step is not None)
         or type(epoch) not in (int, float, type(None))
         or type(copied) is not dict
         or {TRAIN_TIME, TRAIN_STEP, TRAIN_EPOCH} & copied.keys()
@@ -79,7 +80,9 @@ def reports(draw: st.DrawFn) -> list[Report]:
     """A report sequence: mostly like training steps, with odd ones mixed in.
 
     A training step takes either form (the short form, the way the hot path
-    queues it, or the ``TRAIN`` tuple), mixed within one sequence.
+    queues it, or the ``TRAIN`` tuple), mixed within one sequence, and one in
+    four omits its step (``None``: the last training step + 1, resolved on the
+    reporter thread), mixed with explicit ones.
     """
     out: list[Report] = []
     step = draw(st.integers(min_value=0, max_value=3))
@@ -102,7 +105,7 @@ def reports(draw: st.DrawFn) -> list[Report]:
             if draw(st.integers(0, 9)) == 0:  # the same keys in another order
                 metrics = dict(reversed(metrics.items()))
             build = short_form if draw(st.booleans()) else train
-            out.append(build(t, step, epoch, metrics))
+            out.append(build(t, None if draw(st.integers(0, 3)) == 0 else step, epoch, metrics))
         elif kind == "odd_train":
             odd_keys = draw(st.lists(st.sampled_from(BASE_KEYS + ODD_KEYS), max_size=6))
             odd = {k: draw(VALUES) for k in odd_keys}
@@ -252,10 +255,24 @@ def test_batches_and_single_reports_leave_the_same_record(
 
 
 @pytest.mark.parametrize("build", [short_form, train], ids=["short form", "tuple"])
-def test_like_training_reports_are_applied_as_batches(build: Any) -> None:
-    """The common case (the same metrics every step) takes the batch path, not a loop per point."""
-    items = [build(float(s), s, 1, {"loss": 1.0 / s, "lr": 0.1, "acc": 0.5}) for s in range(1, 51)]
+@pytest.mark.parametrize(
+    "given",
+    [lambda s: s, lambda _s: None, lambda s: s if s % 7 == 0 else None],
+    ids=["steps given", "steps omitted", "mixed"],
+)
+def test_like_training_reports_are_applied_as_batches(
+    build: Any, given: Callable[[int], int | None]
+) -> None:
+    """The common case (the same metrics every step) takes the batch path, not a loop per point.
+
+    So does the same loop without its steps (``report_train_step(metrics=...)``):
+    the batch numbers them as the per-point path does, 1 to 50.
+    """
+    items = [
+        build(float(s), given(s), 1, {"loss": 1.0 / s, "lr": 0.1, "acc": 0.5}) for s in range(1, 51)
+    ]
     per_point = _run(items, [], [], ReportingConfig(), batch=False)
     batched = _run(items, [], [], ReportingConfig(), batch=True)
     assert per_point[:3] == batched[:3]
+    assert list(range(1, 51)) == batched[0]["series"]["train_loss"][0]
     assert 49 == batched[3]  # all but the first training step (the purge decision)

@@ -60,8 +60,10 @@ def test_reporter_takes_one_sink_or_a_list_but_not_both() -> None:
         {"sinks": [one, one]},
     ]
     for bad in bad_arguments:
-        with pytest.raises(ConfigError):
+        with pytest.raises(ConfigError) as info:
             Reporter(**bad)
+        assert 1 == len(info.value.problems)  # one line that says what to do, not its letters
+        assert "sink" in info.value.problems[0]
 
 
 def test_two_healthy_destinations_of_different_wire_modes_hold_the_same_record(

@@ -196,3 +196,82 @@ def test_tests_do_not_see_the_callers_reporting_environment() -> None:
         if name.startswith(CALLER_ENVIRONMENT_PREFIXES) or name in CALLER_ENVIRONMENT_NAMES
     }
     assert {"TRAINREPORT_JOURNAL"} == leaked - SUITE_KNOBS
+
+
+# --- Reporter.from_env(config=...) ------------------------------------------------------
+
+
+def test_from_env_takes_an_explicit_config_as_its_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``config=`` replaces the defaults; no config variable set: it is used as given."""
+    monkeypatch.chdir(tmp_path)
+    config = ReportingConfig(heartbeat_seconds=7.0, time_series_metrics=("train_*",))
+    with capture_events() as events:
+        reporter = Reporter.from_env({}, config=config)
+    assert config == reporter.config
+    assert [] == [e for e in events if e["event"] == "trainreport.config_overridden"]
+
+
+def test_a_config_variable_that_is_set_overrides_the_explicit_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job system's variable wins over the script's value, field by field, with one event."""
+    monkeypatch.chdir(tmp_path)
+    config = ReportingConfig(heartbeat_seconds=7.0, max_metric_names=50)
+    env = {"TRAINREPORT_HEARTBEAT_SECONDS": "9", "TRAINREPORT_MAX_METRIC_NAMES": "50"}
+    with capture_events() as events:
+        reporter = Reporter.from_env(env, config=config)
+    assert config.evolve(heartbeat_seconds=9.0) == reporter.config
+    overridden = [e for e in events if e["event"] == "trainreport.config_overridden"]
+    assert [(["heartbeat_seconds"], ["TRAINREPORT_HEARTBEAT_SECONDS"])] == [
+        (e["fields"], e["variables"]) for e in overridden
+    ]
+
+
+def test_a_bad_config_variable_keeps_the_explicit_configs_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leniently, as without ``config=``: the field keeps the given value, not the default."""
+    monkeypatch.chdir(tmp_path)
+    config = ReportingConfig(heartbeat_seconds=7.0)
+    with capture_events() as events:
+        reporter = Reporter.from_env({"TRAINREPORT_HEARTBEAT_SECONDS": "soon"}, config=config)
+    assert 7.0 == reporter.config.heartbeat_seconds
+    invalid = [e for e in events if e["event"] == "trainreport.config_field_invalid"]
+    assert ["TRAINREPORT_HEARTBEAT_SECONDS"] == [e["variable"] for e in invalid]
+
+
+def test_from_env_without_a_config_is_from_env_with_the_default_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``from_env(env)`` and ``from_env(env, config=ReportingConfig())`` read the same config."""
+    monkeypatch.chdir(tmp_path)
+    env = {"TRAINREPORT_HEARTBEAT_SECONDS": "9", "TRAINREPORT_TIME_SERIES_METRICS": "a,b"}
+    assert (
+        Reporter.from_env(env).config
+        == Reporter.from_env(env, config=ReportingConfig()).config
+        == ReportingConfig(heartbeat_seconds=9.0, time_series_metrics=("a", "b"))
+    )
+
+
+def test_a_positional_config_is_a_config_error_that_says_pass_it_as_config() -> None:
+    """The first argument is the environment: a ``ReportingConfig`` there is named, with the fix."""
+    with pytest.raises(trainreport.ConfigError) as info:
+        Reporter.from_env(ReportingConfig(heartbeat_seconds=7.0))  # type: ignore[arg-type]
+    assert "pass it as config=" in str(info.value)
+    assert "ReportingConfig" in str(info.value)
+
+
+@pytest.mark.parametrize("environ", ["TRAINREPORT_URL=http://x", ["TRAINREPORT_URL"], 3])
+def test_an_environment_that_is_not_a_mapping_is_a_config_error(environ: object) -> None:
+    """Anything but a mapping (or ``None``) as ``environ`` is named at setup time."""
+    with pytest.raises(trainreport.ConfigError, match="environ must be a mapping"):
+        Reporter.from_env(environ)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", [{"heartbeat_seconds": 7.0}, "heartbeat_seconds=7"])
+def test_a_config_that_is_not_a_reporting_config_is_a_config_error(config: object) -> None:
+    """``config=`` takes a ``ReportingConfig``; the message says how to parse a mapping."""
+    with pytest.raises(trainreport.ConfigError, match=r"ReportingConfig\.from_mapping"):
+        Reporter.from_env({}, config=config)  # type: ignore[arg-type]

@@ -28,7 +28,9 @@ GARBAGE = st.one_of(
     st.integers(min_value=2**1100, max_value=2**1100 + 5),
 )
 STEPS = st.integers(min_value=0, max_value=60)
-BAD_STEPS = st.one_of(st.just("x"), st.just("50.0"), st.just(-3), st.just(2**70), st.none())
+BAD_STEPS = st.one_of(st.just("x"), st.just("50.0"), st.just(-3), st.just(2**70))
+#: An omitted training step (the last training step + 1); for validation, a bad step.
+NO_STEP = st.none()
 
 
 def metric_dicts() -> st.SearchStrategy[Any]:
@@ -42,8 +44,8 @@ def metric_dicts() -> st.SearchStrategy[Any]:
 
 
 CALLS = st.one_of(
-    st.tuples(st.just("train"), st.one_of(STEPS, BAD_STEPS), metric_dicts()),
-    st.tuples(st.just("val"), st.one_of(STEPS, BAD_STEPS), metric_dicts()),
+    st.tuples(st.just("train"), st.one_of(STEPS, BAD_STEPS, NO_STEP), metric_dicts()),
+    st.tuples(st.just("val"), st.one_of(STEPS, BAD_STEPS, NO_STEP), metric_dicts()),
     st.tuples(st.just("garbage_epoch"), STEPS, st.dictionaries(NAMES, VALUES, max_size=2)),
 )
 
@@ -66,6 +68,7 @@ class Model:
 
     def __init__(self) -> None:
         self.series: dict[str, list[tuple[int, float]]] = {}
+        self.last_train_step = 0  # an omitted step is the last training step + 1
 
     def point(self, name: str, step: int, value: float) -> None:
         # A point at or before a series' last step replaces that series' tail (no stored
@@ -75,6 +78,7 @@ class Model:
         self.series[name] = points
 
     def train(self, step: int, metrics: object) -> None:
+        self.last_train_step = step
         self.record("train", step, metrics)
 
     def record(self, phase: str, step: int, metrics: object) -> None:
@@ -107,8 +111,9 @@ def test_any_report_sequence_never_raises_and_keeps_every_point_once(
     for kind, step, metrics in calls:
         if kind == "train":
             reporter.report_train_step(step=step, metrics=metrics)
-            if valid_step(step):
-                model.train(step, metrics)
+            resolved = model.last_train_step + 1 if step is None else step  # omitted: not bad
+            if valid_step(resolved):
+                model.train(resolved, metrics)
         elif kind == "val":
             reporter.report_validation(step=step, metrics=metrics)
             if valid_step(step):

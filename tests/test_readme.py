@@ -1,8 +1,9 @@
-"""The README's plain-loop example runs as written and leaves the expected curves."""
+"""The README's plain-loop examples (the shortest first, then the long one) run as written."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def plain_loop_example() -> str:
 
 
 def test_plain_loop_example_runs_and_writes_the_curves(tmp_path: Path) -> None:
-    """Run the README's first Python block in a fresh interpreter and read its JSON file."""
+    """Run the README's long plain-loop block in a fresh interpreter and read its JSON file."""
     example = plain_loop_example()
     subprocess.run([sys.executable, "-c", example], cwd=tmp_path, check=True, timeout=120)
     task = json.loads((tmp_path / "trainreport-runs" / "example.json").read_text())
@@ -83,3 +84,35 @@ def test_plain_loop_example_reports_ctrl_c_as_cancelled_interrupted(tmp_path: Pa
         details["phase"],
     )
     assert ("error" not in details, 119) == (True, details["step"])
+
+
+def shortest_example() -> str:
+    examples = [b for b in python_blocks() if "Reporter.from_env() as reporter" in b]
+    assert 1 == len(examples)
+    return examples[0]
+
+
+def test_the_shortest_example_comes_first_in_the_plain_loop_section() -> None:
+    """The ``with Reporter.from_env()`` form is the section's first block, before the long one."""
+    section = (ROOT / "README.md").read_text().split("## A plain training loop", 1)[1]
+    first = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    assert shortest_example() == first
+    assert "step=" not in first  # the steps are counted for the caller
+
+
+def test_the_shortest_example_runs_and_counts_its_steps(tmp_path: Path) -> None:
+    """No environment: a run log under ./trainreport-runs/, completed, steps 1 to N, none given."""
+    example = shortest_example()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TRAINREPORT_", "KUBEFLOW_TRAINER_"))
+    }
+    subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=env, check=True, timeout=120)
+    logs = list((tmp_path / "trainreport-runs").glob("*.log"))
+    assert 1 == len(logs)
+    task = read_task(logs[0])
+    details = task["status_details"]
+    n = int(re.findall(r"range\((\d+)\)", example)[0])
+    assert ("completed", "done", n) == (task["status"], details["phase"], details["step"])
+    assert list(range(1, n + 1)) == [p["step"] for p in details["metrics"]["train_loss"]]

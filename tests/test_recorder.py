@@ -233,3 +233,50 @@ def test_two_keys_naming_the_same_series_in_one_report_give_one_point() -> None:
 
     _, task = run(body)
     assert [(0, 1, 2.0), (5, 1, 4.0)] == curve(task, "val_loss")
+
+
+# --- an omitted step (docs/design.md#metrics, "Steps and epochs") ----------------------
+
+
+def test_an_omitted_step_counts_training_steps_from_one() -> None:
+    """``report_train_step(metrics=...)`` without ``step``: 1, 2, 3, ... (as wandb and Trackio)."""
+
+    def body(r: Reporter, _: FakeClock) -> None:
+        for i in range(5):
+            r.report_train_step(metrics={"loss": float(i)})
+
+    reporter, task = run(body)
+    assert [(s, 1, float(s - 1)) for s in range(1, 6)] == curve(task, "train_loss")
+    assert 5 == task["status_details"]["step"]
+    assert 0 == sum(reporter.stats().drops.values())
+
+
+def test_an_omitted_step_follows_the_last_training_step_given_or_not() -> None:
+    """Explicit and implicit steps mix: an omitted step is the last training step seen + 1."""
+
+    def body(r: Reporter, _: FakeClock) -> None:
+        r.report_train_step(step=10, metrics={"loss": 1.0})
+        r.report_train_step(metrics={"loss": 2.0})
+        r.report_train_step(metrics={"loss": 3.0})
+        r.report_validation(step=50, metrics={"loss": 0.5})  # not a training step
+        r.report_train_step(step=20, metrics={"loss": 4.0})
+        r.report_train_step(metrics={"loss": 5.0})
+
+    _, task = run(body)
+    assert [10, 11, 12, 20, 21] == [p[0] for p in curve(task, "train_loss")]
+
+
+def test_an_omitted_step_after_a_rewind_continues_from_the_rewound_step() -> None:
+    """A step back to 3 replaces the tail; the next omitted step is 4, not 6."""
+
+    def body(r: Reporter, _: FakeClock) -> None:
+        for _i in range(5):
+            r.report_train_step(metrics={"loss": 1.0})
+        r.report_train_step(step=3, metrics={"loss": 2.0})
+        r.report_train_step(metrics={"loss": 3.0})
+
+    reporter, task = run(body)
+    assert [(1, 1.0), (2, 1.0), (3, 2.0), (4, 3.0)] == [
+        (p[0], p[2]) for p in curve(task, "train_loss")
+    ]
+    assert 1 == reporter.stats().rewinds

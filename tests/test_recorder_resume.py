@@ -69,3 +69,20 @@ def test_a_validation_dataset_reported_before_start_keeps_the_stored_order() -> 
     assert task is not None
     assert ["a", "b"] == task["status_details"]["val_datasets"]
     assert [(3, 1, 0.3)] == curve(task, "val_b_loss")
+
+
+@pytest.mark.parametrize("series_suffix", [False, True])
+def test_an_omitted_step_on_a_resumed_task_continues_after_the_stored_last_step(
+    series_suffix: bool,
+) -> None:
+    """Stored steps 1-3: omitted steps are 4 and 5, so nothing stored is rewound."""
+    sink = MemorySink(stored_task(), series_suffix=series_suffix)
+    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.0), rank=0)
+    reporter.start()
+    reporter.report_train_step(metrics={"loss": 4.0})
+    reporter.report_train_step(metrics={"loss": 5.0})
+    assert reporter.close(timeout=5)
+    assert [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0)] == [
+        (p[0], p[2]) for p in curve(sink.task, "train_loss")
+    ]
+    assert 0 == reporter.stats().rewinds

@@ -164,6 +164,18 @@ def test_a_tensor_like_value_is_taken_at_call_time_in_the_short_form() -> None:
     assert [("train_step", (1000.0, 1, None, expected))] == recording.calls
 
 
+def test_an_omitted_step_is_queued_in_the_short_form_as_none() -> None:
+    """``step`` omitted: the same untracked short form, its step ``None`` (resolved later)."""
+    reporter = Reporter(MemorySink(), clock=FakeClock(start=7.0), rank=0)
+    reporter.report_train_step(metrics={"loss": 0.5})
+    queued = reporter._queue[0]
+    assert {"loss": 0.5, TRAIN_TIME: 7.0, TRAIN_STEP: None, TRAIN_EPOCH: None} == queued
+    assert not gc.is_tracked(queued)
+    recording = _Recording()
+    dispatch(queued, recording)
+    assert [("train_step", (7.0, None, None, [("loss", "float", "0.5")]))] == recording.calls
+
+
 @pytest.mark.parametrize("key", [TRAIN_TIME, TRAIN_STEP, TRAIN_EPOCH])
 def test_a_metric_under_a_header_key_is_queued_in_the_general_form(key: str) -> None:
     """The header keys never overwrite a caller's metric: such a call takes the tuple form."""

@@ -11,8 +11,9 @@ themselves).
 
 A report joins the run only when the per-point path
 (:meth:`~trainreport._ingest.Ingest.train_step`) would apply it quietly and
-plainly: a plain ``int`` step later than every point recorded and than the
-first step of the ETA window; an epoch that is ``None`` or resolves without a
+plainly: a plain ``int`` step (or an omitted one, ``None``: the previous
+row's step + 1, ``RunRecord.next_train_step``'s rule) later than every point
+recorded and than the first step of the ETA window; an epoch that is ``None`` or resolves without a
 decision or a log event (:meth:`~trainreport._epochs.EpochResolver.settled`);
 the task machine at a fixed point for a training step; not the process's
 first training step (the run-wide purge); every key already resolved, no
@@ -202,6 +203,9 @@ class ColumnarIngest:
         last = record.store.max_step
         if first_step is not None and first_step[1] > last:
             last = first_step[1]
+        # An omitted step (None) is the previous row's step + 1: the rule of
+        # RunRecord.next_train_step, which at_step (the last training step) feeds.
+        at = record.at_step
         settled = self._epochs.settled
         getter = plan.getter
         width = plan.width
@@ -229,6 +233,10 @@ class ColumnarIngest:
                         break
                 else:
                     break
+                if step is None:
+                    if at is None:
+                        break
+                    step = at + 1
                 if type(step) is not int or not last < step <= MAX_STEP:
                     break
                 row_epoch = epoch
@@ -243,7 +251,7 @@ class ColumnarIngest:
             except Exception:  # a key missing, or a hostile one: this report goes per point
                 break
             epoch = row_epoch
-            last = step
+            last = at = step
             steps.append(step)
             epochs.append(epoch or 1)
             items.append(item)

@@ -43,7 +43,14 @@ from cattrs.v import transform_error
 from trainreport._logging import get_logger
 from trainreport.exceptions import ConfigError
 
-__all__ = ["CONVERTER", "ENV_PREFIX", "REPLACED_VARIABLES", "ReportingConfig", "env_variable"]
+__all__ = [
+    "CONVERTER",
+    "ENV_PREFIX",
+    "REPLACED_VARIABLES",
+    "ReportingConfig",
+    "env_variable",
+    "from_env_over",
+]
 
 ENV_PREFIX: Final = "TRAINREPORT_"
 """Prefix of every configuration environment variable: ``TRAINREPORT_<FIELD NAME UPPERCASED>``."""
@@ -553,16 +560,47 @@ def _env_value(field: attrs.Attribute[Any], raw: object) -> object:
     return raw
 
 
-def _lenient(data: object, *, env: bool) -> ReportingConfig:
+def from_env_over(environ: Mapping[str, object], base: ReportingConfig) -> ReportingConfig:
+    """``ReportingConfig.from_env(environ)`` with ``base`` in place of the defaults.
+
+    What ``Reporter.from_env(config=base)`` uses (docs/configuration.md): each
+    config variable that is set replaces ``base``'s field; a bad one keeps
+    ``base``'s value (``trainreport.config_field_invalid``, as without a base).
+    When a variable changed a field of ``base``, one
+    ``trainreport.config_overridden`` event names the fields and variables, so
+    a value given in code that the environment replaced is never a mystery.
+
+    Returns:
+        the merged configuration. Never raises.
+    """
+    merged = _lenient(environ, env=True, base=base)
+    changed = [
+        f.name
+        for f in attrs.fields(ReportingConfig)
+        if getattr(merged, f.name) != getattr(base, f.name)
+    ]
+    if changed:
+        get_logger().info(
+            "trainreport.config_overridden",
+            fields=changed,
+            variables=[env_variable(name) for name in changed],
+        )
+    return merged
+
+
+def _lenient(data: object, *, env: bool, base: ReportingConfig | None = None) -> ReportingConfig:
     """Build a config keeping every good field; never raises.
 
-    See docs/design.md#guarantees, #layout.
+    Fields not given (or given badly) keep ``base``'s values (default:
+    ``ReportingConfig()``'s). See docs/design.md#guarantees, #layout.
     """
     log = get_logger()
+    if base is None:
+        base = ReportingConfig()
     try:
         if not isinstance(data, Mapping):
             log.warning("trainreport.config_not_a_mapping", type=type(data).__name__)
-            return ReportingConfig()
+            return base
         fields = {field.name: field for field in attrs.fields(ReportingConfig)}
         if env:
             items = [
@@ -605,10 +643,10 @@ def _lenient(data: object, *, env: bool) -> ReportingConfig:
                     **context,
                 )
             values[key] = parsed
-        return ReportingConfig(**values)
+        return attrs.evolve(base, **values)
     except Exception as exc:
         log.warning("trainreport.config_unreadable", error=type(exc).__name__)
-        return ReportingConfig()
+        return base
 
 
 def _key_label(key: object) -> str:

@@ -136,11 +136,13 @@ class Ingest:
         return step
 
     def train_step(self, t: float, raw_step: object, raw_epoch: object, metrics: object) -> None:
-        """Apply ``report_train_step``."""
+        """Apply ``report_train_step`` (an omitted step: ``RunRecord.next_train_step``)."""
+        record = self._record
+        if raw_step is None:
+            raw_step = record.next_train_step()
         step = self._step(raw_step, "report_train_step")
         if step is None:
             return
-        record = self._record
         if record.machine.apply(TaskEvent.TRAIN_STEP) is Outcome.REFUSED:
             record.drops["refused_transition"] += 1
             return

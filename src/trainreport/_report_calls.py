@@ -52,7 +52,7 @@ class ReportCalls(ReportQueue):
     def report_train_step(
         self,
         *,
-        step: int,
+        step: int | None = None,
         epoch: float | None = None,
         metrics: Mapping[str, MetricValue] | None = None,
     ) -> None:
@@ -60,6 +60,11 @@ class ReportCalls(ReportQueue):
 
         Args:
             step: 1-based count of completed optimizer steps (int; numpy/tensor ints accepted).
+                Omitted (``None``): the last training step recorded + 1, as wandb
+                and Trackio count, whether that step was given or omitted; the
+                first omitted step of a run is 1, or the stored last training
+                step + 1 when the run resumes a stored task
+                (docs/design.md#metrics). Resolved on the reporter thread.
             epoch: the epoch the step falls in: an int index (0-based if the
                 run's first int epoch is 0) or a float of epochs completed (HF);
                 see docs/design.md#metrics. ``None`` keeps the last epoch.
@@ -73,7 +78,11 @@ class ReportCalls(ReportQueue):
         try:  # the hot path: one copy, one append, no lock, no Event.set
             if self._accepting and self._queued_bytes < self._max_queue_bytes:
                 queue = self._queue
-                if type(metrics) is dict and type(step) is int and type(epoch) in _EPOCH_TYPES:
+                if (
+                    type(metrics) is dict
+                    and (type(step) is int or step is None)
+                    and type(epoch) in _EPOCH_TYPES
+                ):
                     # the short form (_reports): the copy is the report
                     copied = metrics.copy()
                     try:  # one C loop: a float sum means every value is an int or a float

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainreport._config import ReportingConfig
+from trainreport._config import ReportingConfig, from_env_over
 from trainreport._lifecycle import ReporterState
 from trainreport._reporter_lifecycle import RANK_VARIABLES, ReporterLifecycle
 from trainreport._reporter_stats import DestinationStats, ReporterStats
@@ -89,12 +89,12 @@ class Reporter(ReporterLifecycle):
         rank: int | None = None,
     ) -> None:
         if (sink is None) == (sinks is None):
-            raise ConfigError("give a sink, or sinks=[...], not both")
+            raise ConfigError(["give a sink, or sinks=[...], not both"])
         chosen = [sink] if sink is not None else list(sinks or ())
         if not chosen:
-            raise ConfigError("sinks=[...] is empty: give at least one sink")
+            raise ConfigError(["sinks=[...] is empty: give at least one sink"])
         if len({id(s) for s in chosen}) != len(chosen):
-            raise ConfigError("the same sink is given twice: each destination needs its own")
+            raise ConfigError(["the same sink is given twice: each destination needs its own"])
         self._sinks = tuple(chosen)
         self._config = config if config is not None else ReportingConfig()
         self._init_queue(self._config, clock)
@@ -115,6 +115,7 @@ class Reporter(ReporterLifecycle):
         cls,
         environ: Mapping[str, str] | None = None,
         *,
+        config: ReportingConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> Reporter:
         """Build a reporter from the environment a job system gives a pod.
@@ -133,17 +134,44 @@ class Reporter(ReporterLifecycle):
         does nothing once started.
 
         Args:
-            environ: the environment (default ``os.environ``).
+            environ: the environment (default ``os.environ``), a mapping of
+                variable names to values.
+            config: the script's own configuration, in place of the defaults:
+                each ``TRAINREPORT_<FIELD>`` variable that is set overrides its
+                field (the job system has the last word, as it does for the
+                destination), and a bad one keeps the value given here. A field
+                the environment changed is named in one
+                ``trainreport.config_overridden`` event
+                (docs/configuration.md#reporterfrom_env-and-an-explicit-config).
+                ``None``: ``ReportingConfig.from_env(environ)``.
             clock: see :class:`Reporter`.
 
         Returns:
             an unstarted :class:`Reporter`. Never raises for bad environment values.
+
+        Raises:
+            ConfigError: ``environ`` is not a mapping (a ``ReportingConfig``
+                given as the first argument: pass it as ``config=``), or
+                ``config`` is not a ``ReportingConfig``. Raised at setup,
+                never by a report call.
         """
         from trainreport.sinks import default_sinks_from_env  # noqa: PLC0415 - avoids a cycle
 
         env = os.environ if environ is None else environ
-        config = ReportingConfig.from_env(env)
-        return cls(sinks=default_sinks_from_env(env), config=config, clock=clock)
+        if not isinstance(env, Mapping):
+            raise ConfigError([_not_an_environment(env)])
+        if config is None:
+            chosen = ReportingConfig.from_env(env)
+        elif isinstance(config, ReportingConfig):
+            chosen = from_env_over(env, config)
+        else:
+            raise ConfigError(
+                [
+                    f"config must be a ReportingConfig, not {type(config).__name__}; parse a"
+                    " mapping with ReportingConfig.from_mapping(...) first @ config"
+                ]
+            )
+        return cls(sinks=default_sinks_from_env(env), config=chosen, clock=clock)
 
     def use_series_default(self, patterns: tuple[str, ...]) -> bool:
         """Use an adapter's own default ``time_series_metrics`` (for adapters, before start).
@@ -197,3 +225,16 @@ class Reporter(ReporterLifecycle):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._owner_pid = os.getpid()  # an unpickled copy (a spawned worker) owns its reports
+
+
+def _not_an_environment(environ: object) -> str:
+    """The ``ConfigError`` line for an ``environ`` that is not a mapping."""
+    if isinstance(environ, ReportingConfig):
+        return (
+            "Reporter.from_env's first argument is the environment, not a ReportingConfig:"
+            " pass it as config=..., e.g. Reporter.from_env(config=ReportingConfig(...)) @ environ"
+        )
+    return (
+        "environ must be a mapping of variable names to values, such as os.environ"
+        f" (got {type(environ).__name__}) @ environ"
+    )

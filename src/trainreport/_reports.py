@@ -43,8 +43,9 @@ over a dict instead of a tuple: the copy of the caller's metrics itself, with
 the clock reading, the step and the epoch under three header keys
 (:data:`TRAIN_TIME`, :data:`TRAIN_STEP`, :data:`TRAIN_EPOCH`) that no metric
 name can take (a control character is never valid in a name). It takes this
-form when ``metrics`` is a ``dict``, the step an ``int`` and the epoch an
-``int``, a ``float`` or ``None`` (every training loop's case); any other call
+form when ``metrics`` is a ``dict``, the step an ``int`` or ``None`` (omitted:
+resolved on the reporter thread, ``RunRecord.next_train_step``) and the epoch
+an ``int``, a ``float`` or ``None`` (every training loop's case); any other call
 makes the ``TRAIN`` tuple above. Why: a copy of plain numbers is a container
 the garbage collector does not track, so a report queued in this form costs
 the training thread's collections nothing however long the queue grows (a

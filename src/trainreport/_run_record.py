@@ -88,6 +88,20 @@ class RunRecord:
             selector=SeriesSelector(config.time_series_metrics, default=series_default),
         )
 
+    def next_train_step(self) -> int:
+        """The step an omitted ``report_train_step(step=...)`` stands for (docs/design.md#metrics).
+
+        The last training step recorded + 1, whether that step was given or
+        omitted (after a rewind, the rewound step + 1); before this attempt's
+        first training step, the stored task's last training step + 1 (a
+        resumed run continues its curves), else 1. The one definition: the
+        per-point path and the batch path (``_columnar``) both use it.
+        """
+        last = self.at_step
+        if last is None:
+            last = self.stored_last_train or 0
+        return last + 1
+
     def drop_once(self, reason: str, key: object, report: str, detail: str) -> None:
         """Count one dropped item under ``reason``; log it once per (reason, report, key)."""
         self.drops[reason] += 1

@@ -48,11 +48,14 @@ class ConfigError(TrainReportError, ValueError):
 
     Args:
         problems: one human-readable line per problem, each naming the path of
-            the offending field, e.g. ``"expected a number @ $.heartbeat_seconds"``.
+            the offending field, e.g. ``"expected a number @ $.heartbeat_seconds"``
+            (a single ``str`` is one problem, never one per character).
     """
 
     def __init__(self, problems: Sequence[str]) -> None:
-        self.problems: tuple[str, ...] = tuple(problems)
+        self.problems: tuple[str, ...] = (
+            (problems,) if isinstance(problems, str) else tuple(problems)
+        )
         super().__init__(
             "invalid trainreport configuration:\n" + "\n".join(f"  - {p}" for p in self.problems)
         )

@@ -82,6 +82,7 @@ def check_reporter(path: Path) -> None:
     assert_type(reporter.sinks, tuple[Sink, ...])
     assert_type(reporter.snapshot(), dict[str, Any])
     assert_type(Reporter.from_env({}), Reporter)
+    assert_type(Reporter.from_env({}, config=config), Reporter)
 
     with Reporter(FileSink(path / "run.log"), rank=0) as inner:
         assert_type(inner, Reporter)
