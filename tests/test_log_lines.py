@@ -124,8 +124,7 @@ def test_the_first_open_of_the_reference_server_names_its_chart_page(server: Ser
     (closed,) = _events(events, "closed")
     assert "completed" == closed["status"]
     assert [
-        f"job-status service {server.url} job 'job-page' task 'fit': "
-        "1 points delivered, 0 unsent"
+        f"job-status service {server.url} job 'job-page' task 'fit': 1 points delivered, 0 unsent"
     ] == closed["destinations"]
 
 
@@ -303,4 +302,3 @@ def test_a_run_ended_without_status_hints_at_the_terminal_reports() -> None:
 
     (warning,) = _events(events, "run_ended_without_status")
     assert "report_completed()" in warning["hint"]
-

@@ -349,7 +349,7 @@ def test_sync_with_a_token_file(token_server: Any, server_token: str, tmp_path: 
 
     assert 1 == refused.returncode
     assert "401" in refused.stderr
-    assert auth_hint(401, token_sent=False, command_line=True) in refused.stderr
+    assert str(auth_hint(401, token_sent=False, command_line=True)) in refused.stderr
     assert server_token not in refused.stderr + refused.stdout
     assert 0 == accepted.returncode, accepted.stderr
 

@@ -12,6 +12,7 @@ read ``stats()`` and the worker's state (docs/engine.md, "Log events").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -63,7 +64,7 @@ def log_closed(
 
     Never raises.
     """
-    try:
+    with contextlib.suppress(Exception):  # a log line must never break close()
         _log.info(
             "trainreport.closed",
             delivered=delivered,
@@ -76,8 +77,6 @@ def log_closed(
             ],
             **({"timed_out": True} if timed_out else {}),
         )
-    except Exception:  # noqa: S110 - a log line must never break close()
-        pass
 
 
 def warn_undelivered(

@@ -390,13 +390,8 @@ def auth_hint(status: int | None, *, token_sent: bool, command_line: bool = Fals
         return None
     if command_line:
         if token_sent:
-            return (
-                f"check the token given by --token-file, --token, {TOKEN} or {TOKEN_FILE}"
-            )
-        return (
-            f"pass --token-file FILE (a file holding the token) or set {TOKEN} "
-            f"(or {TOKEN_FILE})"
-        )
+            return f"check the token given by --token-file, --token, {TOKEN} or {TOKEN_FILE}"
+        return f"pass --token-file FILE (a file holding the token) or set {TOKEN} (or {TOKEN_FILE})"
     if token_sent:
         return (
             f"the token was refused: check {TOKEN} or {TOKEN_FILE} "

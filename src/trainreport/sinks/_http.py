@@ -344,7 +344,7 @@ class HttpSink(Sink):
         if isinstance(result, Rejected) and result.hint is None:
             hint = auth_hint(result.status_code, token_sent=self._transport.has_credentials)
             if hint is not None:
-                return attrs.evolve(result, hint=hint)  # type: ignore[return-value]
+                return attrs.evolve(result, hint=hint)
         return result
 
     def _failure(self, exc: Exception) -> RetryLater | Rejected:
