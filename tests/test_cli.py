@@ -335,15 +335,16 @@ def test_show_without_a_source_or_url_names_the_local_server_it_tried() -> None:
     assert "http://127.0.0.1:8321" in proc.stdout + proc.stderr
 
 
-def test_show_of_a_url_ending_in_v1_says_to_drop_it(server: Any) -> None:
-    """A base URL given with the API prefix gets a hint instead of a bare 404."""
+def test_show_of_a_url_ending_in_v1_drops_it_and_says_so(server: Any) -> None:
+    """A base URL given with the API prefix is read without it (the rule HttpSink follows)."""
     report_run(server.url, "j1")
 
-    for args in (("j1",), ()):
-        proc = run_cli("show", "--url", f"{server.url}/v1", *args, env=clean_env())
+    for args, shown in ((("j1",), "status completed"), ((), "j1")):
+        proc = run_cli("show", "--url", f"{server.url}/v1/", *args, env=clean_env())
 
-        assert 1 == proc.returncode
-        assert f"the base URL without /v1: --url {server.url}" in proc.stderr, proc.stderr
+        assert 0 == proc.returncode, proc.stderr
+        assert f"using {server.url}, the base URL without /v1" in proc.stderr, proc.stderr
+        assert shown in proc.stdout
 
 
 def test_show_file_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:

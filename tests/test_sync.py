@@ -29,6 +29,7 @@ from trainreport import (
     Resynchronise,
     read_task,
 )
+from trainreport._environment import auth_hint
 from trainreport._sink import SeriesUpdate, Update
 from trainreport._sync import SyncError, plan_recovery, plan_sync
 from trainreport._sync import sync as sync_log
@@ -348,8 +349,20 @@ def test_sync_with_a_token_file(token_server: Any, server_token: str, tmp_path: 
 
     assert 1 == refused.returncode
     assert "401" in refused.stderr
+    assert str(auth_hint(401, token_sent=False, command_line=True)) in refused.stderr
     assert server_token not in refused.stderr + refused.stdout
     assert 0 == accepted.returncode, accepted.stderr
+
+
+def test_sync_of_a_url_ending_in_v1_drops_it_and_says_so(server: Any, tmp_path: Path) -> None:
+    """``--url .../v1`` uploads to the service's root, as ``show`` and ``HttpSink`` do."""
+    log = tmp_path / "run.log"
+    record_run(log, 10)
+
+    proc = run_cli("sync", str(log), "--url", f"{server.url}/v1")
+
+    assert 0 == proc.returncode, proc.stderr
+    assert f"using {server.url}, the base URL without /v1" in proc.stderr
 
 
 @pytest.mark.slow

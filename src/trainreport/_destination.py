@@ -156,6 +156,8 @@ class Destination:
     job: Job | None = None
     finished_cleanly: bool = False
     last_unsent_warning: float | None = None
+    #: When its current run of failed requests began (scheduling clock, seconds), or ``None``.
+    failing_since: float | None = None
     once: OnceLogger = attrs.field(factory=OnceLogger)
 
     def __attrs_post_init__(self) -> None:
@@ -277,6 +279,13 @@ def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: 
     state = _stored_state(result)
     dest.first_open_ended = True
     if not dest.known and dest.stored is None:
+        _log.info(
+            "trainreport.destination_opened",
+            destination=dest.label,
+            wire_mode="series-suffix" if dest.suffix_mode else "full-state",
+            new_task=result.stored_task is None,
+            **({"page": result.page_url} if result.page_url else {}),
+        )
         dest.stored = state
         if recorder.seeded:
             adopt(dest, recorder)
@@ -329,11 +338,11 @@ def settle_send(
         dest.bytes_sent += result.bytes_sent
         recorder.on_delivered(d, build, None if dest.full_state else result.series_lengths)
         left = not queue_empty or recorder.has_changes(d)
+        failures = scheduler.consecutive_failures
         scheduler.on_delivered(now, everything_sent=not left, carried_curves=job.include_metrics)
         dest.last_success_at = wall
-        if dest.last_error is not None and scheduler.consecutive_failures == 0:
-            _log.info("trainreport.send_recovered", destination=dest.label)
-            dest.last_error = None
+        if dest.last_error is not None or failures:
+            _recovered(dest, recorder, failures, build.update.point_count, now)
         return Settled(delivered=True, cancel=result.cancel_requested)
     if isinstance(result, Split):
         _too_large(dest, recorder, build, result, now)
@@ -350,13 +359,41 @@ def settle_send(
         else:  # a server that keeps disagreeing gets the backoff, not a busy loop
             scheduler.on_retry_later(now)
             dest.last_error = result.reason[:300]
+            if dest.failing_since is None:
+                dest.failing_since = now
         return Settled(delivered=False)
     _failed(dest, result, now)
     return Settled(delivered=False)
 
 
+def _recovered(
+    dest: Destination, recorder: Recorder, failures: int, points: int, now: float
+) -> None:
+    """The first delivered send after failures: one ``trainreport.destination_recovered``.
+
+    Sends are declarative, so the points recorded while the destination was
+    down are not lost: this send carried them (``points_delivered``), or the
+    next ones will (``points_unsent``, sent at the regular cadence).
+    """
+    since = dest.failing_since
+    _log.info(
+        "trainreport.destination_recovered",
+        destination=dest.label,
+        consecutive_failures=failures,
+        down_seconds=None if since is None else round(max(now - since, 0.0), 3),
+        points_delivered=points,
+        points_unsent=recorder.unsent_points(dest.index),
+        last_error=dest.last_error,
+        consequence="nothing recorded while it was down is lost: it is sent from the store",
+    )
+    dest.last_error = None
+    dest.failing_since = None
+
+
 def settle_error(dest: Destination, exc: Exception, now: float) -> None:
     """The sink (or the engine) raised: log it once per type, count it, and back off."""
+    if dest.failing_since is None:
+        dest.failing_since = now
     dest.requests_failed += 1
     dest.answered = True  # something ran: not known to be a wrong URL
     dest.once.warning(
@@ -402,6 +439,8 @@ def _too_large(
 
 
 def _failed(dest: Destination, result: object, now: float) -> None:
+    if dest.failing_since is None:
+        dest.failing_since = now
     dest.requests_failed += 1
     scheduler = dest.scheduler
     if is_superseded(result):
@@ -432,6 +471,7 @@ def _failed(dest: Destination, result: object, now: float) -> None:
     else:
         delay = scheduler.on_rejected(now)
         reason = getattr(result, "reason", repr(result))
+        hint = getattr(result, "hint", None)
         dest.once.warning(
             ("rejected", reason),
             "trainreport.send_rejected",
@@ -439,6 +479,7 @@ def _failed(dest: Destination, result: object, now: float) -> None:
             status_code=getattr(result, "status_code", None),
             retry_with_new_data_in_seconds=round(delay, 3),
             destination=dest.label,
+            **({"hint": hint[:300]} if isinstance(hint, str) else {}),
         )
     dest.last_error = reason[:300]
 

@@ -62,6 +62,7 @@ __all__ = [
     "DestinationSettings",
     "HttpDestination",
     "KubeflowDestination",
+    "auth_hint",
     "journal_off",
     "read_destinations",
     "read_http_destination",
@@ -379,3 +380,40 @@ def warn_unknown_variables(environ: Mapping[str, str]) -> None:
             variable=name,
             did_you_mean=closest,
         )
+
+
+def auth_hint(status: int | None, *, token_sent: bool, command_line: bool = False) -> str | None:
+    """What to do when the job-status service refuses the credentials (401 or 403).
+
+    The one rule for the reporter's log events (``HttpSink``'s
+    :class:`~trainreport.Rejected` ``hint``) and ``trainreport show`` and
+    ``sync``: the server's own message speaks to an HTTP client ("send
+    'Authorization: Bearer'"); a library user sets a variable, a command-line
+    user passes a flag. Never names a token's value. Pure; never raises.
+
+    Args:
+        status: the HTTP status of the refusal (``None``: there was none).
+        token_sent: credentials went with the request (refused, rather than missing).
+        command_line: the hint is for ``trainreport show``/``sync`` (flags), not
+            for a training process (variables and ``HttpSink`` arguments).
+
+    Returns:
+        one sentence, or ``None`` for any other status.
+    """
+    if status == 403:
+        return (
+            "a job token is good for its own job only: use this job's token "
+            "(`trainreport token JOB_ID` issues one) or the admin token"
+        )
+    if status != 401:
+        return None
+    if command_line:
+        if token_sent:
+            return f"check the token given by --token-file, --token, {TOKEN} or {TOKEN_FILE}"
+        return f"pass --token-file FILE (a file holding the token) or set {TOKEN} (or {TOKEN_FILE})"
+    if token_sent:
+        return (
+            f"the token was refused: check {TOKEN} or {TOKEN_FILE} "
+            "(or HttpSink's token= or token_file=)"
+        )
+    return f"set {TOKEN} or {TOKEN_FILE} (or pass token= or token_file= to HttpSink)"

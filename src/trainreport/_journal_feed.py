@@ -95,12 +95,19 @@ class JournalWatch:
             ``failed``, ``kept`` or ``removed`` later.
         error: why there is no journal (``busy``, ``unavailable``), or ``None``.
         keeper: the claimed journal's keeper, or ``None``.
+        destination: the index of the destination the journal is kept for.
     """
 
     path: str | None
     state: str = "pending"
     error: str | None = None
     keeper: JournalKeeper | None = None
+    destination: int = 0
+
+    def holds_points(self) -> bool:
+        """A journal was claimed and none of its writes failed: what it recorded is on disk."""
+        keeper = self.keeper
+        return keeper is not None and self.path is not None and not keeper.journal.failed
 
     def refused(self, state: str, reason: str) -> None:
         """The claim failed (``Journal.claim``'s ``refused``): no journal for this attempt."""

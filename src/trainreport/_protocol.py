@@ -21,6 +21,7 @@ from binascii import b2a_base64
 from typing import Any, Final
 
 __all__ = [
+    "API_PREFIX",
     "CAPABILITIES_PATH",
     "COLUMN_TYPECODES",
     "ENCODING_GZIP",
@@ -31,6 +32,7 @@ __all__ = [
     "JOB_PATH_TEMPLATE",
     "MAX_ID_CHARS",
     "MAX_SERIES_NAME_CHARS",
+    "PAGE_PATH_TEMPLATE",
     "STEPS_TYPECODE",
     "TASK_PATH_TEMPLATE",
     "TASK_STATUSES",
@@ -42,6 +44,7 @@ __all__ = [
     "decode_column",
     "encode_column",
     "new_columns",
+    "split_api_prefix",
     "task_path",
 ]
 
@@ -51,10 +54,12 @@ __all__ = [
 EXTENSION_SERIES_SUFFIX: Final[str] = "series-suffix-v1"
 #: The request ``Content-Encoding`` a server may list under ``encodings``.
 ENCODING_GZIP: Final[str] = "gzip"
+#: Every API path starts with it; a base URL never ends with it (:func:`split_api_prefix`).
+API_PREFIX: Final[str] = "/v1"
 #: ``GET`` here tells a client the server's ``extensions`` and ``encodings``.
-CAPABILITIES_PATH: Final[str] = "/v1/capabilities"
+CAPABILITIES_PATH: Final[str] = API_PREFIX + "/capabilities"
 #: The jobs collection (``GET``: the reference server's job list).
-JOBS_PATH: Final[str] = "/v1/jobs"
+JOBS_PATH: Final[str] = API_PREFIX + "/jobs"
 #: One job (``GET``: the job and its tasks on the reference server).
 JOB_PATH_TEMPLATE: Final[str] = JOBS_PATH + "/{job_id}"
 #: The task resource: ``GET`` (read), ``PATCH`` (baseline write).
@@ -63,6 +68,32 @@ TASK_PATH_TEMPLATE: Final[str] = JOB_PATH_TEMPLATE + "/tasks/{task_id}"
 WRITERS_PATH: Final[str] = "/writers"
 #: Below the task path: ``POST`` applies one series-suffix update (extension).
 UPDATES_PATH: Final[str] = "/updates"
+#: The reference server's chart page of one task (not an API path: a browser opens it).
+PAGE_PATH_TEMPLATE: Final[str] = "/jobs/{job_id}/tasks/{task_id}"
+
+
+def split_api_prefix(base_url: str) -> tuple[str, bool]:
+    """A base URL without a trailing ``/v1`` (or ``/v1/``), and whether one was removed.
+
+    The one rule for every client (``HttpSink``, ``trainreport show`` and
+    ``sync``): the base URL is the service's root, and API paths, which all
+    start with ``/v1``, are appended to it. A URL copied from an API path's
+    root (``http://host:8080/v1``) would ask for ``/v1/v1/...`` and get a bare
+    404, so the prefix is removed and the caller says so once
+    (docs/configuration.md). Trailing slashes go too. Pure; never raises.
+
+    Args:
+        base_url: the URL as given.
+
+    Returns:
+        ``(url, removed)``: the URL without trailing slashes and ``/v1``.
+    """
+    url = base_url.rstrip("/")
+    _scheme, _sep, rest = url.rpartition("://")
+    path = rest.partition("/")[2]  # after the host: "http://v1" has no path
+    if ("/" + path).endswith(API_PREFIX):
+        return url[: -len(API_PREFIX)].rstrip("/"), True
+    return url, False
 
 
 def task_path(job_id: str, task_id: str, template: str = TASK_PATH_TEMPLATE) -> str:

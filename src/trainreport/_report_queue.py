@@ -194,7 +194,13 @@ class ReportQueue:
             return
         self._after_close_drops += 1
         if self._after_close_drops == 1:
-            _log.warning("trainreport.report_after_close")
+            _log.warning(
+                "trainreport.report_after_close",
+                hint=(
+                    "reports after close() are dropped: call close() after the last report "
+                    "(in a finally block, or leave a `with Reporter(...)` block last)"
+                ),
+            )
 
     def _failed(self, report: str, exc: Exception) -> None:
         self._caller_drops += 1

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from trainreport._close_report import describe_destination, log_closed, warn_undelivered
 from trainreport._config import ReportingConfig
 from trainreport._environment import DISABLED, journal_off
 from trainreport._journal_feed import JournalKeeper, JournalWatch, journal_identity
@@ -99,7 +100,7 @@ def journal_options(
         path: str | None = str(JournalPaths(config.journal_dir, job_id, task_id).current)
     except ValueError:
         path = None
-    watch = JournalWatch(path)
+    watch = JournalWatch(path, destination=index)
 
     def open_journal(recorder: Recorder) -> JournalKeeper | None:
         try:
@@ -145,6 +146,8 @@ class ReporterLifecycle(TerminalReports):
     _owner_pid: int
     _series_default: tuple[str, ...]
     _warned_undelivered: bool
+    #: ``trainreport.closed`` was logged (close() is idempotent; so is its line).
+    _logged_closed: bool = False
     #: What ``stats()`` says about the journal (set at ``start()``; ``None``: no journal).
     _journal_watch: JournalWatch | None = None
 
@@ -203,6 +206,12 @@ class ReporterLifecycle(TerminalReports):
         )
         self._machine.apply(ReporterInput.START)
         remember(self)
+        watch = self._journal_watch
+        _log.info(
+            "trainreport.reporting_to",
+            destinations=[describe_destination(sink) for sink in self._sinks],
+            **({"journal": watch.path} if watch is not None and watch.path else {}),
+        )
         self._worker.start()
         return self
 
@@ -250,7 +259,8 @@ class ReporterLifecycle(TerminalReports):
                 Never raises otherwise.
         """
         budget = _budget(self._config.close_timeout_seconds if timeout is None else timeout)
-        deadline = time.monotonic() + budget
+        started = time.monotonic()
+        deadline = started + budget
         if self._machine.state is ReporterState.NEW and not self._close_unstarted():
             return True
         state = self._machine.state
@@ -268,43 +278,32 @@ class ReporterLifecycle(TerminalReports):
             worker.thread.join(max(deadline - time.monotonic(), 0.0))
         if worker.threaded and worker.thread.is_alive():
             self._warn_undelivered(worker, timed_out=True)
+            self._log_closed(worker, delivered=False, started=started, timed_out=True)
             return False
         first_close = self._machine.state is ReporterState.CLOSING
         if first_close:
             self._machine.apply(ReporterInput.CLOSED)
             forget(self)
-        self._raise_strict_violations()
         delivered = self._delivered()
         if not delivered and first_close:
             self._warn_undelivered(worker, timed_out=False)
+        self._log_closed(worker, delivered=delivered, started=started, timed_out=False)
+        self._raise_strict_violations()
         return delivered
+
+    def _log_closed(
+        self, worker: Worker, *, delivered: bool, started: float, timed_out: bool
+    ) -> None:
+        """One ``trainreport.closed`` line (``_close_report.py``). Never raises."""
+        if not self._logged_closed:
+            self._logged_closed = True
+            log_closed(self._sinks, worker, self.stats(), delivered, started, timed_out)
 
     def _warn_undelivered(self, worker: Worker, *, timed_out: bool) -> None:
         """One warning per destination that did not receive everything. Never raises."""
-        if self._warned_undelivered:  # close() is idempotent; so is its warning
-            return
-        self._warned_undelivered = True
-        try:
-            stats = self.stats()
-            dropped = sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes"))
-            for dest, figures in zip(worker.destinations, stats.destinations, strict=True):
-                holds_all = dest.finished_cleanly or (
-                    worker.alive and worker.recorder.all_delivered(dest.index)
-                )
-                if holds_all and not stats.queue_depth and not dropped:
-                    continue
-                _log.warning(
-                    "trainreport.close_undelivered",
-                    destination=dest.label,
-                    undelivered_reports=stats.queue_depth,
-                    undelivered_points=figures.points_unsent,
-                    dropped=dropped,
-                    last_error=figures.last_error,
-                    never_answered=not dest.answered,
-                    timed_out=timed_out and dest.job is not None,
-                )
-        except Exception:  # noqa: S110 - a warning must never break close()
-            pass
+        if not self._warned_undelivered:  # close() is idempotent; so is its warning
+            self._warned_undelivered = True
+            warn_undelivered(self._sinks, worker, self.stats(), self._journal_watch, timed_out)
 
     def _close_unstarted(self) -> bool:
         """``close()`` on a reporter whose ``start()`` was forgotten (docs/engine.md).
@@ -322,7 +321,14 @@ class ReporterLifecycle(TerminalReports):
         if queued and os.getpid() == self._owner_pid:
             self.start()
             if self._machine.state is ReporterState.RUNNING:  # not another rank, not disabled
-                _log.warning("trainreport.started_at_close", queued_reports=queued)
+                _log.warning(
+                    "trainreport.started_at_close",
+                    queued_reports=queued,
+                    hint=(
+                        "call reporter.start() before the first report (or use `with "
+                        "Reporter(...)`): until then reports only wait in memory"
+                    ),
+                )
             return True
         self._machine.apply(ReporterInput.CLOSE)
         self._accepting = False
@@ -383,7 +389,13 @@ class ReporterLifecycle(TerminalReports):
             if uncaught is not None:
                 self.report_outcome(uncaught)
             else:
-                _log.warning("trainreport.run_ended_without_status")
+                _log.warning(
+                    "trainreport.run_ended_without_status",
+                    hint=(
+                        "report the run's end before exit: report_completed(), or "
+                        "report_outcome(exc) in an except block, or use `with Reporter(...)`"
+                    ),
+                )
         self.close(self._config.atexit_timeout_seconds)
 
     # --- reading ---------------------------------------------------------------------

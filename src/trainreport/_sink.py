@@ -124,11 +124,16 @@ class Opened:
         stored_task: the task record the destination holds, in the ``GET``
             shape ``{"status": ..., "status_details": {...}}``, or ``None`` when
             the task does not exist yet (a 404 is a new task, not a failure).
+        page_url: where a person sees the run (the reference server's chart
+            page of the task), or ``None``; the reporter logs it once
+            (``trainreport.destination_opened``). Never holds credentials.
     """
 
     capabilities: frozenset[str] = frozenset()
     writer_generation: int | None = None
     stored_task: Mapping[str, Any] | None = None
+    #: Informational: not part of equality (two opens of one task compare equal).
+    page_url: str | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -178,10 +183,15 @@ class Rejected:
     Args:
         reason: short description for logs; never contains a token.
         status_code: the HTTP status, when there was one.
+        hint: what the user can do about it (``HttpSink``: which variable
+            gives the token, on a 401 or 403), or ``None``; logged with the
+            refusal (``trainreport.send_rejected``).
     """
 
     reason: str
     status_code: int | None = None
+    #: Informational: not part of equality (the refusal is the reason and the status).
+    hint: str | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen
@@ -232,6 +242,20 @@ class Sink(abc.ABC):
     """
 
     min_interval_seconds: float = 0.0
+
+    def describe(self) -> str:
+        """Where this sink sends, in words, for the log lines of ``start()`` and ``close()``.
+
+        ``trainreport.reporting_to`` and ``trainreport.closed`` show it to
+        whoever configures logging. Override it to name your destination
+        (the built-in sinks name the run log's path, the service's URL with
+        job and task, the TrainJob). It must not do I/O or name a secret.
+        The default is the sink's ``repr()``. Never raises.
+        """
+        try:
+            return repr(self)[:300]
+        except Exception:
+            return f"<{type(self).__name__}>"
 
     @abc.abstractmethod
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:

@@ -67,7 +67,17 @@ _Columns: TypeAlias = "tuple[array[int], array[int], array[float]]"
 
 
 class SyncError(Exception):
-    """The upload could not be made; the message says why (never contains a token)."""
+    """The upload could not be made; the message says why (never contains a token).
+
+    Args:
+        message: why.
+        status_code: the HTTP status of the refusal, when there was one (a 401
+            or 403 gets the command line's token hint).
+    """
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 @attrs.frozen
@@ -329,7 +339,10 @@ def sync(
         for attempt in range(2):
             opened = sink.open(timeout_seconds=timeout_seconds)
             if not isinstance(opened, Opened):
-                raise SyncError(f"cannot read the stored task: {opened.reason}")
+                raise SyncError(
+                    f"cannot read the stored task: {opened.reason}",
+                    getattr(opened, "status_code", None),
+                )
             full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
             plan = plan_recovery(log, run or {}, opened.stored_task, full_state=full_state)
             if plan.update is None:
@@ -338,7 +351,10 @@ def sync(
             if isinstance(result, Delivered):
                 return SyncReport(plan, full_state, result.bytes_sent)
             if not isinstance(result, Resynchronise) or attempt:
-                raise SyncError(f"the service did not take the update: {result.reason}")
+                raise SyncError(
+                    f"the service did not take the update: {result.reason}",
+                    getattr(result, "status_code", None),
+                )
         raise AssertionError("unreachable")  # pragma: no cover
     finally:
         sink.close()

@@ -508,7 +508,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     args.job_id = args.job_id or default_job_id()
     if args.url is not None:
-        args.url = args.url.rstrip("/")
+        args.url = _base_url("demo", args.url)
         try:  # before training: a wrong URL or token must not cost a whole run
             check_service(args.url, args.job_id, args.token)
         except ClientError as exc:
@@ -608,7 +608,7 @@ def _show(args: argparse.Namespace) -> int:
         if args.follow:
             return _follow(lambda: _file_task(args.file), interval_seconds=args.interval)
         return _show_file(args.file)
-    url = (args.url or _environment.read_http_settings().url or _LOCAL_URL).rstrip("/")
+    url = _base_url("show", args.url or _environment.read_http_settings().url or _LOCAL_URL)
     try:
         token = _show_token(args)
     except OSError as exc:
@@ -802,27 +802,34 @@ def _explain_client_error(
     if isinstance(exc, UnauthorizedError):
         return _explain_unauthorized(exc, token)
     if isinstance(exc, NotFoundError):
-        if url.endswith("/v1"):
-            return f"{exc}; give the base URL without /v1: --url {_shown_url(url[:-3])}"
         if exc.job_id is None:
             return f"{exc}; is {_shown_url(url)} a trainreport job-status service?"
         return _explain_not_found(exc, url, token)
     return str(exc)
 
 
+def _base_url(command: str, url: str) -> str:
+    """``url`` without a trailing ``/v1`` (the rule ``HttpSink`` follows), saying so once."""
+    from trainreport._protocol import split_api_prefix  # noqa: PLC0415
+
+    root, removed = split_api_prefix(url)
+    if removed:
+        print(
+            f"trainreport {command}: using {_shown_url(root)}, the base URL without /v1 "
+            "(API paths are added to it)",
+            file=sys.stderr,
+        )
+    return root
+
+
 def _explain_unauthorized(exc: ClientError, token: str | None) -> str:
     """What a refused ``show --url`` means and what to do about it (never the token)."""
+    hint = _environment.auth_hint(exc.status, token_sent=token is not None, command_line=True)
     if exc.status == 403:
-        return f"{exc}; a job token reads its own job only: use that job's token or the admin token"
+        return f"{exc}; {hint}"
     if token is None:
-        return (
-            f"{exc.url} requires a token: pass --token-file FILE (a file holding the token) "
-            "or set TRAINREPORT_TOKEN (or TRAINREPORT_TOKEN_FILE)"
-        )
-    return (
-        f"{exc.url} refused the token (401): check the token given by --token-file, "
-        "--token, TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE"
-    )
+        return f"{exc.url} requires a token: {hint}"
+    return f"{exc.url} refused the token (401): {hint}"
 
 
 def _explain_not_found(exc: ClientError, base_url: str, token: str | None) -> str:
@@ -907,7 +914,7 @@ def _sync(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"trainreport sync: cannot read the token file: {exc}", file=sys.stderr)
         return 2
-    url = args.url.rstrip("/")
+    url = _base_url("sync", args.url)
     try:
         sink = HttpSink(
             url,
@@ -927,7 +934,10 @@ def _sync(args: argparse.Namespace) -> int:
         with _quiet_library_log():
             report = sync(run.state, sink, timeout_seconds=args.timeout, run=run.run)
     except SyncError as exc:
-        print(f"trainreport sync: {exc}", file=sys.stderr)
+        hint = _environment.auth_hint(
+            exc.status_code, token_sent=token is not None, command_line=True
+        )
+        print(f"trainreport sync: {exc}{f'; {hint}' if hint else ''}", file=sys.stderr)
         return 1
     print(describe_sync(report))
     return 0

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from trainreport._protocol import PAGE_PATH_TEMPLATE
 from trainreport.server._wire import validate_id
 
 __all__ = ["downsample_indices", "routes", "shape_columns"]
@@ -109,7 +110,7 @@ def routes() -> list[Route]:
     """
     return [
         Route("/", _index, methods=["GET"]),
-        Route("/jobs/{job_id}/tasks/{task_id}", _task, methods=["GET"]),
+        Route(PAGE_PATH_TEMPLATE, _task, methods=["GET"]),
     ]
 
 

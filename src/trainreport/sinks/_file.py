@@ -115,6 +115,14 @@ class FileSink(Sink):
     def __repr__(self) -> str:
         return f"FileSink({str(self.path)!r})"
 
+    def describe(self) -> str:
+        """``run log /abs/path.log (read it: trainreport show --file /abs/path.log)``.
+
+        The absolute path, without touching the file system. Never raises.
+        """
+        log = os.path.abspath(self.log_path)
+        return f"run log {log} (read it: trainreport show --file {log})"
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_writer"] = None

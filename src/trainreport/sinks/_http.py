@@ -41,15 +41,30 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
+import attrs
 import urllib3
 
 from trainreport._attempt import AttemptIdentity
 from trainreport._environment import URL as ENV_URL
-from trainreport._environment import HttpDestination, read_http_destination
+from trainreport._environment import HttpDestination, auth_hint, read_http_destination
 from trainreport._logging import get_logger
-from trainreport._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH
-from trainreport._sink import OpenResult, Rejected, RetryLater, SendResult, Sink, Update
+from trainreport._protocol import (
+    PAGE_PATH_TEMPLATE,
+    TASK_PATH_TEMPLATE,
+    UPDATES_PATH,
+    split_api_prefix,
+)
+from trainreport._sink import (
+    Opened,
+    OpenResult,
+    Rejected,
+    RetryLater,
+    SendResult,
+    Sink,
+    Update,
+)
 from trainreport.exceptions import ConfigError, SinkError
 from trainreport.sinks._http_open import open_session
 from trainreport.sinks._http_send import SuffixSender, send_patch
@@ -61,6 +76,7 @@ __all__ = ["DEFAULT_TASK_PATH", "HttpSink", "parse_retry_after"]
 DEFAULT_TASK_PATH = TASK_PATH_TEMPLATE
 
 _log = get_logger()
+_R = TypeVar("_R", bound=OpenResult | SendResult)
 
 
 class HttpSink(Sink):
@@ -75,7 +91,10 @@ class HttpSink(Sink):
 
     Args:
         base_url: the service's root, ``http://host:port`` or
-            ``https://host/prefix``; API paths are appended to it. Credentials
+            ``https://host/prefix``; API paths are appended to it. A trailing
+            ``/v1`` (the API's own prefix) is removed, with one
+            ``trainreport.base_url_normalised`` warning
+            (docs/configuration.md#the-base-url). Credentials
             in it (``https://user:password@host``) are sent as
             ``Authorization: Basic`` unless a token is given, and shown as
             ``***`` everywhere (``base_url``, ``repr()``, logs, reasons).
@@ -141,18 +160,20 @@ class HttpSink(Sink):
         ):
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 problems.append(f"expected a positive number @ $.{name}")
+        self._quoted = (
+            urllib.parse.quote(str(job_id), safe=""),
+            urllib.parse.quote(str(task_id), safe=""),
+        )
         try:
-            path = task_path.format(
-                job_id=urllib.parse.quote(str(job_id), safe=""),
-                task_id=urllib.parse.quote(str(task_id), safe=""),
-            )
+            path = task_path.format(job_id=self._quoted[0], task_id=self._quoted[1])
         except (KeyError, IndexError, ValueError):
             problems.append("expected a template using only {job_id} and {task_id} @ $.task_path")
             path = ""
         if problems:
             raise ConfigError(problems)
+        root, removed = split_api_prefix(base_url)
         self._transport = HttpTransport(
-            base_url,
+            root,
             token=token,
             token_file=token_file,
             headers=headers,
@@ -179,6 +200,13 @@ class HttpSink(Sink):
         self._suffix = SuffixSender(
             self._transport, self._path + UPDATES_PATH, self.max_request_bytes
         )
+        if removed:
+            _log.warning(
+                "trainreport.base_url_normalised",
+                base_url=self.base_url,
+                removed="/v1",
+                hint="give the service's root as the base URL: API paths (/v1/...) are added",
+            )
 
     def __repr__(self) -> str:
         token = "'***'" if self._transport.has_credentials else "None"
@@ -186,6 +214,10 @@ class HttpSink(Sink):
             f"HttpSink({self.base_url!r}, job_id={self.job_id!r}, task_id={self.task_id!r}, "
             f"token={token})"
         )
+
+    def describe(self) -> str:
+        """``job-status service URL job 'J' task 'T'`` (never the token). Never raises."""
+        return f"job-status service {self.base_url} job {self.job_id!r} task {self.task_id!r}"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HttpSink:
@@ -263,7 +295,7 @@ class HttpSink(Sink):
             return Rejected(self._transport.url_problem)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
-            return self._transport.scrubbed(self._open(deadline))
+            return self._hinted(self._transport.scrubbed(self._open(deadline)))
         except Exception as exc:
             # a sink never raises into the reporter (docs/design.md#guarantees)
             return self._failure(exc)
@@ -293,10 +325,10 @@ class HttpSink(Sink):
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
             if self._generation is None:
-                return self._transport.scrubbed(
-                    send_patch(self._transport, self._path, update, deadline)
-                )
-            return self._transport.scrubbed(self._suffix.send(update, self._generation, deadline))
+                result = send_patch(self._transport, self._path, update, deadline)
+            else:
+                result = self._suffix.send(update, self._generation, deadline)
+            return self._hinted(self._transport.scrubbed(result))
         except Exception as exc:
             # a sink never raises into the reporter (docs/design.md#guarantees)
             return self._failure(exc)
@@ -306,6 +338,14 @@ class HttpSink(Sink):
         self._transport.close()
 
     # --- errors become results (docs/design.md#guarantees) ------------------------------
+
+    def _hinted(self, result: _R) -> _R:
+        """A refused credential's result with what the library user does about it."""
+        if isinstance(result, Rejected) and result.hint is None:
+            hint = auth_hint(result.status_code, token_sent=self._transport.has_credentials)
+            if hint is not None:
+                return attrs.evolve(result, hint=hint)
+        return result
 
     def _failure(self, exc: Exception) -> RetryLater | Rejected:
         """The result an exception from opening or sending means, scrubbed of credentials."""
@@ -333,4 +373,9 @@ class HttpSink(Sink):
         self.attempt = session.attempt  # read once: every re-open claims as the same attempt
         self._generation = session.generation
         self._suffix.cap = session.cap
-        return session.result
+        result = session.result
+        if isinstance(result, Opened) and session.generation is not None:
+            # The series-suffix extension is the reference server's: it has the chart page.
+            page = PAGE_PATH_TEMPLATE.format(job_id=self._quoted[0], task_id=self._quoted[1])
+            result = attrs.evolve(result, page_url=self._transport.url + page)
+        return result

@@ -167,6 +167,10 @@ class KubeflowSink(Sink):
         secret = self._token is not None or self._token_file is not None
         return f"KubeflowSink({self.url!r}, token={'***' if secret else None!r})"
 
+    def describe(self) -> str:
+        """``Kubeflow TrainJob status URL`` (never the token). Never raises."""
+        return f"Kubeflow TrainJob status {self.url}"
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_pool"] = None

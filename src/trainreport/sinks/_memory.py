@@ -57,6 +57,10 @@ class MemorySink(Sink):
         state["_lock"] = None
         return state
 
+    def describe(self) -> str:
+        """``memory (MemorySink.task)``: the record stays in this process. Never raises."""
+        return "memory (MemorySink.task)"
+
     def _locked(self) -> threading.Lock:
         if self._lock is None:
             self._lock = threading.Lock()

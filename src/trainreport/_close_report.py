@@ -1,0 +1,161 @@
+"""What ``close()`` tells whoever reads the log: what was delivered, where the rest is kept.
+
+One ``trainreport.closed`` INFO line per reporter (each destination in words,
+with the points it holds and lacks, the run's status and the seconds
+``close()`` took), and one ``trainreport.close_undelivered`` warning per
+destination that does not hold everything, whose ``hint`` says where its
+points are kept (the journal, or a run log that holds them) with the exact
+``trainreport sync`` command that uploads them, or that nothing keeps them.
+The destinations name themselves (``Sink.describe()``); these functions only
+read ``stats()`` and the worker's state (docs/engine.md, "Log events").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Sequence
+
+from trainreport._journal_feed import JournalWatch
+from trainreport._logging import get_logger
+from trainreport._reporter_stats import ReporterStats
+from trainreport._sink import Sink
+from trainreport._worker import Worker
+from trainreport.sinks._file import FileSink
+from trainreport.sinks._http import HttpSink
+
+__all__ = ["describe_destination", "log_closed", "sync_command", "warn_undelivered"]
+
+_log = get_logger()
+
+
+def describe_destination(sink: Sink) -> str:
+    """``sink.describe()``, or its type's name when a custom one raises. Never raises."""
+    try:
+        return str(sink.describe())[:300]
+    except Exception:
+        return f"<{type(sink).__name__}>"
+
+
+def sync_command(path: str, sink: Sink) -> str:
+    """The command that uploads ``path`` to ``sink``'s service (its URL as shown: no secret)."""
+    url = sink.base_url if isinstance(sink, HttpSink) else "URL"
+    return f"trainreport sync {path} --url {url}"
+
+
+def log_closed(
+    sinks: Sequence[Sink],
+    worker: Worker,
+    stats: ReporterStats,
+    delivered: bool,
+    started: float,
+    timed_out: bool,
+) -> None:
+    """Log ``trainreport.closed``: the status, the seconds since ``started``, each destination.
+
+    Args:
+        sinks: the reporter's destinations, in order.
+        worker: the reporter thread's driver.
+        stats: ``Reporter.stats()`` at the end of ``close()``.
+        delivered: what ``close()`` returns.
+        started: when ``close()`` began (``time.monotonic``).
+        timed_out: the reporter thread was still sending at the deadline.
+
+    Never raises.
+    """
+    with contextlib.suppress(Exception):  # a log line must never break close()
+        _log.info(
+            "trainreport.closed",
+            delivered=delivered,
+            status=worker.recorder.status.value,
+            seconds=round(time.monotonic() - started, 3),
+            destinations=[
+                f"{describe_destination(sink)}: {figures.points_delivered} points delivered, "
+                f"{figures.points_unsent} unsent"
+                for sink, figures in zip(sinks, stats.destinations, strict=True)
+            ],
+            **({"timed_out": True} if timed_out else {}),
+        )
+
+
+def warn_undelivered(
+    sinks: Sequence[Sink],
+    worker: Worker,
+    stats: ReporterStats,
+    journal: JournalWatch | None,
+    timed_out: bool,
+) -> None:
+    """One ``trainreport.close_undelivered`` per destination that lacks something.
+
+    Args:
+        sinks: the reporter's destinations, in order.
+        worker: the reporter thread's driver.
+        stats: ``Reporter.stats()`` now.
+        journal: the reporter's journal, or ``None``.
+        timed_out: the reporter thread was still sending at the deadline.
+
+    Never raises.
+    """
+    try:
+        dropped = sum(stats.drops.get(k, 0) for k in ("queue_full", "queue_bytes"))
+        for dest, figures in zip(worker.destinations, stats.destinations, strict=True):
+            holds_all = dest.finished_cleanly or (
+                worker.alive and worker.recorder.all_delivered(dest.index)
+            )
+            if holds_all and not stats.queue_depth and not dropped:
+                continue
+            kept, hint = _undelivered_hint(
+                sinks, worker, journal, dest.index, figures.points_unsent, stats.queue_depth
+            )
+            _log.warning(
+                "trainreport.close_undelivered",
+                destination=dest.label,
+                undelivered_reports=stats.queue_depth,
+                undelivered_points=figures.points_unsent,
+                dropped=dropped,
+                last_error=figures.last_error,
+                never_answered=not dest.answered,
+                timed_out=timed_out and dest.job is not None,
+                **({"journal": kept} if kept is not None else {}),
+                hint=hint,
+            )
+    except Exception:  # noqa: S110 - a warning must never break close()
+        pass
+
+
+def _undelivered_hint(
+    sinks: Sequence[Sink],
+    worker: Worker,
+    journal: JournalWatch | None,
+    index: int,
+    points: int,
+    reports: int,
+) -> tuple[str | None, str]:
+    """Where destination ``index``'s undelivered points are kept, and what to do.
+
+    The journal kept for it, else a run log (``FileSink``) that holds
+    everything, each with the command that uploads it; with neither, what
+    is lost.
+
+    Returns:
+        ``(the journal's path or None, hint)``.
+    """
+    sink = sinks[index]
+    if journal is not None and journal.destination == index and journal.holds_points():
+        path = str(journal.path)
+        return path, (
+            f"the undelivered points are safe in the journal {path}: the next run of this "
+            f"job and task delivers them, or upload them now with `{sync_command(path, sink)}`"
+        )
+    for dest in worker.destinations:
+        if isinstance(dest.sink, FileSink) and dest.index != index and dest.finished_cleanly:
+            log = os.path.abspath(dest.sink.log_path)
+            return None, (
+                f"the run log {log} holds them: upload them with `{sync_command(log, sink)}`"
+            )
+    return None, (
+        f"lost when this process exits: {points} points and {reports} queued reports are "
+        "kept nowhere else (no journal: give the destination a job and task id and keep "
+        "ReportingConfig(journal=True), or add a FileSink for a local copy)"
+    )

@@ -1,0 +1,304 @@
+"""What a user who configures logging reads: where the run goes, what was delivered, what to do.
+
+A healthy run says where it reports at ``start()``, that each destination
+opened, and at ``close()`` what was delivered, in a handful of INFO lines;
+every warning about a problem carries a ``hint`` that says what to do
+(docs/engine.md, "Log events").
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from helpers import ScriptedSink, drive
+from trainreport import (
+    Delivered,
+    FileSink,
+    HttpSink,
+    MemorySink,
+    Reporter,
+    ReportingConfig,
+    RetryLater,
+)
+from trainreport._destination import Destination, Job, settle_send
+from trainreport._environment import auth_hint
+from trainreport._protocol import split_api_prefix
+from trainreport._recorder import Recorder
+from trainreport._scheduler import SendScheduler
+from trainreport.server import ServerHandle
+from trainreport.testing import FakeClock, capture_events
+
+HEALTHY_RUN = """
+import logging, sys
+from trainreport import FileSink, Reporter
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+with Reporter(FileSink(sys.argv[1]), rank=0) as reporter:
+    reporter.report_training_start(max_steps=3)
+    for step in range(1, 4):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+"""
+
+
+def _events(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == f"trainreport.{name}"]
+
+
+def test_a_healthy_run_logs_where_it_goes_and_what_was_delivered_in_three_lines(
+    tmp_path: Path,
+) -> None:
+    """``logging.basicConfig(level=INFO)`` and a healthy run to a file: three lines, no more."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(HEALTHY_RUN), "run.log"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+    )
+
+    assert 0 == proc.returncode, proc.stderr
+    lines = proc.stderr.splitlines()
+    events = [line.split()[2] for line in lines if line.startswith("INFO trainreport ")]
+    expected = [
+        "trainreport.reporting_to",
+        "trainreport.destination_opened",
+        "trainreport.closed",
+    ]
+    assert expected == events, proc.stderr
+    assert len(lines) == len(events), proc.stderr  # nothing else, at any level
+    log = tmp_path / "run.log"
+    assert f"trainreport show --file {log}" in lines[0]
+    closed = lines[2]
+    assert "status='completed'" in closed
+    assert "delivered=True" in closed
+    assert f"run log {log}" in closed
+    assert "3 points delivered, 0 unsent" in closed
+
+
+def test_the_start_and_close_lines_name_every_destination_and_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two destinations and a journal: each is named at start; close counts per destination."""
+    monkeypatch.delenv("TRAINREPORT_JOURNAL")
+    http = HttpSink("http://127.0.0.1:9", "job-lines", token="t0ps3cret")  # never opened
+    file = FileSink(tmp_path / "run.log")
+    config = ReportingConfig(journal_dir=str(tmp_path / "journal"), close_unanswered_seconds=0.1)
+    reporter = Reporter(sinks=[MemorySink(), file, http], config=config, rank=0)
+    with capture_events() as events:
+        drive(reporter)
+    (start,) = _events(events, "reporting_to")
+    assert [
+        "memory (MemorySink.task)",
+        f"run log {tmp_path / 'run.log'} (read it: trainreport show --file {tmp_path / 'run.log'})",
+        "job-status service http://127.0.0.1:9 job 'job-lines' task 'train'",
+    ] == start["destinations"]
+    assert str(tmp_path / "journal" / "job-lines" / "train.log") == start["journal"]
+    assert "t0ps3cret" not in repr(events)
+    reporter.close(timeout=0.2)
+
+
+def test_the_first_open_of_the_reference_server_names_its_chart_page(server: ServerHandle) -> None:
+    """After the first successful open: ``destination_opened`` with the task's page URL."""
+    reporter = Reporter(HttpSink(server.url, "job-page", "fit"), rank=0)
+    with capture_events() as events:
+        reporter.start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        reporter.report_completed()
+        assert reporter.close(timeout=10)
+
+    (opened,) = _events(events, "destination_opened")
+    assert f"{server.url}/jobs/job-page/tasks/fit" == opened["page"]
+    assert "series-suffix" == opened["wire_mode"]
+    page = urllib3.request("GET", opened["page"])
+    assert 200 == page.status
+    (closed,) = _events(events, "closed")
+    assert "completed" == closed["status"]
+    assert [
+        f"job-status service {server.url} job 'job-page' task 'fit': 1 points delivered, 0 unsent"
+    ] == closed["destinations"]
+
+
+def test_a_destination_that_comes_back_logs_one_recovered_line_with_the_outage() -> None:
+    """Three failed sends from t=100, delivered at t=130.5: failures, seconds down, points."""
+    recorder = Recorder(ReportingConfig(), destinations=1)
+    recorder.start_attempt()
+    from trainreport._payloads import StoredState  # noqa: PLC0415
+
+    recorder.seed(StoredState(series={}))
+    dest = Destination(index=0, sink=MemorySink(), scheduler=SendScheduler(backoff_jitter=0.0))
+    dest.label = "dest"
+    build = recorder.build_update(0, wall="2026-01-01T00:00:00.000Z", full_state=True)
+    job = Job(build)
+    with capture_events() as events:
+        for now in (100.0, 110.0, 120.0):
+            settle_send(dest, recorder, job, RetryLater("down"), now, wall="w", queue_empty=True)
+        settle_send(dest, recorder, job, Delivered(), 130.5, wall="w", queue_empty=True)
+        settle_send(dest, recorder, job, Delivered(), 140.0, wall="w", queue_empty=True)
+
+    (recovered,) = _events(events, "destination_recovered")
+    assert "dest" == recovered["destination"]
+    assert 3 == recovered["consecutive_failures"]
+    assert 30.5 == recovered["down_seconds"]
+    assert 0 == recovered["points_unsent"]
+    assert "down" == recovered["last_error"]
+
+
+def test_an_undelivered_close_with_a_journal_names_it_and_the_sync_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service stays down: ``close_undelivered`` says the points are safe, and how to upload."""
+    monkeypatch.delenv("TRAINREPORT_JOURNAL")
+    sink = ScriptedSink()
+    sink.open_results.extend([RetryLater("down", unreachable=True)] * 50)
+    sink.job_id, sink.task_id = "job-safe", "train"  # type: ignore[attr-defined]
+    config = ReportingConfig(
+        journal_dir=str(tmp_path), close_unanswered_seconds=0.1, backoff_initial_seconds=0.01
+    )
+    reporter = Reporter(sink, config, clock=FakeClock(), rank=0)
+    worker = drive(reporter)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    worker.cycle()
+    with capture_events() as events:
+        assert not reporter.close(timeout=0.5)
+
+    (warning,) = _events(events, "close_undelivered")
+    journal = tmp_path / "job-safe" / "train.log"
+    assert str(journal) == warning["journal"]
+    assert f"safe in the journal {journal}" in warning["hint"]
+    assert journal.exists()
+
+
+def test_an_undelivered_close_to_a_service_names_the_sync_command_with_its_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an ``HttpSink`` the hint is the exact command: ``trainreport sync PATH --url URL``."""
+    monkeypatch.delenv("TRAINREPORT_JOURNAL")
+    sink = HttpSink("http://127.0.0.1:9", "job-sync", connect_timeout_seconds=0.2)
+    config = ReportingConfig(journal_dir=str(tmp_path), close_unanswered_seconds=0.2)
+    reporter = Reporter(sink, config, rank=0).start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        assert not reporter.close(timeout=2.0)
+
+    (warning,) = _events(events, "close_undelivered")
+    journal = tmp_path / "job-sync" / "train.log"
+    assert f"trainreport sync {journal} --url http://127.0.0.1:9" in warning["hint"]
+
+
+def test_an_undelivered_close_without_a_journal_says_what_is_lost() -> None:
+    """No journal, no run log: the hint says the points reached nothing that keeps them."""
+    sink = ScriptedSink()
+    sink.open_results.extend([RetryLater("down", unreachable=True)] * 50)
+    config = ReportingConfig(close_unanswered_seconds=0.1)
+    reporter = Reporter(sink, config, clock=FakeClock(), rank=0)
+    worker = drive(reporter)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0, "lr": 0.1})
+    worker.cycle()
+    with capture_events() as events:
+        assert not reporter.close(timeout=0.5)
+
+    (warning,) = _events(events, "close_undelivered")
+    assert "journal" not in warning
+    assert "lost" in warning["hint"]
+    assert "2 points" in warning["hint"]
+
+
+def test_a_missing_token_is_a_hint_for_the_library_user(token_server: ServerHandle) -> None:
+    """401 without a token: ``send_rejected`` says which variable to set, not which header."""
+    reporter = Reporter(HttpSink(token_server.url, "job-401"), rank=0)
+    with capture_events() as events:
+        reporter.start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        assert not reporter.close(timeout=2.0)
+
+    (rejected,) = _events(events, "send_rejected")
+    assert 401 == rejected["status_code"]
+    assert auth_hint(401, token_sent=False) == rejected["hint"]
+    assert "TRAINREPORT_TOKEN_FILE" in rejected["hint"]
+
+
+def test_the_token_hint_is_one_rule_for_library_and_command_line() -> None:
+    """401 missing, 401 refused, 403; another status has no hint."""
+    assert "set TRAINREPORT_TOKEN or TRAINREPORT_TOKEN_FILE" in str(
+        auth_hint(401, token_sent=False)
+    )
+    assert "--token-file" in str(auth_hint(401, token_sent=False, command_line=True))
+    assert "refused" in str(auth_hint(401, token_sent=True))
+    assert "its own job" in str(auth_hint(403, token_sent=True))
+    assert auth_hint(404, token_sent=True) is None
+    assert auth_hint(None, token_sent=False) is None
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("http://h:8321/v1", ("http://h:8321", True)),
+        ("http://h:8321/v1/", ("http://h:8321", True)),
+        ("https://h/prefix/v1", ("https://h/prefix", True)),
+        ("http://h:8321/", ("http://h:8321", False)),
+        ("http://v1", ("http://v1", False)),
+        ("http://h/v10", ("http://h/v10", False)),
+    ],
+)
+def test_a_trailing_v1_is_removed_from_a_base_url(given: str, expected: tuple[str, bool]) -> None:
+    """One rule: the API prefix at the end of a base URL goes; a host named v1 stays."""
+    assert expected == split_api_prefix(given)
+
+
+def test_an_http_sink_given_the_v1_url_reports_to_the_service_and_says_so_once(
+    server: ServerHandle,
+) -> None:
+    """``HttpSink(".../v1")`` delivers (no bare 404), with one ``base_url_normalised``."""
+    with capture_events() as events:
+        sink = HttpSink(f"{server.url}/v1/", "job-v1")
+        reporter = Reporter(sink, rank=0).start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        reporter.report_completed()
+        assert reporter.close(timeout=10)
+
+    assert server.url == sink.base_url
+    (normalised,) = _events(events, "base_url_normalised")
+    assert server.url == normalised["base_url"]
+
+
+def test_starting_at_close_hints_at_start() -> None:
+    """A forgotten ``start()``: the warning says to call it (or use ``with``)."""
+    reporter = Reporter(MemorySink(), rank=0)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        assert reporter.close(timeout=5)
+
+    (warning,) = _events(events, "started_at_close")
+    assert "start()" in warning["hint"]
+
+
+def test_a_report_after_close_hints_at_the_order() -> None:
+    """A report after ``close()`` is dropped; the warning says to close after the last report."""
+    reporter = Reporter(MemorySink(), rank=0).start()
+    assert reporter.close(timeout=5)
+    with capture_events() as events:
+        reporter.report_train_step(step=2, metrics={"loss": 1.0})
+
+    (warning,) = _events(events, "report_after_close")
+    assert "close()" in warning["hint"]
+
+
+def test_a_run_ended_without_status_hints_at_the_terminal_reports() -> None:
+    """The exit hook without a terminal report: the hint names ``report_completed`` and ``with``."""
+    reporter = Reporter(MemorySink(), rank=0).start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        reporter._close_at_exit(None)
+
+    (warning,) = _events(events, "run_ended_without_status")
+    assert "report_completed()" in warning["hint"]
