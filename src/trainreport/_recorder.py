@@ -39,7 +39,7 @@ from trainreport._ingest import Ingest
 from trainreport._lifecycle import TaskEvent, TaskStatus
 from trainreport._metric_names import RESERVED_KEYS, NameTables
 from trainreport._payloads import StoredState
-from trainreport._reports import Report
+from trainreport._reports import TERMINAL_KINDS, Report, kind_of
 from trainreport._run_record import RunRecord
 from trainreport._seeding import seed
 from trainreport._sink import Update
@@ -266,6 +266,18 @@ class Recorder:
     def is_terminal(self) -> bool:
         """Whether a terminal report was applied."""
         return self._record.machine.is_terminal
+
+    def ended(self, queue: deque[Report]) -> bool:
+        """Whether a terminal report was applied or waits in ``queue``.
+
+        Under the lock, so a terminal report the reporter thread is taking off
+        the queue (``apply_all`` holds the lock throughout) is seen in one
+        place or the other, never missed. Never raises.
+        """
+        with self._lock:
+            if self._record.machine.is_terminal:
+                return True
+            return any(kind_of(item) in TERMINAL_KINDS for item in list(queue))
 
     @property
     def status(self) -> TaskStatus:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,6 @@ from trainreport._logging import describe_exception, get_logger
 from trainreport._process_hooks import forget, remember
 from trainreport._recorder import Recorder
 from trainreport._reporter_stats import ReporterStats, assemble_stats
-from trainreport._reports import TERMINAL_KINDS, kind_of
 from trainreport._sink import Sink
 from trainreport._terminal_reports import TerminalReports
 from trainreport._worker import Worker, utc_now_iso
@@ -259,6 +259,7 @@ class ReporterLifecycle(TerminalReports):
         worker = self._worker
         assert worker is not None
         if state is ReporterState.RUNNING:
+            self._end_unreported(sys.exc_info()[1], at="close")
             self._machine.apply(ReporterInput.CLOSE)
             self._accepting = False
             worker.stop(deadline)
@@ -373,18 +374,52 @@ class ReporterLifecycle(TerminalReports):
     def _close_at_exit(self, uncaught: BaseException | None) -> None:
         if self._pid != os.getpid() or self._machine.state is not ReporterState.RUNNING:
             return
-        recorder = self._recorder
-        # Reports made before the hook count even when still queued (a completion
-        # reported just before exit must not read as a run without status).
-        terminal = (recorder is not None and recorder.is_terminal) or any(
-            kind_of(item) in TERMINAL_KINDS for item in list(self._queue)
-        )
-        if not terminal:
-            if uncaught is not None:
-                self.report_outcome(uncaught)
-            else:
-                _log.warning("trainreport.run_ended_without_status")
+        self._end_unreported(uncaught, at="exit")
         self.close(self._config.atexit_timeout_seconds)
+
+    def _end_unreported(self, error: BaseException | None, *, at: str) -> None:
+        """End a run that made no terminal report, as ``status_at_close`` says (docs/design.md#lifecycle).
+
+        ``"outcome"``: :meth:`report_outcome` of ``error`` (the exception being
+        handled when ``close()`` was called, or the uncaught one at exit), logged
+        ``trainreport.outcome_at_close``; with no exception, ``completed`` and one
+        ``trainreport.completed_at_close`` warning. ``"keep"``: nothing (at exit,
+        an uncaught exception is still reported, and ``run_ended_without_status``
+        logged otherwise). A terminal report already applied or still queued (a
+        ``report_completed()`` just before) wins: nothing is added.
+
+        Args:
+            error: the exception that is ending the run, or ``None``.
+            at: ``"close"`` or ``"exit"`` (the exit hook), for the log events.
+
+        Never raises.
+        """
+        try:
+            recorder = self._recorder
+            if recorder is None or recorder.ended(self._queue):
+                return
+            if self._config.status_at_close == "keep":
+                if at == "exit" and error is not None:
+                    self.report_outcome(error)
+                elif at == "exit":
+                    _log.warning("trainreport.run_ended_without_status")
+                return
+            if error is not None:
+                self.report_outcome(error)
+                _log.info("trainreport.outcome_at_close", at=at, error_type=type(error).__name__)
+                return
+            self.report_completed()
+            _log.warning(
+                "trainreport.completed_at_close",
+                at=at,
+                hint=(
+                    "close() with no terminal report: the run is marked completed; call "
+                    "report_completed() or report_error(exc) before close(), or set "
+                    "ReportingConfig(status_at_close='keep') to leave it running"
+                ),
+            )
+        except Exception:  # noqa: S110 - the report calls never raise; nor does close() for this
+            pass
 
     # --- reading ---------------------------------------------------------------------
 
