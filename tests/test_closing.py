@@ -8,6 +8,7 @@ behaviour itself.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -19,7 +20,12 @@ from hypothesis import strategies as st
 from faults import black_hole_server, closed_port
 from helpers import ScriptedSink, curve, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
-from trainreport._closing import LAST_ATTEMPT_LEAD_SECONDS, close_wait
+from trainreport._closing import (
+    CLOSE_NOTICE_SECONDS,
+    LAST_ATTEMPT_LEAD_SECONDS,
+    close_wait,
+    wait_for_close,
+)
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import SendResult, Update
 from trainreport.testing import FakeClock, capture_events
@@ -338,3 +344,57 @@ def test_the_backoff_while_closing_is_capped() -> None:
     scheduler = failed_scheduler(12, None, 0.0)
 
     assert (2.0, False) == close_wait(scheduler, 0.0, 100.0, cap=2.0)
+
+
+# -- wait_for_close: the caller's wait for the reporter thread (``now`` injected) ---------
+
+
+class ThreadEndingAt:
+    """A reporter thread that ends at ``ends_at`` on ``clock``: ``join`` advances the clock."""
+
+    def __init__(self, clock: FakeClock, ends_at: float, interrupt_at_join: int = 0) -> None:
+        self.clock = clock
+        self.ends_at = ends_at
+        self.joins: list[float] = []
+        self.interrupt_at_join = interrupt_at_join
+
+    def join(self, seconds: float) -> bool:
+        self.joins.append(seconds)
+        if len(self.joins) == self.interrupt_at_join:
+            self.clock.advance(seconds / 2)
+            raise KeyboardInterrupt
+        self.clock.advance(min(seconds, max(self.ends_at - self.clock(), 0.0)))
+        return self.clock() >= self.ends_at
+
+
+def waited(ends_at: float, deadline: float, interrupt_at_join: int = 0) -> tuple[Any, ...]:
+    """wait_for_close against a thread ending ``ends_at`` s in: (outcome, joins, notices)."""
+    clock = FakeClock()
+    start = clock()
+    thread = ThreadEndingAt(clock, start + ends_at, interrupt_at_join)
+    notices: list[float] = []
+    outcome = wait_for_close(thread.join, start + deadline, notice=notices.append, now=clock)
+    return outcome, thread.joins, notices
+
+
+def test_a_close_that_ends_within_the_notice_time_says_nothing() -> None:
+    """The thread ends after 1.9 s: one wait, no notice."""
+    assert ("ended", [CLOSE_NOTICE_SECONDS], []) == waited(1.9, 30.0)
+
+
+def test_a_close_still_waiting_after_the_notice_time_says_so_once_with_the_time_left() -> None:
+    """A hanging destination: one notice at exactly 2 s with 28 s left, then the deadline."""
+    assert ("deadline", [2.0, 28.0], [28.0]) == waited(math.inf, 30.0)
+    assert ("ended", [2.0, 28.0], [28.0]) == waited(10.0, 30.0)
+
+
+def test_a_deadline_shorter_than_the_notice_time_gives_no_notice() -> None:
+    """close(timeout=1.5): the deadline comes first; nothing to announce."""
+    assert ("deadline", [1.5], []) == waited(math.inf, 1.5)
+    assert ("deadline", [2.0], []) == waited(math.inf, 2.0)
+
+
+def test_ctrl_c_during_the_wait_stops_it_without_raising() -> None:
+    """A KeyboardInterrupt in either wait is caught: the outcome is ``interrupted``."""
+    assert ("interrupted", [2.0, 28.0], [28.0]) == waited(math.inf, 30.0, interrupt_at_join=2)
+    assert ("interrupted", [2.0], []) == waited(math.inf, 30.0, interrupt_at_join=1)

@@ -377,50 +377,6 @@ class ReporterLifecycle(TerminalReports):
         self._end_unreported(uncaught, at="exit")
         self.close(self._config.atexit_timeout_seconds)
 
-    def _end_unreported(self, error: BaseException | None, *, at: str) -> None:
-        """End a run that made no terminal report, as ``status_at_close`` says (docs/design.md#lifecycle).
-
-        ``"outcome"``: :meth:`report_outcome` of ``error`` (the exception being
-        handled when ``close()`` was called, or the uncaught one at exit), logged
-        ``trainreport.outcome_at_close``; with no exception, ``completed`` and one
-        ``trainreport.completed_at_close`` warning. ``"keep"``: nothing (at exit,
-        an uncaught exception is still reported, and ``run_ended_without_status``
-        logged otherwise). A terminal report already applied or still queued (a
-        ``report_completed()`` just before) wins: nothing is added.
-
-        Args:
-            error: the exception that is ending the run, or ``None``.
-            at: ``"close"`` or ``"exit"`` (the exit hook), for the log events.
-
-        Never raises.
-        """
-        try:
-            recorder = self._recorder
-            if recorder is None or recorder.ended(self._queue):
-                return
-            if self._config.status_at_close == "keep":
-                if at == "exit" and error is not None:
-                    self.report_outcome(error)
-                elif at == "exit":
-                    _log.warning("trainreport.run_ended_without_status")
-                return
-            if error is not None:
-                self.report_outcome(error)
-                _log.info("trainreport.outcome_at_close", at=at, error_type=type(error).__name__)
-                return
-            self.report_completed()
-            _log.warning(
-                "trainreport.completed_at_close",
-                at=at,
-                hint=(
-                    "close() with no terminal report: the run is marked completed; call "
-                    "report_completed() or report_error(exc) before close(), or set "
-                    "ReportingConfig(status_at_close='keep') to leave it running"
-                ),
-            )
-        except Exception:  # noqa: S110 - the report calls never raise; nor does close() for this
-            pass
-
     # --- reading ---------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
