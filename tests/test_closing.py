@@ -9,8 +9,12 @@ behaviour itself.
 from __future__ import annotations
 
 import math
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -398,3 +402,68 @@ def test_ctrl_c_during_the_wait_stops_it_without_raising() -> None:
     """A KeyboardInterrupt in either wait is caught: the outcome is ``interrupted``."""
     assert ("interrupted", [2.0, 28.0], [28.0]) == waited(math.inf, 30.0, interrupt_at_join=2)
     assert ("interrupted", [2.0], []) == waited(math.inf, 30.0, interrupt_at_join=1)
+
+
+CTRL_C_SCRIPT = """
+import logging, sys, time
+import trainreport
+logging.basicConfig(stream=sys.stderr)
+sink = trainreport.HttpSink(sys.argv[1], "job-ctrl-c", read_timeout_seconds=120.0)
+config = trainreport.ReportingConfig(journal_dir=sys.argv[2], close_timeout_seconds=120.0)
+reporter = trainreport.Reporter(sink, config, rank=0).start()
+try:
+    print("ready", flush=True)
+    for step in range(1, 10**9):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        time.sleep(0.01)
+finally:
+    reporter.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_close_leaves_at_once_without_a_trainreport_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C stops training; close() says what it waits for; a second Ctrl-C leaves cleanly."""
+    monkeypatch.delenv("TRAINREPORT_JOURNAL")  # the child keeps a journal in tmp_path
+    lines: list[str] = []
+    seen_waiting = threading.Event()
+
+    def read(stream: Any) -> None:
+        for line in stream:
+            lines.append(line)
+            if "trainreport.close_waiting" in line:
+                seen_waiting.set()
+
+    with black_hole_server() as url, subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_SCRIPT, url, str(tmp_path / "journal")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            assert child.stdout is not None
+            assert "ready" == child.stdout.readline().strip()
+            reader = threading.Thread(target=read, args=(child.stderr,), daemon=True)
+            reader.start()
+            child.send_signal(signal.SIGINT)
+            assert seen_waiting.wait(30), "".join(lines)
+            interrupted_at = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            child.wait(30)
+            left_after = time.monotonic() - interrupted_at
+            reader.join(10)
+        finally:
+            child.kill()
+            child.wait()
+    stderr = "".join(lines)
+    assert left_after < 10.0  # the close's own deadline was 120 s away
+    assert -signal.SIGINT == child.returncode  # the training loop's KeyboardInterrupt, as usual
+    waiting = next(line for line in lines if "trainreport.close_waiting" in line)
+    assert "press Ctrl-C to stop waiting" in waiting
+    assert "status='cancelled'" in waiting  # the first Ctrl-C: cancelled, interrupted
+    assert str(tmp_path / "journal") in waiting
+    assert "trainreport.close_interrupted" in stderr
+    frames = [line for line in lines if line.lstrip().startswith("File ")]
+    assert [] == [f for f in frames if "trainreport" in f], stderr

@@ -12,6 +12,7 @@ the end. The lifecycle's states and transitions are the table in
 from __future__ import annotations
 
 import collections
+import datetime
 import math
 import os
 import sys
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from trainreport._closing import wait_for_close
 from trainreport._config import ReportingConfig
 from trainreport._environment import DISABLED, journal_off
 from trainreport._journal_feed import JournalKeeper, JournalWatch, journal_identity
@@ -128,6 +130,58 @@ def journal_options(
 
     options.update(open_journal=open_journal, journal_destination=index)
     return options, watch
+
+
+def _log_close_progress(
+    event: str, reporter: ReporterLifecycle, worker: Worker, seconds_left: float | None
+) -> None:
+    """Say what ``close()`` waits for (``close_waiting``) or left unsent (``close_interrupted``).
+
+    One event naming the destinations that do not hold everything yet, the
+    points they lack, the status being sent, the deadline (``close_waiting``:
+    seconds left and the wall-clock time) and the journal where the unsent
+    points stay, with the command that uploads them (docs/engine.md, "Closing").
+    Never raises.
+    """
+    try:
+        stats = reporter.stats()
+        recorder = worker.recorder
+        waiting = [
+            (dest.label, figures.points_unsent)
+            for dest, figures in zip(worker.destinations, stats.destinations, strict=True)
+            if not dest.superseded
+            and (stats.queue_depth or not (dest.finished_cleanly or recorder.all_delivered(dest.index)))
+        ]
+        kept = stats.journal
+        journal = kept.path if kept is not None and kept.state in ("recording", "kept") else None
+        where = (
+            f"unsent points stay in the journal at {journal}: the next run of this job and "
+            f"task sends them, or `trainreport sync {journal} --url URL` uploads them"
+            if journal is not None
+            else "no journal holds the unsent points"
+        )
+        fields: dict[str, Any] = {
+            "destinations": ", ".join(label for label, _ in waiting),
+            "unsent_points": sum(points for _, points in waiting),
+            "status": (recorder.final_status(worker.queue) or recorder.status).value,
+            "journal": journal,
+        }
+        if seconds_left is None:
+            _log.warning(event, **fields, hint=f"close() stopped waiting at Ctrl-C. {where[:1].upper()}{where[1:]}")
+            return
+        until = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=seconds_left)
+        _log.warning(
+            event,
+            **fields,
+            seconds_left=round(seconds_left, 1),
+            until=until.isoformat(timespec="seconds"),
+            hint=(
+                "close() waits until then for the destinations to take the points and "
+                f"the status; press Ctrl-C to stop waiting. {where[:1].upper()}{where[1:]}"
+            ),
+        )
+    except Exception:  # noqa: S110 - a log line must never break close()
+        pass
 
 
 _L = TypeVar("_L", bound="ReporterLifecycle")
@@ -266,7 +320,18 @@ class ReporterLifecycle(TerminalReports):
             if not worker.threaded:  # tests: the closing pass on this thread
                 worker.finish()
         if os.getpid() == self._pid and worker.threaded:
-            worker.thread.join(max(deadline - time.monotonic(), 0.0))
+            thread = worker.thread
+
+            def join(seconds: float) -> bool:
+                thread.join(seconds)
+                return not thread.is_alive()
+
+            def notice(seconds_left: float) -> None:
+                _log_close_progress("trainreport.close_waiting", self, worker, seconds_left)
+
+            if wait_for_close(join, deadline, notice=notice) == "interrupted":
+                _log_close_progress("trainreport.close_interrupted", self, worker, None)
+                return False
         if worker.threaded and worker.thread.is_alive():
             self._warn_undelivered(worker, timed_out=True)
             return False

@@ -145,7 +145,7 @@ class TerminalReports(ReportCalls):
         """
         try:
             recorder = self._recorder
-            if recorder is None or recorder.ended(self._queue):
+            if recorder is None or recorder.final_status(self._queue) is not None:
                 return
             if self._config.status_at_close == "keep":
                 if at == "exit" and error is not None:
