@@ -436,12 +436,15 @@ def test_a_second_ctrl_c_during_close_leaves_at_once_without_a_trainreport_trace
             if "trainreport.close_waiting" in line:
                 seen_waiting.set()
 
-    with black_hole_server() as url, subprocess.Popen(
-        [sys.executable, "-c", CTRL_C_SCRIPT, url, str(tmp_path / "journal")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as child:
+    with (
+        black_hole_server() as url,
+        subprocess.Popen(
+            [sys.executable, "-c", CTRL_C_SCRIPT, url, str(tmp_path / "journal")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as child,
+    ):
         try:
             assert child.stdout is not None
             assert "ready" == child.stdout.readline().strip()

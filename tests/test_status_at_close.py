@@ -44,14 +44,17 @@ def named(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 
 def close_while_raising(reporter: Reporter, error: BaseException) -> None:
-    """``try: raise error finally: reporter.close()``, the error caught outside."""
-    try:
+    """``try: raise error finally: reporter.close()``; close() never swallows or replaces it."""
+
+    def run() -> None:
         try:
             raise error
         finally:
             assert reporter.close(timeout=10)
-    except BaseException as caught:  # noqa: BLE001 - the test raised it
-        assert caught is error  # close() never swallows or replaces it
+
+    with pytest.raises(type(error)) as raised:
+        run()
+    assert error is raised.value
 
 
 def test_close_without_a_terminal_report_marks_the_run_completed_and_warns_once() -> None:
@@ -100,7 +103,10 @@ def test_a_terminal_report_made_before_close_is_kept_without_a_warning() -> None
     with capture_events() as events:
         close_while_raising(reporter, RuntimeError("later"))  # strict: a second end would raise
     assert sink.task is not None
-    assert ("cancelled", "user stop") == (status(sink), sink.task["status_details"]["cancel_reason"])
+    assert ("cancelled", "user stop") == (
+        status(sink),
+        sink.task["status_details"]["cancel_reason"],
+    )
     assert [] == [e for e in events if e["event"].endswith("_at_close")]
 
 
@@ -119,9 +125,10 @@ def test_status_at_close_keep_leaves_the_run_running() -> None:
 def test_a_with_block_reports_its_outcome_whatever_status_at_close_says() -> None:
     """``with Reporter(...)`` reports the block's outcome itself: completed, even with "keep"."""
     sink = MemorySink()
-    with capture_events() as events, Reporter(
-        sink, ReportingConfig(status_at_close="keep"), rank=0
-    ) as reporter:
+    with (
+        capture_events() as events,
+        Reporter(sink, ReportingConfig(status_at_close="keep"), rank=0) as reporter,
+    ):
         reporter.report_train_step(step=1, metrics={"loss": 1.0})
     assert "completed" == status(sink)
     assert [] == named(events, "trainreport.completed_at_close")
@@ -147,9 +154,12 @@ def test_status_at_close_is_parsed_by_the_one_converter() -> None:
     assert ["status_at_close"] == [
         e["field"] for e in named(events, "trainreport.config_field_invalid")
     ]
-    assert "keep" == ReportingConfig.from_env({"TRAINREPORT_STATUS_AT_CLOSE": " Keep "}).status_at_close
+    assert (
+        "keep"
+        == ReportingConfig.from_env({"TRAINREPORT_STATUS_AT_CLOSE": " Keep "}).status_at_close
+    )
     with pytest.raises(ValueError, match="expected one of"):
-        ReportingConfig(status_at_close="sometimes")  # type: ignore[arg-type]
+        ReportingConfig(status_at_close="sometimes")
 
 
 SCRIPT = """

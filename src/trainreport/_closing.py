@@ -71,7 +71,7 @@ def wait_for_close(
     deadline. A ``KeyboardInterrupt`` raised while waiting (a Ctrl-C during
     ``finally: reporter.close()``) ends the wait: it is caught here, so no
     traceback comes out of trainreport's wait, and the caller decides what to
-    say (docs/engine.md, "Closing").
+    say (docs/engine.md#decisions-the-design-left-open).
 
     Args:
         join: waits at most the given seconds; returns True once the thread ended.

@@ -276,7 +276,7 @@ class Recorder:
         return self._record.machine.is_terminal
 
     def final_status(self, queue: deque[Report]) -> TaskStatus | None:
-        """The terminal status the attempt ends with: applied, or the first one waiting in ``queue``.
+        """The terminal status the attempt ends with: applied, or the first one queued.
 
         ``None`` when no terminal report was made. Under the lock, so a
         terminal report the reporter thread is taking off the queue

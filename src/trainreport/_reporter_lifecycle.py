@@ -140,7 +140,7 @@ def _log_close_progress(
     One event naming the destinations that do not hold everything yet, the
     points they lack, the status being sent, the deadline (``close_waiting``:
     seconds left and the wall-clock time) and the journal where the unsent
-    points stay, with the command that uploads them (docs/engine.md, "Closing").
+    points stay, with the command that uploads them (docs/engine.md#decisions-the-design-left-open).
     Never raises.
     """
     try:
@@ -150,7 +150,10 @@ def _log_close_progress(
             (dest.label, figures.points_unsent)
             for dest, figures in zip(worker.destinations, stats.destinations, strict=True)
             if not dest.superseded
-            and (stats.queue_depth or not (dest.finished_cleanly or recorder.all_delivered(dest.index)))
+            and (
+                stats.queue_depth
+                or not (dest.finished_cleanly or recorder.all_delivered(dest.index))
+            )
         ]
         kept = stats.journal
         journal = kept.path if kept is not None and kept.state in ("recording", "kept") else None
@@ -167,7 +170,11 @@ def _log_close_progress(
             "journal": journal,
         }
         if seconds_left is None:
-            _log.warning(event, **fields, hint=f"close() stopped waiting at Ctrl-C. {where[:1].upper()}{where[1:]}")
+            _log.warning(
+                event,
+                **fields,
+                hint=f"close() stopped waiting at Ctrl-C. {where[:1].upper()}{where[1:]}",
+            )
             return
         until = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=seconds_left)
         _log.warning(
@@ -282,7 +289,17 @@ class ReporterLifecycle(TerminalReports):
     def close(self, timeout: float | None = None) -> bool:
         """Drain the queue, send the tail and join the reporter thread, within ``timeout``.
 
-        Call it from a ``finally`` block. Idempotent: later calls return the
+        Call it from a ``finally`` block. A run that made no terminal report
+        is ended here (``ReportingConfig.status_at_close``, docs/design.md#lifecycle):
+        by :meth:`report_outcome` of the exception being handled when
+        ``close()`` is called (in a ``finally`` or ``except`` while it
+        propagates), else ``completed`` with one
+        ``trainreport.completed_at_close`` warning. When the wait takes more
+        than 2 s, one ``trainreport.close_waiting`` warning says what it waits
+        for and until when; a Ctrl-C (``KeyboardInterrupt``) during the wait
+        stops it: ``trainreport.close_interrupted`` is logged and ``close()``
+        returns False without raising, so the exception already propagating
+        goes on. Idempotent: later calls return the
         first call's answer (or wait for it when it is still running). On a
         reporter that was never started, with reports queued, it starts it
         first (rank and ``TRAINREPORT_DISABLED`` rules apply) and logs

@@ -127,7 +127,9 @@ class TerminalReports(ReportCalls):
             self.report_error(error if error is not None else "report_outcome failed")
 
     def _end_unreported(self, error: BaseException | None, *, at: str) -> None:
-        """End a run that made no terminal report, as ``status_at_close`` says (docs/design.md#lifecycle).
+        """End a run that made no terminal report, as ``status_at_close`` says.
+
+        The rule is docs/design.md#lifecycle's.
 
         ``"outcome"``: :meth:`report_outcome` of ``error`` (the exception being
         handled when ``close()`` was called, or the uncaught one at exit), logged
