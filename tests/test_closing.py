@@ -8,8 +8,13 @@ behaviour itself.
 
 from __future__ import annotations
 
+import math
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +24,12 @@ from hypothesis import strategies as st
 from faults import black_hole_server, closed_port
 from helpers import ScriptedSink, curve, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
-from trainreport._closing import LAST_ATTEMPT_LEAD_SECONDS, close_wait
+from trainreport._closing import (
+    CLOSE_NOTICE_SECONDS,
+    LAST_ATTEMPT_LEAD_SECONDS,
+    close_wait,
+    wait_for_close,
+)
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import SendResult, Update
 from trainreport.testing import FakeClock, capture_events
@@ -338,3 +348,125 @@ def test_the_backoff_while_closing_is_capped() -> None:
     scheduler = failed_scheduler(12, None, 0.0)
 
     assert (2.0, False) == close_wait(scheduler, 0.0, 100.0, cap=2.0)
+
+
+# -- wait_for_close: the caller's wait for the reporter thread (``now`` injected) ---------
+
+
+class ThreadEndingAt:
+    """A reporter thread that ends at ``ends_at`` on ``clock``: ``join`` advances the clock."""
+
+    def __init__(self, clock: FakeClock, ends_at: float, interrupt_at_join: int = 0) -> None:
+        self.clock = clock
+        self.ends_at = ends_at
+        self.joins: list[float] = []
+        self.interrupt_at_join = interrupt_at_join
+
+    def join(self, seconds: float) -> bool:
+        self.joins.append(seconds)
+        if len(self.joins) == self.interrupt_at_join:
+            self.clock.advance(seconds / 2)
+            raise KeyboardInterrupt
+        self.clock.advance(min(seconds, max(self.ends_at - self.clock(), 0.0)))
+        return self.clock() >= self.ends_at
+
+
+def waited(ends_at: float, deadline: float, interrupt_at_join: int = 0) -> tuple[Any, ...]:
+    """wait_for_close against a thread ending ``ends_at`` s in: (outcome, joins, notices)."""
+    clock = FakeClock()
+    start = clock()
+    thread = ThreadEndingAt(clock, start + ends_at, interrupt_at_join)
+    notices: list[float] = []
+    outcome = wait_for_close(thread.join, start + deadline, notice=notices.append, now=clock)
+    return outcome, thread.joins, notices
+
+
+def test_a_close_that_ends_within_the_notice_time_says_nothing() -> None:
+    """The thread ends after 1.9 s: one wait, no notice."""
+    assert ("ended", [CLOSE_NOTICE_SECONDS], []) == waited(1.9, 30.0)
+
+
+def test_a_close_still_waiting_after_the_notice_time_says_so_once_with_the_time_left() -> None:
+    """A hanging destination: one notice at exactly 2 s with 28 s left, then the deadline."""
+    assert ("deadline", [2.0, 28.0], [28.0]) == waited(math.inf, 30.0)
+    assert ("ended", [2.0, 28.0], [28.0]) == waited(10.0, 30.0)
+
+
+def test_a_deadline_shorter_than_the_notice_time_gives_no_notice() -> None:
+    """close(timeout=1.5): the deadline comes first; nothing to announce."""
+    assert ("deadline", [1.5], []) == waited(math.inf, 1.5)
+    assert ("deadline", [2.0], []) == waited(math.inf, 2.0)
+
+
+def test_ctrl_c_during_the_wait_stops_it_without_raising() -> None:
+    """A KeyboardInterrupt in either wait is caught: the outcome is ``interrupted``."""
+    assert ("interrupted", [2.0, 28.0], [28.0]) == waited(math.inf, 30.0, interrupt_at_join=2)
+    assert ("interrupted", [2.0], []) == waited(math.inf, 30.0, interrupt_at_join=1)
+
+
+CTRL_C_SCRIPT = """
+import logging, sys, time
+import trainreport
+logging.basicConfig(stream=sys.stderr)
+sink = trainreport.HttpSink(sys.argv[1], "job-ctrl-c", read_timeout_seconds=120.0)
+config = trainreport.ReportingConfig(journal_dir=sys.argv[2], close_timeout_seconds=120.0)
+reporter = trainreport.Reporter(sink, config, rank=0).start()
+try:
+    print("ready", flush=True)
+    for step in range(1, 10**9):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        time.sleep(0.01)
+finally:
+    reporter.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_close_leaves_at_once_without_a_trainreport_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C stops training; close() says what it waits for; a second Ctrl-C leaves cleanly."""
+    monkeypatch.delenv("TRAINREPORT_JOURNAL")  # the child keeps a journal in tmp_path
+    lines: list[str] = []
+    seen_waiting = threading.Event()
+
+    def read(stream: Any) -> None:
+        for line in stream:
+            lines.append(line)
+            if "trainreport.close_waiting" in line:
+                seen_waiting.set()
+
+    with (
+        black_hole_server() as url,
+        subprocess.Popen(
+            [sys.executable, "-c", CTRL_C_SCRIPT, url, str(tmp_path / "journal")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as child,
+    ):
+        try:
+            assert child.stdout is not None
+            assert "ready" == child.stdout.readline().strip()
+            reader = threading.Thread(target=read, args=(child.stderr,), daemon=True)
+            reader.start()
+            child.send_signal(signal.SIGINT)
+            assert seen_waiting.wait(30), "".join(lines)
+            interrupted_at = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            child.wait(30)
+            left_after = time.monotonic() - interrupted_at
+            reader.join(10)
+        finally:
+            child.kill()
+            child.wait()
+    stderr = "".join(lines)
+    assert left_after < 10.0  # the close's own deadline was 120 s away
+    assert -signal.SIGINT == child.returncode  # the training loop's KeyboardInterrupt, as usual
+    waiting = next(line for line in lines if "trainreport.close_waiting" in line)
+    assert "press Ctrl-C to stop waiting" in waiting
+    assert "status='cancelled'" in waiting  # the first Ctrl-C: cancelled, interrupted
+    assert str(tmp_path / "journal") in waiting
+    assert "trainreport.close_interrupted" in stderr
+    frames = [line for line in lines if line.lstrip().startswith("File ")]
+    assert [] == [f for f in frames if "trainreport" in f], stderr

@@ -60,6 +60,7 @@ DOCUMENTED_DEFAULTS: dict[str, object] = {
     "journal_dir": "trainreport-runs/journal",
     "journal_interval_seconds": 1.0,
     "journal_fsync_seconds": 10.0,
+    "status_at_close": "outcome",
 }
 
 JSON_VALUES = st.recursive(

@@ -225,14 +225,15 @@ def test_thread_exception_is_reported_and_chained(
 def test_system_exit_in_a_thread_is_not_a_failure(
     reporter: Reporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``SystemExit`` ending a thread is no error (Python ignores it too)."""
+    """``SystemExit`` ending a thread is no error (Python ignores it too): close() completes it."""
     monkeypatch.setattr(threading, "excepthook", lambda args: None)
     uninstall = install_failure_hooks(reporter)
     hook = threading.excepthook
     hook(threading.ExceptHookArgs([SystemExit, SystemExit(0), None, None]))
     uninstall()
     assert reporter.close(10.0)
-    assert "running" == reporter.sink.task["status"]  # type: ignore[attr-defined]
+    # A failure reported by the hook would win over close()'s completion.
+    assert "completed" == reporter.sink.task["status"]  # type: ignore[attr-defined]
 
 
 def test_keyboard_interrupt_is_reported_as_interrupted(
@@ -280,7 +281,8 @@ def test_uninstall_under_a_later_hook_leaves_ours_passing_through(
     sys.excepthook(ValueError, ValueError("after uninstall"), None)
     assert reporter.close(10.0)
     assert [ValueError] == calls
-    assert "running" == reporter.sink.task["status"]  # type: ignore[attr-defined]
+    # A failure reported by the hook would win over close()'s completion.
+    assert "completed" == reporter.sink.task["status"]  # type: ignore[attr-defined]
 
 
 def test_sigterm_hook_outside_the_main_thread_is_skipped_and_logged(reporter: Reporter) -> None:

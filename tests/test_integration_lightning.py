@@ -71,9 +71,9 @@ def loader(seed: int) -> DataLoader[Any]:
     )
 
 
-def make_logger() -> tuple[TrainReportLogger, MemorySink]:
+def make_logger(**config: Any) -> tuple[TrainReportLogger, MemorySink]:
     sink = MemorySink()
-    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.01))
+    reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.01, **config))
     return TrainReportLogger(reporter, version="test"), sink
 
 
@@ -289,7 +289,7 @@ def test_logger_pickles_before_first_use_and_the_copy_reports() -> None:
 
 def test_logger_pickled_after_first_use_gives_an_inert_copy() -> None:
     """A started reporter stays with its process: the pickled copy reports nothing."""
-    logger, sink = make_logger()
+    logger, sink = make_logger(status_at_close="keep")  # the copy's "success" must not show
     logger.log_metrics({"train_loss": 1.5}, step=0)
     copy = pickle.loads(pickle.dumps(logger))
     copy.log_metrics({"train_loss": 2.5}, step=1)

@@ -166,13 +166,15 @@ def test_histograms_and_plots_are_ignored_without_starting_anything() -> None:
     assert [] == sink.requests
 
 
-def test_close_without_finish_leaves_the_status_running() -> None:
-    """``close()`` delivers everything but reports no terminal status."""
+def test_close_without_finish_applies_the_reporters_rule_at_close() -> None:
+    """``close()`` delivers everything and reports nothing itself: the reporter completes it."""
     logger, sink = make_logger()
     logger.log_metrics({"loss": 1.0}, 1, prefix="train")
-    assert logger.close(10.0)
+    with capture_events() as events:
+        assert logger.close(10.0)
     assert sink.task is not None
-    assert "running" == sink.task["status"]
+    assert "completed" == sink.task["status"]
+    assert ["close"] == [e["at"] for e in events if e["event"] == "trainreport.completed_at_close"]
 
 
 def test_reporter_is_built_from_env_on_first_use(

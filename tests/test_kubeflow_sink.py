@@ -242,8 +242,8 @@ def test_a_rotated_token_file_is_read_again_mid_run(
     clock.advance(6.0)
     reporter.report_train_step(step=2, metrics={"loss": 0.5})
     cycle(reporter)
-    assert reporter.close(10)
-    assert ([200, 200], "0.5") == (
+    assert reporter.close(10)  # its send carries the completion close() reports
+    assert ([200, 200, 200], "0.5") == (
         [s.answer for s in kubeflow.seen],
         metrics_of(kubeflow.stored[JOB])["train_loss"],
     )
@@ -270,9 +270,9 @@ def test_a_refused_token_is_a_rejection_then_the_new_file_is_used(
         clock.advance(10.0)
         reporter.report_train_step(step=3, metrics={"loss": 0.25})
         cycle(reporter)
-    reporter.close(10)
+    reporter.close(10)  # one more post: the completion close() reports
     rejected = [e for e in events if e["event"] == "trainreport.send_rejected"]
-    assert ([200, 403], [200, 403, 200]) == (refused_phase, [s.answer for s in kubeflow.seen])
+    assert ([200, 403], [200, 403, 200, 200]) == (refused_phase, [s.answer for s in kubeflow.seen])
     assert (1, 403) == (len(rejected), rejected[0]["status_code"])
     assert all(TOKEN not in json.dumps(e, default=str) for e in events)
     assert all(ROTATED not in json.dumps(e, default=str) for e in events)

@@ -294,8 +294,10 @@ def test_a_report_after_close_hints_at_the_order() -> None:
 
 
 def test_a_run_ended_without_status_hints_at_the_terminal_reports() -> None:
-    """The exit hook without a terminal report: the hint names ``report_completed`` and ``with``."""
-    reporter = Reporter(MemorySink(), rank=0).start()
+    """The exit hook without a terminal report, ``status_at_close="keep"``: the hint names
+    ``report_completed`` and ``with``."""
+    config = ReportingConfig(status_at_close="keep")
+    reporter = Reporter(MemorySink(), config, rank=0).start()
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
     with capture_events() as events:
         reporter._close_at_exit(None)

@@ -47,20 +47,20 @@ def test_forgotten_close_with_an_uncaught_exception_marks_the_task_failed(tmp_pa
     assert [1] == [p["step"] for p in task["status_details"]["metrics"]["train_loss"]]  # type: ignore[index]
 
 
-def test_forgotten_close_on_normal_exit_keeps_the_status_and_logs(tmp_path: Path) -> None:
-    """Without an exception, atexit delivers the data, leaves the status and logs why."""
+def test_forgotten_close_on_normal_exit_marks_the_run_completed_and_logs(tmp_path: Path) -> None:
+    """Without an exception, atexit delivers the data, marks it completed and logs why."""
     task, stderr = run_script(tmp_path, "import logging; logging.basicConfig()")
-    assert "running" == task["status"]
-    assert "trainreport.run_ended_without_status" in stderr
+    assert "completed" == task["status"]
+    assert "trainreport.completed_at_close" in stderr
     assert [1] == [p["step"] for p in task["status_details"]["metrics"]["train_loss"]]  # type: ignore[index]
 
 
 def test_a_completed_run_without_close_logs_no_missing_status(tmp_path: Path) -> None:
-    """The exit hook sees the completion still queued: no ``run_ended_without_status``."""
+    """The exit hook sees the completion still queued: no ``completed_at_close``."""
     ending = "reporter.report_completed(); import logging; logging.basicConfig()"
     task, stderr = run_script(tmp_path, ending)
     assert "completed" == task["status"]
-    assert "trainreport.run_ended_without_status" not in stderr
+    assert "trainreport.completed_at_close" not in stderr
 
 
 LOCAL_SCRIPT = """
@@ -91,7 +91,7 @@ def test_a_reporter_held_only_by_a_local_variable_is_closed_at_exit(tmp_path: Pa
     task = json.loads((tmp_path / "task.json").read_text())
     steps = [p["step"] for p in task["status_details"]["metrics"]["train_loss"]]
     assert list(range(1, 301)) == steps
-    assert "trainreport.run_ended_without_status" in proc.stderr
+    assert "trainreport.completed_at_close" in proc.stderr
 
 
 def test_heartbeat_sends_when_nothing_changed() -> None:

@@ -21,7 +21,9 @@ def run(
 ) -> tuple[Reporter, dict[str, Any]]:
     sink = MemorySink()
     clock = FakeClock()
-    reporter = Reporter(sink, ReportingConfig(**config), clock=clock, rank=0)
+    # The record as it stands during the run: close() adds no completion.
+    settings = {"status_at_close": "keep", **config}
+    reporter = Reporter(sink, ReportingConfig(**settings), clock=clock, rank=0)
     reporter.start()
     body(reporter, clock)
     reporter.close(timeout=5)

@@ -205,7 +205,7 @@ def test_resume_seeds_curves_and_datasets_but_not_the_status() -> None:
         },
     }
     sink = MemorySink(stored)
-    reporter, _, _ = make(sink)
+    reporter, _, _ = make(sink, status_at_close="keep")  # the attempt's own status, as it runs
     reporter.start()
     reporter.report_train_step(step=4, metrics={"loss": 0.25})
     reporter.report_validation(step=4, metrics={"loss": 0.3}, dataset="b")

@@ -98,8 +98,9 @@ def test_flush_within_the_floor_waits_for_it() -> None:
     sent_early = len(sink.sent)
     clock.advance(4.0)
     flushed_later = reporter.flush(timeout=10)
+    sent_later = len(sink.sent)
     reporter.close(10)
-    assert (False, 1, True, 2) == (flushed_early, sent_early, flushed_later, len(sink.sent))
+    assert (False, 1, True, 2) == (flushed_early, sent_early, flushed_later, sent_later)
 
 
 def test_the_first_send_of_close_goes_at_once() -> None:

@@ -470,6 +470,8 @@ class StatefulFaults(RuleBasedStateMachine):
                 self.live.cycle(100.0)  # past any backoff: each cycle makes one attempt
         if outage_seconds is not None:
             self.proxy.refuse(seconds=outage_seconds)  # overlaps close(), ends by itself
+        if not self.live.terminal:  # close() with no terminal report completes the run
+            self.model.status = "completed"
         assert self.live.reporter.close(timeout=10.0), "close() gave up on a service that is back"
         self.check_record(self.live.reporter)
         self.closed.append(self.live.reporter)

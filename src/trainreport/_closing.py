@@ -9,6 +9,11 @@ has passed, otherwise attempt, and after a failed attempt wait
 and a destination that never answered (a wrong URL) gets a short one of its
 own (``close_unanswered_seconds``). The rules are in docs/engine.md
 ("Closing").
+
+The caller's side of the same close (:func:`wait_for_close`): ``close()``
+waits on its own thread for the reporter thread to end by the deadline, says
+once what it waits for when that takes longer than
+:data:`CLOSE_NOTICE_SECONDS`, and stops waiting at a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from trainreport._destination import Destination, in_flight, is_open, settle_error
 from trainreport._dispatch import Dispatch
@@ -24,7 +30,14 @@ from trainreport._recorder import Recorder
 from trainreport._reports import Report
 from trainreport._scheduler import SendScheduler
 
-__all__ = ["CloseSequence", "CloseState", "close_wait"]
+__all__ = [
+    "CLOSE_NOTICE_SECONDS",
+    "CloseSequence",
+    "CloseState",
+    "WaitOutcome",
+    "close_wait",
+    "wait_for_close",
+]
 
 #: While closing, the last attempt starts at least this long (seconds) before the
 #: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
@@ -33,6 +46,54 @@ LAST_ATTEMPT_LEAD_SECONDS = 0.1
 #: How often (real seconds) a destination that opened checks again whether the
 #: resume was decided (it waits for another destination's first open).
 _RESUME_POLL_SECONDS = 0.01
+#: ``close()`` logs ``trainreport.close_waiting`` once when it has waited this long
+#: (seconds) for the reporter thread and the deadline is still ahead: a hanging
+#: service must not look like a hung process.
+CLOSE_NOTICE_SECONDS = 2.0
+
+#: How :func:`wait_for_close` ended: the thread ended, the deadline passed, or a
+#: ``KeyboardInterrupt`` (Ctrl-C) stopped the wait.
+WaitOutcome = Literal["ended", "deadline", "interrupted"]
+
+
+def wait_for_close(
+    join: Callable[[float], bool],
+    deadline: float,
+    *,
+    notice: Callable[[float], None],
+    now: Callable[[], float] = time.monotonic,
+    notice_after: float = CLOSE_NOTICE_SECONDS,
+) -> WaitOutcome:
+    """Wait (on ``close()``'s caller's thread) for the reporter thread to end by ``deadline``.
+
+    After ``notice_after`` seconds of waiting, with the deadline still ahead,
+    ``notice(seconds_left)`` is called once, then the wait goes on to the
+    deadline. A ``KeyboardInterrupt`` raised while waiting (a Ctrl-C during
+    ``finally: reporter.close()``) ends the wait: it is caught here, so no
+    traceback comes out of trainreport's wait, and the caller decides what to
+    say (docs/engine.md#decisions-the-design-left-open).
+
+    Args:
+        join: waits at most the given seconds; returns True once the thread ended.
+        deadline: when to stop waiting (on ``now``'s clock, seconds).
+        notice: called once with the seconds left, when the wait gets long.
+        now: the clock of ``deadline`` (default ``time.monotonic``).
+        notice_after: seconds to wait before ``notice`` (default :data:`CLOSE_NOTICE_SECONDS`).
+
+    Returns:
+        ``"ended"``, ``"deadline"`` or ``"interrupted"``. Never raises
+        (``notice`` must not).
+    """
+    try:
+        if join(max(min(deadline - now(), notice_after), 0.0)):
+            return "ended"
+        left = deadline - now()
+        if left <= 0:
+            return "deadline"
+        notice(left)
+        return "ended" if join(left) else "deadline"
+    except KeyboardInterrupt:
+        return "interrupted"
 
 
 class CloseState:

@@ -26,7 +26,7 @@ import math
 import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, TypeAlias, cast
 
 import attrs
 import cattrs
@@ -47,13 +47,22 @@ __all__ = [
     "CONVERTER",
     "ENV_PREFIX",
     "REPLACED_VARIABLES",
+    "STATUS_AT_CLOSE_CHOICES",
     "ReportingConfig",
+    "StatusAtClose",
     "env_variable",
     "from_env_over",
 ]
 
 ENV_PREFIX: Final = "TRAINREPORT_"
 """Prefix of every configuration environment variable: ``TRAINREPORT_<FIELD NAME UPPERCASED>``."""
+
+#: What ``close()`` (and the exit hook) does with a run that made no terminal report
+#: (docs/design.md#lifecycle): ``"outcome"`` reports what ``report_outcome`` would
+#: (the exception being handled, else ``completed``); ``"keep"`` leaves the status.
+STATUS_AT_CLOSE_CHOICES: Final = ("outcome", "keep")
+#: The type of ``ReportingConfig.status_at_close``.
+StatusAtClose: TypeAlias = Literal["outcome", "keep"]
 
 _TRUE_WORDS: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE_WORDS: Final = frozenset({"0", "false", "no", "off"})
@@ -70,6 +79,7 @@ class _Kind(enum.Enum):
     FLAG = "flag"  # bool
     PATTERNS = "patterns"  # None, or a tuple of glob patterns
     DIRECTORY = "directory"  # a directory path as text: non-empty, no NUL
+    STATUS_AT_CLOSE = "status at close"  # one of STATUS_AT_CLOSE_CHOICES
 
 
 class _FieldError(ValueError):
@@ -143,6 +153,14 @@ def _to_directory(value: str | os.PathLike[str]) -> str:
     return text
 
 
+def _to_status_at_close(value: str) -> StatusAtClose:
+    if not isinstance(value, str):
+        raise TypeError(f"expected one of {STATUS_AT_CLOSE_CHOICES}, got {type(value).__name__}")
+    if value not in STATUS_AT_CLOSE_CHOICES:
+        raise ValueError(f"expected one of {STATUS_AT_CLOSE_CHOICES}, got {value!r}")
+    return cast("StatusAtClose", value)
+
+
 def _to_patterns(value: str | Iterable[object] | None) -> tuple[object, ...] | None:
     # docs/design.md#metrics: a bare string is one pattern; entries are kept as given (the
     # selector drops non-string entries with a warning).
@@ -166,6 +184,7 @@ _CONVERTERS: Final[Mapping[_Kind, Callable[[Any], object]]] = {
     _Kind.FLAG: _to_flag,
     _Kind.PATTERNS: _to_patterns,
     _Kind.DIRECTORY: _to_directory,
+    _Kind.STATUS_AT_CLOSE: _to_status_at_close,
 }
 
 
@@ -258,6 +277,15 @@ class ReportingConfig:
         journal_fsync_seconds: the journal is ``fsync``-ed at most this often
             (and at close), bounding what a power loss, not a killed process,
             can take. Seconds, default 10.0.
+        status_at_close: what ``close()`` and the exit hook do with a run
+            that made no terminal report (docs/design.md#lifecycle):
+            ``"outcome"`` reports what :meth:`Reporter.report_outcome` would
+            for the exception being handled when ``close()`` is called (in a
+            ``finally`` or ``except`` while it propagates: ``failed``, or
+            ``cancelled`` for Ctrl-C) and otherwise ``completed``, with one
+            ``trainreport.completed_at_close`` warning; ``"keep"`` leaves the
+            status as it is (``running``). One of ``"outcome"``, ``"keep"``;
+            default ``"outcome"``.
     """
 
     min_report_interval_seconds: float = attrs.field(
@@ -322,6 +350,9 @@ class ReportingConfig:
     )
     journal_fsync_seconds: float = attrs.field(
         default=10.0, converter=_to_duration, metadata={"kind": _Kind.DURATION}
+    )
+    status_at_close: StatusAtClose = attrs.field(
+        default="outcome", converter=_to_status_at_close, metadata={"kind": _Kind.STATUS_AT_CLOSE}
     )
 
     @classmethod
@@ -430,6 +461,11 @@ def _parse(kind: _Kind, value: object, *, strings: bool) -> object:
         if not isinstance(value, str) or not value.strip() or "\0" in value:
             raise _FieldError("expected a directory path (non-empty text)")
         return value
+    if kind is _Kind.STATUS_AT_CLOSE:
+        word = value.strip().lower() if strings and isinstance(value, str) else value
+        if word not in STATUS_AT_CLOSE_CHOICES:
+            raise _FieldError(f"expected one of {', '.join(map(repr, STATUS_AT_CLOSE_CHOICES))}")
+        return word
     if strings and isinstance(value, str):
         value = _number_from_text(value)
     integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)

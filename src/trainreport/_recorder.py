@@ -39,7 +39,7 @@ from trainreport._ingest import Ingest
 from trainreport._lifecycle import TaskEvent, TaskStatus
 from trainreport._metric_names import RESERVED_KEYS, NameTables
 from trainreport._payloads import StoredState
-from trainreport._reports import Report
+from trainreport._reports import TERMINAL_KINDS, Kind, Report, kind_of
 from trainreport._run_record import RunRecord
 from trainreport._seeding import seed
 from trainreport._sink import Update
@@ -66,6 +66,14 @@ class RecorderCounts:
     drops: Mapping[str, int]
     rewinds: int
     points_replaced_by_rewinds: int
+
+
+#: The status each terminal report kind ends an attempt with.
+_TERMINAL_STATUS = {
+    Kind.COMPLETED: TaskStatus.COMPLETED,
+    Kind.CANCELLED: TaskStatus.CANCELLED,
+    Kind.FAILED: TaskStatus.FAILED,
+}
 
 
 class Recorder:
@@ -269,6 +277,24 @@ class Recorder:
     def is_terminal(self) -> bool:
         """Whether a terminal report was applied."""
         return self._record.machine.is_terminal
+
+    def final_status(self, queue: deque[Report]) -> TaskStatus | None:
+        """The terminal status the attempt ends with: applied, or the first one queued.
+
+        ``None`` when no terminal report was made. Under the lock, so a
+        terminal report the reporter thread is taking off the queue
+        (``apply_all`` holds the lock throughout) is seen in one place or the
+        other, never missed. Never raises.
+        """
+        with self._lock:
+            machine = self._record.machine
+            if machine.is_terminal:
+                return machine.status
+            for item in list(queue):
+                kind = kind_of(item)
+                if kind in TERMINAL_KINDS:
+                    return _TERMINAL_STATUS[kind]
+            return None
 
     @property
     def status(self) -> TaskStatus:

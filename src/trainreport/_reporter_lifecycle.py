@@ -12,8 +12,10 @@ the end. The lifecycle's states and transitions are the table in
 from __future__ import annotations
 
 import collections
+import datetime
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +23,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from trainreport._close_report import describe_destination, log_closed, warn_undelivered
+from trainreport._closing import wait_for_close
 from trainreport._config import ReportingConfig
 from trainreport._environment import DISABLED, journal_off
 from trainreport._journal_feed import JournalKeeper, JournalWatch, journal_identity
@@ -29,7 +32,6 @@ from trainreport._logging import describe_exception, get_logger
 from trainreport._process_hooks import forget, remember
 from trainreport._recorder import Recorder
 from trainreport._reporter_stats import ReporterStats, assemble_stats
-from trainreport._reports import TERMINAL_KINDS, kind_of
 from trainreport._sink import Sink
 from trainreport._terminal_reports import TerminalReports
 from trainreport._worker import Worker, utc_now_iso
@@ -129,6 +131,65 @@ def journal_options(
 
     options.update(open_journal=open_journal, journal_destination=index)
     return options, watch
+
+
+def _log_close_progress(
+    event: str, reporter: ReporterLifecycle, worker: Worker, seconds_left: float | None
+) -> None:
+    """Say what ``close()`` waits for (``close_waiting``) or left unsent (``close_interrupted``).
+
+    One event naming the destinations that do not hold everything yet, the
+    points they lack, the status being sent, the deadline (``close_waiting``:
+    seconds left and the wall-clock time) and the journal where the unsent
+    points stay, with the command that uploads them (docs/engine.md#decisions-the-design-left-open).
+    Never raises.
+    """
+    try:
+        stats = reporter.stats()
+        recorder = worker.recorder
+        waiting = [
+            (dest.label, figures.points_unsent)
+            for dest, figures in zip(worker.destinations, stats.destinations, strict=True)
+            if not dest.superseded
+            and (
+                stats.queue_depth
+                or not (dest.finished_cleanly or recorder.all_delivered(dest.index))
+            )
+        ]
+        kept = stats.journal
+        journal = kept.path if kept is not None and kept.state in ("recording", "kept") else None
+        where = (
+            f"unsent points stay in the journal at {journal}: the next run of this job and "
+            f"task sends them, or `trainreport sync {journal} --url URL` uploads them"
+            if journal is not None
+            else "no journal holds the unsent points"
+        )
+        fields: dict[str, Any] = {
+            "destinations": ", ".join(label for label, _ in waiting),
+            "unsent_points": sum(points for _, points in waiting),
+            "status": (recorder.final_status(worker.queue) or recorder.status).value,
+            "journal": journal,
+        }
+        if seconds_left is None:
+            _log.warning(
+                event,
+                **fields,
+                hint=f"close() stopped waiting at Ctrl-C. {where[:1].upper()}{where[1:]}",
+            )
+            return
+        until = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=seconds_left)
+        _log.warning(
+            event,
+            **fields,
+            seconds_left=round(seconds_left, 1),
+            until=until.isoformat(timespec="seconds"),
+            hint=(
+                "close() waits until then for the destinations to take the points and "
+                f"the status; press Ctrl-C to stop waiting. {where[:1].upper()}{where[1:]}"
+            ),
+        )
+    except Exception:  # noqa: S110 - a log line must never break close()
+        pass
 
 
 _L = TypeVar("_L", bound="ReporterLifecycle")
@@ -237,7 +298,17 @@ class ReporterLifecycle(TerminalReports):
     def close(self, timeout: float | None = None) -> bool:
         """Drain the queue, send the tail and join the reporter thread, within ``timeout``.
 
-        Call it from a ``finally`` block. Idempotent: later calls return the
+        Call it from a ``finally`` block. A run that made no terminal report
+        is ended here (``ReportingConfig.status_at_close``, docs/design.md#lifecycle):
+        by :meth:`report_outcome` of the exception being handled when
+        ``close()`` is called (in a ``finally`` or ``except`` while it
+        propagates), else ``completed`` with one
+        ``trainreport.completed_at_close`` warning. When the wait takes more
+        than 2 s, one ``trainreport.close_waiting`` warning says what it waits
+        for and until when; a Ctrl-C (``KeyboardInterrupt``) during the wait
+        stops it: ``trainreport.close_interrupted`` is logged and ``close()``
+        returns False without raising, so the exception already propagating
+        goes on. Idempotent: later calls return the
         first call's answer (or wait for it when it is still running). On a
         reporter that was never started, with reports queued, it starts it
         first (rank and ``TRAINREPORT_DISABLED`` rules apply) and logs
@@ -269,13 +340,25 @@ class ReporterLifecycle(TerminalReports):
         worker = self._worker
         assert worker is not None
         if state is ReporterState.RUNNING:
+            self._end_unreported(sys.exc_info()[1], at="close")
             self._machine.apply(ReporterInput.CLOSE)
             self._accepting = False
             worker.stop(deadline)
             if not worker.threaded:  # tests: the closing pass on this thread
                 worker.finish()
         if os.getpid() == self._pid and worker.threaded:
-            worker.thread.join(max(deadline - time.monotonic(), 0.0))
+            thread = worker.thread
+
+            def join(seconds: float) -> bool:
+                thread.join(seconds)
+                return not thread.is_alive()
+
+            def notice(seconds_left: float) -> None:
+                _log_close_progress("trainreport.close_waiting", self, worker, seconds_left)
+
+            if wait_for_close(join, deadline, notice=notice) == "interrupted":
+                _log_close_progress("trainreport.close_interrupted", self, worker, None)
+                return False
         if worker.threaded and worker.thread.is_alive():
             self._warn_undelivered(worker, timed_out=True)
             self._log_closed(worker, delivered=False, started=started, timed_out=True)
@@ -379,23 +462,7 @@ class ReporterLifecycle(TerminalReports):
     def _close_at_exit(self, uncaught: BaseException | None) -> None:
         if self._pid != os.getpid() or self._machine.state is not ReporterState.RUNNING:
             return
-        recorder = self._recorder
-        # Reports made before the hook count even when still queued (a completion
-        # reported just before exit must not read as a run without status).
-        terminal = (recorder is not None and recorder.is_terminal) or any(
-            kind_of(item) in TERMINAL_KINDS for item in list(self._queue)
-        )
-        if not terminal:
-            if uncaught is not None:
-                self.report_outcome(uncaught)
-            else:
-                _log.warning(
-                    "trainreport.run_ended_without_status",
-                    hint=(
-                        "report the run's end before exit: report_completed(), or "
-                        "report_outcome(exc) in an except block, or use `with Reporter(...)`"
-                    ),
-                )
+        self._end_unreported(uncaught, at="exit")
         self.close(self._config.atexit_timeout_seconds)
 
     # --- reading ---------------------------------------------------------------------

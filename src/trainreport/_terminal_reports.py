@@ -4,18 +4,26 @@
 first terminal report of an attempt wins, docs/design.md#lifecycle);
 ``report_outcome`` maps the exception that ended a run to one of them, and
 every adapter, hook and ``with Reporter(...)`` block goes through it
-(docs/lifecycle.md).
+(docs/lifecycle.md). A ``close()`` or an exit with no terminal report made
+goes through it too (``_end_unreported``, ``ReportingConfig.status_at_close``).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from trainreport import _reports as reports
+from trainreport._config import ReportingConfig
+from trainreport._logging import get_logger
 from trainreport._report_calls import ReportCalls
 from trainreport._report_queue import report_call, safe_str
 
+if TYPE_CHECKING:
+    from trainreport._recorder import Recorder
+
 __all__ = ["INTERRUPTED", "PREEMPTED", "TerminalReports"]
+
+_log = get_logger()
 
 #: The cancel reason of a run stopped by an interrupt (``KeyboardInterrupt``, Ctrl-C).
 INTERRUPTED = "interrupted"
@@ -25,6 +33,9 @@ PREEMPTED = "preempted"
 
 class TerminalReports(ReportCalls):
     """How a run ends: completed, cancelled or failed (a base of ``Reporter``)."""
+
+    _config: ReportingConfig
+    _recorder: Recorder | None
 
     #: The cancel reason :meth:`report_outcome` gives a run stopped by an interrupt.
     INTERRUPTED: ClassVar[str] = INTERRUPTED
@@ -114,3 +125,55 @@ class TerminalReports(ReportCalls):
             self.report_completed()
         else:  # report_error maps KeyboardInterrupt to cancelled (interrupted)
             self.report_error(error if error is not None else "report_outcome failed")
+
+    def _end_unreported(self, error: BaseException | None, *, at: str) -> None:
+        """End a run that made no terminal report, as ``status_at_close`` says.
+
+        The rule is docs/design.md#lifecycle's.
+
+        ``"outcome"``: :meth:`report_outcome` of ``error`` (the exception being
+        handled when ``close()`` was called, or the uncaught one at exit), logged
+        ``trainreport.outcome_at_close``; with no exception, ``completed`` and one
+        ``trainreport.completed_at_close`` warning. ``"keep"``: nothing (at exit,
+        an uncaught exception is still reported, and ``run_ended_without_status``
+        logged otherwise). A terminal report already applied or still queued (a
+        ``report_completed()`` just before) wins: nothing is added.
+
+        Args:
+            error: the exception that is ending the run, or ``None``.
+            at: ``"close"`` or ``"exit"`` (the exit hook), for the log events.
+
+        Never raises.
+        """
+        try:
+            recorder = self._recorder
+            if recorder is None or recorder.final_status(self._queue) is not None:
+                return
+            if self._config.status_at_close == "keep":
+                if at == "exit" and error is not None:
+                    self.report_outcome(error)
+                elif at == "exit":
+                    _log.warning(
+                        "trainreport.run_ended_without_status",
+                        hint=(
+                            "report the run's end before exit: report_completed(), or "
+                            "report_outcome(exc) in an except block, or use `with Reporter(...)`"
+                        ),
+                    )
+                return
+            if error is not None:
+                self.report_outcome(error)
+                _log.info("trainreport.outcome_at_close", at=at, error_type=type(error).__name__)
+                return
+            self.report_completed()
+            _log.warning(
+                "trainreport.completed_at_close",
+                at=at,
+                hint=(
+                    "close() with no terminal report: the run is marked completed; call "
+                    "report_completed() or report_error(exc) before close(), or set "
+                    "ReportingConfig(status_at_close='keep') to leave it running"
+                ),
+            )
+        except Exception:  # noqa: S110 - the report calls never raise; nor does close() for this
+            pass

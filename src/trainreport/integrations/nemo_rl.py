@@ -121,7 +121,8 @@ class TrainReportNemoLogger:
 
     ``log_hyperparams`` -> ``report_hyperparameters``; ``log_histogram`` and
     ``log_plot`` do nothing; ``finish()`` reports completed and closes (NeMo-RL
-    calls ``finish`` at teardown); ``close()`` only closes. A crash is not
+    calls ``finish`` at teardown); ``close()`` only closes (the reporter's
+    rule for a close without a terminal report applies, docs/design.md#lifecycle). A crash is not
     seen by a logger: use :func:`trainreport.integrations.install_failure_hooks`
     or ``with reporter:`` around the run.
 
@@ -284,7 +285,10 @@ class TrainReportNemoLogger:
         return self.close(timeout)
 
     def close(self, timeout: float | None = None) -> bool:
-        """Close the reporter (drain, final send, join) without reporting a status.
+        """Close the reporter (drain, final send, join), reporting no status of its own.
+
+        With no terminal report made, :meth:`Reporter.close`'s rule applies
+        (``ReportingConfig.status_at_close``, docs/design.md#lifecycle).
 
         Returns:
             What :meth:`Reporter.close` returns; True when nothing was reported.
