@@ -134,6 +134,27 @@ def test_a_with_block_reports_its_outcome_whatever_status_at_close_says() -> Non
     assert [] == named(events, "trainreport.completed_at_close")
 
 
+@pytest.mark.parametrize("error", [None, RuntimeError("after the end")])
+def test_a_with_block_keeps_a_terminal_report_made_inside_it_without_a_refusal(
+    error: BaseException | None,
+) -> None:
+    """``report_completed()`` inside ``with Reporter(...)``: leaving the block (normally or
+    with an exception raised after the end) adds no second end, so no ``transition_refused``
+    is logged and the run stays completed."""
+    sink = MemorySink()
+    with capture_events() as events:
+        try:
+            with Reporter(sink, ReportingConfig(strict_transitions=True), rank=0) as reporter:
+                reporter.report_train_step(step=1, metrics={"loss": 1.0})
+                reporter.report_completed()
+                if error is not None:
+                    raise error
+        except RuntimeError:
+            pass
+    assert "completed" == status(sink)
+    assert [] == named(events, "trainreport.transition_refused")
+
+
 def test_an_unstarted_reporter_with_nothing_reported_sends_nothing_at_close() -> None:
     """Nothing reported, never started: close() sends nothing, so the task stays as stored."""
     sink = MemorySink()

@@ -443,8 +443,14 @@ class ReporterLifecycle(TerminalReports):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Report the block's outcome (:meth:`report_outcome`), then close."""
-        self.report_outcome(exc)
+        """Report the block's outcome (:meth:`report_outcome`), then close.
+
+        A terminal report made inside the block (applied or still queued) is the
+        run's end: the outcome is not reported a second time (docs/design.md#lifecycle).
+        """
+        recorder = self._recorder
+        if recorder is None or recorder.final_status(self._queue) is None:
+            self.report_outcome(exc)
         self.close()
 
     # --- process hooks ---------------------------------------------------------------
