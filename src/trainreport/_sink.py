@@ -124,11 +124,16 @@ class Opened:
         stored_task: the task record the destination holds, in the ``GET``
             shape ``{"status": ..., "status_details": {...}}``, or ``None`` when
             the task does not exist yet (a 404 is a new task, not a failure).
+        last_writer_generation: the generation whose update the task's last
+            write was, as the server says (series-suffix mode), or ``None`` when
+            it does not say; a left-over journal of an older writer is never
+            replayed over a newer one's writes (``docs/engine.md``, "Recovery").
     """
 
     capabilities: frozenset[str] = frozenset()
     writer_generation: int | None = None
     stored_task: Mapping[str, Any] | None = None
+    last_writer_generation: int | None = None
 
 
 @attrs.frozen
