@@ -324,3 +324,31 @@ def test_a_stale_journal_the_service_already_holds_is_removed_not_refused() -> N
     other.reset(loss_update(0, [1, 2, 3], 5.0))
     with pytest.raises(StaleJournalError, match="generation 2"):
         plan_recovery(other, run, held, full_state=False, last_writer_generation=2)
+
+
+def test_the_writers_answer_says_which_generation_wrote_the_task_last(
+    server: ServerHandle,
+) -> None:
+    """null before any update; the updating generation after; null again after a PATCH."""
+    base = f"{server.url}/v1/jobs/job-w/tasks/train"
+
+    def claim() -> dict[str, Any]:
+        answer = urllib3.request("POST", f"{base}/writers", json={}, timeout=10.0)
+        assert 200 == answer.status, answer.data[:300]
+        doc: dict[str, Any] = json.loads(answer.data)
+        return doc
+
+    def update(generation: int) -> None:
+        body = {"writer_generation": generation, "sequence": 1, "status": "running"}
+        answer = urllib3.request("POST", f"{base}/updates", json=body, timeout=10.0)
+        assert 200 == answer.status, answer.data[:300]
+
+    first = claim()
+    assert None is first["last_writer_generation"]
+    update(first["writer_generation"])
+    second = claim()  # claims, writes nothing
+    assert first["writer_generation"] == second["last_writer_generation"]
+    assert first["writer_generation"] == claim()["last_writer_generation"]
+    patch = urllib3.request("PATCH", base, json={"status": "running"}, timeout=10.0)
+    assert 200 == patch.status
+    assert None is claim()["last_writer_generation"]

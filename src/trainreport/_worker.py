@@ -201,9 +201,7 @@ class Worker:
         self._began = True
         self._resume.open_journal(self.recorder, self.wall_clock)
         self.journal = self._resume.journal
-        if self.journal is not None:
-            # The journal says so once a later attempt or writer took the task from its
-            # destination: it is never replayed over that writer (docs/engine.md, "Recovery").
+        if self.journal is not None:  # it says when superseded (docs/engine.md, "Recovery")
             dest = self.destinations[self._journal_destination]
             self.journal.superseded = lambda: dest.superseded
         self.recorder.start_attempt()
