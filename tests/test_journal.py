@@ -80,14 +80,25 @@ def update(name: str, offset: int, steps: list[int]) -> Update:
 def test_a_claimed_journal_lives_under_job_and_task_and_says_it_is_a_journal(
     tmp_path: Path,
 ) -> None:
-    """``<dir>/<job>/<task>.log``, locked; its RUN record names the ids, journal, local offsets."""
+    """``<dir>/<job>/<task>.log``, locked; its RUN record names the ids, journal, local offsets.
+
+    And whose it is: its place among the task's journals and the attempt.
+    """
     journal = Journal.claim(tmp_path, "job-1", "train")
     assert journal is not None
     journal.append(update("train_loss", 0, [1, 2]))
     journal.close(delivered=False)
 
     run = load_run_file(tmp_path / "job-1" / "train.log")
-    assert {"job_id": "job-1", "task_id": "train", "journal": "1", "offsets": "local"} == run.run
+    started = run.run.pop("attempt_started_at")
+    assert float(started) > 0
+    assert {
+        "job_id": "job-1",
+        "task_id": "train",
+        "journal": "1",
+        "offsets": "local",
+        "journal_seq": "1",
+    } == run.run
     assert is_journal(run.run)
     assert [1, 2] == [p["step"] for p in run.task["status_details"]["metrics"]["train_loss"]]
 

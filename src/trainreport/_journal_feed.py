@@ -44,9 +44,9 @@ from trainreport._sink import (
     Sink,
     Update,
 )
-from trainreport._sync import SyncError, plan_recovery
+from trainreport._sync import StaleJournalError, SyncError, plan_recovery
 from trainreport.exceptions import RunLogError
-from trainreport.sinks._journal import Journal
+from trainreport.sinks._journal import Journal, mark_sent_under
 from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog_replay import DamageKind, replay
 from trainreport.sinks._runlog_state import LogState
@@ -141,6 +141,12 @@ class JournalKeeper:
         self.clock = clock
         self.wall_clock = wall_clock
         self.records = 0
+        #: Whether the journal's destination was superseded (set by the worker).
+        self.superseded: Callable[[], bool] | None = None
+        #: The writer generations this process was issued, and the generation of the
+        #: task's last write before any of them wrote (recovery's baseline).
+        self._own_generations: set[int] = set()
+        self._last_writer: int | None = None
         self._lengths: dict[str, int] = {}
         self._version: tuple[int, int, bool] | None = None
         self._last = -math.inf
@@ -164,6 +170,8 @@ class JournalKeeper:
         journal = self.journal
         if journal.failed:
             return
+        if self.superseded is not None and not journal.owner.superseded and self.superseded():
+            journal.mark_writer(superseded=True)
         recorder = self.recorder
         view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
         if recorder.seeded:
@@ -207,12 +215,31 @@ class JournalKeeper:
             (``trainreport.journal_recovery_failed``) and left on disk for
             ``trainreport sync``. Never raises.
         """
+        self.note_open(opened)
         for path in list(self.journal.left_over):
             result = self._recover_one(sink, opened, path, timeout_seconds)
             if isinstance(result, Opened):
                 opened = result
             elif result is not None:
                 return result
+        return opened
+
+    def note_open(self, opened: OpenResult) -> OpenResult:
+        """Learn the generations of an open: ours (the journal says so), and the last writer's.
+
+        The last writer's generation is kept from before this process wrote:
+        a left-over it recovered was written under its generation on the
+        left-over's behalf, so it never makes the next left-over look older.
+        """
+        if not isinstance(opened, Opened):
+            return opened
+        mine = opened.writer_generation
+        if mine is not None:
+            self._own_generations.add(mine)
+            self.journal.mark_writer(generation=mine)
+        last = opened.last_writer_generation
+        if last is None or last not in self._own_generations:
+            self._last_writer = last
         return opened
 
     def _recover_one(
@@ -235,23 +262,36 @@ class JournalKeeper:
         full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
         for attempt in range(2):
             try:
-                plan = plan_recovery(run.state, run.run, opened.stored_task, full_state=full_state)
+                plan = plan_recovery(
+                    run.state,
+                    run.run,
+                    opened.stored_task,
+                    full_state=full_state,
+                    last_writer_generation=self._last_writer,
+                )
+            except StaleJournalError as exc:
+                self._set_aside_stale(path, str(exc))
+                return None
             except SyncError as exc:
                 self._give_up(path, str(exc))
                 return None
             if plan.update is None:
                 journal.delivered_left_over(path)
                 return None
+            if opened.writer_generation is not None:
+                # Said before the send: a kill during it leaves the left-over whose
+                # generation wrote the service's last points (the next recovery's rule).
+                mark_sent_under(path, opened.writer_generation)
             result = sink.send(plan.update, timeout_seconds=timeout_seconds)
             if isinstance(result, Delivered):
                 sent = sum(s.sent for s in plan.series)
                 _log.info("trainreport.journal_recovered", path=str(path), points=sent)
                 journal.delivered_left_over(path)
-                return sink.open(timeout_seconds=timeout_seconds)
+                return self.note_open(sink.open(timeout_seconds=timeout_seconds))
             if isinstance(result, RetryLater):
                 return result
             if isinstance(result, Resynchronise) and not attempt:
-                reopened = sink.open(timeout_seconds=timeout_seconds)
+                reopened = self.note_open(sink.open(timeout_seconds=timeout_seconds))
                 if not isinstance(reopened, Opened):
                     return reopened
                 opened = reopened
@@ -259,6 +299,17 @@ class JournalKeeper:
             self._give_up(path, getattr(result, "reason", type(result).__name__))
             return None
         return None  # pragma: no cover - the loop returns
+
+    def _set_aside_stale(self, path: Path, reason: str) -> None:
+        """A left-over of a superseded or older writer: kept for inspection, never replayed."""
+        if path in self.journal.left_over:
+            self.journal.left_over.remove(path)
+        _log.warning(
+            "trainreport.journal_superseded",
+            path=str(path),
+            reason=reason[:300],
+            kept_for="inspection: `trainreport sync --force PATH` uploads it over the newer writer",
+        )
 
     def _give_up(self, path: Path, reason: str) -> None:
         if path in self.journal.left_over:

@@ -384,6 +384,7 @@ class WriterResponse:
     writer_generation: int
     series_lengths: dict[str, int] = attrs.field(factory=dict)
     task: dict[str, Any] | None = None
+    last_writer_generation: int | None = None
 
 
 @attrs.frozen

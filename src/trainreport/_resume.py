@@ -68,9 +68,17 @@ class Resume:
             self.journal.wall_clock = wall_clock
 
     def recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
-        """After the journal destination's open: deliver what dead processes left first."""
+        """After the journal destination's open: deliver what dead processes left first.
+
+        The journal first records the writer generation it is now sent under
+        (before any send under it), so a recovery never mistakes this process's
+        own writes for a newer writer's.
+        """
         journal = self.journal
-        if journal is None or not journal.journal.left_over:
+        if journal is None:
+            return opened
+        journal.note_open(opened)
+        if not journal.journal.left_over:
             return opened
         return journal.recover(sink, opened, timeout)
 

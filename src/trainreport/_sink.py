@@ -127,6 +127,10 @@ class Opened:
         page_url: where a person sees the run (the reference server's chart
             page of the task), or ``None``; the reporter logs it once
             (``trainreport.destination_opened``). Never holds credentials.
+        last_writer_generation: the generation whose update the task's last
+            write was, as the server says (series-suffix mode), or ``None`` when
+            it does not say; a left-over journal of an older writer is never
+            replayed over a newer one's writes (``docs/engine.md``, "Recovery").
     """
 
     capabilities: frozenset[str] = frozenset()
@@ -134,6 +138,7 @@ class Opened:
     stored_task: Mapping[str, Any] | None = None
     #: Informational: not part of equality (two opens of one task compare equal).
     page_url: str | None = attrs.field(default=None, eq=False)
+    last_writer_generation: int | None = None
 
 
 @attrs.frozen

@@ -21,11 +21,24 @@ a run with trainreport sync"):
   task (``offsets: local``) counts its indices from its own first point: each
   series is placed after the stored points before its first step, the rule a
   reporter follows when it records before it could read the stored task.
+- **Whose a journal is.** A journal says which writer generation its
+  content was last sent under and whether its writer was superseded
+  (:class:`~trainreport.sinks._journal.JournalOwner`); the reference server
+  says which generation wrote the task last (``last_writer_generation``). A
+  journal whose writer was superseded, or one older than the task's last
+  writer, is never replayed over the newer writer's points and status
+  (:class:`StaleJournalError`, unless ``force``); one whose writer claimed the
+  task after its last write has its task fields sent whatever the clocks
+  say. A journal without these fields (an earlier version's), a service that
+  does not say (a plain job API, full-state mode) and a journal that was
+  never sent under a generation are planned as before.
 - **Task fields.** The log's status and ``status_details`` are sent when they
   differ from the stored ones, unless the service looks newer: its
   ``updated_at`` is later than the log's, or it holds more points of a series
   (``updated_at`` from earlier versions has one-second resolution, so a tie is
-  decided by the points).
+  decided by the points). Both stamps come from one writer's clock when the
+  journal's writer wrote the task last, so the comparison needs no two
+  hosts' clocks to agree; otherwise it does (a plain job API cannot do better).
 """
 
 from __future__ import annotations
@@ -33,7 +46,7 @@ from __future__ import annotations
 import datetime
 from array import array
 from bisect import bisect_left
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import attrs
@@ -49,17 +62,19 @@ from trainreport._sink import (
     Sink,
     Update,
 )
-from trainreport.sinks._journal import LOCAL_OFFSETS, is_journal
+from trainreport.sinks._journal import LOCAL_OFFSETS, JournalOwner, is_journal
 from trainreport.sinks._runlog_state import LogState
 
 __all__ = [
     "SeriesOutcome",
+    "StaleJournalError",
     "SyncError",
     "SyncPlan",
     "SyncReport",
     "place_local_journal",
     "plan_recovery",
     "plan_sync",
+    "stale_reason",
     "sync",
 ]
 
@@ -78,6 +93,40 @@ class SyncError(Exception):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class StaleJournalError(SyncError):
+    """A journal of a superseded or older writer would replace a newer writer's points.
+
+    Kept, never replayed, unless ``force`` (``trainreport sync --force``).
+    """
+
+
+def stale_reason(run: Mapping[str, str], last_writer_generation: int | None) -> str | None:
+    """Why the journal with RUN fields ``run`` must not be replayed, or ``None``.
+
+    Args:
+        run: the journal's RUN fields (:class:`JournalOwner`).
+        last_writer_generation: the generation whose update the task's last
+            write was, as the service said before this process wrote
+            (``None``: it does not say).
+
+    Never raises.
+    """
+    owner = JournalOwner.of(run)
+    if owner.superseded:
+        return (
+            f"this journal's writer ({owner.describe()}) was superseded: a later attempt "
+            "or writer took the task, and the service holds that writer's points and status"
+        )
+    mine = owner.writer_generation
+    if mine is not None and last_writer_generation is not None and last_writer_generation > mine:
+        return (
+            f"the task was last written by writer generation {last_writer_generation}, "
+            f"newer than this journal's ({owner.describe()}): a later attempt or writer "
+            "wrote it after this journal's"
+        )
+    return None
 
 
 @attrs.frozen
@@ -125,7 +174,12 @@ def _stamp(value: object) -> datetime.datetime | None:
 
 
 def _details_decision(
-    log: LogState, stored: StoredState, exists: bool, outcomes: list[SeriesOutcome]
+    log: LogState,
+    stored: StoredState,
+    exists: bool,
+    outcomes: list[SeriesOutcome],
+    *,
+    log_is_newer: bool = False,
 ) -> tuple[bool, str]:
     """Whether the log's status and fields are sent, and why not (rules in the module doc)."""
     details = log.task.details
@@ -136,6 +190,8 @@ def _details_decision(
         and all(stored.details.get(k, missing) == v for k, v in details.items())
     ):
         return False, "the service holds them already"
+    if log_is_newer:
+        return True, "sent: the journal's writer claimed the task after its last write"
     stored_at = stored.details.get("updated_at")
     ours, theirs = _stamp(details.get("updated_at")), _stamp(stored_at)
     if theirs is not None and (ours is None or theirs > ours):
@@ -212,15 +268,32 @@ def plan_recovery(
     stored_task: Mapping[str, Any] | None,
     *,
     full_state: bool,
+    last_writer_generation: int | None = None,
+    force: bool = False,
 ) -> SyncPlan:
     """:func:`plan_sync` for a file whose RUN record is ``run``: a journal gets its rules.
 
     A journal (``run["journal"] == "1"``) wins where it disagrees with the
     service, and one with ``offsets: local`` is placed first
-    (:func:`place_local_journal`; ``log`` is changed in place). Any other
-    run log is planned as :func:`plan_sync` plans it.
+    (:func:`place_local_journal`; ``log`` is changed in place), unless it is
+    stale (:func:`stale_reason`): then it is refused, unless the service
+    already holds everything in it (the plan sends nothing) or ``force``.
+    When its writer claimed the task after the task's last write
+    (``last_writer_generation`` below the journal's), its task fields are
+    sent whatever ``updated_at`` says. Any other run log is planned as
+    :func:`plan_sync` plans it.
+
+    Args:
+        log: the file's task, replayed.
+        run: its RUN fields.
+        stored_task: what the service holds (``GET`` shape), or ``None``.
+        full_state: the service speaks only the baseline.
+        last_writer_generation: the generation whose update the task's last
+            write was, before the recovering process wrote (``None``: unknown).
+        force: replay a stale journal anyway (``trainreport sync --force``).
 
     Raises:
+        StaleJournalError: the journal is stale and would change what the service holds.
         SyncError: as :func:`plan_sync`.
     """
     if not is_journal(run):
@@ -230,7 +303,14 @@ def plan_recovery(
         if isinstance(stored, str):
             raise SyncError(f"the service's stored task cannot be parsed ({stored}): nothing sent")
         place_local_journal(log, stored)
-    return plan_sync(log, stored_task, full_state=full_state, prefer_log=True)
+    mine = JournalOwner.of(run).writer_generation
+    newer = mine is not None and last_writer_generation is not None
+    newer = newer and last_writer_generation < mine  # type: ignore[operator]
+    plan = plan_sync(log, stored_task, full_state=full_state, prefer_log=True, log_is_newer=newer)
+    reason = stale_reason(run, last_writer_generation)
+    if reason is not None and plan.update is not None and not force:
+        raise StaleJournalError(reason)
+    return plan
 
 
 def plan_sync(
@@ -239,6 +319,7 @@ def plan_sync(
     *,
     full_state: bool,
     prefer_log: bool = False,
+    log_is_newer: bool = False,
 ) -> SyncPlan:
     """Decide the one update that uploads ``log`` to a service holding ``stored_task``.
 
@@ -249,6 +330,8 @@ def plan_sync(
         prefer_log: where a series' stored points differ from the log's, send
             the log's from there (a journal's rule) instead of keeping the
             service's.
+        log_is_newer: the log's writer claimed the task after its last write:
+            its task fields are sent whatever ``updated_at`` says.
 
     Raises:
         SyncError: the stored task cannot be parsed (sending could overwrite
@@ -281,7 +364,9 @@ def plan_sync(
             prefix[2][:start] + cols[2][local:],
         )
     details = log.task.details
-    send_details, note = _details_decision(log, stored, stored_task is not None, outcomes)
+    send_details, note = _details_decision(
+        log, stored, stored_task is not None, outcomes, log_is_newer=log_is_newer
+    )
     series: tuple[SeriesUpdate, ...] | None = None
     foreign: dict[str, Any] = {}
     if suffixes:
@@ -325,17 +410,30 @@ def sync(
     *,
     timeout_seconds: float = 60.0,
     run: Mapping[str, str] | None = None,
+    force: bool = False,
+    sent_under: Callable[[int], object] | None = None,
 ) -> SyncReport:
     """Open ``sink``, plan the upload of ``log`` and send it (once more after a resynchronise).
 
-    ``run``: the file's RUN fields; a journal's are planned with the journal's
-    rules (:func:`plan_recovery`).
+    Args:
+        log: the file's task, replayed.
+        sink: the destination (opened here, closed before returning).
+        timeout_seconds: for each request.
+        run: the file's RUN fields; a journal's are planned with the journal's
+            rules (:func:`plan_recovery`).
+        force: upload a stale journal anyway (:class:`StaleJournalError`).
+        sent_under: called with the writer generation before the update is
+            sent under it (the CLI records it in the journal,
+            :func:`~trainreport.sinks._journal.mark_sent_under`).
 
     Raises:
+        StaleJournalError: the journal's writer was superseded or is older than
+            the task's last writer; nothing was sent.
         SyncError: the service could not be opened, refused the update, or
             failed; the message says why. Running sync again sends nothing twice.
     """
     try:
+        last_writer: int | None = None
         for attempt in range(2):
             opened = sink.open(timeout_seconds=timeout_seconds)
             if not isinstance(opened, Opened):
@@ -343,10 +441,21 @@ def sync(
                     f"cannot read the stored task: {opened.reason}",
                     getattr(opened, "status_code", None),
                 )
+            if not attempt:  # before this sync wrote anything
+                last_writer = opened.last_writer_generation
             full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
-            plan = plan_recovery(log, run or {}, opened.stored_task, full_state=full_state)
+            plan = plan_recovery(
+                log,
+                run or {},
+                opened.stored_task,
+                full_state=full_state,
+                last_writer_generation=last_writer,
+                force=force,
+            )
             if plan.update is None:
                 return SyncReport(plan, full_state)
+            if sent_under is not None and opened.writer_generation is not None:
+                sent_under(opened.writer_generation)
             result = sink.send(plan.update, timeout_seconds=timeout_seconds)
             if isinstance(result, Delivered):
                 return SyncReport(plan, full_state, result.bytes_sent)

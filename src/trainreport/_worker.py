@@ -118,6 +118,7 @@ class Worker:
             for i, sink in enumerate(sinks)
         ]
         self._resume = Resume(open_journal, interval=config.min_report_interval_seconds)
+        self._journal_destination = journal_destination
         several = threaded and len(sinks) > 1
         senders = [
             Sender(
@@ -200,6 +201,9 @@ class Worker:
         self._began = True
         self._resume.open_journal(self.recorder, self.wall_clock)
         self.journal = self._resume.journal
+        if self.journal is not None:  # it says when superseded (docs/engine.md, "Recovery")
+            dest = self.destinations[self._journal_destination]
+            self.journal.superseded = lambda: dest.superseded
         self.recorder.start_attempt()
         now = self.clock()
         for dest in self.destinations:

@@ -863,8 +863,11 @@ def _add_sync(subparsers: Any) -> None:
             "of, is left as stored; the log's status and fields are sent unless the service's "
             "are as new or newer (updated_at). Do not sync a run that is still reporting to the "
             "same task: with the reference server's extension, sync takes over the task's "
-            "writer. A token comes from --token-file, --token, $TRAINREPORT_TOKEN or "
-            "$TRAINREPORT_TOKEN_FILE, in that order; $TRAINREPORT_CA_CERTS verifies TLS."
+            "writer. A journal whose writer was superseded, or one older than the task's last "
+            "writer, is refused (exit status 2): it would replace a newer attempt's points and "
+            "status; --force uploads it anyway. A token comes from --token-file, --token, "
+            "$TRAINREPORT_TOKEN or $TRAINREPORT_TOKEN_FILE, in that order; "
+            "$TRAINREPORT_CA_CERTS verifies TLS."
         ),
     )
     sync.add_argument("path", type=Path, help="the run log (.log) or task record (.json)")
@@ -887,6 +890,14 @@ def _add_sync(subparsers: Any) -> None:
         ),
     )
     sync.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "upload a journal even when a later attempt or writer owns the task (its points "
+            "and status replace the newer writer's)"
+        ),
+    )
+    sync.add_argument(
         "--timeout",
         type=_positive_seconds,
         default=60.0,
@@ -896,9 +907,10 @@ def _add_sync(subparsers: Any) -> None:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    from trainreport._sync import SyncError, describe_sync, sync  # noqa: PLC0415
+    from trainreport._sync import StaleJournalError, SyncError, describe_sync, sync  # noqa: PLC0415
     from trainreport.exceptions import ConfigError  # noqa: PLC0415
     from trainreport.sinks import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._journal import mark_sent_under  # noqa: PLC0415
     from trainreport.sinks._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
 
     run = _load("sync", args.path)
@@ -932,7 +944,21 @@ def _sync(args: argparse.Namespace) -> int:
     print(f"trainreport sync: {args.path} -> {url} job {job!r} task {task!r}")
     try:
         with _quiet_library_log():
-            report = sync(run.state, sink, timeout_seconds=args.timeout, run=run.run)
+            report = sync(
+                run.state,
+                sink,
+                timeout_seconds=args.timeout,
+                run=run.run,
+                force=args.force,
+                sent_under=lambda generation: mark_sent_under(args.path, generation),
+            )
+    except StaleJournalError as exc:
+        print(
+            f"trainreport sync: refused: {exc}. Nothing was sent; the journal is kept. "
+            "Run with --force to upload it over the newer writer's.",
+            file=sys.stderr,
+        )
+        return 2
     except SyncError as exc:
         hint = _environment.auth_hint(
             exc.status_code, token_sent=token is not None, command_line=True

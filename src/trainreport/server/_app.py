@@ -448,6 +448,7 @@ class _Api:
             return JSONResponse(
                 {
                     "writer_generation": opened.generation,
+                    "last_writer_generation": opened.last_writer_generation,
                     "task": opened.task,
                     "series_lengths": opened.series_lengths,
                     "cancel_requested": opened.cancel_requested,

@@ -127,6 +127,15 @@ RESPONSES: dict[str, Node] = {
     "WriterOpened": Record(
         (
             Field("writer_generation", Integer(1), True),
+            Field(
+                "last_writer_generation",
+                Integer(
+                    1,
+                    nullable=True,
+                    description="the generation whose update the task's last write was; "
+                    "null when none is recorded or a baseline PATCH came last",
+                ),
+            ),
             Field("task", Nullable(TASK, "null when the task does not exist yet"), True),
             Field("series_lengths", _LENGTHS, True),
             Field("cancel_requested", Boolean(), True),

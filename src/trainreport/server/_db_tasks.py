@@ -64,6 +64,8 @@ class WriterOpened:
 
     Args:
         generation: the new generation (1 for the first writer of a task).
+        last_writer_generation: the generation whose update the task's last write
+            was, or ``None`` (none recorded, or a baseline ``PATCH`` came last).
         task: the stored task in the ``GET`` shape, or ``None`` when absent.
         series_lengths: points stored per series, in the task's series order.
         cancel_requested: whether the task's job was asked to cancel.
@@ -73,6 +75,7 @@ class WriterOpened:
     task: dict[str, Any] | None
     series_lengths: dict[str, int]
     cancel_requested: bool
+    last_writer_generation: int | None = None
 
 
 @attrs.frozen
@@ -190,6 +193,11 @@ class TaskStore:
         with self.backend.write(job_id) as conn:
             touch_job(conn, job_id, now)
             status = merge_task(conn, job_id, task_id, patch.status, patch.details, now)
+            # A baseline write has no generation: the last writer is unknown from here on.
+            conn.execute(
+                "UPDATE writers SET applied_generation = NULL WHERE job_id = ? AND task_id = ?",
+                (job_id, task_id),
+            )
             if patch.metrics is not None:
                 conn.execute(
                     "DELETE FROM points WHERE job_id = ? AND task_id = ?", (job_id, task_id)
@@ -239,10 +247,11 @@ class TaskStore:
                 "attempt_started_at = excluded.attempt_started_at",
                 (job_id, task_id, claim.number, claim.started_at),
             )
-            generation = conn.execute(
-                "SELECT generation FROM writers WHERE job_id = ? AND task_id = ?",
+            generation, applied = conn.execute(
+                "SELECT generation, applied_generation FROM writers "
+                "WHERE job_id = ? AND task_id = ?",
                 (job_id, task_id),
-            ).fetchone()[0]
+            ).fetchone()
         # The read needs no write lock: the new writer has not written yet, and
         # every older one is fenced by the committed generation.
         with self.backend.read() as conn:
@@ -251,6 +260,7 @@ class TaskStore:
                 task=task_document(conn, job_id, task_id, include_metrics=True),
                 series_lengths=series_lengths_of(conn, job_id, task_id),
                 cancel_requested=job_cancel_requested(conn, job_id),
+                last_writer_generation=None if applied is None else int(applied),
             )
 
     def apply_update(
@@ -295,7 +305,8 @@ class TaskStore:
             for series in update.series:
                 write_suffix(conn, job_id, task_id, series, lengths)
             conn.execute(
-                "UPDATE writers SET last_sequence = ? WHERE job_id = ? AND task_id = ?",
+                "UPDATE writers SET last_sequence = ?, applied_generation = generation "
+                "WHERE job_id = ? AND task_id = ?",
                 (update.sequence, job_id, task_id),
             )
             return Applied(

@@ -7,7 +7,8 @@ Layout (``docs/server.md``)::
     series  ((job_id, task_id, series) PK, ord, length)          lengths without counting points
     points  ((job_id, task_id, series, idx) PK, step, epoch, value)
     writers ((job_id, task_id) PK, generation, last_sequence,
-             attempt_number, attempt_started_at)                 exists before the task does
+             attempt_number, attempt_started_at,
+             applied_generation)                                 exists before the task does
     purges  ((job_id, task_id) PK, queued_at)                    deleted tasks whose points remain
     schema_version (version PK, applied_at)                      one row per migration applied
 
@@ -96,6 +97,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             queued_at TEXT NOT NULL,
             PRIMARY KEY (job_id, task_id)){without_rowid}""",
         "CREATE INDEX IF NOT EXISTS jobs_by_updated_at ON jobs (updated_at)",
+    ),
+    (
+        # The generation whose update the task's last write was (NULL: none recorded, or a
+        # baseline PATCH came last): a left-over journal of an older writer is never
+        # replayed over a newer one's writes (docs/protocol.md, POST .../writers).
+        "ALTER TABLE writers ADD COLUMN applied_generation {int}",
     ),
 )
 

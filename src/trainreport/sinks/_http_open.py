@@ -139,6 +139,7 @@ def open_session(
                 capabilities=caps | {CAPABILITY_SERIES_SUFFIX},
                 writer_generation=writer.writer_generation,
                 stored_task=writer.task,
+                last_writer_generation=writer.last_writer_generation,
             )
             return Session(opened, writer.writer_generation, found.cap, attempt)
         if response.status not in (404, 405, 501):

@@ -21,7 +21,16 @@ with its holder): it is moved into ``<task>.left/`` for recovery.
 The run log's RUN record names the job and task and says ``"journal": "1"``;
 ``"offsets": "local"`` while the process has not read the stored task (its
 series indices then count from this process's first point, not from the
-service's), ``"absolute"`` once it has.
+service's), ``"absolute"`` once it has. It also says whose the journal is
+(:class:`JournalOwner`): ``journal_seq``, its place among the task's journals
+on this node (one more than any journal already in the directory: left-overs
+are recovered in that order, never by a clock), the attempt
+(``attempt_number``, ``attempt_started_at``), and, appended as a new RUN
+record when they change (a reader keeps the last one), ``writer_generation``
+(the latest writer generation its content was sent under: the process's own,
+or a recovering process's) and ``superseded: "1"`` once a later attempt or
+writer took the task. A journal written before these keys existed has none of
+them and is treated as before (``docs/engine.md``, "Recovery").
 
 Not thread-safe: one thread (the reporter thread) drives a journal.
 """
@@ -31,14 +40,21 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import attrs
+
+from trainreport._attempt import current_attempt
 from trainreport._logging import describe_exception, get_logger
 from trainreport._protocol import ID_PATTERN
 from trainreport._sink import Update
 from trainreport._stamps import utc_now_iso
+from trainreport.sinks._runlog import HEADER, HEADER_CRC_SPAN, MAGIC, RecordKind
+from trainreport.sinks._runlog_replay import DamageKind, replay
 from trainreport.sinks._runlog_state import LogState
 from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter
 
@@ -55,8 +71,10 @@ __all__ = [
     "JOURNAL_RUN_KEY",
     "LOCAL_OFFSETS",
     "Journal",
+    "JournalOwner",
     "JournalPaths",
     "is_journal",
+    "mark_sent_under",
 ]
 
 #: The RUN record key that marks a run log as a journal (value ``"1"``).
@@ -74,6 +92,126 @@ _log = get_logger()
 def is_journal(run: Mapping[str, str]) -> bool:
     """True when a run log's RUN fields say it is a journal. Never raises."""
     return run.get(JOURNAL_RUN_KEY) == "1"
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
+
+
+@attrs.frozen
+class JournalOwner:
+    """Whose a journal is, from its RUN fields (``None``/``False``: not recorded).
+
+    Attributes:
+        seq: its place among the task's journals on its node (1 for the first).
+        attempt_number: the attempt number of the process that recorded it.
+        attempt_started_at: that process's start time (seconds since the Unix
+            epoch, as text: for inspection, never for ordering).
+        writer_generation: the latest writer generation its content was sent under.
+        superseded: a later attempt or writer took the task from its writer.
+    """
+
+    seq: int | None = None
+    attempt_number: int | None = None
+    attempt_started_at: str | None = None
+    writer_generation: int | None = None
+    superseded: bool = False
+
+    @classmethod
+    def of(cls, run: Mapping[str, str]) -> JournalOwner:
+        """Read the owner from a journal's RUN fields. Never raises."""
+        return cls(
+            seq=_int_or_none(run.get("journal_seq")),
+            attempt_number=_int_or_none(run.get("attempt_number")),
+            attempt_started_at=run.get("attempt_started_at"),
+            writer_generation=_int_or_none(run.get("writer_generation")),
+            superseded=run.get("superseded") == "1",
+        )
+
+    def describe(self) -> str:
+        """``attempt 0, writer generation 3`` (what is known), for a message. Never raises."""
+        parts = []
+        if self.attempt_number is not None:
+            parts.append(f"attempt {self.attempt_number}")
+        elif self.attempt_started_at is not None:
+            parts.append(f"the attempt started at {self.attempt_started_at}")
+        if self.writer_generation is not None:
+            parts.append(f"writer generation {self.writer_generation}")
+        return ", ".join(parts) or "an unknown writer"
+
+
+def _first_run(path: Path) -> dict[str, str]:
+    """The fields of a run log's first record when it is a RUN record; ``{}`` otherwise.
+
+    Reads only that record (a journal's RUN record comes first). Never raises.
+    """
+    import json  # noqa: PLC0415 - only here
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC) + HEADER.size)
+            if len(head) < len(MAGIC) + HEADER.size or not head.startswith(MAGIC):
+                return {}
+            _, kind, _, length, body_crc, header_crc = HEADER.unpack_from(head, len(MAGIC))
+            if zlib.crc32(head[len(MAGIC) : len(MAGIC) + HEADER_CRC_SPAN]) != header_crc:
+                return {}
+            if kind != RecordKind.RUN or length > 1 << 16:
+                return {}
+            body = f.read(length)
+        if zlib.crc32(body) != body_crc:
+            return {}
+        run = json.loads(body)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(run, dict):
+        return {}
+    return {str(k): v for k, v in run.items() if isinstance(v, str)}
+
+
+def _seq_of(path: Path) -> int | None:
+    return _int_or_none(_first_run(path).get("journal_seq"))
+
+
+def mark_sent_under(path: Path, generation: int) -> bool:
+    """Record in the journal at ``path`` that its content is being sent as ``generation``.
+
+    Called before a left-over journal is recovered (by the next process or by
+    ``trainreport sync``), so a kill during the recovery leaves a journal whose
+    ``writer_generation`` is the one that wrote the service's last points: the
+    next recovery still finds it the task's last writer. Appends one RUN
+    record (a torn tail is cut first, as at any open of a run log).
+
+    Returns:
+        True when written; False when the file could not be written (another
+        process writes it, or it is read-only). Never raises.
+    """
+    if not is_journal(_first_run(path)):
+        return False  # not a journal (a task record, a run log): never changed
+    try:
+        damage = replay(path.read_bytes()).damage
+    except OSError:
+        return False
+    if damage is not None and damage.kind is not DamageKind.TORN_TAIL:
+        return False  # a damaged journal is left exactly as it is
+    try:
+        writer = RunLogWriter.open(path)
+    except (OSError, LogBusyError, ValueError):
+        return False
+    try:
+        if not is_journal(writer.run):
+            return False
+        writer.run["writer_generation"] = str(generation)
+        writer.append_run()
+        writer.fsync()
+    except (OSError, ValueError):
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            writer.close()
+    return True
 
 
 class JournalPaths:
@@ -100,23 +238,41 @@ class JournalPaths:
         self.left_dir = self.job_dir / f"{task_id}.left"
 
     def left_over(self) -> list[Path]:
-        """Journals dead processes left, oldest first. Never raises (``[]`` when unreadable)."""
+        """Journals dead processes left, oldest first. Never raises (``[]`` when unreadable).
+
+        Ordered by what they contain, never by a clock: each journal's
+        ``journal_seq`` (its place among the task's journals, given when it
+        was claimed); journals of earlier versions, which have none, come
+        first, by name (the wall time their process set them aside).
+        """
         try:
-            return sorted(
-                (p for p in self.left_dir.iterdir() if p.suffix == ".log" and p.is_file()),
-                key=lambda p: p.name,
-            )
+            found = [p for p in self.left_dir.iterdir() if p.suffix == ".log" and p.is_file()]
         except OSError:
             return []
+        keyed = [(_seq_of(p), p.name, p) for p in found]
+        keyed.sort(key=lambda k: (k[0] is not None, k[0] or 0, k[1]))
+        return [p for _, _, p in keyed]
+
+    def next_seq(self) -> int:
+        """One more than the ``journal_seq`` of every journal of the task here. Never raises."""
+        seqs = [_seq_of(p) for p in self.left_over()]
+        if self.current.exists():
+            seqs.append(_seq_of(self.current))
+        return 1 + max((q for q in seqs if q is not None), default=0)
 
     def set_aside(self, path: Path) -> Path:
-        """Move ``path`` into the left-over directory under a name that sorts after the others.
+        """Move ``path`` into the left-over directory (a unique name; order is by content).
 
         Raises:
             OSError: the move failed.
         """
         self.left_dir.mkdir(exist_ok=True)
-        target = self.left_dir / f"{time.time_ns():020d}-{os.getpid()}.log"
+        stem = f"{_seq_of(path) or 0:012d}-{os.getpid()}"
+        target = self.left_dir / f"{stem}.log"
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.left_dir / f"{stem}-{n}.log"
         os.replace(path, target)
         return target
 
@@ -190,6 +346,14 @@ class Journal:
         self.removed = False
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
+        #: Writes to the file: the reporter thread records; the journal
+        #: destination's open (on its sender thread) marks the generation.
+        self._write_lock = threading.Lock()
+
+    @property
+    def owner(self) -> JournalOwner:
+        """Whose this journal is, as its RUN fields say."""
+        return JournalOwner.of(self.writer.run)
 
     @classmethod
     def claim(
@@ -240,15 +404,22 @@ class Journal:
                 )
                 refuse("busy", reason)
                 return None
+            seq = paths.next_seq()
             if paths.current.exists():
                 moved = paths.set_aside(paths.current)
                 _log.info("trainreport.journal_left_over", path=str(moved))
+            attempt = current_attempt()
             run = {
                 "job_id": job_id,
                 "task_id": task_id,
                 JOURNAL_RUN_KEY: "1",
                 "offsets": LOCAL_OFFSETS,
+                "journal_seq": str(seq),
             }
+            if attempt.number is not None:
+                run["attempt_number"] = str(attempt.number)
+            if attempt.started_at is not None:
+                run["attempt_started_at"] = str(attempt.started_at)
             writer = RunLogWriter.open(paths.current, run=run)
         except (OSError, LogBusyError) as exc:
             if lock_fd is not None:
@@ -279,19 +450,51 @@ class Journal:
             True when written. Never raises: a failure is logged once
             (``trainreport.journal_write_failed``) and the journal stops.
         """
-        if self.failed:
-            return False
-        try:
-            self.writer.append(update)
-            self.writer.flush()
-            now = self.clock()
-            if now - self._last_fsync >= self.fsync_seconds:
+        with self._write_lock:
+            if self.failed:
+                return False
+            try:
+                self.writer.append(update)
+                self.writer.flush()
+                now = self.clock()
+                if now - self._last_fsync >= self.fsync_seconds:
+                    self.writer.fsync()
+                    self._fsynced(now)
+            except (OSError, ValueError) as exc:
+                self._fail(exc)
+                return False
+            return True
+
+    def mark_writer(self, *, generation: int | None = None, superseded: bool = False) -> bool:
+        """Record whose the journal is: the writer generation it is sent under, or superseded.
+
+        Appends one RUN record (with one ``write()`` and an ``fsync``: it is
+        written once per open, before any send under that generation) when
+        something changed. Thread-safe (the open runs on the destination's
+        sender thread when there are several destinations).
+
+        Returns:
+            True when the journal now says so. Never raises (see :meth:`append`).
+        """
+        with self._write_lock:
+            if self.failed or self.closed:
+                return False
+            run = self.writer.run
+            changed = False
+            if generation is not None and run.get("writer_generation") != str(generation):
+                run["writer_generation"], changed = str(generation), True
+            if superseded and run.get("superseded") != "1":
+                run["superseded"], changed = "1", True
+            if not changed:
+                return True
+            try:
+                self.writer.append_run()
                 self.writer.fsync()
-                self._fsynced(now)
-        except (OSError, ValueError) as exc:
-            self._fail(exc)
-            return False
-        return True
+                self._fsynced(self.clock())
+            except (OSError, ValueError) as exc:
+                self._fail(exc)
+                return False
+            return True
 
     def reset(self, state: LogState, *, absolute: bool) -> bool:
         """Replace the journal with ``state`` (one SNAPSHOT, written atomically).
@@ -303,18 +506,19 @@ class Journal:
         Returns:
             True when written. Never raises (see :meth:`append`).
         """
-        if self.failed:
-            return False
-        writer = self.writer
-        writer.state = state
-        writer.run["offsets"] = _ABSOLUTE_OFFSETS if absolute else LOCAL_OFFSETS
-        try:
-            writer.compact()
-        except (OSError, ValueError) as exc:
-            self._fail(exc)
-            return False
-        self._fsynced(self.clock())  # compact() fsyncs the new file
-        return True
+        with self._write_lock:
+            if self.failed:
+                return False
+            writer = self.writer
+            writer.state = state
+            writer.run["offsets"] = _ABSOLUTE_OFFSETS if absolute else LOCAL_OFFSETS
+            try:
+                writer.compact()
+            except (OSError, ValueError) as exc:
+                self._fail(exc)
+                return False
+            self._fsynced(self.clock())  # compact() fsyncs the new file
+            return True
 
     def _fsynced(self, now: float) -> None:
         self._last_fsync = now
@@ -326,17 +530,18 @@ class Journal:
         The file is rewritten (compacted) only when it has grown past about
         twice what it would hold. Never raises.
         """
-        if self.failed:
-            return
-        writer = self.writer
-        writer.state.trim(keep_from)
-        if writer.compaction_due():
-            try:
-                writer.compact()
-            except (OSError, ValueError) as exc:
-                self._fail(exc)
-            else:
-                self._fsynced(self.clock())
+        with self._write_lock:
+            if self.failed:
+                return
+            writer = self.writer
+            writer.state.trim(keep_from)
+            if writer.compaction_due():
+                try:
+                    writer.compact()
+                except (OSError, ValueError) as exc:
+                    self._fail(exc)
+                else:
+                    self._fsynced(self.clock())
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = True
@@ -368,6 +573,10 @@ class Journal:
 
         Never raises (failures are logged).
         """
+        with self._write_lock:
+            self._close(delivered=delivered)
+
+    def _close(self, *, delivered: bool) -> None:
         writer = self.writer
         remove = delivered and not self.failed
         try:

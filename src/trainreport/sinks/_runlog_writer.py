@@ -299,6 +299,19 @@ class RunLogWriter:
         self._pending_bytes += size
         return size
 
+    def append_run(self) -> int:
+        """Append a RUN record holding :attr:`run` as it is now (the last one read wins).
+
+        Returns:
+            bytes appended (written at the next :meth:`flush`).
+        """
+        self._require_open()
+        pieces = encode_run(self.run)
+        size = sum(map(len, pieces))
+        self._pending.extend(pieces)
+        self._pending_bytes += size
+        return size
+
     def flush(self) -> int:
         """Write everything appended with one ``write()`` (no ``fsync``).
 
