@@ -40,15 +40,7 @@ from trainreport._protocol import ID_PATTERN
 from trainreport._sink import Update
 from trainreport._stamps import utc_now_iso
 from trainreport.sinks._runlog_state import LogState
-from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter
-
-_flock: Callable[[int, int], None] | None
-try:
-    import fcntl
-
-    _flock, _LOCK_FLAGS = fcntl.flock, fcntl.LOCK_EX | fcntl.LOCK_NB
-except ImportError:  # pragma: no cover - Windows: no advisory lock
-    _flock, _LOCK_FLAGS = None, 0
+from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, open_locked
 
 __all__ = [
     "JOURNAL_MIN_COMPACT_BYTES",
@@ -126,29 +118,16 @@ def _take_lock(path: Path) -> int | None:
 
     The lock file is removed at a clean close; a process that opened it just
     before may then hold the lock of a file no longer there, so the lock
-    counts only when the path still names the locked file.
+    counts only when the path still names the locked file
+    (:func:`~trainreport.sinks._runlog_writer.open_locked`, the run log's rule).
 
     Raises:
         OSError: the file cannot be created or opened.
     """
-    for _ in range(3):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            if _flock is not None:
-                _flock(fd, _LOCK_FLAGS)
-            held, named = os.fstat(fd), os.stat(path)
-        except (BlockingIOError, FileNotFoundError) as exc:
-            os.close(fd)
-            if isinstance(exc, BlockingIOError):
-                return None
-            continue
-        except BaseException:
-            os.close(fd)
-            raise
-        if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
-            return fd
-        os.close(fd)
-    return None
+    try:
+        return open_locked(path, os.O_RDWR)
+    except LogBusyError:
+        return None
 
 
 class Journal:
