@@ -501,3 +501,57 @@ def test_stats_have_no_journal_when_it_is_turned_off(
     assert reporter.flush(timeout=5.0)
     assert reporter.stats().journal is None
     assert reporter.close(timeout=5.0)
+
+
+# --- the journal's cost: rewinds are records, not rewrites ----------------------------
+
+
+def _down_reporter(tmp_path: Path, down_url: str) -> tuple[Reporter, FakeClock, Any]:
+    """An unstarted-thread reporter to a service that is down, journal every second."""
+    clock = FakeClock()
+    sink = HttpSink(down_url, "job-1", connect_timeout_seconds=0.2, read_timeout_seconds=0.5)
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(sink, config, clock=clock, rank=0)
+    return reporter, clock, drive(reporter)
+
+
+def test_with_the_service_down_re_reported_steps_keep_the_journal_linear(
+    tmp_path: Path, down_url: str
+) -> None:
+    """A step re-reported every interval, the service down: bytes grow with the run, not its
+    square; each rewind is one record (no rewrite), and the journal replays to the same curve."""
+    reporter, clock, worker = _down_reporter(tmp_path, down_url)
+    expected: dict[int, float] = {}
+    step = 0
+    written = []
+    for interval in range(40):
+        for _ in range(50):
+            step += 1
+            expected[step] = 1.0 / step
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        step -= 3  # a step re-reported: the last three points are replaced
+        for gone in range(step + 1, step + 4):
+            del expected[gone]
+        step += 1
+        expected[step] = 2.0 + interval
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 2.0 + interval})
+        writer = worker.journal.journal.writer
+        before = (writer.bytes_written, worker.journal.records, writer.compactions)
+        clock.advance(1.0)
+        worker.cycle()
+        after = (writer.bytes_written, worker.journal.records, writer.compactions)
+        if interval:
+            assert before[1] + 1 == after[1]  # one record an interval
+            assert before[2] == after[2]  # and no rewrite
+        if interval > 1:  # (the first records hold what waited for the first open)
+            assert after[0] - before[0] < 52 * 20 + 1024  # the interval's points, and a head
+        written.append(after[0])
+    path = tmp_path / "job-1" / "train.log"
+    journaled = read_task(path)["status_details"]["metrics"]["train_loss"]
+    stats = reporter.stats().journal
+    reporter.close(timeout=1.0)
+
+    assert written[39] - written[19] < 1.2 * written[19]  # linear: the second half, as the first
+    assert stats is not None
+    assert written[39] == stats.bytes_written
+    assert sorted(expected.items()) == [(p["step"], p["value"]) for p in journaled]
