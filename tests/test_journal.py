@@ -555,3 +555,45 @@ def test_with_the_service_down_re_reported_steps_keep_the_journal_linear(
     assert stats is not None
     assert written[39] == stats.bytes_written
     assert sorted(expected.items()) == [(p["step"], p["value"]) for p in journaled]
+
+
+# --- the journal's directory deleted under the run --------------------------------------
+
+
+def test_a_deleted_journal_directory_is_noticed_and_a_new_journal_holds_every_point(
+    tmp_path: Path, down_url: str
+) -> None:
+    """``rm -rf <journal_dir>/<job>`` mid-run: at the next interval one event, ``stats()``
+    counts the restart, and a new journal (and lock) holds every point not acknowledged."""
+    import shutil  # noqa: PLC0415
+
+    reporter, clock, worker = _down_reporter(tmp_path, down_url)
+    for step in range(1, 101):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        if step % 25 == 0:
+            clock.advance(1.0)
+            worker.cycle()
+    job_dir = tmp_path / "job-1"
+    assert job_dir.is_dir()
+    shutil.rmtree(job_dir)  # a cleanup job
+    for step in range(101, 121):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    clock.advance(1.0)
+    with capture_events() as events:
+        worker.cycle()
+
+    path = job_dir / "train.log"
+    journaled = read_task(path)["status_details"]["metrics"]["train_loss"]
+    stats = reporter.stats().journal
+    assert stats is not None
+    deleted = [e for e in events if e["event"] == "trainreport.journal_deleted"]
+    assert [str(path)] == [e["path"] for e in deleted]
+    assert ("recording", 1) == (stats.state, stats.restarts)
+    assert list(range(1, 121)) == [p["step"] for p in journaled]
+    assert (job_dir / "train.lock").exists()  # claimed again: a second process is kept out
+    assert Journal.claim(tmp_path, "job-1", "train") is None
+    reporter.report_train_step(step=121, epoch=1, metrics={"loss": 0.1})
+    clock.advance(1.0)
+    worker.cycle()
+    assert 121 == read_task(path)["status_details"]["metrics"]["train_loss"][-1]["step"]
+    reporter.close(timeout=1.0)

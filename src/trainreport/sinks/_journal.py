@@ -40,7 +40,7 @@ from trainreport._protocol import ID_PATTERN
 from trainreport._sink import Update
 from trainreport._stamps import utc_now_iso
 from trainreport.sinks._runlog_state import LogState
-from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, open_locked
+from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, names_file, open_locked
 
 __all__ = [
     "JOURNAL_MIN_COMPACT_BYTES",
@@ -60,6 +60,8 @@ _ABSOLUTE_OFFSETS = "absolute"
 #: trimmed at every delivered send, it would otherwise be rewritten, with two ``fsync``
 #: calls, every 64 KiB of appends. Its memory is trimmed at once whatever the file's size.
 JOURNAL_MIN_COMPACT_BYTES = 8 * 2**20
+#: ``trainreport.journal_deleted`` is logged for this many restarts; later ones are counted only.
+_LOGGED_RESTARTS = 3
 _log = get_logger()
 
 
@@ -144,6 +146,9 @@ class Journal:
         error: why it failed, or ``None``.
         fsynced_at: when (ISO 8601 UTC) it was last ``fsync``-ed, or ``None``.
         closed: :meth:`close` ran; ``removed`` says whether the file went with it.
+        restarts: how many times the journal's file (or its lock) was found
+            deleted or replaced under this process and a new one started
+            (:meth:`ensure_file`).
     """
 
     def __init__(
@@ -167,8 +172,10 @@ class Journal:
         self.fsynced_at: str | None = None
         self.closed = False
         self.removed = False
+        self.restarts = 0
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
+        self._earlier_bytes = 0  # written by the writers a restart replaced
 
     @classmethod
     def claim(
@@ -249,6 +256,94 @@ class Journal:
         """What the journal holds (series trimmed to what is not known delivered)."""
         return self.writer.state
 
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written to the journal's files by this process (restarts included)."""
+        return self._earlier_bytes + self.writer.bytes_written
+
+    def ensure_file(self) -> bool:
+        """Check that the journal's path still names its open file; start a new one if not.
+
+        A cleanup job that deletes ``<journal_dir>/<job id>`` (or the file)
+        while the run writes would otherwise leave it appending to a file no
+        longer there, lost at the next kill. When the path names another file
+        or none, the lock is taken again (its file went too, or another
+        process could claim the task), a new journal is written holding
+        everything this one holds (every point not known delivered, the task
+        fields) and ``trainreport.journal_deleted`` is logged (the first few
+        times; :attr:`restarts` counts them all). Costs two ``stat`` calls per
+        file checked: called once before each write (about once a journal interval).
+
+        Returns:
+            True when the journal can be written. Never raises: a new journal
+            that cannot be started stops the journal (``trainreport.journal_write_failed``).
+        """
+        if self.failed:
+            return False
+        fd = self.writer.fd
+        lock = self._lock_fd
+        if (fd is None or names_file(fd, self.paths.current)) and (
+            lock is None or names_file(lock, self.paths.lock)
+        ):
+            return True
+        try:
+            self._start_anew()
+        except (OSError, ValueError) as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def _start_anew(self) -> None:
+        """A new journal file (and lock) at the journal's paths, holding :attr:`state`.
+
+        Raises:
+            OSError: it cannot be created, locked or written (``LogBusyError``:
+                another process claimed the task's journal meanwhile).
+        """
+        paths, old = self.paths, self.writer
+        paths.job_dir.mkdir(parents=True, exist_ok=True)
+        lock = self._lock_fd
+        if lock is None or not names_file(lock, paths.lock):
+            fd = _take_lock(paths.lock)
+            if fd is None:
+                raise LogBusyError(
+                    0, "another process claimed this task's journal after it was deleted"
+                )
+            self._lock_fd = fd
+            if lock is not None:
+                os.close(lock)
+        if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
+            paths.set_aside(paths.current)
+        writer = RunLogWriter.open(paths.current, run=old.run)
+        try:
+            writer.min_compact_bytes = old.min_compact_bytes
+            writer.state = old.state
+            writer.compact()
+        except BaseException:
+            writer.close()
+            raise
+        with contextlib.suppress(OSError, ValueError):
+            old.close()  # the unlinked file's descriptor
+        self._earlier_bytes += old.bytes_written
+        self.writer = writer
+        self.restarts += 1
+        self._fsynced(self.clock())  # compact() fsyncs the new file
+        if self.restarts <= _LOGGED_RESTARTS:
+            _log.warning(
+                "trainreport.journal_deleted",
+                path=str(paths.current),
+                restarts=self.restarts,
+                points=writer.state.point_count(),
+                reason="the journal file was deleted or replaced while this process wrote it "
+                "(a cleanup of journal_dir?); a new one holds every point not yet acknowledged",
+                hint="keep cleanups of journal_dir away from jobs that are running"
+                + (
+                    ""
+                    if self.restarts < _LOGGED_RESTARTS
+                    else "; further restarts are counted in Reporter.stats().journal.restarts only"
+                ),
+            )
+
     def append(self, update: Update) -> bool:
         """Append ``update`` (series suffixes at this journal's lengths) with one ``write()``.
 
@@ -258,7 +353,7 @@ class Journal:
             True when written. Never raises: a failure is logged once
             (``trainreport.journal_write_failed``) and the journal stops.
         """
-        if self.failed:
+        if not self.ensure_file():
             return False
         try:
             self.writer.append(update)
@@ -282,7 +377,7 @@ class Journal:
         Returns:
             True when written. Never raises (see :meth:`append`).
         """
-        if self.failed:
+        if not self.ensure_file():
             return False
         writer = self.writer
         writer.state = state
@@ -307,9 +402,9 @@ class Journal:
         """
         if self.failed:
             return
-        writer = self.writer
-        writer.state.trim(keep_from)
-        if writer.compaction_due():
+        self.writer.state.trim(keep_from)
+        if self.writer.compaction_due() and self.ensure_file():
+            writer = self.writer
             try:
                 writer.compact()
             except (OSError, ValueError) as exc:
@@ -347,8 +442,12 @@ class Journal:
 
         Never raises (failures are logged).
         """
-        writer = self.writer
         remove = delivered and not self.failed
+        if not remove:
+            self.ensure_file()
+        writer = self.writer
+        # Only our own file is removed: after a deletion another process may have claimed the path.
+        ours = writer.fd is not None and names_file(writer.fd, self.paths.current)
         try:
             if not remove and not self.failed:
                 writer.fsync()
@@ -358,7 +457,7 @@ class Journal:
         finally:
             with contextlib.suppress(OSError):
                 writer.close()
-        if remove:
+        if remove and ours:
             with contextlib.suppress(OSError):
                 self.paths.current.unlink()
         self.closed, self.removed = True, remove
@@ -368,7 +467,7 @@ class Journal:
         fd, self._lock_fd = self._lock_fd, None
         if fd is None:
             return
-        if remove_files:
+        if remove_files and names_file(fd, self.paths.lock):
             with contextlib.suppress(OSError):
                 self.paths.lock.unlink()  # before releasing: see _take_lock
         os.close(fd)

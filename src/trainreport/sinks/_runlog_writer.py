@@ -326,6 +326,11 @@ class RunLogWriter:
     # --- writing ----------------------------------------------------------------------
 
     @property
+    def fd(self) -> int | None:
+        """The open file's descriptor (to check what the path names), or ``None`` once closed."""
+        return self._fd
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes appended but not yet flushed."""
         return self._pending_bytes
