@@ -253,8 +253,9 @@ class RunLogWriter:
         """Open (or create) the log at ``path``, lock it, replay it and repair any damage.
 
         Repairs: a torn tail (a write the last process did not finish) is cut
-        off; any other damage (a bad checksum in the middle, a newer format
-        version, a file that is not a log) keeps every record before it, copies
+        off; any other damage (a bad checksum, a newer format version, a file
+        that is not a log) keeps every intact record (a damaged record or file
+        header is skipped; a newer version stops the reading), copies
         the whole file to ``<path>.damaged`` (never losing what a newer
         trainreport or a person could still read) and rewrites the log as a
         snapshot of what was read. Each repair logs ``trainreport.run_log_damaged``.
@@ -310,6 +311,8 @@ class RunLogWriter:
             damage=damage.kind.name.lower(),
             detail=damage.describe(),
             kept_records=self.opened.records,
+            salvaged_records=self.opened.salvaged,
+            lost=self.opened.lost(),
             set_aside=None if self.set_aside is None else str(self.set_aside),
         )
 
