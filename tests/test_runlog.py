@@ -180,7 +180,7 @@ def test_corrupting_any_byte_loses_only_its_record_and_what_cannot_follow_it(
 ) -> None:
     """A flipped byte is caught by a checksum: its record is skipped, every other record is
     read (a damaged file header loses nothing), points are never misplaced, and it is said."""
-    log, ends, tasks = build(updates)
+    log, ends, _ = build(updates)
     position = data.draw(st.integers(0, len(log) - 1))
     mask = data.draw(st.integers(1, 255))
     damaged = bytearray(log)

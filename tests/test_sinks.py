@@ -406,7 +406,7 @@ def _compact_first_before_the_second_locks(
     from trainreport.sinks import _runlog_writer  # noqa: PLC0415
 
     real_lock = _runlog_writer._lock
-    fired = []
+    fired: list[int] = []
 
     def lock(fd: int) -> None:
         if not fired:

@@ -5,10 +5,11 @@ record carries its own checksums, so a record whose header or body checksum
 fails, or whose content is not a valid update, is skipped and the replay goes
 on with the next intact record (found by its header when the damaged header's
 length cannot be trusted); a damaged file header followed by an intact record
-is skipped the same way. A record of a newer format version, or the file ending
-inside a record, or a required record kind it does not know, stops the replay there. After damage, a series point that
-would follow points lost with a damaged record cannot be placed: that series
-keeps its prefix and the points are counted, never shifted (:class:`Replayed`).
+is skipped the same way. A record of a newer format version, the file ending
+inside a record, or a required record kind it does not know stops the replay
+there. After damage, a series point that would follow points lost with a
+damaged record cannot be placed: that series keeps its prefix and the points
+are counted, never shifted (:class:`Replayed`).
 Nothing here raises for any input bytes. The format is described in
 :mod:`trainreport.sinks._runlog`.
 """
@@ -223,9 +224,10 @@ def _intact(data: memoryview, position: int) -> int | None:
     body_start = position + HEADER.size
     if version > FORMAT_VERSION or length > size - body_start:
         return None
-    if zlib.crc32(data[body_start : body_start + length]) != body_crc:
+    end: int = body_start + length
+    if zlib.crc32(data[body_start:end]) != body_crc:
         return None
-    return body_start + length
+    return end
 
 
 def _next_intact(data: memoryview, start: int) -> int | None:
