@@ -132,6 +132,45 @@ def _take_lock(path: Path) -> int | None:
         return None
 
 
+def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[RunLogWriter, int]:
+    """A new journal at ``paths`` holding ``old``'s state; its lock taken again when it went.
+
+    For a journal whose file (or lock file) was deleted or replaced under it.
+    ``old`` is closed (its file is no longer there) and ``lock`` released when
+    a new lock replaces it.
+
+    Returns:
+        ``(the new writer, the lock's descriptor)``.
+
+    Raises:
+        OSError: the new journal cannot be created, locked or written
+            (``LogBusyError``: another process claimed the task meanwhile).
+    """
+    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    if lock is None or not names_file(lock, paths.lock):
+        fd = _take_lock(paths.lock)
+        if fd is None:
+            raise LogBusyError(
+                0, "another process claimed this task's journal after it was deleted"
+            )
+        if lock is not None:
+            os.close(lock)
+        lock = fd
+    if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
+        paths.set_aside(paths.current)
+    writer = RunLogWriter.open(paths.current, run=old.run)
+    try:
+        writer.min_compact_bytes = old.min_compact_bytes
+        writer.state = old.state
+        writer.compact()
+    except BaseException:
+        writer.close()
+        raise
+    with contextlib.suppress(OSError, ValueError):
+        old.close()  # the unlinked file's descriptor
+    return writer, lock
+
+
 class Journal:
     """One process's journal of one job and task; use :meth:`claim`.
 
@@ -146,9 +185,7 @@ class Journal:
         error: why it failed, or ``None``.
         fsynced_at: when (ISO 8601 UTC) it was last ``fsync``-ed, or ``None``.
         closed: :meth:`close` ran; ``removed`` says whether the file went with it.
-        restarts: how many times the journal's file (or its lock) was found
-            deleted or replaced under this process and a new one started
-            (:meth:`ensure_file`).
+        restarts: times its file was found deleted and a new one started (:meth:`ensure_file`).
     """
 
     def __init__(
@@ -262,87 +299,45 @@ class Journal:
         return self._earlier_bytes + self.writer.bytes_written
 
     def ensure_file(self) -> bool:
-        """Check that the journal's path still names its open file; start a new one if not.
+        """Check that the journal's paths still name its open files; start new ones if not.
 
-        A cleanup job that deletes ``<journal_dir>/<job id>`` (or the file)
-        while the run writes would otherwise leave it appending to a file no
-        longer there, lost at the next kill. When the path names another file
-        or none, the lock is taken again (its file went too, or another
-        process could claim the task), a new journal is written holding
-        everything this one holds (every point not known delivered, the task
-        fields) and ``trainreport.journal_deleted`` is logged (the first few
-        times; :attr:`restarts` counts them all). Costs two ``stat`` calls per
-        file checked: called once before each write (about once a journal interval).
+        A cleanup job deleting ``<journal_dir>/<job id>`` mid-run would leave
+        the journal appending to a file no longer there, lost at the next
+        kill. Then the lock is taken again and a new journal holds what this
+        one holds (every point not known delivered, the task fields), logged
+        (``trainreport.journal_deleted``). Two ``stat`` calls a file, per write.
 
         Returns:
             True when the journal can be written. Never raises: a new journal
-            that cannot be started stops the journal (``trainreport.journal_write_failed``).
+            that cannot be started stops it (``trainreport.journal_write_failed``).
         """
         if self.failed:
             return False
-        fd = self.writer.fd
-        lock = self._lock_fd
-        if (fd is None or names_file(fd, self.paths.current)) and (
-            lock is None or names_file(lock, self.paths.lock)
+        paths, old, lock = self.paths, self.writer, self._lock_fd
+        if (old.fd is None or names_file(old.fd, paths.current)) and (
+            lock is None or names_file(lock, paths.lock)
         ):
             return True
         try:
-            self._start_anew()
+            self.writer, self._lock_fd = _reopen(paths, old, lock)
         except (OSError, ValueError) as exc:
             self._fail(exc)
             return False
-        return True
-
-    def _start_anew(self) -> None:
-        """A new journal file (and lock) at the journal's paths, holding :attr:`state`.
-
-        Raises:
-            OSError: it cannot be created, locked or written (``LogBusyError``:
-                another process claimed the task's journal meanwhile).
-        """
-        paths, old = self.paths, self.writer
-        paths.job_dir.mkdir(parents=True, exist_ok=True)
-        lock = self._lock_fd
-        if lock is None or not names_file(lock, paths.lock):
-            fd = _take_lock(paths.lock)
-            if fd is None:
-                raise LogBusyError(
-                    0, "another process claimed this task's journal after it was deleted"
-                )
-            self._lock_fd = fd
-            if lock is not None:
-                os.close(lock)
-        if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
-            paths.set_aside(paths.current)
-        writer = RunLogWriter.open(paths.current, run=old.run)
-        try:
-            writer.min_compact_bytes = old.min_compact_bytes
-            writer.state = old.state
-            writer.compact()
-        except BaseException:
-            writer.close()
-            raise
-        with contextlib.suppress(OSError, ValueError):
-            old.close()  # the unlinked file's descriptor
         self._earlier_bytes += old.bytes_written
-        self.writer = writer
         self.restarts += 1
-        self._fsynced(self.clock())  # compact() fsyncs the new file
+        self._fsynced(self.clock())  # the new file was fsync-ed
         if self.restarts <= _LOGGED_RESTARTS:
             _log.warning(
                 "trainreport.journal_deleted",
                 path=str(paths.current),
                 restarts=self.restarts,
-                points=writer.state.point_count(),
+                points=self.writer.state.point_count(),
                 reason="the journal file was deleted or replaced while this process wrote it "
                 "(a cleanup of journal_dir?); a new one holds every point not yet acknowledged",
-                hint="keep cleanups of journal_dir away from jobs that are running"
-                + (
-                    ""
-                    if self.restarts < _LOGGED_RESTARTS
-                    else "; further restarts are counted in Reporter.stats().journal.restarts only"
-                ),
+                hint="keep cleanups of journal_dir away from jobs that are running; after "
+                f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
             )
+        return True
 
     def append(self, update: Update) -> bool:
         """Append ``update`` (series suffixes at this journal's lengths) with one ``write()``.
