@@ -512,3 +512,99 @@ def test_stats_have_no_journal_when_it_is_turned_off(
     assert reporter.flush(timeout=5.0)
     assert reporter.stats().journal is None
     assert reporter.close(timeout=5.0)
+
+
+# --- the journal's cost: rewinds are records, not rewrites ----------------------------
+
+
+def _down_reporter(tmp_path: Path, down_url: str) -> tuple[Reporter, FakeClock, Any]:
+    """An unstarted-thread reporter to a service that is down, journal every second."""
+    clock = FakeClock()
+    sink = HttpSink(down_url, "job-1", connect_timeout_seconds=0.2, read_timeout_seconds=0.5)
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(sink, config, clock=clock, rank=0)
+    return reporter, clock, drive(reporter)
+
+
+def test_with_the_service_down_re_reported_steps_keep_the_journal_linear(
+    tmp_path: Path, down_url: str
+) -> None:
+    """A step re-reported every interval, the service down: bytes grow with the run, not its
+    square; each rewind is one record (no rewrite), and the journal replays to the same curve."""
+    reporter, clock, worker = _down_reporter(tmp_path, down_url)
+    expected: dict[int, float] = {}
+    step = 0
+    written = []
+    for interval in range(40):
+        for _ in range(50):
+            step += 1
+            expected[step] = 1.0 / step
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        step -= 3  # a step re-reported: the last three points are replaced
+        for gone in range(step + 1, step + 4):
+            del expected[gone]
+        step += 1
+        expected[step] = 2.0 + interval
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 2.0 + interval})
+        writer = worker.journal.journal.writer
+        before = (writer.bytes_written, worker.journal.records, writer.compactions)
+        clock.advance(1.0)
+        worker.cycle()
+        after = (writer.bytes_written, worker.journal.records, writer.compactions)
+        if interval:
+            assert before[1] + 1 == after[1]  # one record an interval
+            assert before[2] == after[2]  # and no rewrite
+        if interval > 1:  # (the first records hold what waited for the first open)
+            assert after[0] - before[0] < 52 * 20 + 1024  # the interval's points, and a head
+        written.append(after[0])
+    path = tmp_path / "job-1" / "train.log"
+    journaled = read_task(path)["status_details"]["metrics"]["train_loss"]
+    stats = reporter.stats().journal
+    reporter.close(timeout=1.0)
+
+    assert written[39] - written[19] < 1.2 * written[19]  # linear: the second half, as the first
+    assert stats is not None
+    assert written[39] == stats.bytes_written
+    assert sorted(expected.items()) == [(p["step"], p["value"]) for p in journaled]
+
+
+# --- the journal's directory deleted under the run --------------------------------------
+
+
+def test_a_deleted_journal_directory_is_noticed_and_a_new_journal_holds_every_point(
+    tmp_path: Path, down_url: str
+) -> None:
+    """``rm -rf <journal_dir>/<job>`` mid-run: at the next interval one event, ``stats()``
+    counts the restart, and a new journal (and lock) holds every point not acknowledged."""
+    import shutil  # noqa: PLC0415
+
+    reporter, clock, worker = _down_reporter(tmp_path, down_url)
+    for step in range(1, 101):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        if step % 25 == 0:
+            clock.advance(1.0)
+            worker.cycle()
+    job_dir = tmp_path / "job-1"
+    assert job_dir.is_dir()
+    shutil.rmtree(job_dir)  # a cleanup job
+    for step in range(101, 121):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    clock.advance(1.0)
+    with capture_events() as events:
+        worker.cycle()
+
+    path = job_dir / "train.log"
+    journaled = read_task(path)["status_details"]["metrics"]["train_loss"]
+    stats = reporter.stats().journal
+    assert stats is not None
+    deleted = [e for e in events if e["event"] == "trainreport.journal_deleted"]
+    assert [str(path)] == [e["path"] for e in deleted]
+    assert ("recording", 1) == (stats.state, stats.restarts)
+    assert list(range(1, 121)) == [p["step"] for p in journaled]
+    assert (job_dir / "train.lock").exists()  # claimed again: a second process is kept out
+    assert Journal.claim(tmp_path, "job-1", "train") is None
+    reporter.report_train_step(step=121, epoch=1, metrics={"loss": 0.1})
+    clock.advance(1.0)
+    worker.cycle()
+    assert 121 == read_task(path)["status_details"]["metrics"]["train_loss"][-1]["step"]
+    reporter.close(timeout=1.0)

@@ -17,9 +17,9 @@ from trainreport.testing import capture_events
 pytestmark = pytest.mark.timeout(60)
 
 
-def a_run(path: Path, steps: int = 3) -> dict[str, object]:
+def a_run(path: Path, steps: int = 3, job_id: str | None = None) -> dict[str, object]:
     """A real run through FileSink; returns the task record written at close."""
-    reporter = Reporter(FileSink(path), rank=0).start()
+    reporter = Reporter(FileSink(path, job_id=job_id), rank=0).start()
     reporter.report_training_start(max_steps=steps)
     for step in range(1, steps + 1):
         reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
@@ -111,3 +111,74 @@ def test_a_missing_file_is_an_os_error(tmp_path: Path) -> None:
     """A path that does not exist raises FileNotFoundError, not RunLogError."""
     with pytest.raises(FileNotFoundError):
         read_task(tmp_path / "nope.log")
+
+
+# --- salvage: damage is skipped, not a stop ------------------------------------------------
+
+
+def _flip(path: Path, position: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0x08  # one bit
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("where", "position"), [("file header", 3), ("RUN record", 16 + 25)])
+def test_one_flipped_bit_in_the_header_or_the_run_record_loses_nothing_else(
+    tmp_path: Path, where: str, position: int
+) -> None:
+    """Records carry their own checksums: everything after a damaged header or RUN record
+    is read, and the event and the RunFile say what was lost (which bytes; the job's ids)."""
+    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+
+    path = tmp_path / "job.log"
+    record = a_run(path, steps=5, job_id="job-7")  # a RUN record first: where sync sends it
+    _flip(path, position)
+
+    with capture_events() as events:
+        task = read_task(path)
+        run = load_run_file(path)
+
+    assert record == task
+    assert run.damage is not None
+    assert run.salvaged == run.records > 0  # every record is after the damage
+    assert ({} if where == "RUN record" else {"job_id": "job-7"}) == run.run
+    damaged = [e for e in events if e["event"] == "trainreport.run_log_damaged"]
+    assert damaged
+    assert damaged[0]["salvaged_records"] == run.salvaged
+    assert "unreadable" in damaged[0]["lost"]
+    assert (0 if where == "file header" else 16) == run.damage.offset
+
+
+def test_points_after_a_damaged_record_that_cannot_be_placed_are_counted_not_misplaced(
+    tmp_path: Path,
+) -> None:
+    """A damaged record in the middle: later records apply where they fit; a series whose
+    next points would follow the lost ones keeps its prefix, and the loss is said per series."""
+    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+
+    path = tmp_path / "job.log"
+    a_run(path, steps=5)
+    data = path.read_bytes()
+    ends = _record_ends(data)
+    _flip(path, ends[3] + 30)  # the fifth record's body (one of the steps)
+
+    with capture_events() as events:
+        run = load_run_file(path)
+
+    steps = [p[0] for p in curve(run.task, "train_loss")]
+    assert steps == list(range(1, len(steps) + 1))  # a prefix, never a gap or a shifted point
+    assert "completed" == run.task["status"]  # the close's record, after the damage, is read
+    assert run.unplaced.get("train_loss", 0) > 0
+    damaged = [e for e in events if e["event"] == "trainreport.run_log_damaged"]
+    assert "train_loss" in damaged[0]["lost"]
+
+
+def _record_ends(data: bytes) -> list[int]:
+    from trainreport.sinks._runlog import HEADER  # noqa: PLC0415
+
+    ends, position = [], len(MAGIC)
+    while position < len(data):
+        length = HEADER.unpack_from(data, position)[3]
+        position += HEADER.size + length
+        ends.append(position)
+    return ends

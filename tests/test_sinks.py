@@ -398,6 +398,74 @@ def test_a_second_process_on_the_same_log_is_rejected_not_interleaved(tmp_path: 
     second.close()
 
 
+def _compact_first_before_the_second_locks(
+    monkeypatch: pytest.MonkeyPatch, first: FileSink, *, then_close: bool
+) -> None:
+    """The race, made deterministic: the second opener has the old file open, and before it
+    takes the lock, the first compacts (replacing the file, closing the old descriptor)."""
+    from trainreport.sinks import _runlog_writer  # noqa: PLC0415
+
+    real_lock = _runlog_writer._lock
+    fired: list[int] = []
+
+    def lock(fd: int) -> None:
+        if not fired:
+            fired.append(fd)
+            writer = first._writer
+            assert writer is not None
+            writer.compact()
+            if then_close:
+                first.close()
+        real_lock(fd)
+
+    monkeypatch.setattr(_runlog_writer, "_lock", lock)
+
+
+def test_a_second_opener_never_locks_the_file_a_compaction_just_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction between the second opener's open and lock: it sees the new file and is refused."""
+    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
+    assert isinstance(first.open(), Opened)
+    assert isinstance(
+        first.send(Update("running", {}, (suffix("loss", 0, [1, 2]),), False)), Delivered
+    )
+    _compact_first_before_the_second_locks(monkeypatch, first, then_close=False)
+
+    refused = second.open()
+
+    assert isinstance(refused, Rejected)  # the lock of the orphaned file counts for nothing
+    assert isinstance(first.send(Update(None, {}, (suffix("loss", 2, [3]),), False)), Delivered)
+    first.close()
+    assert [1, 2, 3] == [
+        p["step"] for p in read_task(tmp_path / "job.log")["status_details"]["metrics"]["loss"]
+    ]
+
+
+def test_a_second_opener_that_lost_the_race_opens_the_log_again_and_writes_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first compacts and closes while the second opens: the second re-opens the live log."""
+    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
+    assert isinstance(first.open(), Opened)
+    assert isinstance(
+        first.send(Update("running", {}, (suffix("loss", 0, [1, 2]),), False)), Delivered
+    )
+    _compact_first_before_the_second_locks(monkeypatch, first, then_close=True)
+
+    opened = second.open()
+    assert isinstance(opened, Opened)
+    assert isinstance(second.send(Update(None, {}, (suffix("loss", 2, [3]),), False)), Delivered)
+    second.close()
+
+    steps = [1, 2, 3]
+    assert steps == [
+        p["step"] for p in read_task(tmp_path / "job.log")["status_details"]["metrics"]["loss"]
+    ]
+    record = json.loads((tmp_path / "job.json").read_text())
+    assert steps == [p["step"] for p in record["status_details"]["metrics"]["loss"]]
+
+
 def test_an_unusable_directory_is_retried_not_raised(tmp_path: Path) -> None:
     """A path under a regular file cannot be created: open() says retry later."""
     (tmp_path / "file").write_text("")

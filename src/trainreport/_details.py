@@ -30,18 +30,20 @@ class JournalView:
     """What the journal needs from the record, read under the recorder's lock.
 
     Attributes:
-        version: changes whenever points were discarded or the store was seeded:
-            the journal's lengths no longer describe the store, and it is rewritten.
+        version: whether the store was seeded (its indices are then the service's,
+            no longer this process's own): when it changed, the journal is rewritten.
         status: the task's status.
         details: every ``status_details`` key an update built now would carry.
-        series: ``(name, offset, steps, epochs, values)`` per series with points past
-            ``lengths`` (a suffix at that offset), or, for a rewrite, every series
-            from what every destination holds (``acknowledged``) on.
+        series: ``(name, offset, steps, epochs, values)`` per series that changed
+            since the last view: a suffix from the first index that changed (the
+            journal's length, or where a rewind cut the series), or, for a
+            rewrite, every series from what every destination holds
+            (``acknowledged``) on.
         lengths: each series' length (what the journal holds once it appends ``series``).
         acknowledged: per series, the least length every destination is known to hold.
     """
 
-    version: tuple[int, int, bool]
+    version: bool
     status: str
     details: dict[str, Any]
     series: tuple[SeriesUpdate, ...]
@@ -143,21 +145,30 @@ class DetailsView:
         return {"status": record.machine.status.value, "status_details": details}
 
     def journal_view(
-        self, wall: str, lengths: Mapping[str, int], version: tuple[int, int, bool] | None
+        self, wall: str, lengths: Mapping[str, int], version: bool | None
     ) -> JournalView:
-        """The suffixes past ``lengths`` (or, when ``version`` is not current, a rewrite)."""
+        """The suffixes the journal lacks (or, when ``version`` is not current, a rewrite).
+
+        Each series is taken from the least of ``lengths`` (what the journal
+        holds) and the first index a rewind changed since the last view, so a
+        rewind is one suffix in the next record. Marks every series as given
+        to the journal up to its length (:attr:`Series.journaled`).
+        """
         record = self._record
         store = record.store
-        current = (store.points_discarded, store.rewinds, record.seeded)
+        current = record.seeded
         acknowledged = {n: min(s.delivered) for n, s in store.series.items()}
         rewrite = current != version
         series = []
         for name, s in store.series.items():
-            start = acknowledged[name] if rewrite else lengths.get(name, 0)
-            if rewrite or len(s.steps) > start:
+            length = len(s.steps)
+            held = lengths.get(name, 0)
+            start = acknowledged[name] if rewrite else min(held, s.journaled, length)
+            if rewrite or start < length or start < held:
                 series.append(
                     SeriesUpdate(name, start, s.steps[start:], s.epochs[start:], s.values[start:])
                 )
+            s.journaled = length
         return JournalView(
             current,
             record.machine.status.value,

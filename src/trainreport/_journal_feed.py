@@ -8,9 +8,10 @@ The reporter thread and the journal's destination drive it (``docs/engine.md``,
   to hold are trimmed (in memory at once; in the file when it has grown past
   its compaction floor), then one record holding each series' points the
   journal lacks (a suffix at the journal's length) and the task fields that
-  changed, written with one ``write()``. When the store changed under the
-  journal (a rewind, the stored task seeded under this process's points),
-  the journal is rewritten atomically as one snapshot instead.
+  changed, written with one ``write()``; a rewind is a suffix from the index
+  it cut, in the same record. When the stored task seeded the store (the
+  indices become the service's), the journal is rewritten atomically as one
+  snapshot instead, once.
 - :meth:`JournalKeeper.recover`, called with the journal's destination's
   open (on whichever thread runs that destination's requests), before the
   stored task seeds the store and before the first send: the journals a
@@ -148,7 +149,7 @@ class JournalKeeper:
         self._own_generations: set[int] = set()
         self._last_writer: int | None = None
         self._lengths: dict[str, int] = {}
-        self._version: tuple[int, int, bool] | None = None
+        self._version: bool | None = None
         self._last = -math.inf
 
     # --- recording --------------------------------------------------------------------
@@ -180,7 +181,7 @@ class JournalKeeper:
             self._version = view.version
             state = LogState()
             state.reset(Update(view.status, view.details, view.series, False))
-            if journal.reset(state, absolute=view.version[2]):
+            if journal.reset(state, absolute=view.version):
                 self.records += 1
             self._lengths = view.lengths
             return

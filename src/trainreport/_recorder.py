@@ -166,12 +166,13 @@ class Recorder:
     # --- building updates ----------------------------------------------------------
 
     def journal_view(
-        self, wall: str, lengths: Mapping[str, int], version: tuple[int, int, bool] | None
+        self, wall: str, lengths: Mapping[str, int], version: bool | None
     ) -> JournalView:
-        """The suffixes past ``lengths`` (or, when ``version`` is not current, a rewrite).
+        """The suffixes the journal lacks (or, when ``version`` is not current, a rewrite).
 
         For the journal (``_journal_feed.py``): ``lengths`` is what it holds,
-        ``version`` the :attr:`JournalView.version` it last wrote. Changes nothing.
+        ``version`` the :attr:`JournalView.version` it last wrote. Marks what
+        it returns as journaled (a rewind after it is a suffix in the next view).
         """
         with self._lock:
             return self._details.journal_view(wall, lengths, version)

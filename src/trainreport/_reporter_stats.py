@@ -72,6 +72,10 @@ class JournalStats:
         bytes_written: bytes written to the file (appends, rewrites, compactions).
         last_fsync_at: wall-clock time (ISO 8601 UTC) of its last ``fsync``, or None.
         error: why it is ``busy``, ``unavailable`` or ``failed``, or None.
+        restarts: times its file was found deleted or replaced under the
+            process (a cleanup of ``journal_dir``) and a new one started,
+            holding every point not yet acknowledged
+            (``trainreport.journal_deleted``).
     """
 
     state: str
@@ -80,6 +84,7 @@ class JournalStats:
     bytes_written: int
     last_fsync_at: str | None
     error: str | None
+    restarts: int = 0
 
 
 @attrs.frozen
@@ -172,9 +177,10 @@ def journal_stats(watch: JournalWatch | None) -> JournalStats | None:
         state=state,
         path=str(journal.paths.current),
         records=keeper.records,
-        bytes_written=journal.writer.bytes_written,
+        bytes_written=journal.bytes_written,
         last_fsync_at=journal.fsynced_at,
         error=journal.error,
+        restarts=journal.restarts,
     )
 
 

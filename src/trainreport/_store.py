@@ -16,6 +16,10 @@ destination's position in ``Reporter(sinks=[...])``):
   ``d`` was built (a rewind during a send lowers it), so an acknowledgement
   never claims points that changed while the request was on the wire.
 
+and what the journal holds: ``journaled``, the length of the prefix last given
+to the journal exactly as held here (a rewind lowers it, so the journal gets a
+suffix from there: one record, never a rewrite).
+
 A series needs sending to ``d`` when either of the first two differs from its
 length. The payload builder sends each series from ``delivered[d]`` on (0 in
 full-state mode), which makes every send an idempotent suffix
@@ -40,7 +44,7 @@ Rewound: TypeAlias = "tuple[str, int, int]"
 class Series:
     """One metric's history, as columns. Steps are non-decreasing and unique."""
 
-    __slots__ = ("delivered", "epochs", "low", "server_length", "steps", "values")
+    __slots__ = ("delivered", "epochs", "journaled", "low", "server_length", "steps", "values")
 
     def __init__(self, destinations: int = 1) -> None:
         self.steps: array[int] = array("q")
@@ -49,6 +53,7 @@ class Series:
         self.delivered = [0] * destinations
         self.server_length = [0] * destinations
         self.low = [0] * destinations
+        self.journaled = 0
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -79,6 +84,7 @@ class Series:
             for d, held in enumerate(self.delivered):
                 self.delivered[d] = min(held, length)
                 self.low[d] = min(self.low[d], length)
+            self.journaled = min(self.journaled, length)
 
     def discard_after(self, step: int) -> int:
         """Discard every point with a step later than ``step``; returns how many."""

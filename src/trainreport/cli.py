@@ -747,8 +747,8 @@ def _load(command: str, path: Path) -> RunFile | None:
         return None
     if run.damage is not None:
         print(
-            f"trainreport {command}: {path} is damaged: read its {run.records} intact records "
-            f"up to byte {run.damage.offset:,}; the rest is unreadable ({run.damage.describe()})",
+            f"trainreport {command}: {path} is damaged: read its {run.records} intact records; "
+            f"{run.lost}",
             file=sys.stderr,
         )
     return run

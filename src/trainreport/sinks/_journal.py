@@ -56,15 +56,7 @@ from trainreport._stamps import utc_now_iso
 from trainreport.sinks._runlog import HEADER, HEADER_CRC_SPAN, MAGIC, RecordKind
 from trainreport.sinks._runlog_replay import DamageKind, replay
 from trainreport.sinks._runlog_state import LogState
-from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter
-
-_flock: Callable[[int, int], None] | None
-try:
-    import fcntl
-
-    _flock, _LOCK_FLAGS = fcntl.flock, fcntl.LOCK_EX | fcntl.LOCK_NB
-except ImportError:  # pragma: no cover - Windows: no advisory lock
-    _flock, _LOCK_FLAGS = None, 0
+from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, names_file, open_locked
 
 __all__ = [
     "JOURNAL_MIN_COMPACT_BYTES",
@@ -86,6 +78,8 @@ _ABSOLUTE_OFFSETS = "absolute"
 #: trimmed at every delivered send, it would otherwise be rewritten, with two ``fsync``
 #: calls, every 64 KiB of appends. Its memory is trimmed at once whatever the file's size.
 JOURNAL_MIN_COMPACT_BYTES = 8 * 2**20
+#: ``trainreport.journal_deleted`` is logged for this many restarts; later ones are counted only.
+_LOGGED_RESTARTS = 3
 _log = get_logger()
 
 
@@ -282,29 +276,55 @@ def _take_lock(path: Path) -> int | None:
 
     The lock file is removed at a clean close; a process that opened it just
     before may then hold the lock of a file no longer there, so the lock
-    counts only when the path still names the locked file.
+    counts only when the path still names the locked file
+    (:func:`~trainreport.sinks._runlog_writer.open_locked`, the run log's rule).
 
     Raises:
         OSError: the file cannot be created or opened.
     """
-    for _ in range(3):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            if _flock is not None:
-                _flock(fd, _LOCK_FLAGS)
-            held, named = os.fstat(fd), os.stat(path)
-        except (BlockingIOError, FileNotFoundError) as exc:
-            os.close(fd)
-            if isinstance(exc, BlockingIOError):
-                return None
-            continue
-        except BaseException:
-            os.close(fd)
-            raise
-        if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
-            return fd
-        os.close(fd)
-    return None
+    try:
+        return open_locked(path, os.O_RDWR)
+    except LogBusyError:
+        return None
+
+
+def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[RunLogWriter, int]:
+    """A new journal at ``paths`` holding ``old``'s state; its lock taken again when it went.
+
+    For a journal whose file (or lock file) was deleted or replaced under it.
+    ``old`` is closed (its file is no longer there) and ``lock`` released when
+    a new lock replaces it.
+
+    Returns:
+        ``(the new writer, the lock's descriptor)``.
+
+    Raises:
+        OSError: the new journal cannot be created, locked or written
+            (``LogBusyError``: another process claimed the task meanwhile).
+    """
+    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    if lock is None or not names_file(lock, paths.lock):
+        fd = _take_lock(paths.lock)
+        if fd is None:
+            raise LogBusyError(
+                0, "another process claimed this task's journal after it was deleted"
+            )
+        if lock is not None:
+            os.close(lock)
+        lock = fd
+    if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
+        paths.set_aside(paths.current)
+    writer = RunLogWriter.open(paths.current, run=old.run)
+    try:
+        writer.min_compact_bytes = old.min_compact_bytes
+        writer.state = old.state
+        writer.compact()
+    except BaseException:
+        writer.close()
+        raise
+    with contextlib.suppress(OSError, ValueError):
+        old.close()  # the unlinked file's descriptor
+    return writer, lock
 
 
 class Journal:
@@ -321,6 +341,7 @@ class Journal:
         error: why it failed, or ``None``.
         fsynced_at: when (ISO 8601 UTC) it was last ``fsync``-ed, or ``None``.
         closed: :meth:`close` ran; ``removed`` says whether the file went with it.
+        restarts: times its file was found deleted and a new one started (:meth:`ensure_file`).
     """
 
     def __init__(
@@ -344,8 +365,10 @@ class Journal:
         self.fsynced_at: str | None = None
         self.closed = False
         self.removed = False
+        self.restarts = 0
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
+        self._earlier_bytes = 0  # written by the writers a restart replaced
         #: Writes to the file: the reporter thread records; the journal
         #: destination's open (on its sender thread) marks the generation.
         self._write_lock = threading.Lock()
@@ -441,6 +464,52 @@ class Journal:
         """What the journal holds (series trimmed to what is not known delivered)."""
         return self.writer.state
 
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written to the journal's files by this process (restarts included)."""
+        return self._earlier_bytes + self.writer.bytes_written
+
+    def ensure_file(self) -> bool:
+        """Check that the journal's paths still name its open files; start new ones if not.
+
+        A cleanup job deleting ``<journal_dir>/<job id>`` mid-run would leave
+        the journal appending to a file no longer there, lost at the next
+        kill. Then the lock is taken again and a new journal holds what this
+        one holds (every point not known delivered, the task fields), logged
+        (``trainreport.journal_deleted``). Two ``stat`` calls a file, per write.
+
+        Returns:
+            True when the journal can be written. Never raises: a new journal
+            that cannot be started stops it (``trainreport.journal_write_failed``).
+        """
+        if self.failed:
+            return False
+        paths, old, lock = self.paths, self.writer, self._lock_fd
+        if (old.fd is None or names_file(old.fd, paths.current)) and (
+            lock is None or names_file(lock, paths.lock)
+        ):
+            return True
+        try:
+            self.writer, self._lock_fd = _reopen(paths, old, lock)
+        except (OSError, ValueError) as exc:
+            self._fail(exc)
+            return False
+        self._earlier_bytes += old.bytes_written
+        self.restarts += 1
+        self._fsynced(self.clock())  # the new file was fsync-ed
+        if self.restarts <= _LOGGED_RESTARTS:
+            _log.warning(
+                "trainreport.journal_deleted",
+                path=str(paths.current),
+                restarts=self.restarts,
+                points=self.writer.state.point_count(),
+                reason="the journal file was deleted or replaced while this process wrote it "
+                "(a cleanup of journal_dir?); a new one holds every point not yet acknowledged",
+                hint="keep cleanups of journal_dir away from jobs that are running; after "
+                f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
+            )
+        return True
+
     def append(self, update: Update) -> bool:
         """Append ``update`` (series suffixes at this journal's lengths) with one ``write()``.
 
@@ -451,7 +520,7 @@ class Journal:
             (``trainreport.journal_write_failed``) and the journal stops.
         """
         with self._write_lock:
-            if self.failed:
+            if self.failed or not self.ensure_file():
                 return False
             try:
                 self.writer.append(update)
@@ -477,7 +546,7 @@ class Journal:
             True when the journal now says so. Never raises (see :meth:`append`).
         """
         with self._write_lock:
-            if self.failed or self.closed:
+            if self.failed or self.closed or not self.ensure_file():
                 return False
             run = self.writer.run
             changed = False
@@ -507,7 +576,7 @@ class Journal:
             True when written. Never raises (see :meth:`append`).
         """
         with self._write_lock:
-            if self.failed:
+            if self.failed or not self.ensure_file():
                 return False
             writer = self.writer
             writer.state = state
@@ -535,7 +604,8 @@ class Journal:
                 return
             writer = self.writer
             writer.state.trim(keep_from)
-            if writer.compaction_due():
+            if writer.compaction_due() and self.ensure_file():
+                writer = self.writer
                 try:
                     writer.compact()
                 except (OSError, ValueError) as exc:
@@ -577,8 +647,12 @@ class Journal:
             self._close(delivered=delivered)
 
     def _close(self, *, delivered: bool) -> None:
-        writer = self.writer
         remove = delivered and not self.failed
+        if not remove:
+            self.ensure_file()
+        writer = self.writer
+        # Only our own file is removed: after a deletion another process may have claimed the path.
+        ours = writer.fd is not None and names_file(writer.fd, self.paths.current)
         try:
             if not remove and not self.failed:
                 writer.fsync()
@@ -588,7 +662,7 @@ class Journal:
         finally:
             with contextlib.suppress(OSError):
                 writer.close()
-        if remove:
+        if remove and ours:
             with contextlib.suppress(OSError):
                 self.paths.current.unlink()
         self.closed, self.removed = True, remove
@@ -598,7 +672,7 @@ class Journal:
         fd, self._lock_fd = self._lock_fd, None
         if fd is None:
             return
-        if remove_files:
+        if remove_files and names_file(fd, self.paths.lock):
             with contextlib.suppress(OSError):
                 self.paths.lock.unlink()  # before releasing: see _take_lock
         os.close(fd)

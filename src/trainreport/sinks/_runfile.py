@@ -17,8 +17,7 @@ import attrs
 from trainreport._logging import get_logger
 from trainreport._payloads import parse_stored_task
 from trainreport.exceptions import RunLogError
-from trainreport.sinks._runlog import MAGIC
-from trainreport.sinks._runlog_replay import Damage, replay
+from trainreport.sinks._runlog_replay import Damage, DamageKind, Replayed, replay
 from trainreport.sinks._runlog_state import LogState
 
 __all__ = [
@@ -64,9 +63,13 @@ class RunFile:
         is_log: True for a run log, False for a JSON task record.
         task: the task in the ``GET`` shape.
         state: the task as columns (for ``trainreport sync``).
-        records: intact records replayed (0 for a JSON record).
-        damage: what a damaged log lost (``None``: read to its end).
+        records: intact records replayed (0 for a JSON record), before any
+            damage and after it.
+        damage: the first damage of a damaged log (``None``: read to its end).
         run: the log's ``job_id`` and ``task_id``, when it recorded them.
+        salvaged: records read after the damage (:mod:`~trainreport.sinks._runlog_replay`).
+        unplaced: per series, points after the damage that could not be placed.
+        lost: what the damage cost, in one sentence (``""``: nothing).
     """
 
     path: Path
@@ -76,6 +79,9 @@ class RunFile:
     records: int = 0
     damage: Damage | None = None
     run: dict[str, str] = attrs.field(factory=dict)
+    salvaged: int = 0
+    unplaced: dict[str, int] = attrs.field(factory=dict)
+    lost: str = ""
 
     @property
     def trimmed(self) -> dict[str, int]:
@@ -86,21 +92,24 @@ class RunFile:
 def load_run_file(path: str | os.PathLike[str]) -> RunFile:
     """Read a run log or a JSON task record (told apart by content, not by name).
 
-    A damaged log yields every intact record before the damage and logs
-    ``trainreport.run_log_damaged`` (WARNING).
+    A damaged log yields every intact record, before the damage and after it
+    (a damaged file header or record is skipped: records carry their own
+    checksums), and logs ``trainreport.run_log_damaged`` (WARNING) saying what
+    was lost.
 
     Raises:
         OSError: the file cannot be read (``FileNotFoundError`` when missing).
         RunLogError: nothing in it can be read: not a log and not JSON, a
-            log whose first record is damaged or of a newer format version, a
-            log that holds no task yet, a JSON value that is not a task.
+            log with no intact record or whose first is of a newer format
+            version, a log that holds no task yet, a JSON value that is not a task.
     """
     path = Path(path)
     data = path.read_bytes()
     if not data:
         raise RunLogError(f"{path} is empty")
-    if data.startswith(MAGIC) or MAGIC.startswith(data):
-        return _load_log(path, data)
+    replayed = replay(data)
+    if replayed.damage is None or replayed.damage.kind is not DamageKind.NOT_A_LOG:
+        return _load_log(path, replayed)  # a log, maybe with a damaged file header
     try:
         task = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -122,8 +131,7 @@ def load_run_file(path: str | os.PathLike[str]) -> RunFile:
     return RunFile(path, False, task, LogState.from_task(task))
 
 
-def _load_log(path: Path, data: bytes) -> RunFile:
-    replayed = replay(data)
+def _load_log(path: Path, replayed: Replayed) -> RunFile:
     damage = replayed.damage
     task = replayed.state.to_task()
     if task is None:
@@ -137,9 +145,22 @@ def _load_log(path: Path, data: bytes) -> RunFile:
             damage=damage.kind.name.lower(),
             detail=damage.describe(),
             kept_records=replayed.records,
+            salvaged_records=replayed.salvaged,
+            lost=replayed.lost(),
             set_aside=None,
         )
-    return RunFile(path, True, task, replayed.state, replayed.records, damage, dict(replayed.run))
+    return RunFile(
+        path,
+        True,
+        task,
+        replayed.state,
+        replayed.records,
+        damage,
+        dict(replayed.run),
+        replayed.salvaged,
+        dict(replayed.unplaced),
+        replayed.lost(),
+    )
 
 
 def read_task(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -148,9 +169,10 @@ def read_task(path: str | os.PathLike[str]) -> dict[str, Any]:
     Reads a run log (``FileSink``'s ``<run id>.log``, the embedded default) by
     replaying it, or a task record (``<run id>.json``, written at ``close()``;
     older versions wrote only that), telling them apart by content. A log cut
-    short by a crash, or damaged in the middle, yields every intact record
-    before the damage, and ``trainreport.run_log_damaged`` (WARNING) says what
-    was dropped (see ``docs/engine.md``, "The run log").
+    short by a crash yields every intact record before the cut; one damaged
+    in the middle (or in its file header) every intact record before and
+    after the damage; ``trainreport.run_log_damaged`` (WARNING) says what was
+    lost (see ``docs/engine.md``, "The run log").
 
     A journal trimmed after its service acknowledged points holds only the
     rest: its series then start past their first point.
@@ -165,8 +187,8 @@ def read_task(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         OSError: the file cannot be read (``FileNotFoundError`` when missing).
         RunLogError: nothing in it can be read: not a run log and not a JSON
-            task, a log whose first record is damaged or from a newer format
-            version, or a log that holds no task yet.
+            task, a log with no intact record or whose first is from a newer
+            format version, or a log that holds no task yet.
 
     Example:
         >>> task = trainreport.read_task("trainreport-runs/job-7.log")  # doctest: +SKIP

@@ -1,10 +1,16 @@
-"""Replaying a run log: its intact records applied in order, and where any damage begins.
+"""Replaying a run log: its intact records applied in order, and what damage cost.
 
-Damage is detected, never misread: a record whose header or body checksum
-fails, whose version is newer than :data:`~trainreport.sinks._runlog.FORMAT_VERSION`,
-whose content is not a valid update, or that the file ends inside, stops the
-replay there; every record before it is kept (:class:`Replayed`). Nothing here
-raises for any input bytes. The format is described in
+Damage is detected, never misread, and never stops more than it must. Each
+record carries its own checksums, so a record whose header or body checksum
+fails, or whose content is not a valid update, is skipped and the replay goes
+on with the next intact record (found by its header when the damaged header's
+length cannot be trusted); a damaged file header followed by an intact record
+is skipped the same way. A record of a newer format version, the file ending
+inside a record, or a required record kind it does not know stops the replay
+there. After damage, a series point that would follow points lost with a
+damaged record cannot be placed: that series keeps its prefix and the points
+are counted, never shifted (:class:`Replayed`).
+Nothing here raises for any input bytes. The format is described in
 :mod:`trainreport.sinks._runlog`.
 """
 
@@ -12,9 +18,9 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import zlib
 from array import array
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -55,7 +61,8 @@ class Damage:
     Args:
         kind: what was found.
         offset: byte offset in the file where the unread part begins.
-        dropped_bytes: bytes from ``offset`` to the end of the file.
+        dropped_bytes: bytes unread from ``offset`` on (to the next intact
+            record, or to the end of the file when none follows).
         detail: one sentence for a log event or a message.
     """
 
@@ -78,10 +85,16 @@ class Replayed:
 
     Attributes:
         state: the task the intact records describe.
-        records: intact records applied (RUN and skipped optional kinds included).
-        valid_bytes: length of the intact prefix (the file may be cut back to it).
+        records: intact records applied (RUN and skipped optional kinds included),
+            before the damage and after it.
+        valid_bytes: length of the intact prefix before any damage (the file may
+            be cut back to it).
         run: the last RUN record's fields (``job_id``, ``task_id``), or empty.
-        damage: why the replay stopped early, or ``None`` when it read everything.
+        damage: the first damage found, or ``None`` when everything was read.
+        damages: every damaged stretch, in file order (the first is :attr:`damage`).
+        salvaged: records applied after the first damage.
+        unplaced: per series, points read after the damage that could not be
+            placed (they would follow points lost with a damaged record).
     """
 
     state: LogState
@@ -89,10 +102,44 @@ class Replayed:
     valid_bytes: int = 0
     run: dict[str, str] = attrs.field(factory=dict)
     damage: Damage | None = None
+    damages: list[Damage] = attrs.field(factory=list)
+    salvaged: int = 0
+    unplaced: dict[str, int] = attrs.field(factory=dict)
+
+    def damaged(self, damage: Damage) -> None:
+        """Note one damaged stretch."""
+        if self.damage is None:
+            self.damage = damage
+        self.damages.append(damage)
+
+    def lost(self) -> str:
+        """What the damage cost, in one sentence (``""`` when nothing was). Never raises."""
+        if not self.damages:
+            return ""
+        unread = sum(d.dropped_bytes for d in self.damages)
+        parts = [
+            f"{unread:,} bytes unreadable in {len(self.damages)} place(s), "
+            f"the first {self.damages[0].describe()}",
+            f"{self.salvaged} intact record(s) after the damage were read",
+        ]
+        if self.unplaced:
+            names = sorted(self.unplaced)[:5]
+            more = len(self.unplaced) - len(names)
+            listed = ", ".join(f"{n} ({self.unplaced[n]:,})" for n in names)
+            parts.append(
+                "points that would follow lost ones could not be placed, per series: "
+                + listed
+                + (f" and {more} more series" if more else "")
+            )
+        return "; ".join(parts)
 
 
 class _InvalidRecordError(ValueError):
     pass
+
+
+class _UnknownKindError(_InvalidRecordError):
+    """A required kind this reader does not know: what follows may depend on it."""
 
 
 def _decode_column(data: memoryview, typecode: str) -> array[Any]:
@@ -158,60 +205,104 @@ def _decode_update(body: memoryview) -> Update:
     return Update(status, details, tuple(series), full_state, foreign)
 
 
-def _records(data: memoryview, start: int) -> Iterator[tuple[int, int, int, memoryview]]:
-    """Yield ``(offset, kind, version, body)`` per intact record; raise ``_StopError`` at damage."""
-    position = start
+#: Where a record header may begin: a known version, a known kind, reserved 0.
+_HEADER_START = re.compile(
+    b"[\\x01-%c][%c-%c]\\x00\\x00" % (FORMAT_VERSION, min(RecordKind), max(RecordKind))
+)
+#: A damaged file header is taken for a log's when this many of its bytes are right.
+_MAGIC_BYTES_RIGHT = 12
+
+
+def _intact(data: memoryview, position: int) -> int | None:
+    """The end of the intact record at ``position`` (both checksums right), or ``None``."""
     size = len(data)
-    while position < size:
-        if size - position < HEADER.size:
-            raise _StopError(
-                Damage(DamageKind.TORN_TAIL, position, size - position, "its header is cut")
-            )
-        version, kind, _reserved, length, body_crc, header_crc = HEADER.unpack_from(data, position)
-        if zlib.crc32(data[position : position + HEADER_CRC_SPAN]) != header_crc:
-            raise _StopError(_corrupt(data, position, "in a record header"))
-        if version > FORMAT_VERSION:
-            raise _StopError(
-                Damage(
-                    DamageKind.NEWER_VERSION,
-                    position,
-                    size - position,
-                    f"version {version}; this trainreport reads up to {FORMAT_VERSION}",
-                )
-            )
-        body_start = position + HEADER.size
-        if length > size - body_start:
-            raise _StopError(
-                Damage(
-                    DamageKind.TORN_TAIL,
-                    position,
-                    size - position,
-                    f"{size - body_start:,} of its {length:,} bytes are there",
-                )
-            )
-        body = data[body_start : body_start + length]
-        if zlib.crc32(body) != body_crc:
-            raise _StopError(_corrupt(data, position, "in a record body"))
-        yield position, kind, version, body
-        position = body_start + length
+    if size - position < HEADER.size:
+        return None
+    version, _kind, _reserved, length, body_crc, header_crc = HEADER.unpack_from(data, position)
+    if zlib.crc32(data[position : position + HEADER_CRC_SPAN]) != header_crc:
+        return None
+    body_start = position + HEADER.size
+    if version > FORMAT_VERSION or length > size - body_start:
+        return None
+    end: int = body_start + length
+    if zlib.crc32(data[body_start:end]) != body_crc:
+        return None
+    return end
 
 
-class _StopError(Exception):
-    def __init__(self, damage: Damage) -> None:
-        super().__init__(damage.detail)
-        self.damage = damage
+def _next_intact(data: memoryview, start: int) -> int | None:
+    """The offset of the first intact record at or after ``start``, or ``None``."""
+    for match in _HEADER_START.finditer(data, start):
+        if _intact(data, match.start()) is not None:
+            return match.start()
+    return None
 
 
-def _corrupt(data: memoryview, position: int, detail: str) -> Damage:
-    """A checksum failure; only zero bytes from here on is a tail the disk never got."""
+def _skip_to_next(data: memoryview, position: int, detail: str) -> tuple[Damage, int | None]:
+    """Damage from ``position`` to the next intact record (``None``: there is none)."""
     rest = bytes(data[position:])
-    if not rest.strip(b"\0"):
-        return Damage(DamageKind.TORN_TAIL, position, len(rest), "zero bytes the disk never got")
-    return Damage(DamageKind.CORRUPT, position, len(rest), detail)
+    if not rest.strip(b"\0"):  # only zero bytes from here on: a tail the disk never got
+        return Damage(
+            DamageKind.TORN_TAIL, position, len(rest), "zero bytes the disk never got"
+        ), None
+    resume = _next_intact(data, position + 1)
+    end = len(data) if resume is None else resume
+    return Damage(DamageKind.CORRUPT, position, end - position, detail), resume
+
+
+def _read(
+    data: memoryview, position: int
+) -> tuple[int, memoryview, int] | tuple[Damage, int | None]:
+    """``(kind, body, end)`` for the record at ``position``, or ``(damage, where to go on)``."""
+    size = len(data)
+    if size - position < HEADER.size:
+        return Damage(DamageKind.TORN_TAIL, position, size - position, "its header is cut"), None
+    version, kind, _reserved, length, body_crc, header_crc = HEADER.unpack_from(data, position)
+    if zlib.crc32(data[position : position + HEADER_CRC_SPAN]) != header_crc:
+        return _skip_to_next(data, position, "in a record header")
+    if version > FORMAT_VERSION:
+        detail = f"version {version}; this trainreport reads up to {FORMAT_VERSION}"
+        return Damage(DamageKind.NEWER_VERSION, position, size - position, detail), None
+    body_start = position + HEADER.size
+    if length > size - body_start:
+        detail = f"{size - body_start:,} of its {length:,} bytes are there"
+        return Damage(DamageKind.TORN_TAIL, position, size - position, detail), None
+    end = body_start + length
+    body = data[body_start:end]
+    if zlib.crc32(body) != body_crc:
+        # The header is intact, so its length is right: the next record starts at the end.
+        damage = Damage(DamageKind.CORRUPT, position, length + HEADER.size, "in a record body")
+        return damage, end
+    return kind, body, end
+
+
+def _start(data: memoryview, out: Replayed) -> int | None:
+    """Where the first record begins, after the file header; ``None``: not a log (or empty)."""
+    size = len(data)
+    head = bytes(data[: len(MAGIC)])
+    if head == MAGIC:
+        return len(MAGIC)
+    if MAGIC.startswith(head):
+        if size:
+            out.damaged(Damage(DamageKind.TORN_TAIL, 0, size, "the file header is cut"))
+        return None
+    # A damaged file header: a log's when an intact record follows it (or, with most
+    # of its bytes right, some record further on does).
+    resume = len(MAGIC) if _intact(data, len(MAGIC)) is not None else None
+    if (
+        resume is None
+        and sum(a == b for a, b in zip(head, MAGIC, strict=False)) >= _MAGIC_BYTES_RIGHT
+    ):
+        resume = _next_intact(data, len(MAGIC))
+    if resume is None:
+        out.damaged(Damage(DamageKind.NOT_A_LOG, 0, size, "no run log header"))
+        return None
+    out.damaged(Damage(DamageKind.CORRUPT, 0, resume, "in the file header"))
+    return resume
 
 
 def replay(data: bytes | bytearray | memoryview) -> Replayed:
-    """Apply the intact records of a run log, in order, and say where any damage begins.
+    """Apply the intact records of a run log, in order, and say what any damage cost.
 
     Args:
         data: the whole file's bytes.
@@ -223,34 +314,57 @@ def replay(data: bytes | bytearray | memoryview) -> Replayed:
     """
     view = memoryview(data).cast("B")
     out = Replayed(LogState())
-    size = len(view)
-    if bytes(view[: len(MAGIC)]) != MAGIC:
-        if MAGIC.startswith(bytes(view)):
-            if size:
-                out.damage = Damage(DamageKind.TORN_TAIL, 0, size, "the file header is cut")
-            return out
-        out.damage = Damage(DamageKind.NOT_A_LOG, 0, size, "no run log header")
+    position = _start(view, out)
+    if position is None:
         return out
-    out.valid_bytes = len(MAGIC)
-    try:
-        for position, kind, _version, body in _records(view, len(MAGIC)):
-            try:
-                _apply(out, kind, body)
-            except (_InvalidRecordError, SeriesGapError, ValueError, TypeError) as exc:
-                out.damage = Damage(
-                    DamageKind.INVALID, position, size - position, str(exc) or type(exc).__name__
-                )
-                return out
-            out.records += 1
-            out.valid_bytes = position + HEADER.size + len(body)
-    except _StopError as stop:
-        out.damage = stop.damage
+    if out.damage is None:
+        out.valid_bytes = position
+    size = len(view)
+    while position is not None and position < size:
+        read = _read(view, position)
+        if isinstance(read[0], Damage):
+            out.damaged(read[0])
+            position = read[1]
+            continue
+        kind, body, end = read
+        try:
+            _apply(out, kind, body)
+        except (_InvalidRecordError, SeriesGapError, ValueError, TypeError) as exc:
+            detail = str(exc) or type(exc).__name__
+            if isinstance(exc, _UnknownKindError):  # stops, as a newer version does
+                out.damaged(Damage(DamageKind.INVALID, position, size - position, detail))
+                break
+            out.damaged(Damage(DamageKind.INVALID, position, end - position, detail))
+            position = end
+            continue
+        out.records += 1
+        if out.damage is None:
+            out.valid_bytes = end
+        else:
+            out.salvaged += 1
+        position = end
     return out
+
+
+def _placeable(out: Replayed, update: Update) -> Update:
+    """``update`` without the series it cannot extend (after damage; counted in ``unplaced``)."""
+    if out.damage is None or update.full_state or not update.series:
+        return update
+    lengths = out.state.lengths()
+    kept = []
+    for s in update.series:
+        if s.offset > lengths.get(s.name, 0):
+            out.unplaced[s.name] = out.unplaced.get(s.name, 0) + len(s)
+        else:
+            kept.append(s)
+    if len(kept) == len(update.series):
+        return update
+    return attrs.evolve(update, series=tuple(kept))
 
 
 def _apply(out: Replayed, kind: int, body: memoryview) -> None:
     if kind == RecordKind.UPDATE:
-        out.state.apply(_decode_update(body))
+        out.state.apply(_placeable(out, _decode_update(body)))
     elif kind == RecordKind.SNAPSHOT:
         out.state.reset(_decode_update(body))
     elif kind == RecordKind.RUN:
@@ -262,4 +376,4 @@ def _apply(out: Replayed, kind: int, body: memoryview) -> None:
             raise _InvalidRecordError("the run record is not an object")
         out.run = {str(k): str(v) for k, v in run.items() if isinstance(v, str)}
     elif kind < OPTIONAL_KINDS:
-        raise _InvalidRecordError(f"unknown record kind {kind}")
+        raise _UnknownKindError(f"unknown record kind {kind}")

@@ -50,7 +50,14 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory lock
     _flock, _LOCK_FLAGS = None, 0
 
-__all__ = ["MIN_COMPACT_BYTES", "LogBusyError", "RunLogWriter", "replace_file"]
+__all__ = [
+    "MIN_COMPACT_BYTES",
+    "LogBusyError",
+    "RunLogWriter",
+    "names_file",
+    "open_locked",
+    "replace_file",
+]
 
 #: A log is never compacted below this size (bytes): small logs are cheap to replay.
 MIN_COMPACT_BYTES = 64 * 1024
@@ -74,6 +81,53 @@ def _lock(fd: int) -> None:
         _flock(fd, _LOCK_FLAGS)
     except BlockingIOError as exc:
         raise LogBusyError(exc.errno, "another process is writing this run log") from exc
+
+
+#: Tries :func:`open_locked` makes when the path keeps naming another file than it locked.
+_LOCK_TRIES = 5
+
+
+def names_file(fd: int, path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` still names the file open as ``fd`` (not deleted, not replaced).
+
+    A path replaced (a compaction's ``os.replace``) or unlinked (a cleanup job)
+    names another file, or none, while ``fd`` keeps the old one. Never raises.
+    """
+    try:
+        held, named = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def open_locked(path: str | os.PathLike[str], flags: int) -> int:
+    """Open (creating) ``path`` with ``flags`` and take its exclusive lock without waiting.
+
+    The lock counts only when ``path`` still names the locked file once it is
+    held: a writer compacting the log replaces the file and then closes (so
+    unlocks) the old one, and a process that opened the old file just before
+    would otherwise hold the lock of a file no longer there, and write into
+    it for nothing. It opens the path again then (a few times).
+
+    Returns:
+        the descriptor, locked.
+
+    Raises:
+        LogBusyError: another open file description holds the lock (or the
+            path kept being replaced under every try).
+        OSError: the file cannot be created or opened.
+    """
+    for _ in range(_LOCK_TRIES):
+        fd = os.open(path, flags | os.O_CREAT, 0o666)
+        try:
+            _lock(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if names_file(fd, path):
+            return fd
+        os.close(fd)
+    raise LogBusyError(0, f"{path} was replaced under every attempt to lock it")
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
@@ -199,8 +253,9 @@ class RunLogWriter:
         """Open (or create) the log at ``path``, lock it, replay it and repair any damage.
 
         Repairs: a torn tail (a write the last process did not finish) is cut
-        off; any other damage (a bad checksum in the middle, a newer format
-        version, a file that is not a log) keeps every record before it, copies
+        off; any other damage (a bad checksum, a newer format version, a file
+        that is not a log) keeps every intact record (a damaged record or file
+        header is skipped; a newer version stops the reading), copies
         the whole file to ``<path>.damaged`` (never losing what a newer
         trainreport or a person could still read) and rewrites the log as a
         snapshot of what was read. Each repair logs ``trainreport.run_log_damaged``.
@@ -217,10 +272,9 @@ class RunLogWriter:
             OSError: the file cannot be created, read or repaired.
         """
         path = Path(path)
-        fd = os.open(path, _OPEN_FLAGS | os.O_CREAT, 0o666)
+        fd = open_locked(path, _OPEN_FLAGS)
         writer: RunLogWriter | None = None
         try:
-            _lock(fd)
             data = _read_all(fd)
             opened = replay(data)
             writer = cls(path, fd, opened, opened.run or dict(run or {}))
@@ -257,6 +311,8 @@ class RunLogWriter:
             damage=damage.kind.name.lower(),
             detail=damage.describe(),
             kept_records=self.opened.records,
+            salvaged_records=self.opened.salvaged,
+            lost=self.opened.lost(),
             set_aside=None if self.set_aside is None else str(self.set_aside),
         )
 
@@ -271,6 +327,11 @@ class RunLogWriter:
         self.size = size
 
     # --- writing ----------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int | None:
+        """The open file's descriptor (to check what the path names), or ``None`` once closed."""
+        return self._fd
 
     @property
     def pending_bytes(self) -> int:
