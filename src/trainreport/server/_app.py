@@ -63,11 +63,11 @@ from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS, Re
 from trainreport.server._routes import (
     ENDPOINTS,
     LIMIT,
-    MAX_POINTS,
     METRICS,
     NAME,
     NAMES,
     Endpoint,
+    read_max_points,
 )
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._stale import (
@@ -493,7 +493,7 @@ class _Api:
         if NAMES.name in params or NAME.name in params:
             names = [n for v in params.getlist(NAMES.name) for n in v.split(",")]
             names += params.getlist(NAME.name)
-        max_points = MAX_POINTS.read_int(request.query_params)
+        max_points = read_max_points(request.query_params)
 
         def read() -> Response:
             columns = self._db.tasks.series_columns(job_id, task_id, names)
