@@ -920,8 +920,9 @@ def test_max_points_is_zero_or_at_least_four(
     assert status == reply.status
     if returned is None:
         assert "invalid_query" == reply.body["error"]
-        assert "max_points must be 0 (every point) or an integer in [4, 1000000]" == (
-            reply.body["message"]
+        assert (
+            "max_points must be 0 (every point) or an integer in [4, 1000000]"
+            == (reply.body["message"])
         )
     else:
         assert returned == len(reply.body["series"]["a"]["steps"])
@@ -1369,7 +1370,10 @@ def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
 
 def test_the_cli_defaults_match_the_server_defaults() -> None:
     """cli.py repeats the limits and the token variable so its parser needs no Starlette."""
-    from trainreport.server import DEFAULT_BODY_BUDGET_BYTES  # noqa: PLC0415
+    from trainreport.server import (  # noqa: PLC0415
+        DEFAULT_BODY_BUDGET_BYTES,
+        DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
+    )
     from trainreport.server._run import (  # noqa: PLC0415
         DEFAULT_BODY_TIMEOUT_SECONDS,
         DEFAULT_HEAD_TIMEOUT_SECONDS,
@@ -1378,6 +1382,7 @@ def test_the_cli_defaults_match_the_server_defaults() -> None:
     from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS  # noqa: PLC0415
 
     assert DEFAULT_STALE_AFTER_SECONDS == cli.DEFAULT_STALE_AFTER_SECONDS
+    assert DEFAULT_MAX_RESPONSE_MEMORY_BYTES == cli.DEFAULT_MAX_RESPONSE_MEMORY_BYTES
     assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
         cli.DEFAULT_MAX_BODY_BYTES,
         cli.DEFAULT_MAX_DECOMPRESSED_BYTES,
