@@ -881,3 +881,42 @@ def test_a_proxy_url_with_credentials_authenticates_to_the_proxy(
     assert pool.proxy is not None
     assert ("proxy.internal", None) == (pool.proxy.host, pool.proxy.auth)
     assert pool.proxy_headers["proxy-authorization"].startswith("Basic ")
+
+
+# --------------------------------------------------------------------------- the final post
+
+
+@pytest.mark.parametrize(("status", "retry_after"), [(429, "30"), (503, None)])
+def test_a_refused_final_post_is_retried_within_the_close_budget(
+    kubeflow: KubeflowConformanceServer, token_file: Path, status: int, retry_after: str | None
+) -> None:
+    """A 429 (Retry-After 30) or a 503 on the final post: close(15) still ends at completed, 100 %.
+
+    The run is at 25 % when it completes; the endpoint refuses the final post
+    once, then accepts. The retry waits for the sink's 5 s floor (never less),
+    and a Retry-After longer than what is left of the close budget is cut to
+    the last attempt that fits (docs/integrations.md, "The final post").
+    """
+    sink = sink_for(kubeflow, token_file)
+    reporter = Reporter(
+        sink, ReportingConfig(min_report_interval_seconds=0.01, backoff_jitter=0.0), rank=0
+    )
+    drive(reporter)
+    reporter.report_training_start(max_steps=100)
+    reporter.report_train_step(step=25, metrics={"loss": 0.5})
+    cycle(reporter)
+    assert 25 == kubeflow.stored[JOB]["progressPercentage"]
+    reporter.report_completed()
+    kubeflow.fail_next(status, retry_after=retry_after)
+    started = time.monotonic()
+    closed = reporter.close(timeout=15)
+    elapsed = time.monotonic() - started
+    final = kubeflow.stored[JOB]
+    answers = [s.answer for s in kubeflow.seen]
+    assert (True, 100, "completed", [200, status, 200]) == (
+        closed,
+        final["progressPercentage"],
+        metrics_of(final)["status"],
+        answers,
+    )
+    assert 5.0 <= elapsed < 15.0

@@ -881,6 +881,53 @@ def test_series_endpoint_returns_columns_and_thins_them(api: Client, task: str) 
     assert (1, 100) == (thin["a"]["steps"][0], thin["a"]["steps"][-1])
 
 
+@pytest.mark.parametrize(
+    ("max_points", "status", "returned"),
+    [
+        ("0", 200, 10),
+        ("1", 400, None),
+        ("2", 400, None),
+        ("3", 400, None),
+        ("4", 200, 4),
+        ("5", 200, 4),
+        ("2.5", 400, None),
+        ("four", 400, None),
+        ("-1", 400, None),
+    ],
+)
+def test_max_points_is_zero_or_at_least_four(
+    api: Client, task: str, max_points: str, status: int, returned: int | None
+) -> None:
+    """``max_points`` 1 to 3 cannot keep a bucket's first, last, min and max: 400, not all points.
+
+    0 returns every point, 4 and above thin (a monotonic series keeps one low
+    and one high per bucket: 4 points for 4 or 5); 1, 2, 3, a non-integer and
+    a negative number are refused with ``invalid_query`` naming the rule.
+    """
+    gen = open_writer(api, task)
+    steps = list(range(1, 11))
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {"a": columns(0, steps, [float(s) for s in steps])},
+        },
+    )
+
+    reply = api.get(task + f"/series?max_points={max_points}")
+
+    assert status == reply.status
+    if returned is None:
+        assert "invalid_query" == reply.body["error"]
+        assert (
+            "max_points must be 0 (every point) or an integer in [4, 1000000]"
+            == (reply.body["message"])
+        )
+    else:
+        assert returned == len(reply.body["series"]["a"]["steps"])
+
+
 # -- jobs and cancel --------------------------------------------------------------------
 
 
@@ -1323,7 +1370,10 @@ def test_the_database_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
 
 def test_the_cli_defaults_match_the_server_defaults() -> None:
     """cli.py repeats the limits and the token variable so its parser needs no Starlette."""
-    from trainreport.server import DEFAULT_BODY_BUDGET_BYTES  # noqa: PLC0415
+    from trainreport.server import (  # noqa: PLC0415
+        DEFAULT_BODY_BUDGET_BYTES,
+        DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
+    )
     from trainreport.server._run import (  # noqa: PLC0415
         DEFAULT_BODY_TIMEOUT_SECONDS,
         DEFAULT_HEAD_TIMEOUT_SECONDS,
@@ -1332,6 +1382,7 @@ def test_the_cli_defaults_match_the_server_defaults() -> None:
     from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS  # noqa: PLC0415
 
     assert DEFAULT_STALE_AFTER_SECONDS == cli.DEFAULT_STALE_AFTER_SECONDS
+    assert DEFAULT_MAX_RESPONSE_MEMORY_BYTES == cli.DEFAULT_MAX_RESPONSE_MEMORY_BYTES
     assert (DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_DECOMPRESSED_BYTES, TOKEN_ENV_VAR) == (
         cli.DEFAULT_MAX_BODY_BYTES,
         cli.DEFAULT_MAX_DECOMPRESSED_BYTES,

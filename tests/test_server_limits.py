@@ -441,3 +441,87 @@ def test_output_still_pending_when_a_chunk_is_used_up_is_not_lost() -> None:
             return bytes(held)
 
     assert body == asyncio.run(read())
+
+
+def _load_points(url: str, task: str, points: int) -> int:
+    """Store ``points`` points in one series of ``task``, 50,000 an update; its generation."""
+    pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=60.0))
+    opened = pool.request("POST", url + task + "/writers", body=b"{}", headers=JSON)
+    generation: int = json.loads(opened.data)["writer_generation"]
+    for sequence, offset in enumerate(range(0, points, 50_000), start=1):
+        steps = list(range(offset + 1, min(offset + 50_000, points) + 1))
+        update = {
+            "writer_generation": generation,
+            "sequence": sequence,
+            "series": {
+                "loss": {
+                    "offset": offset,
+                    "steps": steps,
+                    "epochs": [1] * len(steps),
+                    "values": [1.0 / s for s in steps],
+                }
+            },
+        }
+        response = pool.request(
+            "POST", url + task + "/updates", body=json.dumps(update).encode(), headers=JSON
+        )
+        assert 200 == response.status, response.data[:200]
+    return generation
+
+
+def test_large_responses_over_the_response_memory_budget_get_503_until_one_is_sent(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """A reader that does not read holds a 150,000-point answer: a second is 503, Retry-After 1.
+
+    The budget fits one such answer (estimated from the point count before it
+    is built) and a small one. While the first is unsent, a second ``GET`` of
+    the big task and a writer's open of it (a reporter resuming) get 503
+    ``server_busy``, and that open issues no generation; a small task is still
+    read. Once the slow reader goes away the bytes are given back: the big
+    task is read twice in a row (a leaked hold would refuse the second).
+    """
+    from trainreport.server._responses import estimated_bytes  # noqa: PLC0415
+
+    points = 150_000  # ~8.4 MB of JSON: more than the sockets' buffers take
+    server = start_server(
+        max_response_memory_bytes=estimated_bytes(points) + estimated_bytes(10),
+        body_timeout_seconds=30,
+    )
+    big, small = "/v1/jobs/big/tasks/train", "/v1/jobs/small/tasks/train"
+    generation = _load_points(server.url, big, points)
+    _load_points(server.url, small, 10)
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(_address(server.url))
+    slow.sendall(f"GET {big} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+
+    def call(method: str, path: str) -> urllib3.BaseHTTPResponse:
+        body = b"{}" if method == "POST" else None
+        return urllib3.request(
+            method, server.url + path, body=body, headers=JSON, timeout=30.0, retries=False
+        )
+
+    deadline = time.monotonic() + 20
+    while (second := call("GET", big)).status != 503 and time.monotonic() < deadline:
+        pass  # until the slow reader's answer is being built or sent
+    try:
+        opened = call("POST", big + "/writers")
+        read_small = call("GET", small)
+        assert (503, "1", "server_busy") == (
+            second.status,
+            second.headers["retry-after"],
+            json.loads(second.data)["error"],
+        )
+        assert "large responses" in json.loads(second.data)["message"]
+        assert (503, 200) == (opened.status, read_small.status)
+    finally:
+        slow.close()
+    deadline = time.monotonic() + 20
+    while (first := call("GET", big)).status == 503 and time.monotonic() < deadline:
+        pass
+    again = call("GET", big)
+    reopened = call("POST", big + "/writers")
+    assert (200, 200, 200) == (first.status, again.status, reopened.status)
+    assert points == len(json.loads(again.data)["status_details"]["metrics"]["loss"])
+    assert generation + 1 == json.loads(reopened.data)["writer_generation"]

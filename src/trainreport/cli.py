@@ -39,6 +39,7 @@ DEFAULT_RETENTION_INTERVAL_SECONDS = 300.0
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
+DEFAULT_MAX_RESPONSE_MEMORY_BYTES = 256 * 2**20
 DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
 DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 100
@@ -209,6 +210,17 @@ def _add_serve(subparsers: Any) -> None:
         ),
     )
     serve.add_argument(
+        "--max-response-memory-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
+        help=(
+            "memory the responses carrying curves (GET of a task, a writer's open, "
+            "/series) may take at once, estimated from their point counts; over it, 503 "
+            "with Retry-After; a larger one is served alone "
+            f"(default: {DEFAULT_MAX_RESPONSE_MEMORY_BYTES})"
+        ),
+    )
+    serve.add_argument(
         "--allowed-hosts",
         action="append",
         default=[],
@@ -332,6 +344,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             max_decompressed_bytes=args.max_decompressed_bytes,
             body_budget_bytes=args.body_budget_bytes,
+            max_response_memory_bytes=args.max_response_memory_bytes,
             allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
             retain_days=args.retain_days,
             retention_interval_seconds=args.retention_interval,

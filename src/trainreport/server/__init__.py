@@ -18,6 +18,7 @@ from trainreport.server._app import (
     DEFAULT_BODY_BUDGET_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
+    DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
     create_app,
 )
 from trainreport.server._run import ServerHandle, start_in_thread, start_subprocess
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_BODY_BUDGET_BYTES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "DEFAULT_MAX_RESPONSE_MEMORY_BYTES",
     "ServerHandle",
     "create_app",
     "start_in_thread",

@@ -59,15 +59,16 @@ from trainreport.server._metrics import (
     ServerMetrics,
     is_database_error,
 )
+from trainreport.server._responses import HeldResponse, ResponseBudget, estimated_bytes
 from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS, RetentionWorker
 from trainreport.server._routes import (
     ENDPOINTS,
     LIMIT,
-    MAX_POINTS,
     METRICS,
     NAME,
     NAMES,
     Endpoint,
+    read_max_points,
 )
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._stale import (
@@ -92,6 +93,7 @@ __all__ = [
     "DEFAULT_BODY_BUDGET_BYTES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "DEFAULT_MAX_RESPONSE_MEMORY_BYTES",
     "create_app",
 ]
 
@@ -102,6 +104,9 @@ DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
 #: Default budget of request body bytes (after decompression) held at once, server-wide.
 DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
+#: Default budget of memory for responses that carry curves, held at once, server-wide
+#: (estimated per response from its point count; docs/server.md, "Limits").
+DEFAULT_MAX_RESPONSE_MEMORY_BYTES = 256 * 2**20
 #: Seconds a client is asked to wait when the database cannot be reached (503).
 DATABASE_RETRY_AFTER_SECONDS = 1
 
@@ -116,6 +121,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
+    max_response_memory_bytes: int = DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
     allowed_hosts: Iterable[str] = (),
     clock: Callable[[], float] | None = None,
     stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
@@ -143,6 +149,12 @@ def create_app(
         body_budget_bytes: request body bytes (after decompression) the whole
             server holds at once; a request that would exceed it gets 503 with
             ``Retry-After`` (``docs/server.md``).
+        max_response_memory_bytes: memory, in bytes, the responses that carry
+            curves (``GET`` of a task, ``POST .../writers``, ``GET .../series``)
+            may take at once, each estimated from its point count before it is
+            built and given back once it is sent; one that does not fit gets
+            503 with ``Retry-After``; one larger than the budget is served
+            alone (``server/_responses.py``).
         allowed_hosts: host names the server answers for besides loopback
             (``localhost``, ``127.0.0.0/8``, ``::1``); a request with any other
             ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
@@ -182,8 +194,10 @@ def create_app(
     authenticator = Authenticator(token, secret, wall_clock)
     if not (math.isfinite(stale_after_seconds) and stale_after_seconds > 0):
         raise ValueError("stale_after_seconds must be a positive number of seconds")
-    if max_body_bytes < 1 or max_decompressed_bytes < 1 or body_budget_bytes < 1:
+    if min(max_body_bytes, max_decompressed_bytes, body_budget_bytes) < 1:
         raise ValueError("body limits must be at least 1 byte")
+    if max_response_memory_bytes < 1:
+        raise ValueError("max_response_memory_bytes must be at least 1 byte")
     hosts = allowed_host_names(None, allowed_hosts)
     limits = BodyLimits(
         max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
@@ -213,6 +227,7 @@ def create_app(
         db,
         limits,
         BodyBudget(body_budget_bytes),
+        ResponseBudget(max_response_memory_bytes),
         authenticator,
         metrics,
         clock=wall_clock,
@@ -258,6 +273,7 @@ def create_app(
     app.state.database = db
     app.state.metrics = metrics
     app.state.retention = retention
+    app.state.response_budget = api.responses
     return app
 
 
@@ -285,6 +301,7 @@ class _Api:
         db: Database,
         limits: BodyLimits,
         budget: BodyBudget,
+        responses: ResponseBudget,
         auth: Authenticator,
         metrics: ServerMetrics,
         *,
@@ -298,6 +315,7 @@ class _Api:
         self._stale_after = stale_after_seconds
         self._limits = limits
         self._budget = budget
+        self.responses = responses
         self._auth = auth
         self._metrics = metrics
 
@@ -324,6 +342,21 @@ class _Api:
         """The server's clock as ISO 8601 UTC with milliseconds (stored with every write)."""
         moment = datetime.fromtimestamp(self._clock(), timezone.utc)
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    async def _budgeted(self, points: Callable[[], int], build: Callable[[], Response]) -> Response:
+        """``build()`` in the thread pool, its memory (from ``points()``) held until it is sent.
+
+        Raises:
+            ApiError: 503 ``server_busy`` when the response memory budget has
+                no room for it now (nothing is built).
+        """
+        release = self.responses.hold(estimated_bytes(await run_in_threadpool(points)))
+        try:
+            response = await run_in_threadpool(build)
+        except BaseException:
+            release()
+            raise
+        return HeldResponse(response, release)
 
     def _stale(self, status: str, updated_at: str) -> dict[str, Any] | None:
         return staleness(
@@ -410,7 +443,9 @@ class _Api:
                 task[STALE_KEY] = stale
             return JSONResponse(task)  # encoded here, off the event loop
 
-        return await run_in_threadpool(read)
+        if not include:
+            return await run_in_threadpool(read)
+        return await self._budgeted(lambda: self._db.tasks.point_count(job_id, task_id), read)
 
     async def patch_task(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
@@ -455,7 +490,9 @@ class _Api:
                 }
             )
 
-        return await run_in_threadpool(open_writer)
+        return await self._budgeted(
+            lambda: self._db.tasks.point_count(job_id, task_id), open_writer
+        )
 
     async def post_update(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
@@ -494,7 +531,7 @@ class _Api:
         if NAMES.name in params or NAME.name in params:
             names = [n for v in params.getlist(NAMES.name) for n in v.split(",")]
             names += params.getlist(NAME.name)
-        max_points = MAX_POINTS.read_int(request.query_params)
+        max_points = read_max_points(request.query_params)
 
         def read() -> Response:
             columns = self._db.tasks.series_columns(job_id, task_id, names)
@@ -502,7 +539,10 @@ class _Api:
                 raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
             return JSONResponse({"series": _page.shape_columns(columns, max_points)})
 
-        return await run_in_threadpool(read)
+        # The columns are read in full whatever the thinning: every point is budgeted.
+        return await self._budgeted(
+            lambda: self._db.tasks.point_count(job_id, task_id, names), read
+        )
 
     # -- operations -----------------------------------------------------------------------
 

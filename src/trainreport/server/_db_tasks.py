@@ -317,6 +317,20 @@ class TaskStore:
                 duplicate=False,
             )
 
+    def point_count(self, job_id: str, task_id: str, names: Sequence[str] | None = None) -> int:
+        """Points stored in the task's series (those in ``names``, or all): one cheap read.
+
+        What a response carrying the task's curves will read, so that its
+        memory can be budgeted before it is built (``server/_responses.py``).
+        0 when the task does not exist.
+        """
+        with self.backend.read() as conn:
+            lengths = series_lengths_of(conn, job_id, task_id)
+        if names is not None:
+            chosen = set(names)
+            return sum(n for name, n in lengths.items() if name in chosen)
+        return sum(lengths.values())
+
     def series_columns(
         self, job_id: str, task_id: str, names: Sequence[str] | None
     ) -> dict[str, dict[str, list[Any]]] | None:

@@ -28,7 +28,11 @@ from starlette.routing import Route
 from trainreport._protocol import PAGE_PATH_TEMPLATE
 from trainreport.server._wire import validate_id
 
-__all__ = ["downsample_indices", "routes", "shape_columns"]
+__all__ = ["MIN_THINNED_POINTS", "downsample_indices", "routes", "shape_columns"]
+
+#: The fewest points a thinned series is asked for: one bucket's lowest and highest
+#: value plus the series' first and last point (``/series?max_points=`` 1 to 3 is a 400).
+MIN_THINNED_POINTS = 4
 
 _TEMPLATE = """<!doctype html>
 <html lang="en">
@@ -123,15 +127,15 @@ def downsample_indices(values: Sequence[float | None], max_points: int) -> list[
 
     Args:
         values: the series' values, ``None`` for a non-finite point.
-        max_points: the target count (>= 4); the result may slightly exceed it
-            when buckets hold gaps.
+        max_points: the target count (>= :data:`MIN_THINNED_POINTS`; below it,
+            every index); the result may slightly exceed it when buckets hold gaps.
 
     Returns:
         Increasing indices into ``values``; all of them when ``len(values) <= max_points``.
         Never raises.
     """
     n = len(values)
-    if n <= max_points or max_points < 4:
+    if n <= max_points or max_points < MIN_THINNED_POINTS:
         return list(range(n))
     buckets = max_points // 2
     size = math.ceil(n / buckets)

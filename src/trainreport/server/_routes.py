@@ -24,6 +24,7 @@ from trainreport._protocol import (
 )
 from trainreport.server._auth import Access
 from trainreport.server._errors import ApiError
+from trainreport.server._page import MIN_THINNED_POINTS
 from trainreport.server._schema import Enum, Integer, Text
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Endpoint",
     "Query",
     "Reply",
+    "read_max_points",
 ]
 
 
@@ -118,8 +120,38 @@ MAX_POINTS = Query(
     "max_points",
     Integer(0, 1_000_000),
     0,
-    "thin each series to about this many points for drawing, keeping spikes and gaps (0: all)",
+    "thin each series to about this many points for drawing, keeping spikes and gaps: 0 "
+    f"(the default) returns every point, otherwise at least {MIN_THINNED_POINTS} (each bucket "
+    f"keeps its lowest and highest value, and the first and last points are kept); 1 to "
+    f"{MIN_THINNED_POINTS - 1} are refused with 400 invalid_query",
 )
+
+
+def read_max_points(params: Mapping[str, str]) -> int:
+    """``?max_points=``: 0 (every point) or an integer in ``[MIN_THINNED_POINTS, 1000000]``.
+
+    1 to 3 are refused rather than clamped: no thinning can keep a bucket's
+    lowest and highest value and the first and last points in fewer than 4, and
+    answering with every point (what they did before) is the opposite of what
+    was asked.
+
+    Raises:
+        ApiError: 400 ``invalid_query`` for anything else (a non-integer too).
+    """
+    node = MAX_POINTS.node
+    assert isinstance(node, Integer)
+    try:
+        value = MAX_POINTS.read_int(params)
+    except ApiError:
+        value = -1
+    if value == 0 or MIN_THINNED_POINTS <= value <= node.maximum:
+        return value
+    raise ApiError(
+        400,
+        "invalid_query",
+        f"{MAX_POINTS.name} must be 0 (every point) or an integer in "
+        f"[{MIN_THINNED_POINTS}, {node.maximum}]",
+    )
 
 
 @attrs.frozen

@@ -30,6 +30,7 @@ from trainreport.server._app import (
     DEFAULT_BODY_BUDGET_BYTES,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_DECOMPRESSED_BYTES,
+    DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
     create_app,
 )
 from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS
@@ -214,6 +215,7 @@ def start_in_thread(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
+    max_response_memory_bytes: int = DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
     allowed_hosts: Sequence[str] = (),
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
@@ -237,6 +239,8 @@ def start_in_thread(
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
         body_budget_bytes: request body bytes (after decompression) held at
             once across all requests; over it, 503 with ``Retry-After``.
+        max_response_memory_bytes: memory of responses carrying curves held at
+            once, in bytes; over it, 503 with ``Retry-After`` (see ``create_app``).
         allowed_hosts: ``Host`` names answered for besides loopback and ``host``.
         head_timeout_seconds: time to receive a request's head, in seconds.
         body_timeout_seconds: time to receive a request's body, in seconds.
@@ -266,6 +270,7 @@ def start_in_thread(
         max_body_bytes=max_body_bytes,
         max_decompressed_bytes=max_decompressed_bytes,
         body_budget_bytes=body_budget_bytes,
+        max_response_memory_bytes=max_response_memory_bytes,
         allowed_hosts=sorted(allowed_host_names(host, allowed_hosts)),
         retain_days=retain_days,
         retention_interval_seconds=retention_interval_seconds,
@@ -327,6 +332,7 @@ def start_subprocess(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
+    max_response_memory_bytes: int = DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
     allowed_hosts: Sequence[str] = (),
     head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
@@ -354,6 +360,8 @@ def start_subprocess(
         max_body_bytes: the request body limit, in bytes.
         max_decompressed_bytes: the gzip body limit after decompression, in bytes.
         body_budget_bytes: request body bytes held at once across all requests.
+        max_response_memory_bytes: memory of responses carrying curves held at
+            once, in bytes (see ``create_app``).
         allowed_hosts: ``Host`` names answered for besides loopback and ``host``.
         head_timeout_seconds: time to receive a request's head, in seconds.
         body_timeout_seconds: time to receive a request's body, in seconds.
@@ -388,6 +396,8 @@ def start_subprocess(
         str(max_decompressed_bytes),
         "--body-budget-bytes",
         str(body_budget_bytes),
+        "--max-response-memory-bytes",
+        str(max_response_memory_bytes),
         "--head-timeout",
         repr(float(head_timeout_seconds)),
         "--body-timeout",
