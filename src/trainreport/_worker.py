@@ -13,8 +13,10 @@ task seeds a resume and the journal (``_resume.py``), what a ``flush()`` forces
 
 Several destinations share the one store, queue and reporter thread; each has
 its own scheduler, opened state, wire mode and request in flight. With more
-than one, each destination's requests run on a small sender thread of its
-own, so one that hangs never holds up the others (``docs/engine.md``).
+than one, or with a journal, each destination's requests run on a small sender
+thread of its own, so one that hangs never holds up the others nor the journal
+(``docs/engine.md``); only one destination without a journal (a ``FileSink``,
+a ``MemorySink``) is sent to from the reporter thread itself.
 
 Closing: drain, send the tail to every destination (retrying with backoff
 while the shared real-time deadline allows), log never-matched
@@ -79,7 +81,10 @@ class Worker:
             thread), with the recorder; returns the journal keeper or ``None``
             (``docs/engine.md``, "The journal in front of a service"). The
             journal is recorded after a drain at least every
-            ``journal_interval_seconds`` (the thread wakes that often), the
+            ``journal_interval_seconds`` (the thread wakes that often; every
+            destination's requests run on its sender thread, so none delays
+            it; reports are drained before the stored task is read once the
+            first opens are that late, or one failed), the
             journals of dead processes are delivered with the first open of
             destination ``journal_destination`` (on its sender), and it is
             closed, or removed when every destination holds everything, at the end.
@@ -118,11 +123,13 @@ class Worker:
             for i, sink in enumerate(sinks)
         ]
         self._resume = Resume(open_journal, interval=config.min_report_interval_seconds)
-        several = threaded and len(sinks) > 1
+        # A request that hangs holds only its sender's thread: the reporter thread
+        # keeps the other destinations' cadence and the journal's (docs/engine.md).
+        own_threads = threaded and (len(sinks) > 1 or open_journal is not None)
         senders = [
             Sender(
                 d.sink,
-                threaded=several,
+                threaded=own_threads,
                 on_done=self.wake.set,
                 name=f"trainreport-send-{i}",
                 after_open=self._resume.recover if i == journal_destination else None,
@@ -146,6 +153,8 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
+        #: When (scheduling clock) the attempt began: its first opens were started.
+        self._began_at = 0.0
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
 
@@ -201,7 +210,7 @@ class Worker:
         self._resume.open_journal(self.recorder, self.wall_clock)
         self.journal = self._resume.journal
         self.recorder.start_attempt()
-        now = self.clock()
+        now = self._began_at = self.clock()
         for dest in self.destinations:
             dest.scheduler.note_change(now, urgent=True)
 
@@ -274,10 +283,16 @@ class Worker:
         # seeding is exact (docs/design.md#metrics); past drain_queue_depth (a long outage at start)
         # they are applied, bounding memory, and seeding merges the stored curves
         # under them (Recorder.seed).
-        # With a journal, once an open has failed (a destination down at start), the
+        # With a journal, once an open has failed (a destination down at start) or the
+        # first opens have not answered within journal_interval_seconds (one hangs), the
         # queue is drained at every wake, so the journal bounds what a kill loses.
+        journal = self.journal
         waiting = not recorder.seeded and not (
-            self.journal is not None and self._dispatch.open_failed
+            journal is not None
+            and (
+                self._dispatch.open_failed
+                or self.clock() - self._began_at >= journal.interval_seconds
+            )
         )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
