@@ -153,8 +153,6 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
-        #: When (scheduling clock) the attempt began: its first opens were started.
-        self._began_at = 0.0
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
 
@@ -207,10 +205,10 @@ class Worker:
         if self._began:
             return
         self._began = True
-        self._resume.open_journal(self.recorder, self.wall_clock)
+        now = self.clock()
+        self._resume.open_journal(self.recorder, self.wall_clock, now)
         self.journal = self._resume.journal
         self.recorder.start_attempt()
-        now = self._began_at = self.clock()
         for dest in self.destinations:
             dest.scheduler.note_change(now, urgent=True)
 
@@ -279,20 +277,11 @@ class Worker:
     def _drain(self) -> None:
         queue = self.queue
         recorder = self.recorder
-        # Until the stored task has been read, reports wait in the queue, so that
-        # seeding is exact (docs/design.md#metrics); past drain_queue_depth (a long outage at start)
-        # they are applied, bounding memory, and seeding merges the stored curves
-        # under them (Recorder.seed).
-        # With a journal, once an open has failed (a destination down at start) or the
-        # first opens have not answered within journal_interval_seconds (one hangs), the
-        # queue is drained at every wake, so the journal bounds what a kill loses.
-        journal = self.journal
-        waiting = not recorder.seeded and not (
-            journal is not None
-            and (
-                self._dispatch.open_failed
-                or self.clock() - self._began_at >= journal.interval_seconds
-            )
+        # Until the stored task has been read, reports wait in the queue (Resume.reports_wait);
+        # past drain_queue_depth (a long outage at start) they are applied, bounding memory,
+        # and seeding merges the stored curves under them (Recorder.seed).
+        waiting = not recorder.seeded and self._resume.reports_wait(
+            self.clock(), open_failed=self._dispatch.open_failed
         )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
