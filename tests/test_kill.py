@@ -212,9 +212,10 @@ def test_a_killed_run_loses_nothing_recorded_a_journal_interval_before_the_kill(
         _check(_stored(server.url, job), kill_time, reports, label)
 
 
+@pytest.mark.parametrize("extension", [True, False], ids=["extension", "full-state"])
 @pytest.mark.parametrize("hang_from", ["start", "mid-run"])
 def test_a_service_that_hangs_never_stops_the_journal_of_a_killed_run(
-    hang_from: str, start_server: Callable[..., ServerHandle], tmp_path: Path
+    hang_from: str, extension: bool, start_server: Callable[..., ServerHandle], tmp_path: Path
 ) -> None:
     """A service that accepts and never answers, from the start or mid-run; kill -9 2-3 s in.
 
@@ -223,7 +224,7 @@ def test_a_service_that_hangs_never_stops_the_journal_of_a_killed_run(
     kill: whatever was recorded a window before the kill can only be in the
     journal, and a restart against the service delivers it, once.
     """
-    rng = random.Random(f"hang-{hang_from}")
+    rng = random.Random(f"hang-{hang_from}-{extension}")
     server = start_server()
     for kill in range(HANG_KILLS):
         job = f"hang-{hang_from}-{kill}"
@@ -231,7 +232,7 @@ def test_a_service_that_hangs_never_stops_the_journal_of_a_killed_run(
         spec = {
             "sink": "http",
             "job": job,
-            "extension": True,
+            "extension": extension,
             "journal_dir": str(journal_dir),
             "interval": INTERVAL,
             "side": str(tmp_path / f"{job}.side"),
@@ -252,7 +253,8 @@ def test_a_service_that_hangs_never_stops_the_journal_of_a_killed_run(
         assert journal.exists()
         restart = _spawn({**spec, "url": server.url, "recover_only": True})
         assert 0 == restart.wait(60), _errors(spec)
-        _check(_stored(server.url, job), kill_time, reports, f"service hangs from {hang_from}")
+        mode = "extension" if extension else "full-state"
+        _check(_stored(server.url, job), kill_time, reports, f"{mode}, hangs from {hang_from}")
 
 
 def test_the_embedded_run_log_keeps_every_point_recorded_a_second_before_the_kill(
