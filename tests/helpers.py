@@ -32,7 +32,9 @@ class ScriptedSink(Sink):
     ``fail_sends.append(RetryLater("boom"))`` makes the next send fail that way
     (nothing is applied); when the script is empty, sends reach the MemorySink.
     ``open_results`` does the same for ``open()``. ``gate`` (an Event), when
-    set up, makes every send wait for it (to hold a send in flight).
+    set up, makes every send wait for it (to hold a send in flight);
+    ``open_gate`` does the same for every ``open()``. ``held`` is set when a
+    request starts waiting at a gate.
     """
 
     def __init__(self, inner: MemorySink | None = None) -> None:
@@ -42,15 +44,21 @@ class ScriptedSink(Sink):
         self.sent: list[Update] = []
         self.results: list[SendResult] = []
         self.gate: threading.Event | None = None
+        self.open_gate: threading.Event | None = None
+        self.held = threading.Event()
         self.closed = 0
 
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
+        if self.open_gate is not None:
+            self.held.set()
+            self.open_gate.wait(timeout_seconds if timeout_seconds is not None else 30)
         if self.open_results:
             return self.open_results.popleft()
         return self.inner.open(timeout_seconds=timeout_seconds)
 
     def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
         if self.gate is not None:
+            self.held.set()
             self.gate.wait(timeout_seconds if timeout_seconds is not None else 30)
         self.sent.append(update)
         result = self.fail_sends.popleft() if self.fail_sends else self.inner.send(update)

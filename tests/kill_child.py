@@ -3,7 +3,7 @@
 Run by ``tests/test_kill.py`` as ``python tests/kill_child.py SPEC`` where SPEC is
 JSON: ``{"sink": "http" | "file", "url", "job", "extension", "path",
 "journal_dir", "interval", "side", "steps", "step_seconds", "first_step",
-"send_interval", "recover_only"}``.
+"send_interval", "connect_timeout", "read_timeout", "recover_only"}``.
 
 Each line of the side file is ``<step> <time.time() after the report call
 returned>``, written with one unbuffered ``os.write`` (the kernel has it
@@ -50,8 +50,8 @@ def main(spec: dict[str, object]) -> None:
             str(spec["url"]),
             str(spec["job"]),
             use_extension=bool(spec["extension"]),
-            connect_timeout_seconds=0.5,
-            read_timeout_seconds=2.0,
+            connect_timeout_seconds=float(spec.get("connect_timeout", 0.5)),  # type: ignore[arg-type]
+            read_timeout_seconds=float(spec.get("read_timeout", 2.0)),  # type: ignore[arg-type]
         )
     reporter = Reporter(sink, config, rank=0).start()
     if spec.get("recover_only"):

@@ -8,8 +8,10 @@ The kill -9 guarantees are in ``tests/test_kill.py``.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,9 @@ import pytest
 import urllib3
 
 from faults import closed_port
-from helpers import drive
+from helpers import ScriptedSink, curve, drive, held
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._sink import SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
 from trainreport.sinks._runfile import load_run_file
@@ -369,6 +371,100 @@ def test_the_thread_appends_to_the_journal_every_interval_while_sends_are_far_ap
     assert wait_before <= 0.5  # the thread would wake for the journal, not in a minute
     assert 10 == after[-1]  # due: written (the service acknowledged only step 1)
     assert [1] == stored_steps(server.url)[:1]
+
+
+# --- a destination that hangs never stops the journal (injected clock) -----------------
+
+
+class _KeyedSink(ScriptedSink):
+    """A ScriptedSink with a job and a task: the reporter keeps a journal in front of it."""
+
+    job_id = "job-1"
+    task_id = "train"
+
+
+def _journaled_steps(path: Path) -> list[int]:
+    """The train_loss steps the journal at ``path`` holds (none while it cannot be read)."""
+    try:
+        task = read_task(path)
+    except Exception:
+        return []
+    points = task["status_details"].get("metrics", {}).get("train_loss", [])
+    return [p["step"] for p in points]
+
+
+def _eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Poll ``condition`` (real time) until it holds or ``seconds`` pass; its last answer."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def _journal_behind_a_held_request(
+    tmp_path: Path, *, hold_open: bool, other: MemorySink | None
+) -> tuple[Reporter, _KeyedSink, threading.Event, FakeClock]:
+    """A started reporter (its thread runs) whose first open, or first send, waits on a gate.
+
+    Sends are a minute apart and the journal is due every second of the injected
+    clock; the test advances the clock and wakes the thread itself. ``other``: a
+    second destination, after the held one (the store is seeded from the first).
+    """
+    clock = FakeClock()
+    sink, gate = _KeyedSink(), threading.Event()
+    if hold_open:
+        sink.open_gate = gate
+    else:
+        sink.gate = gate
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    sinks: list[Sink] = [sink] if other is None else [sink, other]
+    reporter = Reporter(sinks=sinks, config=config, clock=clock, rank=0).start()
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    assert sink.held.wait(10.0)
+    return reporter, sink, gate, clock
+
+
+@pytest.mark.parametrize(
+    ("hold_open", "several"),
+    [(False, False), (True, False), (True, True)],
+    ids=["send held", "first open held", "first open held, a second destination"],
+)
+def test_a_request_that_hangs_never_stops_the_journal(
+    tmp_path: Path, hold_open: bool, several: bool
+) -> None:
+    """While a send (or the first open) hangs, reports are journaled at every journal interval.
+
+    The request runs on the destination's sender thread, so the reporter thread
+    keeps draining and recording; before the first open answers (with a second
+    destination open: before the resume is decided), the store is not seeded,
+    and the journal records this process's points at local offsets. Once the
+    request ends, every destination receives every point, once.
+    """
+    other = MemorySink() if several else None
+    reporter, sink, gate, clock = _journal_behind_a_held_request(
+        tmp_path, hold_open=hold_open, other=other
+    )
+    worker = reporter._worker
+    assert worker is not None
+    path = tmp_path / "job-1" / "train.log"
+    try:
+        journaled = []
+        for second in range(1, 4):
+            for step in range(second * 10 - 8, second * 10 + 2):
+                reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+            clock.advance(1.0)
+            worker.wake.set()
+            last = second * 10 + 1
+            _eventually(lambda: last in _journaled_steps(path))  # noqa: B023 - waited for here
+            journaled.append(_journaled_steps(path))
+    finally:
+        gate.set()
+    assert reporter.close(timeout=10.0)
+
+    assert [list(range(1, s * 10 + 2)) for s in range(1, 4)] == journaled
+    assert list(range(1, 32)) == [p[0] for p in curve(held(sink), "train_loss")]
+    if other is not None:
+        assert list(range(1, 32)) == [p[0] for p in curve(held(other), "train_loss")]
 
 
 # --- trainreport sync of a journal --------------------------------------------------------

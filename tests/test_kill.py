@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from faults import closed_port
+from faults import FaultProxy, closed_port
 from kill_child import METRICS, value_of
 from trainreport import read_task
 from trainreport.server import ServerHandle
@@ -46,6 +46,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: Kills per combination: a few in CI; ``TRAINREPORT_KILLS=20`` for the documented run.
 KILLS = int(os.environ.get("TRAINREPORT_KILLS", "2"))
+#: Kills per case of a hanging service (one in CI: each waits out a hang).
+HANG_KILLS = max(1, KILLS // 2)
 #: The journal interval the children use (seconds).
 INTERVAL = 0.25
 #: Time for the reporter thread to be scheduled and write, on top of the interval (seconds).
@@ -76,9 +78,21 @@ def _errors(spec: dict[str, Any]) -> str:
 
 
 def _run_and_kill(
-    spec: dict[str, Any], rng: random.Random
+    spec: dict[str, Any],
+    rng: random.Random,
+    *,
+    hang: FaultProxy | None = None,
+    hang_for: tuple[float, float] = (0.3, 2.5),
 ) -> tuple[float, list[tuple[int, float]]]:
     """Start the child, kill it at a random moment after its first report.
+
+    Args:
+        spec: the child's spec.
+        rng: draws the moments.
+        hang: a proxy the child talks through, switched to hang (accept and
+            never answer) 0.5-1 s after the first report; ``None``: none.
+        hang_for: the range the kill's delay is drawn from (seconds after the
+            first report, or after the hang began).
 
     Returns:
         the kill's wall time and ``(step, wall time)`` of every report.
@@ -89,7 +103,10 @@ def _run_and_kill(
     while not (side.exists() and side.stat().st_size) and time.monotonic() < deadline:
         assert child.poll() is None, _errors(spec)
         time.sleep(0.01)
-    time.sleep(rng.uniform(0.3, 2.5))
+    if hang is not None:
+        time.sleep(rng.uniform(0.5, 1.0))
+        hang.hang(60.0)
+    time.sleep(rng.uniform(*hang_for))
     kill_time = time.time()
     child.send_signal(signal.SIGKILL)
     child.wait(10)
@@ -193,6 +210,51 @@ def test_a_killed_run_loses_nothing_recorded_a_journal_interval_before_the_kill(
         how = "sync" if by_sync else "restart"
         label = f"{'extension' if extension else 'full-state'}, service {service}, {how}"
         _check(_stored(server.url, job), kill_time, reports, label)
+
+
+@pytest.mark.parametrize("extension", [True, False], ids=["extension", "full-state"])
+@pytest.mark.parametrize("hang_from", ["start", "mid-run"])
+def test_a_service_that_hangs_never_stops_the_journal_of_a_killed_run(
+    hang_from: str, extension: bool, start_server: Callable[..., ServerHandle], tmp_path: Path
+) -> None:
+    """A service that accepts and never answers, from the start or mid-run; kill -9 2-3 s in.
+
+    The child's requests get HttpSink's default timeouts (5 s connect, 10 s
+    read), so every request made during the hang is still in flight at the
+    kill: whatever was recorded a window before the kill can only be in the
+    journal, and a restart against the service delivers it, once.
+    """
+    rng = random.Random(f"hang-{hang_from}-{extension}")
+    server = start_server()
+    for kill in range(HANG_KILLS):
+        job = f"hang-{hang_from}-{kill}"
+        journal_dir = tmp_path / "journal"
+        spec = {
+            "sink": "http",
+            "job": job,
+            "extension": extension,
+            "journal_dir": str(journal_dir),
+            "interval": INTERVAL,
+            "side": str(tmp_path / f"{job}.side"),
+            "steps": 10**7,
+            "step_seconds": 0.002,
+            "send_interval": 0.3,  # a send soon after the hang begins: it hangs too
+            "connect_timeout": 5.0,
+            "read_timeout": 10.0,
+        }
+        with FaultProxy.for_url(server.url) as proxy:
+            spec["url"] = proxy.url
+            if hang_from == "start":
+                proxy.hang(60.0)
+            kill_time, reports = _run_and_kill(
+                spec, rng, hang=None if hang_from == "start" else proxy, hang_for=(2.0, 3.0)
+            )
+        journal = journal_dir / job / "train.log"
+        assert journal.exists()
+        restart = _spawn({**spec, "url": server.url, "recover_only": True})
+        assert 0 == restart.wait(60), _errors(spec)
+        mode = "extension" if extension else "full-state"
+        _check(_stored(server.url, job), kill_time, reports, f"{mode}, hangs from {hang_from}")
 
 
 def test_the_embedded_run_log_keeps_every_point_recorded_a_second_before_the_kill(

@@ -48,8 +48,8 @@ class Dispatch:
         wall_clock: returns ``updated_at`` strings.
         cancel_requested: set when a destination asks the run to stop.
         senders: one per destination, by index.
-        drain: moves the queue into the recorder (after an open; after a
-            delivered send while closing).
+        drain: moves the queue into the recorder (after a successful open;
+            after a delivered send while closing).
         after_open: called after an open's answer was settled (the resume may
             be decided now).
     """
@@ -108,7 +108,6 @@ class Dispatch:
             self._submit(dest, job)
             if dest.job is not None or not is_open(dest):  # failed, or in flight
                 return False
-            self._drain()
         recorder = self._recorder
         if not recorder.seeded or not dest.known:
             return False  # a destination earlier in the list has not answered its first open
@@ -145,6 +144,8 @@ class Dispatch:
             settled = settle_open(dest, self._recorder, result, now)  # type: ignore[arg-type]
             self.open_failed = self.open_failed or not isinstance(result, Opened)
             self._after_open()
+            if settled.delivered:
+                self._drain()  # what waited for the stored task goes with the first send
             return settled.delivered
         settled = settle_send(
             dest,

@@ -11,7 +11,8 @@ so a hanging one never stalls the others (``docs/engine.md``).
 The journal (``docs/engine.md``, "The journal in front of a service") is
 claimed when the attempt begins; what dead processes left in it is delivered
 right after the journal destination's first open, on that destination's
-sender, before the stored task seeds anything.
+sender, before the stored task seeds anything. Reports wait in the queue for
+the stored task no longer than the journal allows (:meth:`Resume.reports_wait`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,15 @@ class Resume:
         self.journal: JournalKeeper | None = None
         #: When (scheduling clock) the first destination opened.
         self._first_opened_at: float | None = None
+        #: When (scheduling clock) the attempt began: its first opens were due.
+        self._began_at = 0.0
 
-    def open_journal(self, recorder: Recorder, wall_clock: Callable[[], str]) -> None:
-        """Claim the journal: a failure means no journal (logged), never a dead thread."""
+    def open_journal(self, recorder: Recorder, wall_clock: Callable[[], str], now: float) -> None:
+        """Claim the journal as the attempt begins at ``now`` (scheduling clock, seconds).
+
+        A failure means no journal (logged), never a dead thread.
+        """
+        self._began_at = now
         if self._open_journal is None:
             return
         try:
@@ -66,6 +73,21 @@ class Resume:
             # The sends' stamps: a journal's updated_at orders with theirs (recovery
             # sends the journal's task fields only when they are not older).
             self.journal.wall_clock = wall_clock
+
+    def reports_wait(self, now: float, *, open_failed: bool) -> bool:
+        """Whether reports wait in the queue for the stored task (the store is not seeded yet).
+
+        They wait so that seeding is exact (epochs, dataset names:
+        docs/design.md#metrics). With a journal, not once an open has failed
+        (``open_failed``), nor once the first opens are ``journal_interval_seconds``
+        late at ``now`` (scheduling clock): a destination that hangs must not
+        keep them out of the journal (``docs/engine.md``, "Recording, trimming,
+        removal"). Never raises.
+        """
+        journal = self.journal
+        if journal is None:
+            return True
+        return not open_failed and now - self._began_at < journal.interval_seconds
 
     def recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
         """After the journal destination's open: deliver what dead processes left first.

@@ -1,7 +1,7 @@
 """A destination's requests, run on the reporter thread or on a small thread of its own.
 
-With several destinations each gets a sender thread, so one that hangs holds
-only its own thread (``docs/engine.md``). The sender runs a :class:`Job` and
+With several destinations, or with a journal, each gets a sender thread, so one
+that hangs holds only its own thread (``docs/engine.md``). The sender runs a :class:`Job` and
 touches nothing else; the reporter thread settles the job once it is done.
 """
 
@@ -24,12 +24,13 @@ _log = get_logger()
 class Sender:
     """Runs a destination's requests: on the reporter thread, or on a small thread of its own.
 
-    With one destination the reporter thread calls the sink itself (no
-    thread hop). With several, each destination gets a sender thread, so a
-    destination that hangs holds only its own thread: the reporter thread
-    keeps draining and scheduling, and the others keep their cadence
-    (``docs/engine.md``). The reporter thread hands a :class:`Job` over and
-    reads it back once ``done``; the sender touches nothing else.
+    With one destination and no journal the reporter thread calls the sink
+    itself (no thread hop). With several, or with a journal, each
+    destination gets a sender thread, so a destination that hangs holds only
+    its own thread: the reporter thread keeps draining, scheduling and
+    journaling, and the others keep their cadence (``docs/engine.md``). The
+    reporter thread hands a :class:`Job` over and reads it back once
+    ``done``; the sender touches nothing else.
 
     Args:
         sink: the destination's sink.

@@ -13,8 +13,10 @@ task seeds a resume and the journal (``_resume.py``), what a ``flush()`` forces
 
 Several destinations share the one store, queue and reporter thread; each has
 its own scheduler, opened state, wire mode and request in flight. With more
-than one, each destination's requests run on a small sender thread of its
-own, so one that hangs never holds up the others (``docs/engine.md``).
+than one, or with a journal, each destination's requests run on a small sender
+thread of its own, so one that hangs never holds up the others nor the journal
+(``docs/engine.md``); only one destination without a journal (a ``FileSink``,
+a ``MemorySink``) is sent to from the reporter thread itself.
 
 Closing: drain, send the tail to every destination (retrying with backoff
 while the shared real-time deadline allows), log never-matched
@@ -79,7 +81,10 @@ class Worker:
             thread), with the recorder; returns the journal keeper or ``None``
             (``docs/engine.md``, "The journal in front of a service"). The
             journal is recorded after a drain at least every
-            ``journal_interval_seconds`` (the thread wakes that often), the
+            ``journal_interval_seconds`` (the thread wakes that often; every
+            destination's requests run on its sender thread, so none delays
+            it; reports are drained before the stored task is read once the
+            first opens are that late, or one failed), the
             journals of dead processes are delivered with the first open of
             destination ``journal_destination`` (on its sender), and it is
             closed, or removed when every destination holds everything, at the end.
@@ -119,11 +124,13 @@ class Worker:
         ]
         self._resume = Resume(open_journal, interval=config.min_report_interval_seconds)
         self._journal_destination = journal_destination
-        several = threaded and len(sinks) > 1
+        # A request that hangs holds only its sender's thread: the reporter thread
+        # keeps the other destinations' cadence and the journal's (docs/engine.md).
+        own_threads = threaded and (len(sinks) > 1 or open_journal is not None)
         senders = [
             Sender(
                 d.sink,
-                threaded=several,
+                threaded=own_threads,
                 on_done=self.wake.set,
                 name=f"trainreport-send-{i}",
                 after_open=self._resume.recover if i == journal_destination else None,
@@ -199,13 +206,13 @@ class Worker:
         if self._began:
             return
         self._began = True
-        self._resume.open_journal(self.recorder, self.wall_clock)
+        now = self.clock()
+        self._resume.open_journal(self.recorder, self.wall_clock, now)
         self.journal = self._resume.journal
         if self.journal is not None:  # it says when superseded (docs/engine.md, "Recovery")
             dest = self.destinations[self._journal_destination]
             self.journal.superseded = lambda: dest.superseded
         self.recorder.start_attempt()
-        now = self.clock()
         for dest in self.destinations:
             dest.scheduler.note_change(now, urgent=True)
 
@@ -274,14 +281,11 @@ class Worker:
     def _drain(self) -> None:
         queue = self.queue
         recorder = self.recorder
-        # Until the stored task has been read, reports wait in the queue, so that
-        # seeding is exact (docs/design.md#metrics); past drain_queue_depth (a long outage at start)
-        # they are applied, bounding memory, and seeding merges the stored curves
-        # under them (Recorder.seed).
-        # With a journal, once an open has failed (a destination down at start), the
-        # queue is drained at every wake, so the journal bounds what a kill loses.
-        waiting = not recorder.seeded and not (
-            self.journal is not None and self._dispatch.open_failed
+        # Until the stored task has been read, reports wait in the queue (Resume.reports_wait);
+        # past drain_queue_depth (a long outage at start) they are applied, bounding memory,
+        # and seeding merges the stored curves under them (Recorder.seed).
+        waiting = not recorder.seeded and self._resume.reports_wait(
+            self.clock(), open_failed=self._dispatch.open_failed
         )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
