@@ -8,6 +8,8 @@ The kill -9 guarantees are in ``tests/test_kill.py``.
 from __future__ import annotations
 
 import json
+import os
+import threading
 from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,9 +19,9 @@ import pytest
 import urllib3
 
 from faults import closed_port
-from helpers import drive
+from helpers import ScriptedSink, curve, drive
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._sink import SendResult, SeriesUpdate, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
 from trainreport.sinks._runfile import load_run_file
@@ -501,3 +503,94 @@ def test_stats_have_no_journal_when_it_is_turned_off(
     assert reporter.flush(timeout=5.0)
     assert reporter.stats().journal is None
     assert reporter.close(timeout=5.0)
+
+
+# --- close() journals what it drains, before its first send -------------------------------
+
+
+class HangingKeyedSink(ScriptedSink):
+    """A ScriptedSink with a job and task (so it gets a journal) whose sends can hang.
+
+    ``entered`` is set when a send begins, before it waits on ``gate``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job_id, self.task_id = "job-1", "train"
+        self.entered = threading.Event()
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        self.entered.set()
+        return super().send(update, timeout_seconds=timeout_seconds)
+
+
+def _journaled(path: Path) -> tuple[str, list[int]]:
+    """The journal's status and its ``train_loss`` steps (read with the run-log reader)."""
+    task = read_task(path)
+    points = task["status_details"].get("metrics", {}).get("train_loss", [])
+    return task["status"], [p["step"] for p in points]
+
+
+def _close_while_the_service_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, terminal: str | None
+) -> tuple[tuple[str, list[int]], int, bool]:
+    """Steps 1-5 delivered, 6-30 queued, then close() with every send hanging.
+
+    Returns what the journal holds once close()'s first send has begun (its
+    deadline still far off), the ``fsync`` calls made since close() began, and
+    close()'s answer after the service is let go.
+    """
+    sink, clock = HangingKeyedSink(), FakeClock()
+    config = config_for(
+        tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=60.0
+    )  # no journal record falls due on the injected clock: only close() can write one
+    reporter = Reporter(sink, config, clock=clock, rank=0)
+    worker = drive(reporter)
+    reporter.report_training_start(max_steps=30)
+    for step in range(1, 6):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    worker.cycle()  # opens, seeds, delivers steps 1-5
+    assert 5 == len(curve(sink.task, "train_loss"))
+    for step in range(6, 31):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    if terminal == "completed":
+        reporter.report_completed()
+    elif terminal == "preempted":
+        reporter.report_outcome(preempted=True)
+    sink.gate, sink.entered = threading.Event(), threading.Event()  # every send hangs now
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    answer: list[bool] = []
+    closing = threading.Thread(target=lambda: answer.append(reporter.close(timeout=30.0)))
+    closing.start()
+    try:
+        assert sink.entered.wait(10), "close() never sent"
+        journaled = _journaled(tmp_path / "job-1" / "train.log")
+        synced = len(fsyncs)
+    finally:
+        sink.gate.set()
+        closing.join(30)
+    return journaled, synced, answer[0]
+
+
+@pytest.mark.parametrize("terminal", [None, "completed", "preempted"])
+def test_close_journals_the_terminal_status_and_every_queued_point_before_its_first_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: str | None
+) -> None:
+    """A SIGKILL during a hanging close() finds the end of the run in the journal (issue 21, 3).
+
+    The close sequence drains the queue (the terminal report, the last points)
+    and records them in the journal with one write and an ``fsync`` before any
+    send: waiting for the deadline is waiting for the job system's SIGKILL.
+    """
+    (status, steps), synced, delivered = _close_while_the_service_hangs(
+        tmp_path, monkeypatch, terminal=terminal
+    )
+
+    expected = "cancelled" if terminal == "preempted" else "completed"
+    assert expected == status
+    assert set(range(6, 31)) <= set(steps)
+    assert synced >= 1
+    assert delivered  # let go, the service takes everything: the journal is removed
+    assert not (tmp_path / "job-1" / "train.log").exists()

@@ -155,16 +155,26 @@ class JournalKeeper:
         """When the next record is due (the clock's time)."""
         return self._last + self.interval_seconds
 
-    def record(self) -> None:
+    def record(self, *, sync: bool = False) -> None:
         """Append what the record holds past the journal's lengths, with one ``write()``.
 
         Trims what every destination acknowledged first. Never raises.
+
+        Args:
+            sync: ``fsync`` the journal afterwards when anything written to it
+                is not on disk yet, whatever ``journal_fsync_seconds`` says
+                (``close()``: this may be the process's last moment).
         """
         self._last = self.clock()
         journal = self.journal
         if journal.failed:
             return
-        recorder = self.recorder
+        self._record()
+        if sync:
+            journal.sync()
+
+    def _record(self) -> None:
+        journal, recorder = self.journal, self.recorder
         view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
         if recorder.seeded:
             journal.trim(view.acknowledged)

@@ -146,6 +146,8 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
+        #: The close sequence began: every drain is journaled at once (:meth:`_drain`).
+        self._closing = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
 
@@ -268,6 +270,21 @@ class Worker:
         )
 
     def _drain(self) -> None:
+        """Move the queue into the recorder; while closing, journal it at once.
+
+        From the start of the close sequence on, every drain is followed by a
+        journal record with an ``fsync`` (nothing is written when nothing
+        changed), so the terminal report and the last points are on disk
+        before any send of the close sequence: the deadline a hanging service
+        runs ``close()`` to is when a job system's SIGKILL comes
+        (``docs/engine.md``, "The journal in front of a service").
+        """
+        self._apply_queue()
+        journal = self.journal
+        if self._closing and journal is not None:
+            journal.record(sync=True)
+
+    def _apply_queue(self) -> None:
         queue = self.queue
         recorder = self.recorder
         # Until the stored task has been read, reports wait in the queue, so that
@@ -328,6 +345,12 @@ class Worker:
             deadline=self._deadline,
             started=self._close_started,
         )
+        journal = self.journal
+        if journal is not None and any(d.opened is None and d.job is not None for d in self.destinations):
+            # A first open still in flight: what waits for the stored task is journaled now,
+            # not at the deadline (seeding then merges the stored curves under it).
+            self._dispatch.open_failed = True
+        self._closing = True
         try:
             closing.run()
         finally:

@@ -190,6 +190,8 @@ class Journal:
         self.removed = False
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
+        #: An append since the last ``fsync`` (:meth:`sync` has something to do).
+        self._unsynced = False
 
     @classmethod
     def claim(
@@ -284,6 +286,7 @@ class Journal:
         try:
             self.writer.append(update)
             self.writer.flush()
+            self._unsynced = True
             now = self.clock()
             if now - self._last_fsync >= self.fsync_seconds:
                 self.writer.fsync()
@@ -292,6 +295,21 @@ class Journal:
             self._fail(exc)
             return False
         return True
+
+    def sync(self) -> None:
+        """``fsync`` now when an append since the last ``fsync`` is not on disk yet.
+
+        For ``close()``, whose records may be the process's last. Never raises
+        (see :meth:`append`).
+        """
+        if self.failed or not self._unsynced:
+            return
+        try:
+            self.writer.fsync()
+        except (OSError, ValueError) as exc:
+            self._fail(exc)
+        else:
+            self._fsynced(self.clock())
 
     def reset(self, state: LogState, *, absolute: bool) -> bool:
         """Replace the journal with ``state`` (one SNAPSHOT, written atomically).
@@ -317,7 +335,7 @@ class Journal:
         return True
 
     def _fsynced(self, now: float) -> None:
-        self._last_fsync = now
+        self._last_fsync, self._unsynced = now, False
         self.fsynced_at = self.wall_clock()
 
     def trim(self, keep_from: Mapping[str, int]) -> None:
