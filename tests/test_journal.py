@@ -7,11 +7,12 @@ The kill -9 guarantees are in ``tests/test_kill.py``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
 from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog import MAGIC
+from trainreport.sinks._runlog_writer import RunLogWriter
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,9 +57,22 @@ def config_for(journal_dir: Path, **changes: Any) -> ReportingConfig:
     return ReportingConfig(**{**fields, **changes})
 
 
-def train(url: str, journal_dir: Path, steps: Iterable[int], *, job: str = "job-1") -> bool:
+def train(
+    url: str,
+    journal_dir: Path,
+    steps: Iterable[int],
+    *,
+    job: str = "job-1",
+    full_state: bool = False,
+) -> bool:
     """A reporter on an HttpSink with a journal; returns close()'s answer."""
-    sink = HttpSink(url, job, connect_timeout_seconds=0.5, read_timeout_seconds=2.0)
+    sink = HttpSink(
+        url,
+        job,
+        connect_timeout_seconds=0.5,
+        read_timeout_seconds=2.0,
+        use_extension=not full_state,
+    )
     reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
     for step in steps:
         reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
@@ -272,13 +287,18 @@ def _leave_damaged_journal(directory: Path, kind: str, last_step: int) -> Path:
 def test_a_damaged_left_journal_never_stops_the_run(
     tmp_path: Path, server: ServerHandle, kind: str
 ) -> None:
-    """Intact records before the damage are delivered; the damage is logged; close() is True."""
+    """Intact records before the damage are delivered; the damage is logged.
+
+    close() is True, except for a left-over with nothing readable: it is kept
+    (a newer trainreport may read it), and close() is never True while a
+    left-over waits (issue 21).
+    """
     _leave_damaged_journal(tmp_path, kind, 40)
 
     with capture_events() as events:
         delivered = train(server.url, tmp_path, range(41, 51))
 
-    assert delivered
+    assert (kind != "not a log") == delivered
     steps = stored_steps(server.url)
     assert list(range(41, 51)) == steps[-10:]
     assert steps == sorted(set(steps))
@@ -560,7 +580,12 @@ def _close_while_the_service_hangs(
     sink.gate, sink.entered = threading.Event(), threading.Event()  # every send hangs now
     fsyncs: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
     answer: list[bool] = []
     closing = threading.Thread(target=lambda: answer.append(reporter.close(timeout=30.0)))
     closing.start()
@@ -594,3 +619,71 @@ def test_close_journals_the_terminal_status_and_every_queued_point_before_its_fi
     assert synced >= 1
     assert delivered  # let go, the service takes everything: the journal is removed
     assert not (tmp_path / "job-1" / "train.log").exists()
+
+
+# --- close() is never True while a left-over journal waits ----------------------------------
+
+
+def _disk_full_for_journals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk, as a journal sees it: a new journal file cannot be written (ENOSPC)."""
+
+    def full(cls: type, path: Any, *, run: Any = None) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLogWriter, "open", classmethod(full))
+
+
+def test_a_restart_on_a_full_disk_still_recovers_the_dead_process_s_journal(
+    tmp_path: Path, down_url: str, server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own journal is unavailable, but recovery needs no room: the left-over is delivered.
+
+    Recovery sends the left-over and removes it; only this process's own
+    journal needs the disk (issue 21, partials).
+    """
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 51))
+    _disk_full_for_journals(monkeypatch)
+    with capture_events() as events:
+        delivered = train(server.url, journal_dir, range(51, 61))
+
+    assert list(range(1, 61)) == stored_steps(server.url)
+    assert delivered
+    assert not (journal_dir / "job-1" / "train.left").exists()
+    names = [e["event"] for e in events]
+    assert "trainreport.journal_unavailable" in names
+    assert "trainreport.journal_recovered" in names
+
+
+@pytest.mark.parametrize("disk_full", [False, True], ids=["disk-ok", "disk-full"])
+def test_close_says_false_while_a_left_over_over_the_body_limit_waits_and_says_where(
+    tmp_path: Path,
+    down_url: str,
+    start_server: Callable[..., ServerHandle],
+    monkeypatch: pytest.MonkeyPatch,
+    disk_full: bool,
+) -> None:
+    """Full-state mode: a left-over whose curves exceed the body limit is never delivered.
+
+    The restart's own points arrive, but close() returns False, and its
+    ``close_undelivered`` names the left-over's path and the ``trainreport
+    sync`` command (issue 21, partials).
+    """
+    server = start_server(max_body_bytes=16 * 1024)
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 5001), full_state=True)
+    [left] = [journal_dir / "job-1" / "train.log"]
+    if disk_full:
+        _disk_full_for_journals(monkeypatch)
+    with capture_events() as events:
+        delivered = train(server.url, journal_dir, range(5001, 5011), full_state=True)
+
+    assert list(range(5001, 5011)) == stored_steps(server.url)
+    assert not delivered
+    [kept] = list((journal_dir / "job-1" / "train.left").iterdir())
+    assert read_task(kept)["status_details"]["metrics"]["train_loss"][-1]["step"] == 5000
+    warned = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert [str(kept)] == [e.get("journal") for e in warned]
+    assert f"trainreport sync {kept} --url {server.url}" in warned[0]["hint"]
+    assert "HTTP 413" in warned[0]["reason"]
+    assert left != kept

@@ -227,7 +227,7 @@ def test_a_kill_during_a_hanging_close_finds_the_end_of_the_run_in_the_journal(
             job = f"close-{how}-{kill}"
             journal_dir = tmp_path / "journal"
             stop = tmp_path / f"{job}.stop"
-            spec = {
+            spec: dict[str, Any] = {
                 "sink": "http",
                 "url": proxy.url,
                 "job": job,

@@ -141,6 +141,8 @@ class JournalKeeper:
         self.clock = clock
         self.wall_clock = wall_clock
         self.records = 0
+        #: Left-overs recovery gave up on (path, why): kept on disk for ``trainreport sync``.
+        self.given_up: list[tuple[Path, str]] = []
         self._lengths: dict[str, int] = {}
         self._version: tuple[int, int, bool] | None = None
         self._last = -math.inf
@@ -270,9 +272,19 @@ class JournalKeeper:
             return None
         return None  # pragma: no cover - the loop returns
 
+    def waiting(self) -> list[tuple[Path, str]]:
+        """The left-over journals not delivered, each with why: ``close()`` is never True then.
+
+        Those recovery gave up on, then those not tried yet (the journal's
+        destination never opened). Never raises.
+        """
+        untried = "not recovered yet: the journal's destination did not take it before close()"
+        return [*self.given_up, *((path, untried) for path in list(self.journal.left_over))]
+
     def _give_up(self, path: Path, reason: str) -> None:
         if path in self.journal.left_over:
             self.journal.left_over.remove(path)
+        self.given_up.append((path, reason[:300]))
         _log.warning(
             "trainreport.journal_recovery_failed",
             path=str(path),

@@ -164,7 +164,9 @@ def journal_stats(watch: JournalWatch | None) -> JournalStats | None:
         return JournalStats(watch.state, watch.path, 0, 0, None, watch.error)
     journal = keeper.journal
     state = "recording"
-    if journal.failed:
+    if journal.unavailable:  # kept only to deliver what dead processes left
+        state = "unavailable"
+    elif journal.failed:
         state = "failed"
     elif journal.closed:
         state = "removed" if journal.removed else "kept"
@@ -172,7 +174,7 @@ def journal_stats(watch: JournalWatch | None) -> JournalStats | None:
         state=state,
         path=str(journal.paths.current),
         records=keeper.records,
-        bytes_written=journal.writer.bytes_written,
+        bytes_written=journal.bytes_written,
         last_fsync_at=journal.fsynced_at,
         error=journal.error,
     )

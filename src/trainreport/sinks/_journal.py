@@ -156,7 +156,10 @@ class Journal:
 
     Attributes:
         paths: the task's journal files.
-        writer: the run log being appended to.
+        writer: the run log being appended to (see :attr:`unavailable`).
+        unavailable: this process's own journal file could not be opened (a
+            full disk): the journal holds the lock only to deliver what dead
+            processes left (:attr:`left_over`); it records nothing (``failed``).
         left_over: journals of dead processes still to deliver, oldest first.
         fsync_seconds: least time between two ``fsync`` calls, seconds.
         clock: monotonic clock for the fsync interval (seconds).
@@ -171,19 +174,20 @@ class Journal:
         self,
         paths: JournalPaths,
         lock_fd: int,
-        writer: RunLogWriter,
+        writer: RunLogWriter | None,
         *,
         fsync_seconds: float,
         clock: Callable[[], float],
         wall_clock: Callable[[], str] = utc_now_iso,
     ) -> None:
         self.paths = paths
-        self.writer = writer
+        self._writer = writer
+        self.unavailable = writer is None
         self.left_over = paths.left_over()
         self.fsync_seconds = fsync_seconds
         self.clock = clock
         self.wall_clock = wall_clock
-        self.failed = False
+        self.failed = writer is None
         self.error: str | None = None
         self.fsynced_at: str | None = None
         self.closed = False
@@ -253,24 +257,50 @@ class Journal:
             }
             writer = RunLogWriter.open(paths.current, run=run)
         except (OSError, LogBusyError) as exc:
-            if lock_fd is not None:
-                os.close(lock_fd)
+            reason = describe_exception(exc)
+            keep = lock_fd is not None and bool(paths.left_over())
             _log.warning(
                 "trainreport.journal_unavailable",
                 path=str(paths.current),
-                reason=describe_exception(exc),
+                reason=reason,
+                **({"left_over": "kept for recovery at the first open"} if keep else {}),
             )
-            refuse("unavailable", describe_exception(exc))
-            return None
+            refuse("unavailable", reason)
+            if lock_fd is None:
+                return None
+            if not keep:
+                os.close(lock_fd)
+                return None
+            # Delivering a left-over needs no room on the disk (a send, then an unlink):
+            # keep the lock and deliver them, recording nothing of this process's own.
+            journal = cls(paths, lock_fd, None, fsync_seconds=fsync_seconds, clock=clock)
+            journal.error = reason
+            return journal
         writer.min_compact_bytes = JOURNAL_MIN_COMPACT_BYTES
         return cls(paths, lock_fd, writer, fsync_seconds=fsync_seconds, clock=clock)
 
     # --- writing ----------------------------------------------------------------------
 
     @property
+    def writer(self) -> RunLogWriter:
+        """The run log being appended to.
+
+        Raises:
+            RuntimeError: the journal is :attr:`unavailable` (it has none).
+        """
+        if self._writer is None:
+            raise RuntimeError(f"the journal {self.paths.current} is unavailable")
+        return self._writer
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written to the journal's file, rewrites included (0 when unavailable)."""
+        return 0 if self._writer is None else self._writer.bytes_written
+
+    @property
     def state(self) -> LogState:
         """What the journal holds (series trimmed to what is not known delivered)."""
-        return self.writer.state
+        return LogState() if self._writer is None else self._writer.state
 
     def append(self, update: Update) -> bool:
         """Append ``update`` (series suffixes at this journal's lengths) with one ``write()``.
@@ -386,17 +416,18 @@ class Journal:
 
         Never raises (failures are logged).
         """
-        writer = self.writer
+        writer = self._writer
         remove = delivered and not self.failed
         try:
-            if not remove and not self.failed:
+            if writer is not None and not remove and not self.failed:
                 writer.fsync()
                 self._fsynced(self.clock())
         except (OSError, ValueError) as exc:
             self._fail(exc)
         finally:
-            with contextlib.suppress(OSError):
-                writer.close()
+            if writer is not None:
+                with contextlib.suppress(OSError):
+                    writer.close()
         if remove:
             with contextlib.suppress(OSError):
                 self.paths.current.unlink()
