@@ -345,13 +345,6 @@ class Worker:
             deadline=self._deadline,
             started=self._close_started,
         )
-        journal = self.journal
-        if journal is not None and any(
-            d.opened is None and d.job is not None for d in self.destinations
-        ):
-            # A first open still in flight: what waits for the stored task is journaled now,
-            # not at the deadline (seeding then merges the stored curves under it).
-            self._dispatch.open_failed = True
         self._closing = True
         try:
             closing.run()
