@@ -7,7 +7,9 @@ The kill -9 guarantees are in ``tests/test_kill.py``.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 import time
 from array import array
@@ -21,11 +23,12 @@ import urllib3
 from faults import closed_port
 from helpers import ScriptedSink, curve, drive, held
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
-from trainreport._sink import SeriesUpdate, Sink, Update
+from trainreport._sink import SendResult, SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
 from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog import MAGIC
+from trainreport.sinks._runlog_writer import RunLogWriter
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,9 +58,22 @@ def config_for(journal_dir: Path, **changes: Any) -> ReportingConfig:
     return ReportingConfig(**{**fields, **changes})
 
 
-def train(url: str, journal_dir: Path, steps: Iterable[int], *, job: str = "job-1") -> bool:
+def train(
+    url: str,
+    journal_dir: Path,
+    steps: Iterable[int],
+    *,
+    job: str = "job-1",
+    full_state: bool = False,
+) -> bool:
     """A reporter on an HttpSink with a journal; returns close()'s answer."""
-    sink = HttpSink(url, job, connect_timeout_seconds=0.5, read_timeout_seconds=2.0)
+    sink = HttpSink(
+        url,
+        job,
+        connect_timeout_seconds=0.5,
+        read_timeout_seconds=2.0,
+        use_extension=not full_state,
+    )
     reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
     for step in steps:
         reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
@@ -283,13 +299,18 @@ def _leave_damaged_journal(directory: Path, kind: str, last_step: int) -> Path:
 def test_a_damaged_left_journal_never_stops_the_run(
     tmp_path: Path, server: ServerHandle, kind: str
 ) -> None:
-    """Intact records before the damage are delivered; the damage is logged; close() is True."""
+    """Intact records before the damage are delivered; the damage is logged.
+
+    close() is True, except for a left-over with nothing readable: it is kept
+    (a newer trainreport may read it), and close() is never True while a
+    left-over waits (issue 21).
+    """
     _leave_damaged_journal(tmp_path, kind, 40)
 
     with capture_events() as events:
         delivered = train(server.url, tmp_path, range(41, 51))
 
-    assert delivered
+    assert (kind != "not a log") == delivered
     steps = stored_steps(server.url)
     assert list(range(41, 51)) == steps[-10:]
     assert steps == sorted(set(steps))
@@ -704,3 +725,167 @@ def test_a_deleted_journal_directory_is_noticed_and_a_new_journal_holds_every_po
     worker.cycle()
     assert 121 == read_task(path)["status_details"]["metrics"]["train_loss"][-1]["step"]
     reporter.close(timeout=1.0)
+
+
+# --- close() journals what it drains, before its first send -------------------------------
+
+
+class HangingKeyedSink(ScriptedSink):
+    """A ScriptedSink with a job and task (so it gets a journal) whose sends can hang.
+
+    ``entered`` is set when a send begins, before it waits on ``gate``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job_id, self.task_id = "job-1", "train"
+        self.entered = threading.Event()
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        self.entered.set()
+        return super().send(update, timeout_seconds=timeout_seconds)
+
+
+def _journaled(path: Path) -> tuple[str, list[int]]:
+    """The journal's status and its ``train_loss`` steps (read with the run-log reader)."""
+    task = read_task(path)
+    points = task["status_details"].get("metrics", {}).get("train_loss", [])
+    return task["status"], [p["step"] for p in points]
+
+
+def _close_while_the_service_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, terminal: str | None
+) -> tuple[tuple[str, list[int]], int, bool]:
+    """Steps 1-5 delivered, 6-30 queued, then close() with every send hanging.
+
+    Returns what the journal holds once close()'s first send has begun (its
+    deadline still far off), the ``fsync`` calls made since close() began, and
+    close()'s answer after the service is let go.
+    """
+    sink, clock = HangingKeyedSink(), FakeClock()
+    config = config_for(
+        tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=60.0
+    )  # no journal record falls due on the injected clock: only close() can write one
+    reporter = Reporter(sink, config, clock=clock, rank=0)
+    worker = drive(reporter)
+    reporter.report_training_start(max_steps=30)
+    for step in range(1, 6):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    worker.cycle()  # opens, seeds, delivers steps 1-5
+    assert 5 == len(curve(sink.task, "train_loss"))
+    for step in range(6, 31):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    if terminal == "completed":
+        reporter.report_completed()
+    elif terminal == "preempted":
+        reporter.report_outcome(preempted=True)
+    sink.gate, sink.entered = threading.Event(), threading.Event()  # every send hangs now
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    answer: list[bool] = []
+    closing = threading.Thread(target=lambda: answer.append(reporter.close(timeout=30.0)))
+    closing.start()
+    try:
+        assert sink.entered.wait(10), "close() never sent"
+        journaled = _journaled(tmp_path / "job-1" / "train.log")
+        synced = len(fsyncs)
+    finally:
+        sink.gate.set()
+        closing.join(30)
+    return journaled, synced, answer[0]
+
+
+@pytest.mark.parametrize("terminal", [None, "completed", "preempted"])
+def test_close_journals_the_terminal_status_and_every_queued_point_before_its_first_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: str | None
+) -> None:
+    """A SIGKILL during a hanging close() finds the end of the run in the journal (issue 21, 3).
+
+    The close sequence drains the queue (the terminal report, the last points)
+    and records them in the journal with one write and an ``fsync`` before any
+    send: waiting for the deadline is waiting for the job system's SIGKILL.
+    """
+    (status, steps), synced, delivered = _close_while_the_service_hangs(
+        tmp_path, monkeypatch, terminal=terminal
+    )
+
+    expected = "cancelled" if terminal == "preempted" else "completed"
+    assert expected == status
+    assert set(range(6, 31)) <= set(steps)
+    assert synced >= 1
+    assert delivered  # let go, the service takes everything: the journal is removed
+    assert not (tmp_path / "job-1" / "train.log").exists()
+
+
+# --- close() is never True while a left-over journal waits ----------------------------------
+
+
+def _disk_full_for_journals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk, as a journal sees it: a new journal file cannot be written (ENOSPC)."""
+
+    def full(cls: type, path: Any, *, run: Any = None) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLogWriter, "open", classmethod(full))
+
+
+def test_a_restart_on_a_full_disk_still_recovers_the_dead_process_s_journal(
+    tmp_path: Path, down_url: str, server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own journal is unavailable, but recovery needs no room: the left-over is delivered.
+
+    Recovery sends the left-over and removes it; only this process's own
+    journal needs the disk (issue 21, partials).
+    """
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 51))
+    _disk_full_for_journals(monkeypatch)
+    with capture_events() as events:
+        delivered = train(server.url, journal_dir, range(51, 61))
+
+    assert list(range(1, 61)) == stored_steps(server.url)
+    assert delivered
+    assert not (journal_dir / "job-1" / "train.left").exists()
+    names = [e["event"] for e in events]
+    assert "trainreport.journal_unavailable" in names
+    assert "trainreport.journal_recovered" in names
+
+
+@pytest.mark.parametrize("disk_full", [False, True], ids=["disk-ok", "disk-full"])
+def test_close_says_false_while_a_left_over_over_the_body_limit_waits_and_says_where(
+    tmp_path: Path,
+    down_url: str,
+    start_server: Callable[..., ServerHandle],
+    monkeypatch: pytest.MonkeyPatch,
+    disk_full: bool,
+) -> None:
+    """Full-state mode: a left-over whose curves exceed the body limit is never delivered.
+
+    The restart's own points arrive, but close() returns False, and its
+    ``close_undelivered`` names the left-over's path and the ``trainreport
+    sync`` command (issue 21, partials).
+    """
+    server = start_server(max_body_bytes=16 * 1024)
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 5001), full_state=True)
+    [left] = [journal_dir / "job-1" / "train.log"]
+    if disk_full:
+        _disk_full_for_journals(monkeypatch)
+    with capture_events() as events:
+        delivered = train(server.url, journal_dir, range(5001, 5011), full_state=True)
+
+    assert list(range(5001, 5011)) == stored_steps(server.url)
+    assert not delivered
+    [kept] = list((journal_dir / "job-1" / "train.left").iterdir())
+    assert read_task(kept)["status_details"]["metrics"]["train_loss"][-1]["step"] == 5000
+    warned = [e for e in events if e["event"] == "trainreport.close_undelivered"]
+    assert [str(kept)] == [e.get("journal") for e in warned]
+    assert f"trainreport sync {kept} --url {server.url}" in warned[0]["hint"]
+    assert "HTTP 413" in warned[0]["reason"]
+    assert left != kept

@@ -257,6 +257,86 @@ def test_a_service_that_hangs_never_stops_the_journal_of_a_killed_run(
         _check(_stored(server.url, job), kill_time, reports, f"{mode}, hangs from {hang_from}")
 
 
+#: Kills per kind in the close tests: one in CI; ``TRAINREPORT_KILLS`` for more.
+CLOSE_KILLS = max(1, KILLS // 2)
+
+
+def _wait_for(path: Path, child: subprocess.Popen[bytes], spec: dict[str, Any]) -> None:
+    """Wait (10 s at most) until ``path`` exists and is not empty."""
+    deadline = time.monotonic() + 10
+    while not (path.exists() and path.stat().st_size) and time.monotonic() < deadline:
+        assert child.poll() is None, _errors(spec)
+        time.sleep(0.01)
+    assert path.exists(), _errors(spec)
+
+
+@pytest.mark.parametrize("how", ["close", "sigterm"])
+def test_a_kill_during_a_hanging_close_finds_the_end_of_the_run_in_the_journal(
+    how: str, start_server: Callable[..., ServerHandle], tmp_path: Path
+) -> None:
+    """kill -9 1-2 s into close() with the service hanging: the journal has the end (issue 21, 3).
+
+    ``close``: the loop ends and calls ``close()``; ``sigterm``: the opt-in
+    SIGTERM hook reports ``preempted`` and closes. The service accepts and
+    never answers from that moment, so the close sequence runs to its 20 s
+    deadline; the job system's SIGKILL comes first. The journal must hold the
+    terminal status, and it and the service together every step reported.
+    """
+    rng = random.Random(how)
+    server = start_server()
+    with FaultProxy.for_url(server.url) as proxy:
+        for kill in range(CLOSE_KILLS):
+            job = f"close-{how}-{kill}"
+            journal_dir = tmp_path / "journal"
+            stop = tmp_path / f"{job}.stop"
+            spec: dict[str, Any] = {
+                "sink": "http",
+                "url": proxy.url,
+                "job": job,
+                "extension": True,
+                "journal_dir": str(journal_dir),
+                "interval": INTERVAL,
+                "side": str(tmp_path / f"{job}.side"),
+                "steps": 10**7,
+                "step_seconds": 0.002,
+                "send_interval": 5.0,  # no send is due when the close begins
+                "read_timeout": 0.5,
+                "stop_file": str(stop),
+                "sigterm_hook": how == "sigterm",
+            }
+            child = _spawn(spec)
+            _wait_for(Path(spec["side"]), child, spec)
+            time.sleep(rng.uniform(0.3, 1.0))
+            proxy.hang(120.0)
+            if how == "close":
+                stop.touch()
+                _wait_for(Path(f"{stop}.closing"), child, spec)
+            else:
+                child.send_signal(signal.SIGTERM)
+            time.sleep(rng.uniform(1.2, 2.0))
+            assert child.poll() is None, _errors(spec)  # still closing: the service hangs
+            child.send_signal(signal.SIGKILL)
+            child.wait(10)
+            proxy.pass_through()
+            reported = {
+                int(line.split()[0]) for line in Path(spec["side"]).read_text().split("\n") if line
+            }
+            journal = read_task(journal_dir / job / "train.log")
+            expected = "completed" if how == "close" else "cancelled"
+            assert expected == journal["status"], journal["status_details"]
+            if how == "sigterm":
+                assert "preempted" == journal["status_details"].get("cancel_reason")
+            stored = _stored(server.url, job)
+            for name in METRICS:
+                kept = {
+                    p["step"]
+                    for task in (journal, stored)
+                    if task is not None
+                    for p in task["status_details"].get("metrics", {}).get(f"train_{name}", [])
+                }
+                assert set() == reported - kept, (name, max(reported))
+
+
 def test_the_embedded_run_log_keeps_every_point_recorded_a_second_before_the_kill(
     tmp_path: Path,
 ) -> None:

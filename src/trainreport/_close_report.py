@@ -5,7 +5,9 @@ with the points it holds and lacks, the run's status and the seconds
 ``close()`` took), and one ``trainreport.close_undelivered`` warning per
 destination that does not hold everything, whose ``hint`` says where its
 points are kept (the journal, or a run log that holds them) with the exact
-``trainreport sync`` command that uploads them, or that nothing keeps them.
+``trainreport sync`` command that uploads them, or that nothing keeps them;
+and one per journal a dead process left that is not delivered
+(:func:`left_over_waiting`: ``close()`` is never True while one waits).
 The destinations name themselves (``Sink.describe()``); these functions only
 read ``stats()`` and the worker's state (docs/engine.md, "Log events").
 """
@@ -16,6 +18,7 @@ import contextlib
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from trainreport._journal_feed import JournalWatch
 from trainreport._logging import get_logger
@@ -25,7 +28,13 @@ from trainreport._worker import Worker
 from trainreport.sinks._file import FileSink
 from trainreport.sinks._http import HttpSink
 
-__all__ = ["describe_destination", "log_closed", "sync_command", "warn_undelivered"]
+__all__ = [
+    "describe_destination",
+    "left_over_waiting",
+    "log_closed",
+    "sync_command",
+    "warn_undelivered",
+]
 
 _log = get_logger()
 
@@ -42,6 +51,17 @@ def sync_command(path: str, sink: Sink) -> str:
     """The command that uploads ``path`` to ``sink``'s service (its URL as shown: no secret)."""
     url = sink.base_url if isinstance(sink, HttpSink) else "URL"
     return f"trainreport sync {path} --url {url}"
+
+
+def left_over_waiting(journal: JournalWatch | None) -> list[tuple[Path, str]]:
+    """The journals dead processes left that are not delivered, each with why. Never raises."""
+    keeper = journal.keeper if journal is not None else None
+    if keeper is None:
+        return []
+    try:
+        return keeper.waiting()
+    except Exception:
+        return []
 
 
 def log_closed(
@@ -120,8 +140,37 @@ def warn_undelivered(
                 **({"journal": kept} if kept is not None else {}),
                 hint=hint,
             )
+        if journal is not None:
+            for path, reason in left_over_waiting(journal):
+                _warn_left_over(sinks[journal.destination], worker, journal, path, reason)
     except Exception:  # noqa: S110 - a warning must never break close()
         pass
+
+
+def _warn_left_over(
+    sink: Sink, worker: Worker, journal: JournalWatch, path: Path, reason: str
+) -> None:
+    """One ``trainreport.close_undelivered`` for a journal a dead process left, not delivered."""
+    where = str(path)
+    fix = (
+        "its curves exceed the service's request body limit: raise the limit (the "
+        "reference server: `trainreport serve --max-body-bytes N`) or upload it to a "
+        "service with the series-suffix extension, which splits it; "
+        if "413" in reason
+        else ""
+    )
+    _log.warning(
+        "trainreport.close_undelivered",
+        destination=worker.destinations[journal.destination].label,
+        journal=where,
+        left_over=True,
+        reason=reason,
+        hint=(
+            f"the journal {where}, left by an earlier process of this job and task, is not "
+            f"delivered: {fix}the next run of this job and task tries again, or upload it "
+            f"now with `{sync_command(where, sink)}`"
+        ),
+    )
 
 
 def _undelivered_hint(

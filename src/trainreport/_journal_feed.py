@@ -148,6 +148,8 @@ class JournalKeeper:
         #: task's last write before any of them wrote (recovery's baseline).
         self._own_generations: set[int] = set()
         self._last_writer: int | None = None
+        #: Left-overs recovery gave up on (path, why): kept on disk for ``trainreport sync``.
+        self.given_up: list[tuple[Path, str]] = []
         self._lengths: dict[str, int] = {}
         self._version: bool | None = None
         self._last = -math.inf
@@ -162,10 +164,15 @@ class JournalKeeper:
         """When the next record is due (the clock's time)."""
         return self._last + self.interval_seconds
 
-    def record(self) -> None:
+    def record(self, *, sync: bool = False) -> None:
         """Append what the record holds past the journal's lengths, with one ``write()``.
 
         Trims what every destination acknowledged first. Never raises.
+
+        Args:
+            sync: ``fsync`` the journal afterwards when anything written to it
+                is not on disk yet, whatever ``journal_fsync_seconds`` says
+                (``close()``: this may be the process's last moment).
         """
         self._last = self.clock()
         journal = self.journal
@@ -173,7 +180,12 @@ class JournalKeeper:
             return
         if self.superseded is not None and not journal.owner.superseded and self.superseded():
             journal.mark_writer(superseded=True)
-        recorder = self.recorder
+        self._record()
+        if sync:
+            journal.sync()
+
+    def _record(self) -> None:
+        journal, recorder = self.journal, self.recorder
         view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
         if recorder.seeded:
             journal.trim(view.acknowledged)
@@ -312,9 +324,19 @@ class JournalKeeper:
             kept_for="inspection: `trainreport sync --force PATH` uploads it over the newer writer",
         )
 
+    def waiting(self) -> list[tuple[Path, str]]:
+        """The left-over journals not delivered, each with why: ``close()`` is never True then.
+
+        Those recovery gave up on, then those not tried yet (the journal's
+        destination never opened). Never raises.
+        """
+        untried = "not recovered yet: the journal's destination did not take it before close()"
+        return [*self.given_up, *((path, untried) for path in list(self.journal.left_over))]
+
     def _give_up(self, path: Path, reason: str) -> None:
         if path in self.journal.left_over:
             self.journal.left_over.remove(path)
+        self.given_up.append((path, reason[:300]))
         _log.warning(
             "trainreport.journal_recovery_failed",
             path=str(path),

@@ -22,7 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from trainreport._close_report import describe_destination, log_closed, warn_undelivered
+from trainreport._close_report import (
+    describe_destination,
+    left_over_waiting,
+    log_closed,
+    warn_undelivered,
+)
 from trainreport._closing import wait_for_close
 from trainreport._config import ReportingConfig
 from trainreport._environment import DISABLED, journal_off
@@ -321,8 +326,11 @@ class ReporterLifecycle(TerminalReports):
                 the caller by at most this.
 
         Returns:
-            True only when everything recorded was delivered and nothing was
-            dropped by the queue's memory guard.
+            True only when everything recorded was delivered, nothing was
+            dropped by the queue's memory guard, and no journal a dead process
+            left is waiting undelivered (each one waiting is named in a
+            ``trainreport.close_undelivered`` warning with the command that
+            uploads it).
 
         Raises:
             TransitionError: only with ``ReportingConfig(strict_transitions=True)``
@@ -426,7 +434,8 @@ class ReporterLifecycle(TerminalReports):
         if worker is None:
             return not self._queue
         done = worker.finished_cleanly() if not worker.alive else worker.everything_delivered()
-        return done and self._queue_drops == 0
+        # A journal a dead process left and this one did not deliver is data waiting too.
+        return done and self._queue_drops == 0 and not left_over_waiting(self._journal_watch)
 
     def _raise_strict_violations(self) -> None:
         recorder = self._recorder

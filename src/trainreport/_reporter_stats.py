@@ -169,7 +169,9 @@ def journal_stats(watch: JournalWatch | None) -> JournalStats | None:
         return JournalStats(watch.state, watch.path, 0, 0, None, watch.error)
     journal = keeper.journal
     state = "recording"
-    if journal.failed:
+    if journal.unavailable:  # kept only to deliver what dead processes left
+        state = "unavailable"
+    elif journal.failed:
         state = "failed"
     elif journal.closed:
         state = "removed" if journal.removed else "kept"

@@ -154,6 +154,8 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
+        #: The close sequence began: every drain is journaled at once (:meth:`_drain`).
+        self._closing = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
 
@@ -279,6 +281,21 @@ class Worker:
         )
 
     def _drain(self) -> None:
+        """Move the queue into the recorder; while closing, journal it at once.
+
+        From the start of the close sequence on, every drain is followed by a
+        journal record with an ``fsync`` (nothing is written when nothing
+        changed), so the terminal report and the last points are on disk
+        before any send of the close sequence: the deadline a hanging service
+        runs ``close()`` to is when a job system's SIGKILL comes
+        (``docs/engine.md``, "The journal in front of a service").
+        """
+        self._apply_queue()
+        journal = self.journal
+        if self._closing and journal is not None:
+            journal.record(sync=True)
+
+    def _apply_queue(self) -> None:
         queue = self.queue
         recorder = self.recorder
         # Until the stored task has been read, reports wait in the queue (Resume.reports_wait);
@@ -336,6 +353,7 @@ class Worker:
             deadline=self._deadline,
             started=self._close_started,
         )
+        self._closing = True
         try:
             closing.run()
         finally:

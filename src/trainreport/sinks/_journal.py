@@ -332,7 +332,10 @@ class Journal:
 
     Attributes:
         paths: the task's journal files.
-        writer: the run log being appended to.
+        writer: the run log being appended to (see :attr:`unavailable`).
+        unavailable: this process's own journal file could not be opened (a
+            full disk): the journal holds the lock only to deliver what dead
+            processes left (:attr:`left_over`); it records nothing (``failed``).
         left_over: journals of dead processes still to deliver, oldest first.
         fsync_seconds: least time between two ``fsync`` calls, seconds.
         clock: monotonic clock for the fsync interval (seconds).
@@ -348,19 +351,20 @@ class Journal:
         self,
         paths: JournalPaths,
         lock_fd: int,
-        writer: RunLogWriter,
+        writer: RunLogWriter | None,
         *,
         fsync_seconds: float,
         clock: Callable[[], float],
         wall_clock: Callable[[], str] = utc_now_iso,
     ) -> None:
         self.paths = paths
-        self.writer = writer
+        self._writer = writer
+        self.unavailable = writer is None
         self.left_over = paths.left_over()
         self.fsync_seconds = fsync_seconds
         self.clock = clock
         self.wall_clock = wall_clock
-        self.failed = False
+        self.failed = writer is None
         self.error: str | None = None
         self.fsynced_at: str | None = None
         self.closed = False
@@ -372,11 +376,13 @@ class Journal:
         #: Writes to the file: the reporter thread records; the journal
         #: destination's open (on its sender thread) marks the generation.
         self._write_lock = threading.Lock()
+        #: An append since the last ``fsync`` (:meth:`sync` has something to do).
+        self._unsynced = False
 
     @property
     def owner(self) -> JournalOwner:
         """Whose this journal is, as its RUN fields say."""
-        return JournalOwner.of(self.writer.run)
+        return JournalOwner.of({} if self._writer is None else self._writer.run)
 
     @classmethod
     def claim(
@@ -445,29 +451,51 @@ class Journal:
                 run["attempt_started_at"] = str(attempt.started_at)
             writer = RunLogWriter.open(paths.current, run=run)
         except (OSError, LogBusyError) as exc:
-            if lock_fd is not None:
-                os.close(lock_fd)
+            reason = describe_exception(exc)
+            keep = lock_fd is not None and bool(paths.left_over())
             _log.warning(
                 "trainreport.journal_unavailable",
                 path=str(paths.current),
-                reason=describe_exception(exc),
+                reason=reason,
+                **({"left_over": "kept for recovery at the first open"} if keep else {}),
             )
-            refuse("unavailable", describe_exception(exc))
-            return None
+            refuse("unavailable", reason)
+            if lock_fd is None:
+                return None
+            if not keep:
+                os.close(lock_fd)
+                return None
+            # Delivering a left-over needs no room on the disk (a send, then an unlink):
+            # keep the lock and deliver them, recording nothing of this process's own.
+            journal = cls(paths, lock_fd, None, fsync_seconds=fsync_seconds, clock=clock)
+            journal.error = reason
+            return journal
         writer.min_compact_bytes = JOURNAL_MIN_COMPACT_BYTES
         return cls(paths, lock_fd, writer, fsync_seconds=fsync_seconds, clock=clock)
 
     # --- writing ----------------------------------------------------------------------
 
     @property
+    def writer(self) -> RunLogWriter:
+        """The run log being appended to.
+
+        Raises:
+            RuntimeError: the journal is :attr:`unavailable` (it has none).
+        """
+        if self._writer is None:
+            raise RuntimeError(f"the journal {self.paths.current} is unavailable")
+        return self._writer
+
+    @property
     def state(self) -> LogState:
         """What the journal holds (series trimmed to what is not known delivered)."""
-        return self.writer.state
+        return LogState() if self._writer is None else self._writer.state
 
     @property
     def bytes_written(self) -> int:
-        """Bytes written to the journal's files by this process (restarts included)."""
-        return self._earlier_bytes + self.writer.bytes_written
+        """Bytes written to the journal's files by this process, rewrites and restarts
+        included (0 when unavailable)."""
+        return self._earlier_bytes + (0 if self._writer is None else self._writer.bytes_written)
 
     def ensure_file(self) -> bool:
         """Check that the journal's paths still name its open files; start new ones if not.
@@ -490,7 +518,7 @@ class Journal:
         ):
             return True
         try:
-            self.writer, self._lock_fd = _reopen(paths, old, lock)
+            self._writer, self._lock_fd = _reopen(paths, old, lock)
         except (OSError, ValueError) as exc:
             self._fail(exc)
             return False
@@ -525,6 +553,7 @@ class Journal:
             try:
                 self.writer.append(update)
                 self.writer.flush()
+                self._unsynced = True
                 now = self.clock()
                 if now - self._last_fsync >= self.fsync_seconds:
                     self.writer.fsync()
@@ -565,6 +594,22 @@ class Journal:
                 return False
             return True
 
+    def sync(self) -> None:
+        """``fsync`` now when an append since the last ``fsync`` is not on disk yet.
+
+        For ``close()``, whose records may be the process's last. Never raises
+        (see :meth:`append`).
+        """
+        with self._write_lock:
+            if self.failed or not self._unsynced:
+                return
+            try:
+                self.writer.fsync()
+            except (OSError, ValueError) as exc:
+                self._fail(exc)
+            else:
+                self._fsynced(self.clock())
+
     def reset(self, state: LogState, *, absolute: bool) -> bool:
         """Replace the journal with ``state`` (one SNAPSHOT, written atomically).
 
@@ -590,7 +635,7 @@ class Journal:
             return True
 
     def _fsynced(self, now: float) -> None:
-        self._last_fsync = now
+        self._last_fsync, self._unsynced = now, False
         self.fsynced_at = self.wall_clock()
 
     def trim(self, keep_from: Mapping[str, int]) -> None:
@@ -650,18 +695,20 @@ class Journal:
         remove = delivered and not self.failed
         if not remove:
             self.ensure_file()
-        writer = self.writer
+        writer = self._writer
         # Only our own file is removed: after a deletion another process may have claimed the path.
-        ours = writer.fd is not None and names_file(writer.fd, self.paths.current)
+        fd = None if writer is None else writer.fd
+        ours = fd is not None and names_file(fd, self.paths.current)
         try:
-            if not remove and not self.failed:
+            if writer is not None and not remove and not self.failed:
                 writer.fsync()
                 self._fsynced(self.clock())
         except (OSError, ValueError) as exc:
             self._fail(exc)
         finally:
-            with contextlib.suppress(OSError):
-                writer.close()
+            if writer is not None:
+                with contextlib.suppress(OSError):
+                    writer.close()
         if remove and ours:
             with contextlib.suppress(OSError):
                 self.paths.current.unlink()
