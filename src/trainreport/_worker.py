@@ -39,6 +39,7 @@ from trainreport._destination import (
     settle_error,
     warn_if_unsent_old,
 )
+from trainreport._device import DEVICE_POLL_SECONDS, await_device_values, head_is_pending
 from trainreport._dispatch import Dispatch
 from trainreport._flushing import FlushRequests
 from trainreport._journal_feed import JournalKeeper
@@ -259,13 +260,20 @@ class Worker:
 
     def _sleep_seconds(self) -> float:
         now, journal = self.clock(), self.journal
-        return next_wait(
+        wait = next_wait(
             now,
             self.destinations,
             interval=self.config.min_report_interval_seconds,
             flush_now=self._flush.wants_any_send(self.destinations, now, self.recorder.has_changes),
             journal_due=None if journal is None else journal.next_due(),
         )
+        if (
+            (self._flush.waiting or not self._had_point)
+            and self.recorder.seeded
+            and head_is_pending(self.queue)
+        ):  # device values block the drain, and a flush or the first point waits for them
+            wait = min(wait, DEVICE_POLL_SECONDS)
+        return wait
 
     def _drain(self) -> None:
         queue = self.queue
@@ -311,6 +319,18 @@ class Worker:
 
     # --- closing -------------------------------------------------------------------
 
+    def _await_device_values(self) -> None:
+        """Wait for queued device copies for at most half of close's time left (``_device.py``)."""
+        if self.queue:
+            start = time.monotonic()
+
+            def wait(seconds: float) -> None:
+                if self.wake.wait(seconds):
+                    self.wake.clear()
+
+            until = start + max(self._deadline - start, 0.0) / 2
+            await_device_values(self.queue, wait, until=until, now=time.monotonic)
+
     def finish(self) -> None:
         """Drain, send the tail to every destination within the deadline, close the sinks."""
         self._begin()
@@ -329,6 +349,7 @@ class Worker:
             started=self._close_started,
         )
         try:
+            self._await_device_values()
             closing.run()
         finally:
             journal = self.journal
