@@ -42,6 +42,10 @@ class FakeTensor:
         self.device = device
         self.dtype = dtype
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
     def numel(self) -> int:
         return len(self.values)
 

@@ -1,7 +1,9 @@
 """Device values: a report's CUDA tensors read without a device sync on the training thread.
 
 The rule (docs/design.md#device-values): a metric value that is a one-element
-tensor on a CUDA device (``tensor.device.type == "cuda"``, ROCm included) is
+tensor on a CUDA device (``tensor.is_cuda``, ROCm included; other
+accelerators, ``mps``, ``xpu``, ..., are converted with ``.item()`` as CPU
+tensors are) is
 never converted with ``.item()`` on the caller's thread, which would wait for
 every kernel queued so far. Instead :func:`gather_to_host`, on the training
 thread, per device:
@@ -43,7 +45,6 @@ from typing import Any, Final
 from trainreport._logging import describe_exception
 
 __all__ = [
-    "DEFERRED_DEVICE_TYPES",
     "DEVICE_POLL_SECONDS",
     "ON_DEVICE",
     "DeviceReport",
@@ -54,11 +55,6 @@ __all__ = [
     "head_is_pending",
     "is_device_scalar",
 ]
-
-#: Device types whose values are read without a sync (``torch.cuda.Event``
-#: serves them; ROCm builds report ``"cuda"`` too). Others (``mps``, ``xpu``, ...)
-#: are converted with ``.item()`` on the caller's thread, as CPU tensors are.
-DEFERRED_DEVICE_TYPES: Final = frozenset({"cuda"})
 
 #: How often (seconds) the reporter thread looks again at a device report at the
 #: head of the queue while something waits for it (a flush, close, the run's first point).
@@ -85,13 +81,14 @@ def _torch() -> Any:
 
 
 def is_device_scalar(value: object) -> bool:
-    """Whether ``value`` is a one-element tensor on a deferred device. Never raises.
+    """Whether ``value`` is a one-element CUDA tensor (``is_cuda``, ROCm included). Never raises.
 
-    Costs two attribute lookups for a CPU tensor; plain numbers never get here.
+    One attribute lookup for a CPU tensor or a numpy scalar (``Tensor.is_cuda``
+    is a plain ``bool`` property; ``.device`` would build a ``torch.device``
+    object); plain numbers never get here.
     """
     try:
-        kind = value.device.type  # type: ignore[attr-defined]
-        return type(kind) is str and kind in DEFERRED_DEVICE_TYPES and value.numel() == 1  # type: ignore[attr-defined]
+        return getattr(value, "is_cuda", False) is True and value.numel() == 1  # type: ignore[attr-defined]
     except Exception:
         return False
 
