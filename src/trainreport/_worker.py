@@ -50,6 +50,12 @@ from trainreport._resume import Resume
 from trainreport._sender import Sender
 from trainreport._sink import Sink
 from trainreport._stamps import Stamps, utc_now_iso
+from trainreport._system import (
+    MIN_SAMPLE_WAIT_SECONDS,
+    SystemSampler,
+    load_nvml,
+    load_psutil,
+)
 from trainreport.sinks._file import FileSink
 
 __all__ = ["Worker", "utc_now_iso"]
@@ -149,6 +155,8 @@ class Worker:
         self._began = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
+        #: The system stream's sampler (``system_metrics_seconds``), made on this thread.
+        self.system: SystemSampler | None = None
 
     # --- control from other threads ----------------------------------------------
 
@@ -202,6 +210,11 @@ class Worker:
         self._resume.open_journal(self.recorder, self.wall_clock)
         self.journal = self._resume.journal
         self.recorder.start_attempt()
+        interval = self.config.system_metrics_seconds
+        if interval is not None:  # the libraries are imported here, off the training thread
+            self.system = SystemSampler(
+                interval, clock=self.clock, psutil=load_psutil(), nvml=load_nvml()
+            )
         now = self.clock()
         for dest in self.destinations:
             dest.scheduler.note_change(now, urgent=True)
@@ -231,6 +244,10 @@ class Worker:
         try:
             self._drain()
             now = self.clock()
+            if self.system is not None and self.recorder.seeded:
+                sample = self.system.sample_if_due(now)
+                if sample:
+                    self.recorder.record_system(now, sample)
             journal = self.journal
             if journal is not None and journal.due(now):
                 journal.record()
@@ -273,6 +290,8 @@ class Worker:
             and head_is_pending(self.queue)
         ):  # device values block the drain, and a flush or the first point waits for them
             wait = min(wait, DEVICE_POLL_SECONDS)
+        if self.system is not None:  # the next sample of the system stream
+            wait = min(wait, max(self.system.next_due() - now, MIN_SAMPLE_WAIT_SECONDS))
         return wait
 
     def _drain(self) -> None:
