@@ -10,6 +10,7 @@ checked is that they finish and print what they promise, never how fast.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -179,3 +180,19 @@ def test_report_keeps_the_hand_written_sections_of_the_previous_document() -> No
         "## The journal's cost on HttpSink, three sittings (issue 12)",
         "## What limits the missed targets (issue 14)",
     ]
+
+
+def test_gpu_sync_benchmark_exits_cleanly_without_cuda() -> None:
+    """``python benchmarks/bench_gpu_sync.py`` on a machine without CUDA says so and exits 0."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_gpu_sync.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert 0 == result.returncode, result.stderr[-2000:]
+    assert "no CUDA device here" in result.stdout
+    assert "nothing measured" in result.stdout

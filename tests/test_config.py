@@ -61,6 +61,7 @@ DOCUMENTED_DEFAULTS: dict[str, object] = {
     "journal_interval_seconds": 1.0,
     "journal_fsync_seconds": 10.0,
     "status_at_close": "outcome",
+    "system_metrics_seconds": None,
 }
 
 JSON_VALUES = st.recursive(

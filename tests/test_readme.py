@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainreport import read_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,3 +118,18 @@ def test_the_shortest_example_runs_and_counts_its_steps(tmp_path: Path) -> None:
     n = int(re.findall(r"range\((\d+)\)", example)[0])
     assert ("completed", "done", n) == (task["status"], details["phase"], details["step"])
     assert list(range(1, n + 1)) == [p["step"] for p in details["metrics"]["train_loss"]]
+
+
+def test_pytorch_example_records_tensor_values_every_step(tmp_path: Path) -> None:
+    """README's PyTorch block (tensors reported each step) runs and records every step."""
+    pytest.importorskip("torch")
+    examples = [b for b in python_blocks() if 'FileSink("trainreport-runs/torch.log")' in b]
+    assert 1 == len(examples)
+    subprocess.run([sys.executable, "-c", examples[0]], cwd=tmp_path, check=True, timeout=120)
+    task = read_task(tmp_path / "trainreport-runs" / "torch.log")
+    details = task["status_details"]
+    assert ("completed", 100) == (task["status"], details["step"])
+    for name in ("train_loss", "train_grad_norm"):
+        points = details["metrics"][name]
+        assert list(range(1, 101)) == [p["step"] for p in points]
+        assert all(isinstance(p["value"], float) for p in points)

@@ -80,6 +80,7 @@ class _Kind(enum.Enum):
     PATTERNS = "patterns"  # None, or a tuple of glob patterns
     DIRECTORY = "directory"  # a directory path as text: non-empty, no NUL
     STATUS_AT_CLOSE = "status at close"  # one of STATUS_AT_CLOSE_CHOICES
+    OPTIONAL_DURATION = "optional duration"  # None (off), or float seconds >= 0
 
 
 class _FieldError(ValueError):
@@ -102,6 +103,10 @@ def _real(value: object) -> float:
 
 def _to_duration(value: float) -> float:
     return max(0.0, _real(value))
+
+
+def _to_optional_duration(value: float | None) -> float | None:
+    return None if value is None else _to_duration(value)
 
 
 def _to_fraction(value: float) -> float:
@@ -185,6 +190,7 @@ _CONVERTERS: Final[Mapping[_Kind, Callable[[Any], object]]] = {
     _Kind.PATTERNS: _to_patterns,
     _Kind.DIRECTORY: _to_directory,
     _Kind.STATUS_AT_CLOSE: _to_status_at_close,
+    _Kind.OPTIONAL_DURATION: _to_optional_duration,
 }
 
 
@@ -286,6 +292,13 @@ class ReportingConfig:
             ``trainreport.completed_at_close`` warning; ``"keep"`` leaves the
             status as it is (``running``). One of ``"outcome"``, ``"keep"``;
             default ``"outcome"``.
+        system_metrics_seconds: sample the system stream (CPU, process
+            memory, host memory and every GPU of the node: ``system_*``
+            series, docs/design.md#the-system-stream) this often, on the
+            reporter thread; needs the ``system`` extra (``psutil``,
+            ``nvidia-ml-py``), each stream silently absent without its
+            library. Seconds (``0``: at every wake of the reporter thread,
+            at most every 50 ms), or ``None`` (default): off.
     """
 
     min_report_interval_seconds: float = attrs.field(
@@ -353,6 +366,9 @@ class ReportingConfig:
     )
     status_at_close: StatusAtClose = attrs.field(
         default="outcome", converter=_to_status_at_close, metadata={"kind": _Kind.STATUS_AT_CLOSE}
+    )
+    system_metrics_seconds: float | None = attrs.field(
+        default=None, converter=_to_optional_duration, metadata={"kind": _Kind.OPTIONAL_DURATION}
     )
 
     @classmethod
@@ -466,6 +482,10 @@ def _parse(kind: _Kind, value: object, *, strings: bool) -> object:
         if word not in STATUS_AT_CLOSE_CHOICES:
             raise _FieldError(f"expected one of {', '.join(map(repr, STATUS_AT_CLOSE_CHOICES))}")
         return word
+    if kind is _Kind.OPTIONAL_DURATION:
+        if value is None or (strings and isinstance(value, str) and value.strip().lower() in _OFF):
+            return None
+        kind = _Kind.DURATION
     if strings and isinstance(value, str):
         value = _number_from_text(value)
     integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)
@@ -530,8 +550,12 @@ def _parse_patterns(value: object, *, strict: bool) -> tuple[object, ...] | None
     return tuple(value)
 
 
+#: Text that turns an optional duration off (any case).
+_OFF: Final = frozenset({"", "none", "off"})
+
 _LIMITS: Final[Mapping[_Kind, tuple[float, float]]] = {
     _Kind.DURATION: (0.0, math.inf),
+    _Kind.OPTIONAL_DURATION: (0.0, math.inf),
     _Kind.FRACTION: (0.0, 1.0),
     _Kind.FACTOR: (1.0, math.inf),
     _Kind.COUNT: (1, math.inf),

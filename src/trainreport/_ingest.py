@@ -5,7 +5,9 @@
 methods here: the metric reports (train steps, validation, other phases)
 record points and scalars in the store; the event reports are applied by
 :class:`~trainreport._events.EventIngest`. A report that raises is dropped
-and counted, never the reporter thread (docs/engine.md).
+and counted, never the reporter thread (docs/engine.md). A report whose
+device values are still being copied (``_device.py``) stops the drain: it
+and everything behind it wait for the next one, so the order of points holds.
 
 Not thread-safe on its own: the Recorder guards it with its lock.
 """
@@ -16,13 +18,22 @@ from collections import deque
 from typing import Any
 
 from trainreport._columnar import ColumnarIngest
+from trainreport._device import DeviceReport
 from trainreport._epochs import EpochResolver
 from trainreport._events import EventIngest
 from trainreport._lifecycle import Outcome, TaskEvent
 from trainreport._logging import describe_exception
 from trainreport._metric_names import NameTables
 from trainreport._naming import check_name
-from trainreport._reports import REPORT_NAME, Kind, Report, dispatch, kind_of, queued_bytes
+from trainreport._reports import (
+    REPORT_NAME,
+    VALUE_BYTES,
+    Kind,
+    Report,
+    dispatch,
+    kind_of,
+    queued_bytes,
+)
 from trainreport._run_record import RunRecord
 from trainreport._sticky import json_safe
 from trainreport._values import NotChartable, to_chartable, to_step
@@ -72,6 +83,15 @@ class Ingest:
                     break
                 item = popleft()
                 remaining -= 1
+            if type(item) is DeviceReport:
+                if not item.pending.ready():
+                    # Its values are still on their way: nothing behind it is
+                    # applied either, so points keep their order (the
+                    # worker comes back, docs/design.md#device-values).
+                    queue.appendleft(item)
+                    break
+                item, lost = self.settle(item)
+                released += VALUE_BYTES * lost  # queued with them, applied without
             plan = plan_for(item)
             if plan is not None:  # a run of like training reports: one batch
                 taken, nbytes, left = self._columnar.take(plan, item, popleft, remaining, apply)
@@ -86,9 +106,42 @@ class Ingest:
         store = self._record.store
         return urgent, released, bool(store.points_recorded or store.scalars)
 
+    def settle(self, item: DeviceReport) -> tuple[Report, int]:
+        """The report ``item`` wraps, its device values filled in or, when lost, left out.
+
+        Lost values (a device error, or unfinished at close's deadline) are
+        counted under ``device_values`` and logged once per reason. Call once
+        ``item.pending.ready()`` (a report not ready is given up on).
+
+        Returns:
+            (the report, how many values were lost).
+        """
+        pending = item.pending
+        if not pending.ready():
+            pending.give_up("applied before its copy completed")
+        lost = pending.fill()
+        if lost:
+            record = self._record
+            record.drops["device_values"] += lost
+            error = pending.error or ""
+            record.once.warning(
+                ("device_values", error.split(":", 1)[0]),
+                "trainreport.device_values_dropped",
+                values=lost,
+                reason=error[:200],
+                hint=(
+                    "a CUDA tensor's value could not be copied off the device; "
+                    "check the device for errors (CUDA_LAUNCH_BLOCKING=1 shows where), "
+                    "or give close() more time"
+                ),
+            )
+        return item.report, lost
+
     def apply(self, item: Report) -> bool:
         """Apply one report. True for an event report. Never raises (but in strict mode)."""
         try:
+            if type(item) is DeviceReport:
+                item = self.settle(item)[0]
             return dispatch(item, self)
         except TransitionError as exc:  # strict mode (tests): surfaced by Reporter.close()
             self._record.strict_violations.append(str(exc))

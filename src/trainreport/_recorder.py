@@ -142,6 +142,17 @@ class Recorder:
         with self._lock:
             return self._ingest.apply(item)
 
+    def record_system(self, t: float, values: dict[str, float]) -> None:
+        """Record one sample of the system stream (``system_*``) at the last training step.
+
+        The step is the last training step applied (before any, the stored
+        task's last training step, else 0): docs/design.md#the-system-stream.
+        """
+        with self._lock:
+            record = self._record
+            step = record.at_step if record.at_step is not None else record.stored_last_train
+            self._ingest.apply((Kind.METRICS, t, step or 0, values, "system"))
+
     def drop_field(self, d: int, update: Update, metrics_bytes: int, floor: int) -> bool:
         """Destination ``d`` refused ``update``'s size: drop its largest once-sent field, if any.
 

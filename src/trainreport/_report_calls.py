@@ -1,7 +1,8 @@
 """The report calls that record progress and metrics, the hot path among them.
 
 Every method here copies its arguments on the caller's thread (turning
-tensor-like values into plain numbers: a tensor's value is taken at call time),
+tensor-like values into plain numbers: a tensor's value is taken at call time;
+a CUDA tensor's by a copy that does not wait for the device, ``_device.py``),
 appends one report to the queue and returns; it never raises and never blocks
 on I/O (docs/design.md#public-api, #guarantees). ``report_train_step`` is the
 hot path: it inlines the queue's append, guard and wake test and the
@@ -36,6 +37,7 @@ __all__ = ["ReportCalls"]
 
 _train = reports.train
 _to_numbers = reports.to_numbers
+_deferred = reports.deferred
 #: Epochs the short form carries as they are (anything else takes the general form).
 _EPOCH_TYPES = frozenset({int, float, type(None)})
 
@@ -68,8 +70,9 @@ class ReportCalls(ReportQueue):
             epoch: the epoch the step falls in: an int index (0-based if the
                 run's first int epoch is 0) or a float of epochs completed (HF);
                 see docs/design.md#metrics. ``None`` keeps the last epoch.
-            metrics: metric name -> number (0-d tensors and numpy scalars are
-                converted here with ``.item()``).
+            metrics: metric name -> number (CPU tensors and numpy scalars are
+                converted here with ``.item()``; a CUDA tensor is copied off
+                the device without a sync, docs/design.md#device-values).
 
         Never raises, never blocks on I/O; bad values are dropped with one log event each.
         """
@@ -85,17 +88,18 @@ class ReportCalls(ReportQueue):
                 ):
                     # the short form (_reports): the copy is the report
                     copied = metrics.copy()
+                    pending = None  # device values on their way (_device), if any
                     try:  # one C loop: a float sum means every value is an int or a float
                         if type(sum(copied.values(), 0.0)) is not float:
-                            _to_numbers(copied)  # .item() now, on the copy: one copy in all
+                            pending = _to_numbers(copied)  # on the copy: one copy in all
                     except Exception:  # a value sum() cannot add (_to_numbers never raises)
-                        _to_numbers(copied)
+                        pending = _to_numbers(copied)
                     n = len(copied)
                     copied[TRAIN_TIME] = self._clock()
                     copied[TRAIN_STEP] = step
                     copied[TRAIN_EPOCH] = epoch
                     if len(copied) == n + HEADER_KEYS:
-                        queue.append(copied)
+                        queue.append(copied if pending is None else _deferred(copied, pending))
                         self._queued_bytes += REPORT_BYTES + VALUE_BYTES * n  # = queued_bytes()
                     else:  # a metric under a header key: the general form keeps it
                         self._put_train(step, epoch, metrics)

@@ -19,7 +19,7 @@ import sys
 from array import array
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 from trainreport._config import ReportingConfig
 from trainreport._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram
@@ -140,7 +140,7 @@ class ReportQueue:
             "report_failed": self._caller_drops,
         }
 
-    def _put(self, item: tuple[Any, ...], *, wake: bool) -> None:
+    def _put(self, item: Report, *, wake: bool) -> None:
         """Append one report (every report method but the inlined report_train_step).
 
         ``wake``: an event report, sent at once.

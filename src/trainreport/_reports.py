@@ -55,10 +55,14 @@ takes the header keys back out, so the handler sees the same arguments for
 both forms (a Hypothesis property in ``tests/test_reports.py`` pins it).
 
 The rule for values (both forms): an ``int`` or ``float`` is queued as it
-is; anything else is converted on the caller's thread, at call time, with
-``.item()`` (a tensor's value is taken when it is reported, never later:
-it may be changed in place, or live on a device); what cannot be converted is
-queued as it is and judged on the reporter thread.
+is; a one-element CUDA tensor is copied off the device without a sync
+(``_device.py``: the report is queued wrapped in a
+:class:`~trainreport._device.DeviceReport`, its values filled in on the
+reporter thread once the copy has completed, docs/design.md#device-values);
+anything else is converted on the caller's thread, at call time, with
+``.item()`` (a tensor's value is taken when it is reported, never later: it
+may be changed in place); what cannot be converted is queued as it is and
+judged on the reporter thread.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from typing import Any, Protocol, TypeAlias
 
 import attrs
 
+from trainreport._device import DeviceReport, PendingValues, gather_to_host, is_device_scalar
 from trainreport._values import caller_value
 
 __all__ = [
@@ -88,6 +93,7 @@ __all__ = [
     "completed",
     "copy_metrics",
     "copy_scalar",
+    "deferred",
     "dispatch",
     "epoch_end",
     "failed",
@@ -118,8 +124,9 @@ class Kind(enum.IntEnum):
     FAILED = 9
 
 
-#: A queued report: a tuple ``(kind, t, *fields)``, or a training step's short form.
-Report: TypeAlias = "tuple[Any, ...] | dict[str, Any]"
+#: A queued report: a tuple ``(kind, t, *fields)``, a training step's short form, or
+#: either wrapped while its device values are copied (``DeviceReport``).
+Report: TypeAlias = "tuple[Any, ...] | dict[str, Any] | DeviceReport"
 
 #: The report method behind each kind, for log events about a dropped report.
 REPORT_NAME = {
@@ -174,17 +181,17 @@ class NotAMapping:
 # --- building (the caller's thread) ------------------------------------------------------
 
 
-def copy_metrics(metrics: object) -> object:
+def copy_metrics(metrics: object) -> tuple[object, PendingValues | None]:
     """Copy a metrics mapping on the caller's thread; tensors become numbers.
 
     The mapping is copied once. Fast path: when every value is an ``int`` or
     ``float``, their sum (one C loop) is a ``float``; a tensor, numpy value or
     anything else makes it something else (or raises), and only then is each
-    value of the copy converted in place with ``.item()``
-    (:func:`~trainreport._values.caller_value`).
+    value of the copy converted in place (:func:`to_numbers`).
 
     Returns:
-        a ``dict``, ``None`` for ``None``, or a :class:`NotAMapping`.
+        (a ``dict``, ``None`` for ``None``, or a :class:`NotAMapping`; the
+        device values on their way to it, or ``None``).
 
     Raises:
         Exception: whatever a mapping that cannot be read raises (the report
@@ -195,20 +202,44 @@ def copy_metrics(metrics: object) -> object:
     elif isinstance(metrics, Mapping):
         copied = dict(metrics)  # may raise: the report call counts it (report_failed)
     else:
-        return None if metrics is None else NotAMapping(type(metrics).__name__)
+        return (None if metrics is None else NotAMapping(type(metrics).__name__)), None
     try:
         if type(sum(copied.values(), 0.0)) is float:
-            return copied
+            return copied, None
     except Exception:  # noqa: S110 - a str or an object without __add__: converted below
         pass
-    to_numbers(copied)
-    return copied
+    return copied, to_numbers(copied)
 
 
-def to_numbers(copied: dict[Any, Any]) -> None:
-    """Turn each value of a copied metrics dict into a plain number, in place (``.item()``)."""
+def to_numbers(copied: dict[Any, Any]) -> PendingValues | None:
+    """Turn each value of a copied metrics dict into a plain number, in place.
+
+    One-element CUDA tensors are copied off the device without a sync
+    (:func:`~trainreport._device.gather_to_host`; their values become
+    placeholders); every other value goes through
+    :func:`~trainreport._values.caller_value` (``.item()``).
+
+    Returns:
+        The device values on their way, or ``None`` when there were none.
+        Never raises an ``Exception``.
+    """
+    on_device: list[Any] | None = None
     for key, value in copied.items():  # same keys: assigning while iterating is safe
-        copied[key] = caller_value(value)
+        cls = type(value)
+        if cls is float or cls is int:
+            continue
+        if is_device_scalar(value):
+            if on_device is None:
+                on_device = []
+            on_device.append(key)
+        else:
+            copied[key] = caller_value(value)
+    return None if on_device is None else gather_to_host(copied, on_device)
+
+
+def deferred(report: Report, pending: PendingValues | None) -> Report:
+    """``report`` as queued: itself, or wrapped while its device values are copied."""
+    return report if pending is None else DeviceReport(pending, report)
 
 
 def copy_scalar(value: object) -> object:
@@ -216,7 +247,7 @@ def copy_scalar(value: object) -> object:
     return value if type(value) in _STEP_TYPES else caller_value(value)
 
 
-def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, ...]:
+def train(t: float, step: object, epoch: object, metrics: object) -> Report:
     """``report_train_step``'s report as a ``TRAIN`` tuple (the general form).
 
     ``report_train_step`` makes the short form itself (see the module's
@@ -225,6 +256,7 @@ def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, 
     :func:`copy_metrics`.
     """
     copied: object
+    pending: PendingValues | None = None
     if type(metrics) is dict:
         copied = metrics.copy()
         try:
@@ -232,28 +264,31 @@ def train(t: float, step: object, epoch: object, metrics: object) -> tuple[Any, 
         except Exception:
             plain = False
         if not plain:
-            to_numbers(copied)  # the copy, converted in place: one copy in all
+            pending = to_numbers(copied)  # the copy, converted in place: one copy in all
     else:
-        copied = copy_metrics(metrics)
-    return (
+        copied, pending = copy_metrics(metrics)
+    report = (
         _TRAIN,
         t,
         step if type(step) is int else caller_value(step),
         epoch if epoch is None or type(epoch) is int else copy_scalar(epoch),
         copied,
     )
+    return report if pending is None else DeviceReport(pending, report)
 
 
-def validation(
-    t: float, step: object, epoch: object, metrics: object, dataset: object
-) -> tuple[Any, ...]:
+def validation(t: float, step: object, epoch: object, metrics: object, dataset: object) -> Report:
     """``report_validation``'s report."""
-    return (_VALIDATION, t, copy_scalar(step), copy_scalar(epoch), copy_metrics(metrics), dataset)
+    copied, pending = copy_metrics(metrics)
+    report = (_VALIDATION, t, copy_scalar(step), copy_scalar(epoch), copied, dataset)
+    return report if pending is None else DeviceReport(pending, report)
 
 
-def metrics_report(t: float, step: object, metrics: object, phase: object) -> tuple[Any, ...]:
+def metrics_report(t: float, step: object, metrics: object, phase: object) -> Report:
     """``report_metrics``'s report."""
-    return (_METRICS, t, copy_scalar(step), copy_metrics(metrics), phase)
+    copied, pending = copy_metrics(metrics)
+    report = (_METRICS, t, copy_scalar(step), copied, phase)
+    return report if pending is None else DeviceReport(pending, report)
 
 
 def training_start(t: float, max_steps: object, num_epochs: object) -> tuple[Any, ...]:
@@ -296,6 +331,8 @@ def failed(t: float, error_type: str, message: str) -> tuple[Any, ...]:
 
 def kind_of(item: object) -> Kind | None:
     """The kind of a queued report (either form), or None for what no builder here makes."""
+    if type(item) is DeviceReport:
+        item = item.report
     if type(item) is dict:
         return Kind.TRAIN
     if type(item) is tuple and item and item[0] in _KINDS:
@@ -307,8 +344,11 @@ def _values_in(item: object) -> int | None:
     """How many metric values (or params) a report carries, or None when it carries no dict.
 
     A short form counts without its header keys, whether or not
-    :func:`dispatch` has taken them out yet.
+    :func:`dispatch` has taken them out yet. A :class:`DeviceReport` counts
+    as the report it wraps (its device values are in the dict, as placeholders).
     """
+    if type(item) is DeviceReport:
+        item = item.report
     if type(item) is dict:
         return len(item) - HEADER_KEYS if TRAIN_TIME in item else len(item)
     values = _carried(item)
@@ -338,6 +378,8 @@ def queued_bytes(item: object) -> int:
 
 def queued_points(item: object) -> int:
     """Metric values a queued report carries (each may become a point). Never raises."""
+    if type(item) is DeviceReport:
+        item = item.report
     if type(item) is tuple and item and item[0] == _HYPERPARAMETERS:
         return 0
     return _values_in(item) or 0
@@ -409,4 +451,4 @@ def dispatch(item: Report, handler: ReportHandler) -> bool:
             return handler.terminal(Kind.CANCELLED, reason, None)
         case (Kind.FAILED, _, error_type, message):
             return handler.terminal(Kind.FAILED, error_type, message)
-    raise ValueError(f"not a report: kind {item[0]!r} with {len(item)} items")  # type: ignore[index]
+    raise ValueError(f"not a report: {item!r:.100}")

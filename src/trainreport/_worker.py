@@ -41,6 +41,7 @@ from trainreport._destination import (
     settle_error,
     warn_if_unsent_old,
 )
+from trainreport._device import DEVICE_POLL_SECONDS, await_device_values, head_is_pending
 from trainreport._dispatch import Dispatch
 from trainreport._flushing import FlushRequests
 from trainreport._journal_feed import JournalKeeper
@@ -51,6 +52,12 @@ from trainreport._resume import Resume
 from trainreport._sender import Sender
 from trainreport._sink import Sink
 from trainreport._stamps import Stamps, utc_now_iso
+from trainreport._system import (
+    MIN_SAMPLE_WAIT_SECONDS,
+    SystemSampler,
+    load_nvml,
+    load_psutil,
+)
 from trainreport.sinks._file import FileSink
 
 __all__ = ["Worker", "utc_now_iso"]
@@ -158,6 +165,8 @@ class Worker:
         self._closing = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
+        #: The system stream's sampler (``system_metrics_seconds``), made on this thread.
+        self.system: SystemSampler | None = None
 
     # --- control from other threads ----------------------------------------------
 
@@ -208,6 +217,11 @@ class Worker:
         if self._began:
             return
         self._began = True
+        interval = self.config.system_metrics_seconds
+        if interval is not None:  # the libraries are imported here, off the training thread
+            self.system = SystemSampler(
+                interval, clock=self.clock, psutil=load_psutil(), nvml=load_nvml()
+            )
         now = self.clock()
         self._resume.open_journal(self.recorder, self.wall_clock, now)
         self.journal = self._resume.journal
@@ -243,6 +257,10 @@ class Worker:
         try:
             self._drain()
             now = self.clock()
+            if self.system is not None and self.recorder.seeded:
+                sample = self.system.sample_if_due(now)
+                if sample:
+                    self.recorder.record_system(now, sample)
             journal = self.journal
             if journal is not None and journal.due(now):
                 journal.record()
@@ -272,13 +290,22 @@ class Worker:
 
     def _sleep_seconds(self) -> float:
         now, journal = self.clock(), self.journal
-        return next_wait(
+        wait = next_wait(
             now,
             self.destinations,
             interval=self.config.min_report_interval_seconds,
             flush_now=self._flush.wants_any_send(self.destinations, now, self.recorder.has_changes),
             journal_due=None if journal is None else journal.next_due(),
         )
+        if (
+            (self._flush.waiting or not self._had_point)
+            and self.recorder.seeded
+            and head_is_pending(self.queue)
+        ):  # device values block the drain, and a flush or the first point waits for them
+            wait = min(wait, DEVICE_POLL_SECONDS)
+        if self.system is not None:  # the next sample of the system stream
+            wait = min(wait, max(self.system.next_due() - now, MIN_SAMPLE_WAIT_SECONDS))
+        return wait
 
     def _drain(self) -> None:
         """Move the queue into the recorder; while closing, journal it at once.
@@ -336,6 +363,18 @@ class Worker:
 
     # --- closing -------------------------------------------------------------------
 
+    def _await_device_values(self) -> None:
+        """Wait for queued device copies for at most half of close's time left (``_device.py``)."""
+        if self.queue:
+            start = time.monotonic()
+
+            def wait(seconds: float) -> None:
+                if self.wake.wait(seconds):
+                    self.wake.clear()
+
+            until = start + max(self._deadline - start, 0.0) / 2
+            await_device_values(self.queue, wait, until=until, now=time.monotonic)
+
     def finish(self) -> None:
         """Drain, send the tail to every destination within the deadline, close the sinks."""
         self._begin()
@@ -355,6 +394,7 @@ class Worker:
         )
         self._closing = True
         try:
+            self._await_device_values()
             closing.run()
         finally:
             journal = self.journal
