@@ -225,7 +225,8 @@ def _construct(kind: _Kind, value: object) -> object:
     except _FieldError as problem:
         if problem.clamped is not None:
             return problem.clamped
-        raise type(problem)(f"{problem}, got {reprlib.repr(value)}") from None
+        error = TypeError if isinstance(problem, TypeError) else ValueError
+        raise error(f"{problem}, got {reprlib.repr(value)}") from None
 
 
 def _to_duration(value: float) -> float:
@@ -550,7 +551,7 @@ def _environment_values(env: Mapping[str, object]) -> dict[str, object]:
 def _structure_hook(kind: _Kind, *, text: bool) -> Callable[[object, object], object]:
     def hook(value: object, _type: object) -> object:
         parsed = _parse(kind, value, text=text)
-        if kind is _Kind.PATTERNS and not text and parsed:  # a job spec's patterns are text
+        if kind is _Kind.PATTERNS and not text and parsed:  # strict: each one a string
             assert isinstance(parsed, tuple)
             bad = [_entry_error(i) for i, entry in enumerate(parsed) if not isinstance(entry, str)]
             if bad:
@@ -633,7 +634,7 @@ def lenient(
                     log.warning("trainreport.config_field_invalid", **context)
                 else:
                     given[name] = clamped
-                    log.warning("trainreport.config_field_clamped", value=clamped, **context)
+                    log.warning("trainreport.config_field_clamped", **context, value=clamped)
             continue
         return attrs.evolve(base, **{name: getattr(parsed, name) for name in given})  # type: ignore[misc]
     return base
