@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trainreport._config import ENV_PREFIX, ReportingConfig
@@ -717,3 +717,85 @@ def test_journal_dir_takes_a_path_object_and_refuses_other_types_directly() -> N
         config_with("journal_dir", 3)
     with pytest.raises(ValueError, match="non-empty"):
         config_with("journal_dir", "")
+
+
+# --- one parser: the same problem in every mode -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("heartbeat_seconds", math.nan, "expected a finite number"),
+        ("heartbeat_seconds", [1], "expected a number"),
+        ("max_metric_names", 2.5, "expected an integer"),
+        ("time_series_metrics", 5, "expected a list of glob patterns, a string or null"),
+        ("strict_transitions", 2, "expected a boolean"),
+        ("journal_dir", "", "expected a directory path (non-empty text)"),
+        ("journal_dir", 3, "expected a directory path (non-empty text)"),
+        ("status_at_close", "sometimes", "expected one of 'outcome', 'keep'"),
+        ("status_at_close", 3, "expected one of 'outcome', 'keep'"),
+    ],
+)
+def test_a_problem_is_worded_the_same_in_every_mode(name: str, value: object, problem: str) -> None:
+    """Direct construction, strict and lenient parsing report one parser's problem text.
+
+    Direct construction adds the value (``", got 3"``), a strict mapping the path,
+    a lenient one the field (``config_field_invalid``).
+    """
+    with pytest.raises((TypeError, ValueError)) as direct:
+        config_with(name, value)
+    with pytest.raises(ConfigError) as strict:
+        ReportingConfig.from_mapping({name: value})
+    with capture_events() as events:
+        ReportingConfig.from_mapping({name: value}, strict=False)
+
+    assert (f"{problem}, got {value!r}", (f"{problem} @ $.{name}",), [(name, problem)]) == (
+        str(direct.value),
+        strict.value.problems,
+        [
+            (e["field"], e["problem"])
+            for e in events_named(events, "trainreport.config_field_invalid")
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("heartbeat_seconds", "ten", "expected a number"),
+        ("max_metric_names", "2.5", "expected an integer"),
+        ("max_queue_bytes", "0", "expected an integer >= 1048576 (got 0)"),
+        ("strict_transitions", "maybe", "expected a boolean (1/0/true/false/yes/no)"),
+        ("status_at_close", "never", "expected one of 'outcome', 'keep'"),
+        ("journal_dir", " ", "expected a directory path (non-empty text)"),
+    ],
+)
+def test_a_problem_in_text_is_worded_the_same_in_the_environment_and_a_lenient_mapping(
+    name: str, text: str, problem: str
+) -> None:
+    """Text parses one way, so ``from_env`` (strict and lenient) and a lenient mapping agree."""
+    variable = env_name(name)
+    with pytest.raises(ConfigError) as strict:
+        ReportingConfig.from_env({variable: text}, strict=True)
+    with capture_events() as events:
+        ReportingConfig.from_env({variable: text})
+        ReportingConfig.from_mapping({name: text}, strict=False)
+
+    assert (f"{problem} @ {variable}",) == strict.value.problems
+    assert [(name, variable, problem), (name, None, problem)] == [
+        (e["field"], e.get("variable"), e["problem"])
+        for e in events_named(events, "trainreport.config_field_invalid")
+    ]
+
+
+@given(st.dictionaries(st.sampled_from(FIELD_NAMES), JSON_VALUES, max_size=6))
+@example({"max_metric_names": 5.0, "journal_dir": "runs"})
+def test_direct_construction_agrees_with_strict_whenever_strict_accepts(
+    data: dict[str, Any],
+) -> None:
+    """What a job spec may hold, ``ReportingConfig(**spec)`` takes as strict parsing does."""
+    try:
+        strict = ReportingConfig.from_mapping(data)
+    except ConfigError:
+        return
+    assert strict == ReportingConfig(**data)

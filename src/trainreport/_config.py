@@ -1,22 +1,24 @@
-"""ReportingConfig: how a Reporter schedules and shapes its sends (docs/design.md#layout).
+"""ReportingConfig: how a Reporter schedules and shapes its sends (docs/configuration.md).
 
-Three ways in, one value out:
+One table of fields, one parser, three ways in. The class is the table: each
+field's name, type, default and kind (``metadata["kind"]``, which decides how
+it parses, its range and its clamp; its environment variable is
+``TRAINREPORT_<NAME UPPERCASED>``). :func:`_parse` is the one parser. Each way
+in only decides what to do with the problem it reports, worded the same in
+every mode:
 
-- ``ReportingConfig(...)``: direct construction. Forgiving where docs/design.md#metrics asks
-  for it (a bare string pattern, a list of patterns, ints for float fields) and
-  clamping where a number is out of range (a negative duration becomes 0);
-  a value of the wrong type raises.
-- ``ReportingConfig.from_mapping(data, strict=True)``: the submission-side
-  check. One private cattrs converter (``forbid_extra_keys``, detailed
-  validation) parses the mapping; every problem is collected into one
-  :class:`~trainreport.exceptions.ConfigError` whose lines read like cattrs'
-  ``transform_error`` output (``"expected a number @ $.heartbeat_seconds"``).
-- ``from_mapping(data, strict=False)`` and ``from_env()``: the runtime side, in
-  the training process. Never raises: a bad field falls back to its default and
-  an unknown key is ignored, each with one log event.
-
-Every field's kind (and so its parser, range and clamp) lives in the field's
-attrs metadata, so the class definition is the single table of fields.
+- ``ReportingConfig(...)`` (the attrs converters): a number out of range is
+  clamped; any other problem raises ``TypeError`` or ``ValueError``.
+- ``from_mapping(data)``, ``from_env(strict=True)``: the submission side. The
+  one private cattrs :data:`CONVERTER` (``forbid_extra_keys``, detailed
+  validation) structures the mapping, and every problem goes into one
+  :class:`~trainreport.exceptions.ConfigError`, as ``transform_error`` lines
+  (``"expected a number @ $.heartbeat_seconds"``) or with the variable
+  (``"... @ TRAINREPORT_HEARTBEAT_SECONDS"``).
+- ``from_mapping(data, strict=False)``, ``from_env()``, :func:`from_env_over`:
+  the training process. The same structuring, from text (:func:`lenient`); a
+  bad field keeps its default (or the given base), a number out of range is
+  clamped, an unknown key is ignored, each with one log event. Never raises.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import enum
 import math
 import numbers
 import os
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Literal, TypeAlias, cast
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast
 
 import attrs
 import cattrs
@@ -52,6 +55,7 @@ __all__ = [
     "StatusAtClose",
     "env_variable",
     "from_env_over",
+    "lenient",
 ]
 
 ENV_PREFIX: Final = "TRAINREPORT_"
@@ -64,14 +68,30 @@ STATUS_AT_CLOSE_CHOICES: Final = ("outcome", "keep")
 #: The type of ``ReportingConfig.status_at_close``.
 StatusAtClose: TypeAlias = Literal["outcome", "keep"]
 
-_TRUE_WORDS: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE_WORDS: Final = frozenset({"0", "false", "no", "off"})
+MIN_QUEUE_BYTES: Final = 2**20
+"""The smallest queue memory guard accepted (1 MiB, about a thousand reports of 14
+metrics). A smaller one would drop most of a run's reports: lenient parsing falls
+back to the default instead, with a warning."""
+
+#: Variables that configured a field since replaced: set, they are ignored with a warning.
+REPLACED_VARIABLES: Final[Mapping[str, str]] = {
+    "TRAINREPORT_MAX_QUEUE_ITEMS": "TRAINREPORT_MAX_QUEUE_BYTES",
+}
+
+#: A flag's words in text (any case).
+_FLAG_WORDS: Final = {
+    **dict.fromkeys(("1", "true", "yes", "on"), True),
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+}
+#: Text that turns an optional duration off (any case).
+_OFF: Final = frozenset({"", "none", "off"})
 
 
 class _Kind(enum.Enum):
-    """What a field holds; decides its parser, its valid range and its clamp."""
+    """What a field holds; decides how it parses, its valid range and its clamp."""
 
     DURATION = "duration"  # float seconds, >= 0
+    OPTIONAL_DURATION = "optional duration"  # None (off), or float seconds >= 0
     FRACTION = "fraction"  # float in [0, 1]
     FACTOR = "factor"  # float >= 1
     COUNT = "count"  # int >= 1
@@ -80,118 +100,173 @@ class _Kind(enum.Enum):
     PATTERNS = "patterns"  # None, or a tuple of glob patterns
     DIRECTORY = "directory"  # a directory path as text: non-empty, no NUL
     STATUS_AT_CLOSE = "status at close"  # one of STATUS_AT_CLOSE_CHOICES
-    OPTIONAL_DURATION = "optional duration"  # None (off), or float seconds >= 0
+
+
+#: Each numeric kind's range, both ends included.
+_LIMITS: Final[Mapping[_Kind, tuple[float, float]]] = {
+    _Kind.DURATION: (0.0, math.inf),
+    _Kind.OPTIONAL_DURATION: (0.0, math.inf),
+    _Kind.FRACTION: (0.0, 1.0),
+    _Kind.FACTOR: (1.0, math.inf),
+    _Kind.COUNT: (1, math.inf),
+    _Kind.GUARD_BYTES: (MIN_QUEUE_BYTES, math.inf),
+}
+_INTEGRAL: Final = frozenset({_Kind.COUNT, _Kind.GUARD_BYTES})
+#: Kinds whose out-of-range value would throw the run away: lenient parsing falls
+#: back to the default (with a warning) instead of clamping.
+_DEFAULT_WHEN_OUT_OF_RANGE: Final = frozenset({_Kind.GUARD_BYTES})
 
 
 class _FieldError(ValueError):
-    """One value's problem, worded like cattrs' ``transform_error`` lines (without the path)."""
+    """One value's problem, worded like cattrs' ``transform_error`` lines (without the path).
+
+    ``clamped`` is set for a number out of its field's range only: the nearest
+    value in range, which direct construction and lenient parsing use.
+    """
 
     __notes__: list[str]  # declared for mypy's 3.10 target; cattrs reads it on every version
 
+    def __init__(self, text: str, clamped: float | None = None) -> None:
+        super().__init__(text)
+        self.clamped = clamped
 
-# --- direct construction: attrs converters (clamp, never log) ---------------------------
+
+class _FieldTypeError(_FieldError, TypeError):
+    """A value of the wrong type (a ``TypeError`` to direct construction)."""
 
 
-def _real(value: object) -> float:
+def _parse(kind: _Kind, value: object, *, text: bool) -> object:
+    """The one parser: ``value`` as a ``kind`` value, range-checked. Pure.
+
+    Args:
+        kind: the field's kind.
+        value: the value given.
+        text: the runtime side's loose input (the environment, a lenient
+            mapping): numbers, words and ``off`` parse from text, and ``0``/``1``
+            are flags. ``False``: Python values only, as a job spec holds them.
+
+    Raises:
+        _FieldError: the value is unusable, or (with ``clamped``) out of range.
+    """
+    if kind is _Kind.PATTERNS:  # docs/design.md#metrics: a bare string is one pattern
+        if value is None or isinstance(value, str):
+            return None if value is None else (value,)
+        if isinstance(value, bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+            raise _FieldTypeError("expected a list of glob patterns, a string or null")
+        return tuple(value)  # entries kept as given: the selector drops non-strings, warned
+    if kind is _Kind.DIRECTORY:
+        path = os.fspath(value) if isinstance(value, os.PathLike) else value
+        if not isinstance(path, str):
+            raise _FieldTypeError("expected a directory path (non-empty text)")
+        if not path.strip() or "\0" in path:
+            raise _FieldError("expected a directory path (non-empty text)")
+        return path
+    word = value.strip().lower() if text and isinstance(value, str) else None
+    if kind is _Kind.FLAG:
+        if isinstance(value, bool):
+            return value
+        if word in _FLAG_WORDS:
+            return _FLAG_WORDS[word]
+        if text and isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        words = "" if word is None else " (1/0/true/false/yes/no)"
+        raise _FieldTypeError(f"expected a boolean{words}")
+    if kind is _Kind.STATUS_AT_CLOSE:
+        choice = value if word is None else word
+        if isinstance(choice, str) and choice in STATUS_AT_CLOSE_CHOICES:
+            return choice
+        error = _FieldError if isinstance(value, str) else _FieldTypeError
+        raise error(f"expected one of {', '.join(map(repr, STATUS_AT_CLOSE_CHOICES))}")
+    if kind is _Kind.OPTIONAL_DURATION and (value is None or word in _OFF):
+        return None
+    if text and isinstance(value, str):
+        value = _number_from_text(value)
+    integral = kind in _INTEGRAL
+    noun = "an integer" if integral else "a number"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
-    number = float(value)
+        raise _FieldTypeError(f"expected {noun}")
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):
+        number = math.inf
     if not math.isfinite(number):
-        raise ValueError(f"expected a finite number, got {number!r}")
-    return number
+        raise _FieldError("expected a finite number")
+    if integral and not number.is_integer():
+        raise _FieldTypeError("expected an integer")
+    parsed: float = number
+    if integral:
+        parsed = int(value) if isinstance(value, numbers.Integral) else int(number)
+    low, high = _LIMITS[kind]
+    if low <= parsed <= high:
+        return parsed
+    if high == math.inf:
+        problem = f"expected {noun} >= {low if integral else f'{low:g}'} (got {parsed!r})"
+    else:
+        problem = f"expected {noun} between {low:g} and {high:g} (got {parsed!r})"
+    raise _FieldError(problem, clamped=min(max(parsed, low), high))
 
 
-def _to_duration(value: float) -> float:
-    return max(0.0, _real(value))
-
-
-def _to_optional_duration(value: float | None) -> float | None:
-    return None if value is None else _to_duration(value)
-
-
-def _to_fraction(value: float) -> float:
-    return min(1.0, max(0.0, _real(value)))
-
-
-def _to_factor(value: float) -> float:
-    return max(1.0, _real(value))
-
-
-def _integer(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"expected an integer, got {type(value).__name__}")
-    return int(value)
-
-
-def _to_count(value: int) -> int:
-    return max(1, _integer(value))
-
-
-MIN_QUEUE_BYTES: Final = 2**20
-"""The smallest queue memory guard accepted (1 MiB, about a thousand reports of 14
-metrics). A smaller one would drop most of a run's reports: lenient parsing falls
-back to the default instead, with a warning."""
-
-
-def _to_guard_bytes(value: int) -> int:
-    return max(MIN_QUEUE_BYTES, _integer(value))
-
-
-def _boolean(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected a bool, got {type(value).__name__}")
-    return value
-
-
-def _to_flag(value: bool) -> bool:
-    return _boolean(value)
-
-
-def _to_directory(value: str | os.PathLike[str]) -> str:
-    if not isinstance(value, str | os.PathLike):
-        raise TypeError(f"expected a directory path, got {type(value).__name__}")
-    text = os.fspath(value)
-    if not isinstance(text, str):
-        raise TypeError("expected a directory path as text, got bytes")
-    if not text.strip() or "\0" in text:
-        raise ValueError(f"expected a non-empty directory path without NUL, got {text!r}")
+def _number_from_text(text: str) -> object:
+    stripped = text.strip()
+    for parse in (int, float):
+        try:
+            return parse(stripped)
+        except ValueError:
+            pass
     return text
 
 
-def _to_status_at_close(value: str) -> StatusAtClose:
-    if not isinstance(value, str):
-        raise TypeError(f"expected one of {STATUS_AT_CLOSE_CHOICES}, got {type(value).__name__}")
-    if value not in STATUS_AT_CLOSE_CHOICES:
-        raise ValueError(f"expected one of {STATUS_AT_CLOSE_CHOICES}, got {value!r}")
-    return cast("StatusAtClose", value)
+# --- direct construction: the attrs converters (clamp, never log) ------------------------
+
+
+def _construct(kind: _Kind, value: object) -> object:
+    try:
+        return _parse(kind, value, text=False)
+    except _FieldError as problem:
+        if problem.clamped is not None:
+            return problem.clamped
+        error = TypeError if isinstance(problem, TypeError) else ValueError
+        raise error(f"{problem}, got {reprlib.repr(value)}") from None
+
+
+def _to_duration(value: float) -> float:
+    return cast("float", _construct(_Kind.DURATION, value))
+
+
+def _to_optional_duration(value: float | None) -> float | None:
+    return cast("float | None", _construct(_Kind.OPTIONAL_DURATION, value))
+
+
+def _to_fraction(value: float) -> float:
+    return cast("float", _construct(_Kind.FRACTION, value))
+
+
+def _to_factor(value: float) -> float:
+    return cast("float", _construct(_Kind.FACTOR, value))
+
+
+def _to_count(value: int) -> int:
+    return cast("int", _construct(_Kind.COUNT, value))
+
+
+def _to_guard_bytes(value: int) -> int:
+    return cast("int", _construct(_Kind.GUARD_BYTES, value))
+
+
+def _to_flag(value: bool) -> bool:
+    return cast("bool", _construct(_Kind.FLAG, value))
 
 
 def _to_patterns(value: str | Iterable[object] | None) -> tuple[object, ...] | None:
-    # docs/design.md#metrics: a bare string is one pattern; entries are kept as given (the
-    # selector drops non-string entries with a warning).
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, bytes | bytearray | Mapping) or not isinstance(value, Iterable):
-        raise TypeError(
-            f"expected a list of glob patterns, a string or None, got {type(value).__name__}"
-        )
-    return tuple(value)
+    return cast("tuple[object, ...] | None", _construct(_Kind.PATTERNS, value))
 
 
-_CONVERTERS: Final[Mapping[_Kind, Callable[[Any], object]]] = {
-    _Kind.DURATION: _to_duration,
-    _Kind.FRACTION: _to_fraction,
-    _Kind.FACTOR: _to_factor,
-    _Kind.COUNT: _to_count,
-    _Kind.GUARD_BYTES: _to_guard_bytes,
-    _Kind.FLAG: _to_flag,
-    _Kind.PATTERNS: _to_patterns,
-    _Kind.DIRECTORY: _to_directory,
-    _Kind.STATUS_AT_CLOSE: _to_status_at_close,
-    _Kind.OPTIONAL_DURATION: _to_optional_duration,
-}
+def _to_directory(value: str | os.PathLike[str]) -> str:
+    return cast("str", _construct(_Kind.DIRECTORY, value))
+
+
+def _to_status_at_close(value: str) -> StatusAtClose:
+    return cast("StatusAtClose", _construct(_Kind.STATUS_AT_CLOSE, value))
 
 
 def _kind(field: attrs.Attribute[Any]) -> _Kind:
@@ -397,13 +472,13 @@ class ReportingConfig:
                 ``strict=False`` this never raises, whatever ``data`` is.
         """
         if not strict:
-            return _lenient(data, env=False)
+            return _lenient(data, ReportingConfig(), env=False)
         if not isinstance(data, Mapping):
             raise ConfigError(["expected a mapping @ $"])
         try:
             return CONVERTER.structure(dict(data), cls)
-        except (ClassValidationError, IterableValidationError) as exc:
-            raise ConfigError(transform_error(exc, "$", _format_problem)) from None
+        except ClassValidationError as exc:
+            raise ConfigError(transform_error(exc, "$", _describe)) from None
 
     @classmethod
     def from_env(
@@ -435,20 +510,13 @@ class ReportingConfig:
         """
         env: Mapping[str, object] = os.environ if environ is None else environ
         if not strict:
-            return _lenient(env, env=True)
-        values: dict[str, Any] = {}
-        problems: list[str] = []
-        for field in attrs.fields(cls):
-            variable = env_variable(field.name)
-            if variable not in env:
-                continue
-            try:
-                values[field.name] = _check(_kind(field), _env_value(field, env[variable]))
-            except _FieldError as exc:
-                problems.append(f"{exc} @ {variable}")
-        if problems:
-            raise ConfigError(problems)
-        return cls(**values)
+            return _lenient(env, ReportingConfig(), env=True)
+        try:
+            return _STRUCTURE_TEXT(_environment_values(env), cls)
+        except ClassValidationError as exc:
+            with_notes, _ = exc.group_exceptions()
+            problems = [f"{_describe(e, n.type)} @ {env_variable(n.name)}" for e, n in with_notes]
+            raise ConfigError(problems) from None
 
     def evolve(self, **changes: object) -> ReportingConfig:
         """Return a copy with ``changes`` applied (``attrs.evolve``); converters run again.
@@ -460,153 +528,7 @@ class ReportingConfig:
         return attrs.evolve(self, **cast("dict[str, Any]", changes))
 
 
-# --- parsing shared by the strict and lenient paths -------------------------------------
-
-
-def _parse(kind: _Kind, value: object, *, strings: bool) -> object:
-    """Coerce ``value`` to ``kind``'s type, without a range check.
-
-    ``strings`` allows text for numbers and flags (environment variables, lenient
-    mode). Raises _FieldError.
-    """
-    if kind is _Kind.PATTERNS:
-        return _parse_patterns(value, strict=not strings)
-    if kind is _Kind.FLAG:
-        return _parse_flag(value, strings=strings)
-    if kind is _Kind.DIRECTORY:
-        if not isinstance(value, str) or not value.strip() or "\0" in value:
-            raise _FieldError("expected a directory path (non-empty text)")
-        return value
-    if kind is _Kind.STATUS_AT_CLOSE:
-        word = value.strip().lower() if strings and isinstance(value, str) else value
-        if word not in STATUS_AT_CLOSE_CHOICES:
-            raise _FieldError(f"expected one of {', '.join(map(repr, STATUS_AT_CLOSE_CHOICES))}")
-        return word
-    if kind is _Kind.OPTIONAL_DURATION:
-        if value is None or (strings and isinstance(value, str) and value.strip().lower() in _OFF):
-            return None
-        kind = _Kind.DURATION
-    if strings and isinstance(value, str):
-        value = _number_from_text(value)
-    integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _FieldError("expected an integer" if integral else "expected a number")
-    try:
-        number = float(value)
-    except (OverflowError, ValueError):
-        number = math.inf
-    if not math.isfinite(number):
-        raise _FieldError("expected a finite number")
-    if not integral:
-        return number
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if number.is_integer():
-        return int(number)
-    raise _FieldError("expected an integer")
-
-
-def _number_from_text(text: str) -> object:
-    stripped = text.strip()
-    for parse in (int, float):
-        try:
-            return parse(stripped)
-        except ValueError:
-            pass
-    return text
-
-
-def _parse_flag(value: object, *, strings: bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    if strings and isinstance(value, str):
-        word = value.strip().lower()
-        if word in _TRUE_WORDS or word in _FALSE_WORDS:
-            return word in _TRUE_WORDS
-        raise _FieldError("expected a boolean (1/0/true/false/yes/no)")
-    if strings and isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise _FieldError("expected a boolean")
-
-
-def _parse_patterns(value: object, *, strict: bool) -> tuple[object, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, list | tuple):
-        raise _FieldError("expected a list of glob patterns, a string or null")
-    if strict:
-        bad = []
-        for index, entry in enumerate(value):
-            if not isinstance(entry, str):
-                problem = _FieldError("expected a string")
-                problem.__notes__ = [
-                    IterableValidationNote(f"Structuring pattern @ index {index}", index, str)
-                ]
-                bad.append(problem)
-        if bad:
-            raise IterableValidationError("While structuring time_series_metrics", bad, tuple)
-    return tuple(value)
-
-
-#: Text that turns an optional duration off (any case).
-_OFF: Final = frozenset({"", "none", "off"})
-
-_LIMITS: Final[Mapping[_Kind, tuple[float, float]]] = {
-    _Kind.DURATION: (0.0, math.inf),
-    _Kind.OPTIONAL_DURATION: (0.0, math.inf),
-    _Kind.FRACTION: (0.0, 1.0),
-    _Kind.FACTOR: (1.0, math.inf),
-    _Kind.COUNT: (1, math.inf),
-    _Kind.GUARD_BYTES: (MIN_QUEUE_BYTES, math.inf),
-}
-#: Kinds whose out-of-range value would throw the run away: lenient parsing falls
-#: back to the default (with a warning) instead of clamping.
-_DEFAULT_WHEN_OUT_OF_RANGE: Final = frozenset({_Kind.GUARD_BYTES})
-#: Variables that configured a field since replaced: set, they are ignored with a warning.
-REPLACED_VARIABLES: Final[Mapping[str, str]] = {
-    "TRAINREPORT_MAX_QUEUE_ITEMS": "TRAINREPORT_MAX_QUEUE_BYTES",
-}
-
-
-def _range_problem(kind: _Kind, value: object) -> str | None:
-    """Return why ``value`` (already parsed) is outside ``kind``'s range, or None."""
-    if kind not in _LIMITS or not isinstance(value, int | float):
-        return None
-    low, high = _LIMITS[kind]
-    if low <= value <= high:
-        return None
-    integral = kind in (_Kind.COUNT, _Kind.GUARD_BYTES)
-    noun = "an integer" if integral else "a number"
-    if high == math.inf:
-        return f"expected {noun} >= {int(low) if integral else f'{low:g}'} (got {value!r})"
-    return f"expected {noun} between {low:g} and {high:g} (got {value!r})"
-
-
-def _check(kind: _Kind, value: object, *, strings: bool = True) -> object:
-    """Parse and range-check one value, strictly. Raises _FieldError."""
-    parsed = _parse(kind, value, strings=strings)
-    problem = _range_problem(kind, parsed)
-    if problem is not None:
-        raise _FieldError(problem)
-    return parsed
-
-
-def _strict_hook(kind: _Kind) -> Callable[[object, object], object]:
-    def hook(value: object, _type: object) -> object:
-        return _check(kind, value, strings=False)
-
-    return hook
-
-
-def _format_problem(exc: BaseException, type_: type | None) -> str:
-    if isinstance(exc, _FieldError):
-        return str(exc)
-    if isinstance(exc, ForbiddenExtraKeysError):
-        names = sorted(k if isinstance(k, str) else repr(k) for k in exc.extra_fields)
-        return f"extra fields found ({', '.join(names)})"
-    return _cattrs_format_exception(exc, type_)
+# --- the converter: strict, and from text --------------------------------------------------
 
 
 def env_variable(name: str) -> str:
@@ -614,10 +536,143 @@ def env_variable(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-def _env_value(field: attrs.Attribute[Any], raw: object) -> object:
-    if _kind(field) is _Kind.PATTERNS and isinstance(raw, str):
-        return [piece.strip() for piece in raw.split(",") if piece.strip()]
-    return raw
+def _environment_values(env: Mapping[str, object]) -> dict[str, object]:
+    """Field -> the text of its variable, for the variables that are set (patterns split)."""
+    values: dict[str, object] = {}
+    for field in attrs.fields(ReportingConfig):
+        if (variable := env_variable(field.name)) in env:
+            raw = env[variable]
+            if _kind(field) is _Kind.PATTERNS and isinstance(raw, str):
+                raw = [piece.strip() for piece in raw.split(",") if piece.strip()]
+            values[field.name] = raw
+    return values
+
+
+def _structure_hook(kind: _Kind, *, text: bool) -> Callable[[object, object], object]:
+    def hook(value: object, _type: object) -> object:
+        parsed = _parse(kind, value, text=text)
+        if kind is _Kind.PATTERNS and not text and parsed:  # strict: each one a string
+            assert isinstance(parsed, tuple)
+            bad = [_entry_error(i) for i, entry in enumerate(parsed) if not isinstance(entry, str)]
+            if bad:
+                raise IterableValidationError("While structuring time_series_metrics", bad, tuple)
+        return parsed
+
+    return hook
+
+
+def _entry_error(index: int) -> _FieldError:
+    problem = _FieldTypeError("expected a string")
+    problem.__notes__ = [IterableValidationNote(f"Structuring pattern @ index {index}", index, str)]
+    return problem
+
+
+def _describe(exc: BaseException, type_: type | None) -> str:
+    """One problem's text: ours (and the destination settings' ``ValueError``) as raised."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        names = sorted(k if isinstance(k, str) else repr(k) for k in exc.extra_fields)
+        return f"extra fields found ({', '.join(names)})"
+    if isinstance(exc, ValueError):
+        return str(exc)
+    return _cattrs_format_exception(exc, type_)
+
+
+def _structure_fn(*, text: bool) -> Callable[[Mapping[str, Any], Any], ReportingConfig]:
+    hooks: dict[str, Any] = {
+        field.name: override(struct_hook=_structure_hook(_kind(field), text=text))
+        for field in attrs.fields(ReportingConfig)
+    }
+    return make_dict_structure_fn(ReportingConfig, CONVERTER, **hooks)
+
+
+#: The one converter that parses configuration: ``ReportingConfig`` here (strictly;
+#: :data:`_STRUCTURE_TEXT` from text), the destination settings in ``_environment``.
+CONVERTER: Final = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+CONVERTER.register_structure_hook(ReportingConfig, _structure_fn(text=False))
+_STRUCTURE_TEXT: Final = _structure_fn(text=True)
+
+
+# --- the runtime side: lenient --------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+def lenient(
+    structure: Callable[[Mapping[str, Any], type[_T]], _T],
+    cls: type[_T],
+    given: Mapping[str, object],
+    base: _T,
+    variables: Mapping[str, str],
+) -> _T:
+    """Structure ``given`` (field -> value) over ``base``, keeping every good field.
+
+    The runtime side's rule for every settings class the converter parses: a
+    field whose value is refused keeps ``base``'s value, with one
+    ``trainreport.config_field_invalid`` event; a number out of range is
+    clamped (``trainreport.config_field_clamped``), unless its kind would
+    throw the run away. Each event has ``field``, ``problem`` and, when
+    ``variables`` names one, ``variable``.
+
+    Returns:
+        ``base`` with the given fields replaced. Never raises a validation error.
+    """
+    log = get_logger()
+    given = dict(given)
+    for _attempt in range(2):  # the second succeeds: every bad field is dropped or clamped
+        try:
+            parsed = structure(given, cls)
+        except ClassValidationError as exc:
+            for error, note in exc.group_exceptions()[0]:
+                name = note.name
+                context = {"field": name, "problem": _describe(error, note.type)}
+                if name in variables:
+                    context["variable"] = variables[name]
+                field = attrs.fields_dict(cls)[name]  # type: ignore[arg-type]
+                clamped = error.clamped if isinstance(error, _FieldError) else None
+                if clamped is None or field.metadata.get("kind") in _DEFAULT_WHEN_OUT_OF_RANGE:
+                    given.pop(name, None)
+                    log.warning("trainreport.config_field_invalid", **context)
+                else:
+                    given[name] = clamped
+                    log.warning("trainreport.config_field_clamped", **context, value=clamped)
+            continue
+        return attrs.evolve(base, **{name: getattr(parsed, name) for name in given})  # type: ignore[misc]
+    return base
+
+
+def _lenient(data: object, base: ReportingConfig, *, env: bool) -> ReportingConfig:
+    """A mapping or the environment over ``base``; never raises (docs/design.md#guarantees)."""
+    log = get_logger()
+    try:
+        if not isinstance(data, Mapping):
+            log.warning("trainreport.config_not_a_mapping", type=type(data).__name__)
+            return base
+        if env:
+            for variable, use in REPLACED_VARIABLES.items():
+                if variable in data:
+                    log.warning("trainreport.config_variable_replaced", variable=variable, use=use)
+            given = _environment_values(data)
+            variables = {name: env_variable(name) for name in given}
+        else:
+            names = attrs.fields_dict(ReportingConfig)
+            for key in data:
+                if key not in names:
+                    log.warning("trainreport.config_field_unknown", field=_key_label(key))
+            given = {key: value for key, value in data.items() if key in names}
+            variables = {}
+        return lenient(_STRUCTURE_TEXT, ReportingConfig, given, base, variables)
+    except Exception as exc:
+        log.warning("trainreport.config_unreadable", error=type(exc).__name__)
+        return base
+
+
+def _key_label(key: object) -> str:
+    if isinstance(key, str):
+        return key
+    try:
+        return repr(key)[:100]
+    except Exception:
+        return f"<{type(key).__name__}>"
 
 
 def from_env_over(environ: Mapping[str, object], base: ReportingConfig) -> ReportingConfig:
@@ -633,7 +688,7 @@ def from_env_over(environ: Mapping[str, object], base: ReportingConfig) -> Repor
     Returns:
         the merged configuration. Never raises.
     """
-    merged = _lenient(environ, env=True, base=base)
+    merged = _lenient(environ, base, env=True)
     changed = [
         f.name
         for f in attrs.fields(ReportingConfig)
@@ -646,85 +701,3 @@ def from_env_over(environ: Mapping[str, object], base: ReportingConfig) -> Repor
             variables=[env_variable(name) for name in changed],
         )
     return merged
-
-
-def _lenient(data: object, *, env: bool, base: ReportingConfig | None = None) -> ReportingConfig:
-    """Build a config keeping every good field; never raises.
-
-    Fields not given (or given badly) keep ``base``'s values (default:
-    ``ReportingConfig()``'s). See docs/design.md#guarantees, #layout.
-    """
-    log = get_logger()
-    if base is None:
-        base = ReportingConfig()
-    try:
-        if not isinstance(data, Mapping):
-            log.warning("trainreport.config_not_a_mapping", type=type(data).__name__)
-            return base
-        fields = {field.name: field for field in attrs.fields(ReportingConfig)}
-        if env:
-            items = [
-                (name, data[env_variable(name)]) for name in fields if env_variable(name) in data
-            ]
-        else:
-            items = list(data.items())
-        if env:
-            for variable, use in REPLACED_VARIABLES.items():
-                if variable in data:
-                    log.warning("trainreport.config_variable_replaced", variable=variable, use=use)
-        values: dict[str, Any] = {}
-        for key, raw in items:
-            context = {"variable": env_variable(key)} if env else {}
-            field = fields.get(key) if isinstance(key, str) else None
-            if field is None:
-                log.warning("trainreport.config_field_unknown", field=_key_label(key))
-                continue
-            kind = _kind(field)
-            try:
-                parsed = _parse(kind, _env_value(field, raw) if env else raw, strings=True)
-            except _FieldError as exc:
-                log.warning(
-                    "trainreport.config_field_invalid", field=key, problem=str(exc), **context
-                )
-                continue
-            problem = _range_problem(kind, parsed)
-            if problem is not None and kind in _DEFAULT_WHEN_OUT_OF_RANGE:
-                log.warning(
-                    "trainreport.config_field_invalid", field=key, problem=problem, **context
-                )
-                continue
-            if problem is not None:
-                parsed = _CONVERTERS[kind](parsed)
-                log.warning(
-                    "trainreport.config_field_clamped",
-                    field=key,
-                    problem=problem,
-                    value=parsed,
-                    **context,
-                )
-            values[key] = parsed
-        return attrs.evolve(base, **values)
-    except Exception as exc:
-        log.warning("trainreport.config_unreadable", error=type(exc).__name__)
-        return base
-
-
-def _key_label(key: object) -> str:
-    if isinstance(key, str):
-        return key
-    try:
-        return repr(key)[:100]
-    except Exception:
-        return f"<{type(key).__name__}>"
-
-
-#: The one converter that parses configuration: ``ReportingConfig`` here, the
-#: destination settings read from the environment in ``_environment``.
-CONVERTER: Final = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-_overrides: dict[str, Any] = {
-    field.name: override(struct_hook=_strict_hook(_kind(field)))
-    for field in attrs.fields(ReportingConfig)
-}
-CONVERTER.register_structure_hook(
-    ReportingConfig, make_dict_structure_fn(ReportingConfig, CONVERTER, **_overrides)
-)

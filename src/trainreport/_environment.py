@@ -3,9 +3,9 @@
 Every ``TRAINREPORT_*`` variable the library reads, and Kubeflow Trainer's
 ``KUBEFLOW_TRAINER_SERVER_*`` ones, is named here. The destination settings
 are frozen values parsed by the converter that parses ``ReportingConfig``
-(:data:`trainreport._config.CONVERTER`), leniently: the training process never
-fails on its environment. Problems are log events with the configuration's
-names (docs/configuration.md):
+(:data:`trainreport._config.CONVERTER`), by its runtime side's rule
+(:func:`trainreport._config.lenient`): the training process never fails on its
+environment. Problems are that rule's log events (docs/configuration.md):
 
 - ``trainreport.config_field_invalid`` (``field``, ``variable``, ``problem``):
   a value that cannot be used; the field keeps its default.
@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
 import attrs
-from cattrs.errors import ClassValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
 from trainreport._attempt import ATTEMPT_VARIABLES
@@ -37,6 +36,7 @@ from trainreport._config import (
     REPLACED_VARIABLES,
     ReportingConfig,
     env_variable,
+    lenient,
 )
 from trainreport._logging import get_logger
 from trainreport._selection import check_globs
@@ -260,22 +260,7 @@ def _structure(cls: type[_T], variables: Mapping[str, str], env: Mapping[str, st
         for field, variable in variables.items()
         if isinstance(env.get(variable), str) and env[variable].strip()
     }
-    while True:
-        try:
-            return CONVERTER.structure(raw, cls)
-        except ClassValidationError as exc:
-            with_notes, _others = exc.group_exceptions()
-            bad = {note.name: error for error, note in with_notes if note.name in raw}
-            if not bad:  # no field to blame (cannot happen with these hooks): every default
-                return CONVERTER.structure({}, cls)
-            for field, error in bad.items():
-                _log.warning(
-                    "trainreport.config_field_invalid",
-                    field=field,
-                    variable=variables[field],
-                    value=str(raw.pop(field))[:50],
-                    problem=str(error),
-                )
+    return lenient(CONVERTER.structure, cls, raw, cls(), variables)
 
 
 def read_http_settings(environ: Mapping[str, str] | None = None) -> HttpDestination:
