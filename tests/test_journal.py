@@ -488,6 +488,63 @@ def test_a_request_that_hangs_never_stops_the_journal(
         assert list(range(1, 32)) == [p[0] for p in curve(held(other), "train_loss")]
 
 
+class _ReportsRightAfterADrain(FakeClock):
+    """A FakeClock that runs ``then`` once, at its first reading after a drain emptied the queue.
+
+    It plays the training thread reporting just after the reporter thread took
+    the queue, and the clock moving on before the journal decides whether a
+    record is due: an interleaving a loaded machine makes now and then.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: Any = None
+        self.then: Callable[[], None] | None = None
+
+    def __call__(self) -> float:
+        then = self.then
+        if then is not None and self.queue is not None and not self.queue:
+            self.then = None
+            then()
+        return super().__call__()
+
+
+def test_the_journal_interval_counts_from_the_drain_a_record_holds(tmp_path: Path) -> None:
+    """Points reported right after a drain are journaled one interval after that drain.
+
+    A record holds what the drain before it took; when the next one is due is
+    counted from that drain, not from a later reading of the clock, or the
+    points reported in between would wait a whole interval more: a kill then
+    loses points reported more than ``journal_interval_seconds`` before it.
+    """
+    clock = _ReportsRightAfterADrain()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(_KeyedSink(), config, clock=clock, rank=0)
+    worker = drive(reporter)
+    clock.queue = worker.queue
+    path = tmp_path / "job-1" / "train.log"
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    worker.cycle()  # at 1000: recorded, step 1 sent
+
+    def training_thread() -> None:  # reports at 1001, then a second passes
+        for step in range(12, 22):
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        clock.advance(1.0)
+
+    for step in range(2, 12):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    clock.advance(1.0)
+    clock.then = training_thread
+    worker.cycle()  # drains 2..11 at 1001; 12..21 arrive, then the clock reads 1002
+    recorded = _journaled_steps(path)
+    worker.cycle()  # at 1002: a second after the drain that left 12..21 behind
+    try:
+        assert list(range(2, 12)) == recorded  # step 1 was acknowledged: trimmed
+        assert list(range(2, 22)) == _journaled_steps(path)
+    finally:
+        reporter.close(timeout=10.0)
+
+
 # --- trainreport sync of a journal --------------------------------------------------------
 
 

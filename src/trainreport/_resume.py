@@ -89,6 +89,15 @@ class Resume:
             return True
         return not open_failed and now - self._began_at < journal.interval_seconds
 
+    def seed_due(self) -> float | None:
+        """When (scheduling clock) the store is seeded without waiting for another first open.
+
+        One debounce interval after the first successful open; ``None``
+        before one succeeded (call it only while the store is not seeded).
+        """
+        first = self._first_opened_at
+        return None if first is None else first + self._interval
+
     def recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
         """After the journal destination's open: deliver what dead processes left first.
 

@@ -241,11 +241,15 @@ class Worker:
         self._begin()
         dispatch, flush, has_changes = self._dispatch, self._flush, self.recorder.has_changes
         try:
+            # A record holds what the drain took: the journal's interval counts from
+            # the clock read before it, so a report queued during the drain is in
+            # the next record, due one interval after (docs/engine.md).
+            drained_at = self.clock()
             self._drain()
             now = self.clock()
             journal = self.journal
-            if journal is not None and journal.due(now):
-                journal.record()
+            if journal is not None and journal.due(drained_at):
+                journal.record(at=drained_at)
             # flush() sends now, even during a backoff, and keeps sending while its
             # waiters wait and sends succeed (a short acknowledgement needs a resend).
             complete = flush.waiting
@@ -278,6 +282,7 @@ class Worker:
             interval=self.config.min_report_interval_seconds,
             flush_now=self._flush.wants_any_send(self.destinations, now, self.recorder.has_changes),
             journal_due=None if journal is None else journal.next_due(),
+            seed_due=None if self.recorder.seeded else self._resume.seed_due(),
         )
 
     def _drain(self) -> None:
@@ -290,10 +295,11 @@ class Worker:
         runs ``close()`` to is when a job system's SIGKILL comes
         (``docs/engine.md``, "The journal in front of a service").
         """
+        drained_at = self.clock()
         self._apply_queue()
         journal = self.journal
         if self._closing and journal is not None:
-            journal.record(sync=True)
+            journal.record(at=drained_at, sync=True)
 
     def _apply_queue(self) -> None:
         queue = self.queue
