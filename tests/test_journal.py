@@ -23,6 +23,7 @@ import urllib3
 from faults import closed_port
 from helpers import ScriptedSink, curve, drive, held
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
+from trainreport._journal_feed import JournalKeeper
 from trainreport._sink import SendResult, SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
@@ -878,6 +879,60 @@ def test_close_journals_the_terminal_status_and_every_queued_point_before_its_fi
     assert synced >= 1
     assert delivered  # let go, the service takes everything: the journal is removed
     assert not (tmp_path / "job-1" / "train.log").exists()
+
+
+def test_close_journals_what_waits_for_a_first_open_that_has_not_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reports waiting for the stored task are journaled as close() begins, not at the end.
+
+    The first open hangs, and the rule that stops reports waiting for it (the
+    first opens ``journal_interval_seconds`` late) has not fired on the
+    injected clock: when ``close()`` begins they are drained and journaled at
+    once, with the close's ``fsync``, since the process may be killed any
+    moment. Once the open answers, the stored task (steps 1-5 of an earlier
+    attempt) is merged under them, and the destination holds every step once.
+    """
+    inner = MemorySink()
+    earlier = Reporter(inner, ReportingConfig(), rank=0).start()
+    for step in range(1, 6):
+        earlier.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    assert earlier.close(timeout=10.0)
+    sink, gate = _KeyedSink(inner), threading.Event()
+    sink.open_gate = gate
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(sink, config, clock=FakeClock(), rank=0).start()
+    synced = threading.Event()
+    record = JournalKeeper.record
+
+    def spied(keeper: JournalKeeper, *, at: float | None = None, sync: bool = False) -> None:
+        record(keeper, at=at, sync=sync)
+        if sync:  # only the close sequence asks for an fsync: it recorded
+            synced.set()
+
+    monkeypatch.setattr(JournalKeeper, "record", spied)
+    answer: list[bool] = []
+    closing = threading.Thread(target=lambda: answer.append(reporter.close(timeout=30.0)))
+    try:
+        for step in range(6, 16):
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        reporter.report_completed()
+        assert sink.held.wait(10.0), "the first open never began"
+        closing.start()
+        assert synced.wait(10.0), "close() recorded nothing in the journal"
+        journaled = _journaled(tmp_path / "job-1" / "train.log")
+        open_still_held = not gate.is_set()
+    finally:
+        gate.set()
+        if closing.ident is not None:
+            closing.join(30.0)
+
+    assert open_still_held
+    assert ("completed", list(range(6, 16))) == journaled  # this process's, at local offsets
+    assert [True] == answer
+    task = held(inner)
+    assert "completed" == task["status"]
+    assert list(range(1, 16)) == [p[0] for p in curve(task, "train_loss")]
 
 
 # --- close() is never True while a left-over journal waits ----------------------------------

@@ -84,7 +84,7 @@ class Worker:
             ``journal_interval_seconds`` (the thread wakes that often; every
             destination's requests run on its sender thread, so none delays
             it; reports are drained before the stored task is read once the
-            first opens are that late, or one failed), the
+            first opens are that late, one failed, or ``close()`` began), the
             journals of dead processes are delivered with the first open of
             destination ``journal_destination`` (on its sender), and it is
             closed, or removed when every destination holds everything, at the end.
@@ -154,7 +154,8 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
-        #: The close sequence began: every drain is journaled at once (:meth:`_drain`).
+        #: The close sequence began: every drain is journaled at once (:meth:`_drain`),
+        #: reports waiting for the stored task included (``Resume.reports_wait``).
         self._closing = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
@@ -308,7 +309,7 @@ class Worker:
         # past drain_queue_depth (a long outage at start) they are applied, bounding memory,
         # and seeding merges the stored curves under them (Recorder.seed).
         waiting = not recorder.seeded and self._resume.reports_wait(
-            self.clock(), open_failed=self._dispatch.open_failed
+            self.clock(), open_failed=self._dispatch.open_failed, closing=self._closing
         )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
@@ -365,9 +366,7 @@ class Worker:
         finally:
             journal = self.journal
             if journal is not None:
-                # Reports still waiting for the stored task go into the journal.
-                self._dispatch.open_failed = True
-                self._drain()
+                self._drain()  # what was reported while closing goes into the journal
             queue_empty = not self.queue
             for dest in self.destinations:
                 dest.finished_cleanly = (
