@@ -14,6 +14,7 @@ from trainreport import MemorySink
 from trainreport._cadence import MIN_JOURNAL_WAIT_SECONDS, next_wait
 from trainreport._destination import Destination, Job
 from trainreport._scheduler import SendScheduler
+from trainreport._sink import Opened
 
 
 def destination(index: int = 0, *, interval: float = 10.0) -> Destination:
@@ -61,6 +62,28 @@ def test_a_destination_with_a_request_in_flight_does_not_set_the_wake() -> None:
     busy.job = Job(None)
 
     assert 10.0 == next_wait(5.0, [busy], interval=10.0, flush_now=False, journal_due=None)
+
+
+def test_a_destination_waiting_for_another_first_open_waits_for_the_seed_decision() -> None:
+    """Opened, its first point due, the store waiting for another first open: no spin.
+
+    Nothing can be sent to it before the store is seeded, so its overdue send
+    sets no wake: the thread wakes when the other open ends (that sender wakes
+    it) or when the seed decision is due (one debounce interval after the
+    first successful open), whichever comes first.
+    """
+    hanging, opened = destination(0), destination(1)
+    hanging.job = Job(None)  # its first open hangs
+    opened.opened = Opened()
+    opened.scheduler.note_change(0.0, urgent=True, first_point=True)
+    dests = [hanging, opened]
+
+    assert 10.0 == next_wait(3.0, dests, interval=10.0, flush_now=False, journal_due=None)
+    assert 7.0 == next_wait(
+        3.0, dests, interval=10.0, flush_now=False, journal_due=None, seed_due=10.0
+    )
+    opened.known = True  # seeded: its send is due at once again
+    assert 0.0 == next_wait(3.0, dests, interval=10.0, flush_now=False, journal_due=None)
 
 
 @given(

@@ -14,6 +14,7 @@ from trainreport import MemorySink
 from trainreport._destination import Destination, Job
 from trainreport._flushing import FlushRequests
 from trainreport._scheduler import SendScheduler
+from trainreport._sink import Opened
 
 
 def destination(index: int = 0, *, gap: float = 0.0) -> Destination:
@@ -75,6 +76,23 @@ def test_a_destination_with_a_request_in_flight_is_not_sent_to() -> None:
     assert not flush.wants_a_send(busy, 0.0, lambda _d: True)
     assert not flush.wants_any_send([busy], 0.0, lambda _d: True)
     assert flush.wants_any_send([busy, free], 0.0, lambda _d: True)
+
+
+def test_a_destination_waiting_for_the_seed_decision_is_not_forced() -> None:
+    """Opened, the store waiting for another first open: a flush cannot send to it yet.
+
+    Forcing it would make the thread loop (a forced send that cannot be made);
+    the flush's request stays, and is made once the store is seeded.
+    """
+    flush = FlushRequests(1)
+    dest = destination()
+    dest.opened = Opened()
+    flush.request()
+
+    assert not flush.wants_a_send(dest, 0.0, lambda _d: True)
+    assert not flush.wants_any_send([dest], 0.0, lambda _d: True)
+    dest.known = True  # seeded
+    assert flush.wants_a_send(dest, 0.0, lambda _d: True)
 
 
 def test_without_a_flush_no_send_is_wanted() -> None:

@@ -23,6 +23,7 @@ import urllib3
 from faults import closed_port
 from helpers import ScriptedSink, curve, drive, held
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
+from trainreport._journal_feed import JournalKeeper
 from trainreport._sink import SendResult, SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
@@ -488,6 +489,63 @@ def test_a_request_that_hangs_never_stops_the_journal(
         assert list(range(1, 32)) == [p[0] for p in curve(held(other), "train_loss")]
 
 
+class _ReportsRightAfterADrain(FakeClock):
+    """A FakeClock that runs ``then`` once, at its first reading after a drain emptied the queue.
+
+    It plays the training thread reporting just after the reporter thread took
+    the queue, and the clock moving on before the journal decides whether a
+    record is due: an interleaving a loaded machine makes now and then.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue: Any = None
+        self.then: Callable[[], None] | None = None
+
+    def __call__(self) -> float:
+        then = self.then
+        if then is not None and self.queue is not None and not self.queue:
+            self.then = None
+            then()
+        return super().__call__()
+
+
+def test_the_journal_interval_counts_from_the_drain_a_record_holds(tmp_path: Path) -> None:
+    """Points reported right after a drain are journaled one interval after that drain.
+
+    A record holds what the drain before it took; when the next one is due is
+    counted from that drain, not from a later reading of the clock, or the
+    points reported in between would wait a whole interval more: a kill then
+    loses points reported more than ``journal_interval_seconds`` before it.
+    """
+    clock = _ReportsRightAfterADrain()
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(_KeyedSink(), config, clock=clock, rank=0)
+    worker = drive(reporter)
+    clock.queue = worker.queue
+    path = tmp_path / "job-1" / "train.log"
+    reporter.report_train_step(step=1, epoch=1, metrics={"loss": 1.0})
+    worker.cycle()  # at 1000: recorded, step 1 sent
+
+    def training_thread() -> None:  # reports at 1001, then a second passes
+        for step in range(12, 22):
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        clock.advance(1.0)
+
+    for step in range(2, 12):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    clock.advance(1.0)
+    clock.then = training_thread
+    worker.cycle()  # drains 2..11 at 1001; 12..21 arrive, then the clock reads 1002
+    recorded = _journaled_steps(path)
+    worker.cycle()  # at 1002: a second after the drain that left 12..21 behind
+    try:
+        assert list(range(2, 12)) == recorded  # step 1 was acknowledged: trimmed
+        assert list(range(2, 22)) == _journaled_steps(path)
+    finally:
+        reporter.close(timeout=10.0)
+
+
 # --- trainreport sync of a journal --------------------------------------------------------
 
 
@@ -821,6 +879,60 @@ def test_close_journals_the_terminal_status_and_every_queued_point_before_its_fi
     assert synced >= 1
     assert delivered  # let go, the service takes everything: the journal is removed
     assert not (tmp_path / "job-1" / "train.log").exists()
+
+
+def test_close_journals_what_waits_for_a_first_open_that_has_not_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reports waiting for the stored task are journaled as close() begins, not at the end.
+
+    The first open hangs, and the rule that stops reports waiting for it (the
+    first opens ``journal_interval_seconds`` late) has not fired on the
+    injected clock: when ``close()`` begins they are drained and journaled at
+    once, with the close's ``fsync``, since the process may be killed any
+    moment. Once the open answers, the stored task (steps 1-5 of an earlier
+    attempt) is merged under them, and the destination holds every step once.
+    """
+    inner = MemorySink()
+    earlier = Reporter(inner, ReportingConfig(), rank=0).start()
+    for step in range(1, 6):
+        earlier.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    assert earlier.close(timeout=10.0)
+    sink, gate = _KeyedSink(inner), threading.Event()
+    sink.open_gate = gate
+    config = config_for(tmp_path, min_report_interval_seconds=60.0, journal_interval_seconds=1.0)
+    reporter = Reporter(sink, config, clock=FakeClock(), rank=0).start()
+    synced = threading.Event()
+    record = JournalKeeper.record
+
+    def spied(keeper: JournalKeeper, *, at: float | None = None, sync: bool = False) -> None:
+        record(keeper, at=at, sync=sync)
+        if sync:  # only the close sequence asks for an fsync: it recorded
+            synced.set()
+
+    monkeypatch.setattr(JournalKeeper, "record", spied)
+    answer: list[bool] = []
+    closing = threading.Thread(target=lambda: answer.append(reporter.close(timeout=30.0)))
+    try:
+        for step in range(6, 16):
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        reporter.report_completed()
+        assert sink.held.wait(10.0), "the first open never began"
+        closing.start()
+        assert synced.wait(10.0), "close() recorded nothing in the journal"
+        journaled = _journaled(tmp_path / "job-1" / "train.log")
+        open_still_held = not gate.is_set()
+    finally:
+        gate.set()
+        if closing.ident is not None:
+            closing.join(30.0)
+
+    assert open_still_held
+    assert ("completed", list(range(6, 16))) == journaled  # this process's, at local offsets
+    assert [True] == answer
+    task = held(inner)
+    assert "completed" == task["status"]
+    assert list(range(1, 16)) == [p[0] for p in curve(task, "train_loss")]
 
 
 # --- close() is never True while a left-over journal waits ----------------------------------

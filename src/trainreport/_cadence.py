@@ -23,6 +23,7 @@ def next_wait(
     interval: float,
     flush_now: bool,
     journal_due: float | None,
+    seed_due: float | None = None,
 ) -> float:
     """Seconds until the reporter thread's next cycle is due (it is woken earlier by events).
 
@@ -39,17 +40,25 @@ def next_wait(
             request in flight (the thread does not sleep).
         journal_due: when the journal's next record is due (scheduling clock),
             ``None`` without a journal.
+        seed_due: when the store is seeded without waiting any longer for a
+            first open in flight (scheduling clock), ``None`` when it is seeded
+            or no open succeeded yet. A destination waiting for the seed
+            (:attr:`Destination.waits_for_seed`) sets no wake of its own: it
+            can be sent to only then, or when that open ends (its sender
+            wakes the thread), so its overdue send is never a busy loop.
     """
     if flush_now:
         return 0.0
     shortest = min(interval, *(d.scheduler.min_interval for d in destinations))
     wait = min(max(shortest, _MIN_SLEEP_SECONDS), _MAX_SLEEP_SECONDS)
     for dest in destinations:
-        if dest.job is not None:
-            continue  # its sender wakes the thread when the request ends
+        if dest.job is not None or dest.waits_for_seed:
+            continue  # its sender (or the seed decision) wakes the thread
         due = dest.scheduler.due_at()
         if due is not None:
             wait = min(wait, max(due - now, 0.0))
     if journal_due is not None:
         wait = min(wait, max(journal_due - now, MIN_JOURNAL_WAIT_SECONDS))
+    if seed_due is not None:
+        wait = min(wait, max(seed_due - now, 0.0))
     return wait

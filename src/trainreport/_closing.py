@@ -258,7 +258,7 @@ class CloseSequence:
                 floor_at = (scheduler.last_attempt or now) + scheduler.min_request_gap
                 state.next_at = time.monotonic() + max(floor_at - now, 0.0)
                 return
-            if dest.opened is not None and not (self._recorder.seeded and dest.known):
+            if dest.waits_for_seed:
                 # Waiting for another destination's first open to decide the resume.
                 state.next_at = time.monotonic() + _RESUME_POLL_SECONDS
                 return

@@ -170,6 +170,15 @@ class Destination:
         return self.scheduler.superseded
 
     @property
+    def waits_for_seed(self) -> bool:
+        """Opened, but the store is not seeded yet: nothing can be sent to it before it is.
+
+        Another destination's first open is still in flight (``_resume.py``);
+        its due send sets no wake and a ``flush()`` cannot force it.
+        """
+        return self.opened is not None and not self.known
+
+    @property
     def full_state(self) -> bool:
         """The destination takes complete ``metrics`` only (no series-suffix extension)."""
         return not self.suffix_mode

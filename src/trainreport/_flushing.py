@@ -60,6 +60,8 @@ class FlushRequests:
         flushing = self._requested[dest.index]
         if dest.job is not None or not (flushing or self._waiters):
             return False
+        if dest.waits_for_seed:
+            return False  # nothing can be sent to it yet; the request stays for later
         scheduler = dest.scheduler
         if scheduler.not_before is not None and now < scheduler.not_before:
             return False  # Retry-After is honoured even by flush()

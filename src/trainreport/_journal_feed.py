@@ -164,17 +164,22 @@ class JournalKeeper:
         """When the next record is due (the clock's time)."""
         return self._last + self.interval_seconds
 
-    def record(self, *, sync: bool = False) -> None:
+    def record(self, *, at: float | None = None, sync: bool = False) -> None:
         """Append what the record holds past the journal's lengths, with one ``write()``.
 
         Trims what every destination acknowledged first. Never raises.
 
         Args:
+            at: the time (the clock's) the record holds everything queued
+                before: the drain's, read before it (a report queued during
+                the drain goes in the next record, one interval later); the
+                next record is due ``interval_seconds`` after it. Default:
+                now.
             sync: ``fsync`` the journal afterwards when anything written to it
                 is not on disk yet, whatever ``journal_fsync_seconds`` says
                 (``close()``: this may be the process's last moment).
         """
-        self._last = self.clock()
+        self._last = self.clock() if at is None else at
         journal = self.journal
         if journal.failed:
             return

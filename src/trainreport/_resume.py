@@ -74,20 +74,32 @@ class Resume:
             # sends the journal's task fields only when they are not older).
             self.journal.wall_clock = wall_clock
 
-    def reports_wait(self, now: float, *, open_failed: bool) -> bool:
+    def reports_wait(self, now: float, *, open_failed: bool, closing: bool = False) -> bool:
         """Whether reports wait in the queue for the stored task (the store is not seeded yet).
 
         They wait so that seeding is exact (epochs, dataset names:
         docs/design.md#metrics). With a journal, not once an open has failed
         (``open_failed``), nor once the first opens are ``journal_interval_seconds``
-        late at ``now`` (scheduling clock): a destination that hangs must not
-        keep them out of the journal (``docs/engine.md``, "Recording, trimming,
-        removal"). Never raises.
+        late at ``now`` (scheduling clock), nor once ``close()`` began
+        (``closing``: the process may be killed any moment): a destination
+        that hangs must not keep them out of the journal (``docs/engine.md``,
+        "Recording, trimming, removal"). Seeding merges the stored task under
+        what was applied (``Recorder.seed``). Never raises.
         """
         journal = self.journal
         if journal is None:
             return True
-        return not open_failed and now - self._began_at < journal.interval_seconds
+        late = now - self._began_at >= journal.interval_seconds
+        return not (open_failed or closing or late)
+
+    def seed_due(self) -> float | None:
+        """When (scheduling clock) the store is seeded without waiting for another first open.
+
+        One debounce interval after the first successful open; ``None``
+        before one succeeded (call it only while the store is not seeded).
+        """
+        first = self._first_opened_at
+        return None if first is None else first + self._interval
 
     def recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
         """After the journal destination's open: deliver what dead processes left first.

@@ -91,7 +91,7 @@ class Worker:
             ``journal_interval_seconds`` (the thread wakes that often; every
             destination's requests run on its sender thread, so none delays
             it; reports are drained before the stored task is read once the
-            first opens are that late, or one failed), the
+            first opens are that late, one failed, or ``close()`` began), the
             journals of dead processes are delivered with the first open of
             destination ``journal_destination`` (on its sender), and it is
             closed, or removed when every destination holds everything, at the end.
@@ -161,7 +161,8 @@ class Worker:
         self._close_started = float("inf")
         self._had_point = False
         self._began = False
-        #: The close sequence began: every drain is journaled at once (:meth:`_drain`).
+        #: The close sequence began: every drain is journaled at once (:meth:`_drain`),
+        #: reports waiting for the stored task included (``Resume.reports_wait``).
         self._closing = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
@@ -255,6 +256,10 @@ class Worker:
         self._begin()
         dispatch, flush, has_changes = self._dispatch, self._flush, self.recorder.has_changes
         try:
+            # A record holds what the drain took: the journal's interval counts from
+            # the clock read before it, so a report queued during the drain is in
+            # the next record, due one interval after (docs/engine.md).
+            drained_at = self.clock()
             self._drain()
             now = self.clock()
             if self.system is not None and self.recorder.seeded:
@@ -262,8 +267,8 @@ class Worker:
                 if sample:
                     self.recorder.record_system(now, sample)
             journal = self.journal
-            if journal is not None and journal.due(now):
-                journal.record()
+            if journal is not None and journal.due(drained_at):
+                journal.record(at=drained_at)
             # flush() sends now, even during a backoff, and keeps sending while its
             # waiters wait and sends succeed (a short acknowledgement needs a resend).
             complete = flush.waiting
@@ -296,6 +301,7 @@ class Worker:
             interval=self.config.min_report_interval_seconds,
             flush_now=self._flush.wants_any_send(self.destinations, now, self.recorder.has_changes),
             journal_due=None if journal is None else journal.next_due(),
+            seed_due=None if self.recorder.seeded else self._resume.seed_due(),
         )
         if (
             (self._flush.waiting or not self._had_point)
@@ -317,10 +323,11 @@ class Worker:
         runs ``close()`` to is when a job system's SIGKILL comes
         (``docs/engine.md``, "The journal in front of a service").
         """
+        drained_at = self.clock()
         self._apply_queue()
         journal = self.journal
         if self._closing and journal is not None:
-            journal.record(sync=True)
+            journal.record(at=drained_at, sync=True)
 
     def _apply_queue(self) -> None:
         queue = self.queue
@@ -329,7 +336,7 @@ class Worker:
         # past drain_queue_depth (a long outage at start) they are applied, bounding memory,
         # and seeding merges the stored curves under them (Recorder.seed).
         waiting = not recorder.seeded and self._resume.reports_wait(
-            self.clock(), open_failed=self._dispatch.open_failed
+            self.clock(), open_failed=self._dispatch.open_failed, closing=self._closing
         )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
@@ -399,9 +406,7 @@ class Worker:
         finally:
             journal = self.journal
             if journal is not None:
-                # Reports still waiting for the stored task go into the journal.
-                self._dispatch.open_failed = True
-                self._drain()
+                self._drain()  # what was reported while closing goes into the journal
             queue_empty = not self.queue
             for dest in self.destinations:
                 dest.finished_cleanly = (
