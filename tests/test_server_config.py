@@ -112,31 +112,31 @@ def test_a_config_repr_shows_no_token_secret_or_database_password() -> None:
     assert [] == [s for s in ("pg-passw0rd", "admin-t0ken", SECRET.decode()) if s in shown]
 
 
-def test_create_app_takes_a_config_and_options_on_top(tmp_path: Path) -> None:
-    """A database alone, a config, or a config with fields replaced; a typo is a TypeError."""
-    base = ServerConfig(db=str(tmp_path / "a.db"), max_body_bytes=100)
+def test_create_app_checks_options_set_on_top_of_a_config(tmp_path: Path) -> None:
+    """Fields given as keywords replace the config's and are checked; a typo is a TypeError."""
+    base = ServerConfig(db=str(tmp_path / "a.db"))
 
-    app = create_app(base, max_decompressed_bytes=200)
-
-    try:
-        with pytest.raises(TypeError):
-            create_app(base, max_body_byte=1)
-    finally:
-        app.state.database.close()
+    with pytest.raises(ValueError, match="max_decompressed_bytes"):
+        create_app(base, max_decompressed_bytes=0)
+    with pytest.raises(TypeError):
+        create_app(base, max_body_byte=1)
+    assert not (tmp_path / "a.db").exists()
 
 
 def test_start_in_thread_serves_a_config_and_keeps_its_keyword_form(
     tmp_path: Path, start_server: Callable[..., ServerHandle]
 ) -> None:
-    """``start_in_thread(config)`` and ``start_server(max_body_bytes=...)`` set the same limit."""
+    """A config, a config with a field on top, and ``start_server(max_body_bytes=...)``."""
     from trainreport.server import start_in_thread  # noqa: PLC0415
 
     config = ServerConfig(db=str(tmp_path / "c.db"), port=0, max_body_bytes=1234)
     with start_in_thread(config) as handle:
         from_config = _capabilities(handle.url)["max_body_bytes"]
+    with start_in_thread(config, max_body_bytes=999) as handle:
+        on_top = _capabilities(handle.url)["max_body_bytes"]
     from_options = _capabilities(start_server(max_body_bytes=4321).url)["max_body_bytes"]
 
-    assert (1234, 4321) == (from_config, from_options)
+    assert (1234, 999, 4321) == (from_config, on_top, from_options)
 
 
 def _capabilities(url: str) -> dict[str, Any]:
