@@ -55,6 +55,20 @@ EXPECTED = [
 ]
 
 
+#: ``trainreport.server``'s public names (the ``server`` extra).
+SERVER_EXPECTED = [
+    "DEFAULT_BODY_BUDGET_BYTES",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "DEFAULT_MAX_RESPONSE_MEMORY_BYTES",
+    "ServerConfig",
+    "ServerHandle",
+    "create_app",
+    "start_in_thread",
+    "start_subprocess",
+]
+
+
 def _own_members(cls: type) -> dict[str, object]:
     """A public class's members, those it inherits from trainreport's private bases included.
 
@@ -72,6 +86,13 @@ def test_all_is_pinned_and_sorted() -> None:
     """Adding or removing a public name is a deliberate change to this list."""
     assert EXPECTED == trainreport.__all__
     assert sorted(trainreport.__all__) == trainreport.__all__
+
+
+def test_the_servers_all_is_pinned_and_sorted() -> None:
+    """The reference server's surface changes only with this list."""
+    import trainreport.server  # noqa: PLC0415 - the server extra
+
+    assert SERVER_EXPECTED == trainreport.server.__all__
 
 
 def test_every_public_name_and_method_has_a_docstring() -> None:
@@ -122,6 +143,7 @@ PUBLIC_MODULES = [
     "trainreport.integrations.lightning",
     "trainreport.integrations.nemo_rl",
     "trainreport.client",
+    "trainreport.server",
 ]
 SRC = Path(trainreport.__file__).parent
 
@@ -204,13 +226,13 @@ def test_the_outcome_rule_is_written_once() -> None:
     """Only ``Reporter`` maps an exception to a terminal report (no adapter re-derives it).
 
     Outside ``_terminal_reports.py`` (a base of ``Reporter``) no module of the package tests for
-    ``KeyboardInterrupt`` to choose a status (the CLI's serve loop and the demo
-    catch it to stop a server, and ``close()``'s wait in ``_closing.py`` to stop
-    waiting, which is no run outcome).
+    ``KeyboardInterrupt`` to choose a status (the server's foreground loop in
+    ``server/_run.py``, the CLI and the demo catch it to stop a server, and
+    ``close()``'s wait in ``_closing.py`` to stop waiting, which is no run outcome).
     """
     copies = []
     for path in sorted(SRC.rglob("*.py")):
-        if path.name in ("_terminal_reports.py", "cli.py", "_demo.py", "_closing.py"):
+        if path.name in ("_terminal_reports.py", "cli.py", "_demo.py", "_closing.py", "_run.py"):
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

@@ -4,17 +4,17 @@ Each subcommand is one ``_add_<name>(subparsers)`` function in :data:`_COMMANDS`
 that registers its parser and sets ``handler``, a function from the parsed
 arguments to the exit status. Heavy imports (the server's Starlette and uvicorn)
 happen inside the handler, so ``trainreport --help`` works without the
-``server`` extra.
+``server`` extra; ``serve`` reads its defaults from the import-light
+:class:`~trainreport.server.ServerConfig` and leaves its start-up policy to the
+server package.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import logging
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from trainreport import _environment
 from trainreport.exceptions import ClientError, NotFoundError, UnauthorizedError, UnreachableError
+from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig
 
 if TYPE_CHECKING:
     from trainreport.sinks._runfile import RunFile
@@ -30,20 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace], int]
-_TOKEN_ENV_VAR = _environment.SERVER_TOKEN
-# The same values as in trainreport.server (pinned by tests/test_server.py); repeated here
-# so that building the parser does not import Starlette.
-_DB_ENV_VAR = _environment.DB
-_DEFAULT_DB = "trainreport.db"
-DEFAULT_RETENTION_INTERVAL_SECONDS = 300.0
-DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
-DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
-DEFAULT_MAX_RESPONSE_MEMORY_BYTES = 256 * 2**20
-DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
-DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
-DEFAULT_MAX_CONNECTIONS = 100
-DEFAULT_STALE_AFTER_SECONDS = 180.0
+#: ``trainreport serve``'s defaults: the server's own (no copies).
+_SERVE = ServerConfig()
 DEFAULT_FOLLOW_INTERVAL_SECONDS = 2.0
 
 
@@ -139,8 +128,8 @@ def _add_serve(subparsers: Any) -> None:
         "--db",
         help=(
             "SQLite database file, created if missing, or a postgresql://user@host/dbname URL "
-            f"(needs the 'postgres' extra; put a password in ${_DB_ENV_VAR} or ~/.pgpass, not "
-            f"on the command line) (default: ${_DB_ENV_VAR}, else ./{_DEFAULT_DB})"
+            f"(needs the 'postgres' extra; put a password in ${DB_ENV_VAR} or ~/.pgpass, not "
+            f"on the command line) (default: ${DB_ENV_VAR}, else ./{_SERVE.db})"
         ),
     )
     serve.add_argument(
@@ -155,25 +144,27 @@ def _add_serve(subparsers: Any) -> None:
     serve.add_argument(
         "--retention-interval",
         type=_positive_seconds,
-        default=DEFAULT_RETENTION_INTERVAL_SECONDS,
+        default=_SERVE.retention_interval_seconds,
         metavar="SECONDS",
         help=(
-            "seconds between two retention passes "
-            f"(default: {DEFAULT_RETENTION_INTERVAL_SECONDS:g})"
+            f"seconds between two retention passes (default: {_SERVE.retention_interval_seconds:g})"
         ),
     )
     serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)"
+        "--host", default=_SERVE.host, help=f"address to listen on (default: {_SERVE.host})"
     )
     serve.add_argument(
-        "--port", type=_port, default=8321, help="TCP port; 0 picks a free one (default: 8321)"
+        "--port",
+        type=_port,
+        default=_SERVE.port,
+        help=f"TCP port; 0 picks a free one (default: {_SERVE.port})",
     )
     token = serve.add_mutually_exclusive_group()
     token.add_argument(
         "--token",
         help=(
             "require 'Authorization: Bearer TOKEN' on every /v1 request (visible in the process "
-            f"list: prefer --token-file or ${_TOKEN_ENV_VAR})"
+            f"list: prefer --token-file or ${TOKEN_ENV_VAR})"
         ),
     )
     token.add_argument("--token-file", type=Path, help="read the admin token from this file")
@@ -188,36 +179,36 @@ def _add_serve(subparsers: Any) -> None:
     serve.add_argument(
         "--max-body-bytes",
         type=_positive_int,
-        default=DEFAULT_MAX_BODY_BYTES,
-        help=f"largest request body accepted, in bytes (default: {DEFAULT_MAX_BODY_BYTES})",
+        default=_SERVE.max_body_bytes,
+        help=f"largest request body accepted, in bytes (default: {_SERVE.max_body_bytes})",
     )
     serve.add_argument(
         "--max-decompressed-bytes",
         type=_positive_int,
-        default=DEFAULT_MAX_DECOMPRESSED_BYTES,
+        default=_SERVE.max_decompressed_bytes,
         help=(
             "largest gzip request body after decompression, in bytes "
-            f"(default: {DEFAULT_MAX_DECOMPRESSED_BYTES})"
+            f"(default: {_SERVE.max_decompressed_bytes})"
         ),
     )
     serve.add_argument(
         "--body-budget-bytes",
         type=_positive_int,
-        default=DEFAULT_BODY_BUDGET_BYTES,
+        default=_SERVE.body_budget_bytes,
         help=(
             "request body bytes (after decompression) held at once across all requests; "
-            f"over it, 503 with Retry-After (default: {DEFAULT_BODY_BUDGET_BYTES})"
+            f"over it, 503 with Retry-After (default: {_SERVE.body_budget_bytes})"
         ),
     )
     serve.add_argument(
         "--max-response-memory-bytes",
         type=_positive_int,
-        default=DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
+        default=_SERVE.max_response_memory_bytes,
         help=(
             "memory the responses carrying curves (GET of a task, a writer's open, "
             "/series) may take at once, estimated from their point counts; over it, 503 "
             "with Retry-After; a larger one is served alone "
-            f"(default: {DEFAULT_MAX_RESPONSE_MEMORY_BYTES})"
+            f"(default: {_SERVE.max_response_memory_bytes})"
         ),
     )
     serve.add_argument(
@@ -233,40 +224,40 @@ def _add_serve(subparsers: Any) -> None:
     serve.add_argument(
         "--head-timeout",
         type=_positive_seconds,
-        default=DEFAULT_HEAD_TIMEOUT_SECONDS,
+        default=_SERVE.head_timeout_seconds,
         metavar="SECONDS",
         help=(
             "time a client has to send a request's head; then 408 and close "
-            f"(default: {DEFAULT_HEAD_TIMEOUT_SECONDS:g})"
+            f"(default: {_SERVE.head_timeout_seconds:g})"
         ),
     )
     serve.add_argument(
         "--body-timeout",
         type=_positive_seconds,
-        default=DEFAULT_BODY_TIMEOUT_SECONDS,
+        default=_SERVE.body_timeout_seconds,
         metavar="SECONDS",
         help=(
             "time a client has to send a request's body once its head is in; then 408 and "
-            f"close (default: {DEFAULT_BODY_TIMEOUT_SECONDS:g})"
+            f"close (default: {_SERVE.body_timeout_seconds:g})"
         ),
     )
     serve.add_argument(
         "--max-connections",
         type=_positive_int,
-        default=DEFAULT_MAX_CONNECTIONS,
+        default=_SERVE.max_connections,
         help=(
             "open connections served at once; a further one gets 503 and is closed "
-            f"(default: {DEFAULT_MAX_CONNECTIONS})"
+            f"(default: {_SERVE.max_connections})"
         ),
     )
     serve.add_argument(
         "--stale-after",
         type=_positive_seconds,
-        default=DEFAULT_STALE_AFTER_SECONDS,
+        default=_SERVE.stale_after_seconds,
         metavar="SECONDS",
         help=(
             "a running task without an update for this long is shown as stale (its process "
-            f"may have died) (default: {DEFAULT_STALE_AFTER_SECONDS:g}, three heartbeats)"
+            f"may have died) (default: {_SERVE.stale_after_seconds:g}, three heartbeats)"
         ),
     )
     serve.add_argument(
@@ -275,131 +266,46 @@ def _add_serve(subparsers: Any) -> None:
     serve.set_defaults(handler=_serve)
 
 
-def _read_token(args: argparse.Namespace) -> str | None:
-    if args.token_file is not None:
-        token = args.token_file.read_text(encoding="utf-8").strip()
-    elif args.token is not None:
-        token = args.token
-    else:
-        token = os.environ.get(_TOKEN_ENV_VAR)
-        if token is None:
-            return None
-    if not token:
-        raise ValueError("the token is empty")
-    return str(token)
+def _server_config(args: argparse.Namespace) -> ServerConfig:
+    """The :class:`ServerConfig` that ``serve``'s flags give, but for the database and files.
 
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from trainreport._job_tokens import read_secret_file  # noqa: PLC0415
-    from trainreport.server._app import create_app  # noqa: PLC0415 - needs the server extra
-    from trainreport.server._run import (  # noqa: PLC0415
-        bind_socket,
-        format_url,
-        make_uvicorn_server,
-    )
-    from trainreport.server._security import allowed_host_names  # noqa: PLC0415
-    from trainreport.server._storage import (  # noqa: PLC0415
-        StorageUnavailable,
-        is_postgres_url,
-    )
-
-    db: str = args.db or os.environ.get(_DB_ENV_VAR) or _DEFAULT_DB
-    try:
-        token = _read_token(args)
-        secret = None if args.secret_file is None else read_secret_file(args.secret_file)
-    except (OSError, ValueError) as exc:
-        print(f"trainreport serve: {exc}", file=sys.stderr)
-        return 2
-    if token is None and secret is None and not _is_loopback(args.host):
-        print(
-            f"trainreport serve: refusing to listen on {args.host} without a token: anyone who "
-            "can reach it could read and write every job; give --token-file and/or "
-            "--secret-file, or listen on loopback",
-            file=sys.stderr,
-        )
-        return 2
-    # The port first: a busy port must not leave an empty database behind.
-    try:
-        sock = bind_socket(args.host, args.port)
-    except OSError as exc:
-        print(
-            f"trainreport serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr
-        )
-        return 1
-    try:
-        extra_hosts = [name for value in args.allowed_hosts for name in value.split(",")]
-        app = create_app(
-            db,
-            token=token,
-            secret=secret,
-            max_body_bytes=args.max_body_bytes,
-            max_decompressed_bytes=args.max_decompressed_bytes,
-            body_budget_bytes=args.body_budget_bytes,
-            max_response_memory_bytes=args.max_response_memory_bytes,
-            allowed_hosts=sorted(allowed_host_names(args.host, extra_hosts)),
-            retain_days=args.retain_days,
-            retention_interval_seconds=args.retention_interval,
-            stale_after_seconds=args.stale_after,
-        )
-    except (OSError, ValueError, RuntimeError, sqlite3.Error, StorageUnavailable) as exc:
-        sock.close()
-        print(f"trainreport serve: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        sock.close()
-        print(
-            f"trainreport serve: a PostgreSQL database needs the 'postgres' extra "
-            f"(pip install 'trainreport[postgres]'): {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    url = format_url(args.host, sock.getsockname()[1])
-    shown = app.state.database.description if is_postgres_url(db) else Path(db).resolve()
-    auth = ", ".join(name for name, on in (("admin token", token), ("job tokens", secret)) if on)
-    print(
-        f"trainreport server listening on {url}/ (db: {shown}, tokens: {auth or 'none'})",
-        flush=True,
-    )
-    if token or secret:
-        print("open the page with #token=<your token> at the end of the URL", flush=True)
-    else:
-        print(
-            "WARNING: no token and no secret: any process on this machine can read and write "
-            "every job; loopback only (give --token-file and/or --secret-file to protect it)",
-            file=sys.stderr,
-            flush=True,
-        )
-    if args.host in ("0.0.0.0", "::") and not extra_hosts:  # noqa: S104 - a comparison
-        print(
-            f"note: only loopback names are answered for; add the names clients use to reach "
-            f"{args.host} with --allowed-hosts",
-            file=sys.stderr,
-            flush=True,
-        )
-    server = make_uvicorn_server(
-        app,
-        access_log=args.access_log,
-        configure_logging=True,
+    Raises:
+        ValueError: a value the configuration refuses (``--token ''``).
+    """
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        allowed_hosts=tuple(name for value in args.allowed_hosts for name in value.split(",")),
+        max_body_bytes=args.max_body_bytes,
+        max_decompressed_bytes=args.max_decompressed_bytes,
+        body_budget_bytes=args.body_budget_bytes,
+        max_response_memory_bytes=args.max_response_memory_bytes,
         head_timeout_seconds=args.head_timeout,
         body_timeout_seconds=args.body_timeout,
         max_connections=args.max_connections,
+        stale_after_seconds=args.stale_after,
+        retain_days=args.retain_days,
+        retention_interval_seconds=args.retention_interval,
+        access_log=args.access_log,
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from trainreport.server._run import serve  # noqa: PLC0415 - needs the server extra
+    from trainreport.server._startup import prepare  # noqa: PLC0415
+
     try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
-    return 0
+        config = prepare(
+            _server_config(args),
+            db=args.db,
+            token_file=args.token_file,
+            secret_file=args.secret_file,
+        )
+    except ValueError as exc:  # StartupError included: the message says what to do
+        print(f"trainreport serve: {exc}", file=sys.stderr)
+        return 2
+    return serve(config)
 
 
 # -- token ------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -32,7 +31,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from trainreport._job_tokens import check_secret
 from trainreport._logging import get_logger
 from trainreport._protocol import ENCODING_GZIP, EXTENSION_SERIES_SUFFIX, TaskStatus
 from trainreport.server import _page
@@ -44,6 +42,7 @@ from trainreport.server._auth import (
     principal_of,
 )
 from trainreport.server._body import BodyBudget, BodyLimits, held_body
+from trainreport.server._config import ServerConfig, server_config
 from trainreport.server._contract import openapi_document, to_json
 from trainreport.server._db import (
     Applied,
@@ -60,7 +59,7 @@ from trainreport.server._metrics import (
     is_database_error,
 )
 from trainreport.server._responses import HeldResponse, ResponseBudget, estimated_bytes
-from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS, RetentionWorker
+from trainreport.server._retention import RetentionWorker
 from trainreport.server._routes import (
     ENDPOINTS,
     LIMIT,
@@ -71,11 +70,7 @@ from trainreport.server._routes import (
     read_max_points,
 )
 from trainreport.server._security import RequestGuard, allowed_host_names
-from trainreport.server._stale import (
-    DEFAULT_STALE_AFTER_SECONDS,
-    STALE_KEY,
-    staleness,
-)
+from trainreport.server._stale import STALE_KEY, staleness
 from trainreport.server._storage import StorageUnavailable
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
@@ -89,24 +84,8 @@ from trainreport.server._wire import (
     validate_writer_claim,
 )
 
-__all__ = [
-    "DEFAULT_BODY_BUDGET_BYTES",
-    "DEFAULT_MAX_BODY_BYTES",
-    "DEFAULT_MAX_DECOMPRESSED_BYTES",
-    "DEFAULT_MAX_RESPONSE_MEMORY_BYTES",
-    "create_app",
-]
+__all__ = ["create_app"]
 
-#: Default limit on the request body bytes received (8 MiB).
-DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-#: Default limit on a gzip request body after decompression (4 MiB: 4x the largest update
-#: HttpSink sends by default, see docs/server.md).
-DEFAULT_MAX_DECOMPRESSED_BYTES = 4 * 2**20
-#: Default budget of request body bytes (after decompression) held at once, server-wide.
-DEFAULT_BODY_BUDGET_BYTES = 32 * 2**20
-#: Default budget of memory for responses that carry curves, held at once, server-wide
-#: (estimated per response from its point count; docs/server.md, "Limits").
-DEFAULT_MAX_RESPONSE_MEMORY_BYTES = 256 * 2**20
 #: Seconds a client is asked to wait when the database cannot be reached (503).
 DATABASE_RETRY_AFTER_SECONDS = 1
 
@@ -114,64 +93,34 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 def create_app(
-    db_path: str | os.PathLike[str],
+    config: ServerConfig | str | os.PathLike[str],
+    /,
     *,
-    token: str | None = None,
-    secret: bytes | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
-    max_response_memory_bytes: int = DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
-    allowed_hosts: Iterable[str] = (),
     clock: Callable[[], float] | None = None,
-    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
-    retain_days: float | None = None,
-    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
+    **options: Any,
 ) -> Starlette:
-    """Build the reference server's ASGI app on a SQLite file.
+    """Build the reference server's ASGI app.
 
     Args:
-        db_path: the SQLite database file (created with its tables if missing),
-            or a ``postgresql://`` URL (the ``postgres`` extra; the schema is
-            migrated at start, see ``docs/server.md``).
-        token: the admin token: it reads and writes every job and cancels.
-            When it or ``secret`` is set, every ``/v1`` request except
-            ``GET /v1/capabilities`` and ``GET /v1/openapi.json`` needs
-            ``Authorization: Bearer <token>`` (reads too), else 401. Tokens
-            are never logged.
-        secret: the server secret that per-job tokens (``trainreport token``)
-            are verified with, at least 32 bytes; a job token reads and writes
-            its own job only (403 elsewhere). ``None``: no job tokens.
-        max_body_bytes: limit on the request body bytes received (after
-            transfer decoding, before gzip decompression), in bytes; larger -> 413.
-        max_decompressed_bytes: limit on a gzip body after decompression, in
-            bytes; larger -> 413. Inflated in steps checked against it.
-        body_budget_bytes: request body bytes (after decompression) the whole
-            server holds at once; a request that would exceed it gets 503 with
-            ``Retry-After`` (``docs/server.md``).
-        max_response_memory_bytes: memory, in bytes, the responses that carry
-            curves (``GET`` of a task, ``POST .../writers``, ``GET .../series``)
-            may take at once, each estimated from its point count before it is
-            built and given back once it is sent; one that does not fit gets
-            503 with ``Retry-After``; one larger than the budget is served
-            alone (``server/_responses.py``).
-        allowed_hosts: host names the server answers for besides loopback
-            (``localhost``, ``127.0.0.0/8``, ``::1``); a request with any other
-            ``Host`` gets 421 (DNS rebinding). ``"*"`` answers every host.
-            Requests from another ``Origin`` are always 403, and writes need
-            ``Content-Type: application/json`` (415), see ``_security``.
+        config: the server's configuration (:class:`ServerConfig`: the
+            database, tokens, limits, staleness and retention; its address,
+            timeouts and connection cap are the ASGI server's business), or
+            only the database: a SQLite file (created with its tables if
+            missing) or a ``postgresql://`` URL (the ``postgres`` extra; the
+            schema is migrated at start, see ``docs/server.md``).
         clock: wall-clock seconds since the Unix epoch (``time.time`` when
             ``None``): job token expiries, the time stored with every write,
             and staleness.
-        stale_after_seconds: a ``running`` task without a write for longer
-            than this, in seconds, is reported stale (its process may have
-            died): a ``stale`` object in ``GET`` of the task and in the job's
-            task summaries, and the ``trainreport_stale_tasks`` gauge
-            (``server/_stale.py``). Default 180 s, three heartbeats.
-        retain_days: delete finished jobs (no task pending or running) this
-            many days after their last write; ``None`` keeps every job
-            (``server/_retention.py``).
-        retention_interval_seconds: seconds between two retention passes.
+        options: fields of :class:`ServerConfig` set on top of ``config``
+            (``token=``, ``max_body_bytes=``, ...). When ``config.token`` or
+            ``config.secret`` is set, every ``/v1`` request except
+            ``GET /v1/capabilities`` and ``GET /v1/openapi.json`` needs
+            ``Authorization: Bearer <token>`` (reads too), else 401; a job
+            token reads and writes its own job only (403 elsewhere). A
+            request with a ``Host`` that is neither loopback, the listen
+            address nor in ``allowed_hosts`` gets 421 (DNS rebinding);
+            requests from another ``Origin`` are always 403, and writes need
+            ``Content-Type: application/json`` (415), see ``_security``.
 
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
@@ -179,35 +128,27 @@ def create_app(
         :class:`~trainreport.server._db.Database`.
 
     Raises:
-        ValueError: an empty token, a secret under 32 bytes, a limit below 1
-            byte, ``stale_after_seconds`` not a positive number, or an allowed
-            host that is not a plain name.
+        ValueError: a value :class:`ServerConfig` refuses (an empty token, a
+            secret under 32 bytes, a limit below 1 byte, a time that is not a
+            positive number), or an allowed host that is not a plain name.
+        TypeError: an option that is not a field of :class:`ServerConfig`.
         sqlite3.Error: the database file cannot be opened.
         StorageUnavailable: the PostgreSQL database cannot be reached.
         RuntimeError: the database was written by a newer server.
     """
-    if token is not None and not token:
-        raise ValueError("token must be a non-empty string or None")
-    if secret is not None:
-        check_secret(secret)
+    config = server_config(config, **options)
     wall_clock = time.time if clock is None else clock
-    authenticator = Authenticator(token, secret, wall_clock)
-    if not (math.isfinite(stale_after_seconds) and stale_after_seconds > 0):
-        raise ValueError("stale_after_seconds must be a positive number of seconds")
-    if min(max_body_bytes, max_decompressed_bytes, body_budget_bytes) < 1:
-        raise ValueError("body limits must be at least 1 byte")
-    if max_response_memory_bytes < 1:
-        raise ValueError("max_response_memory_bytes must be at least 1 byte")
-    hosts = allowed_host_names(None, allowed_hosts)
+    authenticator = Authenticator(config.token, config.secret, wall_clock)
+    hosts = allowed_host_names(config.host, config.allowed_hosts)
     limits = BodyLimits(
-        max_body_bytes=max_body_bytes, max_decompressed_bytes=max_decompressed_bytes
+        max_body_bytes=config.max_body_bytes, max_decompressed_bytes=config.max_decompressed_bytes
     )
-    db = Database(db_path)
+    db = Database(config.db)
     try:
         retention = RetentionWorker(
             db,
-            retain_days=retain_days,
-            interval_seconds=retention_interval_seconds,
+            retain_days=config.retain_days,
+            interval_seconds=config.retention_interval_seconds,
             clock=lambda: datetime.fromtimestamp(wall_clock(), timezone.utc),
         )
     except ValueError:
@@ -221,17 +162,17 @@ def create_app(
             for t in db.health.running_task_update_times()
         )
 
-    stale_after = stale_after_seconds
+    stale_after = config.stale_after_seconds
     metrics = ServerMetrics(db.health.count_tasks_by_status, count_stale)
     api = _Api(
         db,
         limits,
-        BodyBudget(body_budget_bytes),
-        ResponseBudget(max_response_memory_bytes),
+        BodyBudget(config.body_budget_bytes),
+        ResponseBudget(config.max_response_memory_bytes),
         authenticator,
         metrics,
         clock=wall_clock,
-        stale_after_seconds=stale_after_seconds,
+        stale_after_seconds=stale_after,
         retention=retention,
     )
     routes = api.routes() + _page.routes()

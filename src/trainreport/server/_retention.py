@@ -25,17 +25,15 @@ from datetime import datetime, timedelta, timezone
 import attrs
 
 from trainreport._logging import describe_exception, get_logger
+from trainreport.server._config import DEFAULT_RETENTION_INTERVAL_SECONDS
 from trainreport.server._db import Database
 
 __all__ = [
-    "DEFAULT_RETENTION_INTERVAL_SECONDS",
     "RetentionPass",
     "RetentionWorker",
     "cutoff_for",
 ]
 
-#: Seconds between two retention passes.
-DEFAULT_RETENTION_INTERVAL_SECONDS = 300.0
 #: Jobs examined per read, and points deleted per transaction.
 _JOBS_PER_BATCH = 50
 _POINTS_PER_BATCH = 5000

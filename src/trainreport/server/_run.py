@@ -12,57 +12,37 @@ import contextlib
 import ipaddress
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
+import attrs
 import urllib3
 
-from trainreport._environment import DB, SERVER_TOKEN
 from trainreport._protocol import CAPABILITIES_PATH
-from trainreport.server._app import (
-    DEFAULT_BODY_BUDGET_BYTES,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
-    DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
-    create_app,
-)
-from trainreport.server._retention import DEFAULT_RETENTION_INTERVAL_SECONDS
-from trainreport.server._security import allowed_host_names
-from trainreport.server._stale import DEFAULT_STALE_AFTER_SECONDS
-from trainreport.server._storage import is_postgres_url
+from trainreport.server._app import create_app
+from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig, server_config
+from trainreport.server._startup import start_lines
+from trainreport.server._storage import StorageUnavailable, is_postgres_url
 
 __all__ = [
-    "DEFAULT_BODY_TIMEOUT_SECONDS",
-    "DEFAULT_HEAD_TIMEOUT_SECONDS",
-    "DEFAULT_MAX_CONNECTIONS",
-    "DB_ENV_VAR",
-    "TOKEN_ENV_VAR",
     "ServerHandle",
     "bind_socket",
     "format_url",
     "make_uvicorn_server",
+    "serve",
+    "serve_arguments",
     "start_in_thread",
     "start_subprocess",
 ]
 
-#: The environment variable ``trainreport serve`` reads its token from (keeps it off ``ps``).
-TOKEN_ENV_VAR = SERVER_TOKEN
-#: The environment variable ``trainreport serve`` reads ``--db`` from when the flag is absent
-#: (a PostgreSQL URL may hold a password: keep it off ``ps``).
-DB_ENV_VAR = DB
-#: Seconds a client has to send a request's head (request line and headers).
-DEFAULT_HEAD_TIMEOUT_SECONDS = 5.0
-#: Seconds a client has to send a request's body, once its head is in.
-DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
-#: Open connections served at once; beyond it a new connection gets 503 and is closed.
-DEFAULT_MAX_CONNECTIONS = 100
 #: Seconds uvicorn waits for open requests at shutdown before closing them.
 _GRACEFUL_SHUTDOWN_SECONDS = 3
 _POLL_SECONDS = 0.01
@@ -152,141 +132,83 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_uvicorn_server(
-    app: Any,
-    *,
-    access_log: bool,
-    configure_logging: bool,
-    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
-    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
-) -> Any:
+def make_uvicorn_server(app: Any, config: ServerConfig, *, configure_logging: bool) -> Any:
     """A ``uvicorn.Server`` for ``app`` with trainreport's settings.
 
     Args:
         app: the ASGI app from :func:`~trainreport.server.create_app`.
-        access_log: log every request (uvicorn's access log); off by default
-            in every entry point.
+        config: the access log switch, the slow-client deadlines
+            (``head_timeout_seconds``, ``body_timeout_seconds``: then 408 and
+            the connection is closed) and ``max_connections`` (a further one
+            is answered 503 with ``Retry-After: 1`` and closed).
         configure_logging: let uvicorn install its logging configuration
             (the CLI); ``False`` leaves the host process's logging alone.
-        head_timeout_seconds: time a client has to send a request's head, in
-            seconds; then 408 and the connection is closed (slow clients).
-        body_timeout_seconds: time a client has to send a request's body once
-            its head is in, in seconds; then 408 and the connection is closed.
-        max_connections: open connections served at once; a further one is
-            answered 503 with ``Retry-After: 1`` and closed.
-
-    Raises:
-        ValueError: a timeout that is not positive or ``max_connections`` below 1.
     """
     import uvicorn  # noqa: PLC0415 - an optional dependency, imported when serving
 
     from trainreport.server._connections import guarded_protocol  # noqa: PLC0415 - uvicorn
 
     protocol = guarded_protocol(
-        head_timeout_seconds=head_timeout_seconds,
-        body_timeout_seconds=body_timeout_seconds,
-        max_connections=max_connections,
+        head_timeout_seconds=config.head_timeout_seconds,
+        body_timeout_seconds=config.body_timeout_seconds,
+        max_connections=config.max_connections,
     )
     kwargs: dict[str, Any] = {}
     if not configure_logging:
         kwargs["log_config"] = None
-    config = uvicorn.Config(
+    settings = uvicorn.Config(
         app,
         http=protocol,
         lifespan="on",
         ws="none",
-        access_log=access_log,
-        log_level="info" if access_log else "warning",
+        access_log=config.access_log,
+        log_level="info" if config.access_log else "warning",
         timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_SECONDS,
         server_header=False,
         **kwargs,
     )
-    return uvicorn.Server(config)
+    return uvicorn.Server(settings)
 
 
 def start_in_thread(
-    db_path: str | os.PathLike[str],
+    config: ServerConfig | str | os.PathLike[str],
+    /,
     *,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
-    secret: bytes | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
-    max_response_memory_bytes: int = DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
-    allowed_hosts: Sequence[str] = (),
-    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
-    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
     clock: Callable[[], float] | None = None,
-    access_log: bool = False,
     startup_timeout_seconds: float = 10.0,
-    retain_days: float | None = None,
-    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
+    **options: Any,
 ) -> ServerHandle:
     """Serve the reference app with uvicorn in a daemon thread of this process.
 
     Args:
-        db_path: the SQLite database file, or a ``postgresql://`` URL.
-        host: the address to listen on (loopback by default, docs/design.md#guarantees).
-        port: the TCP port; 0 picks a free one (see :attr:`ServerHandle.url`).
-        token: the admin token required on ``/v1`` (see ``create_app``).
-        secret: the secret job tokens are verified with (see ``create_app``).
-        max_body_bytes: the request body limit, in bytes.
-        max_decompressed_bytes: the gzip body limit after decompression, in bytes.
-        body_budget_bytes: request body bytes (after decompression) held at
-            once across all requests; over it, 503 with ``Retry-After``.
-        max_response_memory_bytes: memory of responses carrying curves held at
-            once, in bytes; over it, 503 with ``Retry-After`` (see ``create_app``).
-        allowed_hosts: ``Host`` names answered for besides loopback and ``host``.
-        head_timeout_seconds: time to receive a request's head, in seconds.
-        body_timeout_seconds: time to receive a request's body, in seconds.
-        max_connections: open connections served at once.
-        stale_after_seconds: silence after which a running task is stale, in
-            seconds (see ``create_app``).
+        config: the server's configuration (:class:`ServerConfig`), or only
+            its database (a SQLite file or a ``postgresql://`` URL), which
+            then listens on a free port (``port=0``) unless ``options`` say.
         clock: the server's wall clock, seconds since the epoch (see
             ``create_app``; tests inject one).
-        access_log: log every request through the ``uvicorn.access`` logger.
         startup_timeout_seconds: how long to wait for the server to accept
             connections, in seconds.
-        retain_days: delete finished jobs this many days after their last
-            write (``None``: keep every job).
-        retention_interval_seconds: seconds between retention passes.
+        options: fields of :class:`ServerConfig` set on top of ``config``
+            (``token=``, ``max_body_bytes=``, ``head_timeout_seconds=``, ...).
 
     Returns:
-        The handle, once the server accepts connections.
+        The handle, once the server accepts connections. The host process's
+        logging configuration is left alone.
 
     Raises:
+        ValueError: a value :class:`ServerConfig` refuses.
+        TypeError: an option that is not a field of :class:`ServerConfig`.
         OSError: the address cannot be bound.
         RuntimeError: the server did not start within the timeout.
     """
-    app = create_app(
-        db_path,
-        token=token,
-        secret=secret,
-        max_body_bytes=max_body_bytes,
-        max_decompressed_bytes=max_decompressed_bytes,
-        body_budget_bytes=body_budget_bytes,
-        max_response_memory_bytes=max_response_memory_bytes,
-        allowed_hosts=sorted(allowed_host_names(host, allowed_hosts)),
-        retain_days=retain_days,
-        retention_interval_seconds=retention_interval_seconds,
-        clock=clock,
-        stale_after_seconds=stale_after_seconds,
-    )
-    sock = bind_socket(host, port)
+    if not isinstance(config, ServerConfig):
+        options.setdefault("port", 0)
+    config = server_config(config, **options)
+    host = config.host
+    app = create_app(config, clock=clock)
+    sock = bind_socket(host, config.port)
     bound_port = sock.getsockname()[1]
-    server = make_uvicorn_server(
-        app,
-        access_log=access_log,
-        configure_logging=False,
-        head_timeout_seconds=head_timeout_seconds,
-        body_timeout_seconds=body_timeout_seconds,
-        max_connections=max_connections,
-    )
+    server = make_uvicorn_server(app, config, configure_logging=False)
     thread = threading.Thread(
         target=server.run,
         kwargs={"sockets": [sock]},
@@ -313,7 +235,7 @@ def start_in_thread(
             thread.join(timeout_seconds)
         sock.close()
 
-    return ServerHandle(format_url(host, bound_port), _db_target(db_path), stop)
+    return ServerHandle(format_url(host, bound_port), _db_target(config.db), stop)
 
 
 def _free_port(host: str) -> int:
@@ -323,109 +245,62 @@ def _free_port(host: str) -> int:
 
 
 def start_subprocess(
-    db_path: str | os.PathLike[str],
+    config: ServerConfig | str | os.PathLike[str],
+    /,
     *,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    token: str | None = None,
     secret_file: str | os.PathLike[str] | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-    body_budget_bytes: int = DEFAULT_BODY_BUDGET_BYTES,
-    max_response_memory_bytes: int = DEFAULT_MAX_RESPONSE_MEMORY_BYTES,
-    allowed_hosts: Sequence[str] = (),
-    head_timeout_seconds: float = DEFAULT_HEAD_TIMEOUT_SECONDS,
-    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
-    access_log: bool = False,
     startup_timeout_seconds: float = 30.0,
-    retain_days: float | None = None,
-    retention_interval_seconds: float = DEFAULT_RETENTION_INTERVAL_SECONDS,
+    **options: Any,
 ) -> ServerHandle:
     """Run ``python -m trainreport.cli serve`` in a child process and wait until it answers.
 
-    The token is handed over in the ``TRAINREPORT_SERVER_TOKEN`` environment
-    variable, never on the command line (which ``ps`` shows).
+    The database and the admin token are handed over in ``TRAINREPORT_DB``
+    and ``TRAINREPORT_SERVER_TOKEN``, never on the command line (which ``ps``
+    shows; a PostgreSQL URL may hold a password); every other field is a
+    flag (:func:`serve_arguments`).
 
     Args:
-        db_path: the SQLite database file, or a ``postgresql://`` URL (passed
-            to the child in ``TRAINREPORT_DB``, off the command line, since it
-            may hold a password).
-        host: the address to listen on.
-        port: the TCP port; 0 picks a free one before starting the child.
-        token: the admin token required on ``/v1``.
+        config: the server's configuration (:class:`ServerConfig`), or only
+            its database, which then listens on a free port unless
+            ``options`` say. A ``port`` of 0 is resolved to a free port before
+            the child starts.
         secret_file: a file holding the secret job tokens are verified with
-            (``--secret-file``; the path is on the command line, the secret is not).
-        max_body_bytes: the request body limit, in bytes.
-        max_decompressed_bytes: the gzip body limit after decompression, in bytes.
-        body_budget_bytes: request body bytes held at once across all requests.
-        max_response_memory_bytes: memory of responses carrying curves held at
-            once, in bytes (see ``create_app``).
-        allowed_hosts: ``Host`` names answered for besides loopback and ``host``.
-        head_timeout_seconds: time to receive a request's head, in seconds.
-        body_timeout_seconds: time to receive a request's body, in seconds.
-        max_connections: open connections served at once.
-        stale_after_seconds: ``--stale-after``, in seconds.
-        access_log: pass ``--access-log``.
+            (``--secret-file``; the path is on the command line, the secret
+            is not). ``config.secret`` must be ``None``.
         startup_timeout_seconds: how long to wait for ``GET /v1/capabilities``
             to answer, in seconds.
-        retain_days: ``--retain-days``.
-        retention_interval_seconds: ``--retention-interval``.
+        options: fields of :class:`ServerConfig` set on top of ``config``.
 
     Returns:
         The handle (``pid`` set), once the server answers.
 
     Raises:
+        ValueError: a value :class:`ServerConfig` refuses, or a
+            ``config.secret`` (a child reads its secret from ``secret_file``).
+        TypeError: an option that is not a field of :class:`ServerConfig`.
         RuntimeError: the child exited or did not answer within the timeout
             (its stderr is in the message).
     """
-    port = port or _free_port(host)
-    argv = [
-        sys.executable,
-        "-m",
-        "trainreport.cli",
-        "serve",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--max-body-bytes",
-        str(max_body_bytes),
-        "--max-decompressed-bytes",
-        str(max_decompressed_bytes),
-        "--body-budget-bytes",
-        str(body_budget_bytes),
-        "--max-response-memory-bytes",
-        str(max_response_memory_bytes),
-        "--head-timeout",
-        repr(float(head_timeout_seconds)),
-        "--body-timeout",
-        repr(float(body_timeout_seconds)),
-        "--max-connections",
-        str(max_connections),
-        "--stale-after",
-        repr(float(stale_after_seconds)),
-    ]
-    for name in allowed_hosts:
-        argv += ["--allowed-hosts", name]
+    if not isinstance(config, ServerConfig):
+        options.setdefault("port", 0)
+    config = server_config(config, **options)
+    if config.secret is not None:
+        raise ValueError("start_subprocess reads the secret from a file: pass secret_file")
+    if not config.port:  # a free port now, so that the URL is known before the child starts
+        config = attrs.evolve(config, port=_free_port(config.host))
+    argv = [sys.executable, "-m", "trainreport.cli", "serve", *serve_arguments(config)]
     if secret_file is not None:
         argv += ["--secret-file", os.fspath(secret_file)]
-    if access_log:
-        argv.append("--access-log")
-    if retain_days is not None:
-        argv += ["--retain-days", repr(float(retain_days))]
-    argv += ["--retention-interval", repr(float(retention_interval_seconds))]
     env = dict(os.environ)
     env.pop(TOKEN_ENV_VAR, None)
-    env[DB_ENV_VAR] = os.fspath(db_path)
-    if token is not None:
-        env[TOKEN_ENV_VAR] = token
+    env[DB_ENV_VAR] = config.db
+    if config.token is not None:
+        env[TOKEN_ENV_VAR] = config.token
     stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env
     )
-    url = format_url(host, port)
+    url = format_url(config.host, config.port)
 
     def stop(timeout_seconds: float) -> None:
         if process.poll() is None:
@@ -445,7 +320,111 @@ def start_subprocess(
         output = stderr.read().decode(errors="replace")
         stderr.close()
         raise RuntimeError(f"the trainreport server did not start at {url}:\n{output}")
-    return ServerHandle(url, _db_target(db_path), stop, pid=process.pid)
+    return ServerHandle(url, _db_target(config.db), stop, pid=process.pid)
+
+
+def serve_arguments(config: ServerConfig) -> list[str]:
+    """The ``trainreport serve`` flags that give ``config``, but for its database and tokens.
+
+    ``db`` and ``token`` go in the environment and ``secret`` in a file (see
+    :func:`start_subprocess`): nothing secret is put on a command line.
+    Never raises.
+    """
+    argv = [
+        "--host",
+        config.host,
+        "--port",
+        str(config.port),
+        "--max-body-bytes",
+        str(config.max_body_bytes),
+        "--max-decompressed-bytes",
+        str(config.max_decompressed_bytes),
+        "--body-budget-bytes",
+        str(config.body_budget_bytes),
+        "--max-response-memory-bytes",
+        str(config.max_response_memory_bytes),
+        "--head-timeout",
+        repr(float(config.head_timeout_seconds)),
+        "--body-timeout",
+        repr(float(config.body_timeout_seconds)),
+        "--max-connections",
+        str(config.max_connections),
+        "--stale-after",
+        repr(float(config.stale_after_seconds)),
+        "--retention-interval",
+        repr(float(config.retention_interval_seconds)),
+    ]
+    for name in config.allowed_hosts:
+        argv += ["--allowed-hosts", name]
+    if config.retain_days is not None:
+        argv += ["--retain-days", repr(float(config.retain_days))]
+    if config.access_log:
+        argv.append("--access-log")
+    return argv
+
+
+def serve(config: ServerConfig, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """``trainreport serve``: run the server in the foreground until SIGINT or SIGTERM.
+
+    Binds the port first (a busy port must not leave an empty database
+    behind), then opens the database, prints :func:`~._startup.start_lines`
+    and serves with uvicorn's logging configuration. Apply the start-up
+    policy first (:func:`~._startup.prepare`).
+
+    Args:
+        config: the configuration, from :func:`~._startup.prepare`.
+        out: where the start lines go (``sys.stdout`` when ``None``).
+        err: where failures and warnings go (``sys.stderr`` when ``None``).
+
+    Returns:
+        The exit status: 0 once stopped, 1 when the address cannot be bound,
+        2 when the app cannot be made (an allowed host that is not a name, a
+        database that cannot be opened or was written by a newer server, a
+        PostgreSQL URL without the ``postgres`` extra). Never raises
+        ``KeyboardInterrupt``.
+    """
+    stdout = sys.stdout if out is None else out
+    stderr = sys.stderr if err is None else err
+    try:
+        sock = bind_socket(config.host, config.port)
+    except OSError as exc:
+        print(
+            f"trainreport serve: cannot listen on {config.host}:{config.port}: {exc}", file=stderr
+        )
+        return 1
+    try:
+        app = create_app(config)
+    except (OSError, ValueError, RuntimeError, sqlite3.Error, StorageUnavailable) as exc:
+        sock.close()
+        print(f"trainreport serve: {exc}", file=stderr)
+        return 2
+    except ImportError as exc:
+        sock.close()
+        print(
+            f"trainreport serve: a PostgreSQL database needs the 'postgres' extra "
+            f"(pip install 'trainreport[postgres]'): {exc}",
+            file=stderr,
+        )
+        return 2
+    url = format_url(config.host, sock.getsockname()[1])
+    shown = (
+        app.state.database.description
+        if is_postgres_url(config.db)
+        else str(Path(config.db).resolve())
+    )
+    lines = start_lines(config, url, shown)
+    for line in lines.out:
+        print(line, file=stdout, flush=True)
+    for line in lines.err:
+        print(line, file=stderr, flush=True)
+    server = make_uvicorn_server(app, config, configure_logging=True)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
 
 
 def _wait_until_answering(url: str, process: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -23,7 +23,6 @@ from typing import Any
 from trainreport._protocol import TaskStatus
 
 __all__ = [
-    "DEFAULT_STALE_AFTER_SECONDS",
     "STALE_KEY",
     "describe_silence",
     "is_stale",
@@ -31,8 +30,6 @@ __all__ = [
     "staleness",
 ]
 
-#: Seconds without a write after which a running task is stale: three default heartbeats.
-DEFAULT_STALE_AFTER_SECONDS = 180.0
 #: The key of the stale object in a ``GET`` task and in a task summary (outside
 #: ``status_details``, so a plain job API, which never sends it, reads as "not known stale").
 STALE_KEY = "stale"
