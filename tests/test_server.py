@@ -963,7 +963,7 @@ def test_a_suffix_stores_each_points_time_in_either_column_form(api: Client, tas
     """``times`` (JSON numbers or base64 float64) is stored per point; GET and /series show it.
 
     NaN in a binary column is an unknown time: stored and served as ``null``.
-    A task's GET carries ``"time"`` only on points whose time is known.
+    A task's GET keeps the baseline point shape (times are the page's, via /series).
     """
     gen = open_writer(api, task)
     binary = {
@@ -987,7 +987,7 @@ def test_a_suffix_stores_each_points_time_in_either_column_form(api: Client, tas
 
     assert ([T0, None], [T0 + 3]) == (series["b"]["times"], series["j"]["times"])
     assert [
-        {"step": 1, "epoch": 1, "value": 0.5, "time": T0},
+        {"step": 1, "epoch": 1, "value": 0.5},
         {"step": 2, "epoch": 1, "value": 0.25},
     ] == metrics["b"]
 

@@ -115,13 +115,13 @@ def task_document(
     if include_metrics:
         lengths = series_lengths_of(conn, job_id, task_id)
         if lengths:
-            # "time" only where it is known: a task written without times reads as before.
+            # The baseline shape, as a plain job API holds it: the points' times are
+            # served by GET .../series (a client resuming in suffix mode never resends
+            # the points the server holds, so their stored times stay).
             details["metrics"] = {
                 name: [
                     {"step": step, "epoch": epoch, "value": value}
-                    if time is None
-                    else {"step": step, "epoch": epoch, "value": value, "time": time}
-                    for step, epoch, value, time in point_rows(conn, job_id, task_id, name)[1]
+                    for step, epoch, value, _time in point_rows(conn, job_id, task_id, name)[1]
                 ]
                 for name in lengths
             }
