@@ -143,6 +143,7 @@ def _state(recorder: Recorder) -> dict[str, Any]:
                 s.steps.tolist(),
                 s.epochs.tolist(),
                 [repr(v) for v in s.values],
+                [repr(t) for t in s.times],
                 list(s.delivered),
                 list(s.server_length),
                 list(s.low),
@@ -200,7 +201,7 @@ def _run(
 ) -> tuple[dict[str, Any], list[str], list[dict[str, Any]], int]:
     # Applying a short form takes its header keys out: each run gets its own copies.
     items = [dict(item) if isinstance(item, dict) else item for item in items]
-    recorder = Recorder(config)
+    recorder = Recorder(config, wall_offset=1_767_225_000.25)
     builds: list[str] = []
     with capture_events() as events:
         recorder.start_attempt()

@@ -28,7 +28,7 @@ from helpers import without_updated_at
 from trainreport import AttemptIdentity, Reporter, ReportingConfig
 from trainreport.server import ServerHandle
 from trainreport.sinks._http import HttpSink
-from trainreport.testing import capture_events
+from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -616,3 +616,75 @@ def test_nothing_is_sent_after_close_returns(
     worker.thread.join(5.0)
     assert not worker.thread.is_alive()
     assert seen == proxy.requests_seen
+
+
+# --- each point's wall-clock time (series-times-v1) -------------------------------------
+
+
+def stored_times(url: str, name: str, job: str = JOB) -> tuple[list[int], list[float | None]]:
+    """``(steps, times)`` of one series as GET .../series serves them."""
+    response = urllib3.request("GET", f"{url}/v1/jobs/{job}/tasks/train/series?names={name}")
+    series = json.loads(response.data)["series"][name]
+    return series["steps"], series["times"]
+
+
+def report_timed_steps(reporter: Reporter, clock: FakeClock, steps: range) -> None:
+    """One training step a second on the reporter's (fake, monotonic) clock, then close."""
+    for step in steps:
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+        if step % 5 == 0:
+            reporter.report_validation(step=step, metrics={"loss": 2.0 / step})
+        clock.advance(1.0)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+
+def test_each_point_reaches_the_server_with_its_wall_clock_time(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """Suffix mode: /series serves each point's time, its report's clock reading as wall time.
+
+    The reporter's monotonic clock moves 1 s a step; the wall-clock offset is
+    taken once at start, so the times are 1 s apart and begin at the start's
+    wall-clock time. Validation points carry theirs too.
+    """
+    server = start_server()
+    clock = FakeClock()
+    before = time.time()
+    reporter = Reporter(HttpSink(server.url, JOB), CONFIG, clock=clock, rank=0).start()
+    after = time.time()
+    report_timed_steps(reporter, clock, range(1, 21))
+
+    steps, maybe_times = stored_times(server.url, "train_loss")
+    val_steps, maybe_val_times = stored_times(server.url, "val_loss")
+    times = [t for t in maybe_times if t is not None]
+    val_times = [t for t in maybe_val_times if t is not None]
+
+    assert (list(range(1, 21)), [5, 10, 15, 20]) == (steps, val_steps)
+    assert (20, 4) == (len(times), len(val_times))
+    assert before <= times[0] <= after
+    assert [float(i) for i in range(20)] == [round(t - times[0], 6) for t in times]
+    assert [4.0, 9.0, 14.0, 19.0] == [round(t - times[0], 6) for t in val_times]
+    assert_server_holds(server.url, reporter)
+
+
+def test_full_state_and_servers_without_series_times_get_no_times(
+    start_server: Callable[..., ServerHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Times travel in suffix mode to a server listing series-times-v1 only.
+
+    A full-state (baseline) run sends none: its points read back with null
+    times. A server that does not list the extension (an older one, which
+    would refuse the column) is sent none either, and takes every point.
+    """
+    server = start_server()
+    clock = FakeClock()
+    plain = HttpSink(server.url, "plain", use_extension=False)
+    report_timed_steps(Reporter(plain, CONFIG, clock=clock, rank=0).start(), clock, range(1, 6))
+    monkeypatch.setattr("trainreport.server._app.EXTENSION_SERIES_TIMES", "series-times-v0")
+    older = Reporter(HttpSink(server.url, "older"), CONFIG, clock=clock, rank=0).start()
+    report_timed_steps(older, clock, range(1, 6))
+
+    assert ([1, 2, 3, 4, 5], [None] * 5) == stored_times(server.url, "train_loss", "plain")
+    assert ([1, 2, 3, 4, 5], [None] * 5) == stored_times(server.url, "train_loss", "older")
+    assert_server_holds(server.url, older, "older")

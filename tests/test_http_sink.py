@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from faults import FaultProxy, black_hole_server, closed_port
 from trainreport import Delivered, Opened, Rejected, Resynchronise, RetryLater, Split
 from trainreport._payloads import encode_patch_body, encode_suffix_body
+from trainreport._protocol import EXTENSION_SERIES_TIMES
 from trainreport._sink import CAPABILITY_GZIP, CAPABILITY_SERIES_SUFFIX, SeriesUpdate, Update
 from trainreport.exceptions import ConfigError
 from trainreport.server import ServerHandle
@@ -318,14 +319,15 @@ def test_open_with_the_extension_issues_a_writer(server: ServerHandle) -> None:
     """The reference server offers series-suffix-v1 and gzip; a new task is stored_task None."""
     sink = HttpSink(server.url, "job-1")
     result = sink.open()
-    assert Opened(frozenset({CAPABILITY_SERIES_SUFFIX, CAPABILITY_GZIP}), 1, None) == result
-    assert Opened(frozenset({CAPABILITY_SERIES_SUFFIX, CAPABILITY_GZIP}), 2, None) == sink.open()
+    caps = frozenset({CAPABILITY_SERIES_SUFFIX, CAPABILITY_GZIP, EXTENSION_SERIES_TIMES})
+    assert Opened(caps, 1, None) == result
+    assert Opened(caps, 2, None) == sink.open()
 
 
 def test_open_without_the_extension_reads_the_task(server: ServerHandle) -> None:
     """``use_extension=False``: baseline GET; 404 is a new task, then the stored task is read."""
     sink = HttpSink(server.url, "job-1", use_extension=False)
-    assert Opened(frozenset({CAPABILITY_GZIP}), None, None) == sink.open()
+    assert Opened(frozenset({CAPABILITY_GZIP, EXTENSION_SERIES_TIMES}), None, None) == sink.open()
     assert isinstance(sink.send(Update("running", {"step": 2}, None, True)), Delivered)
     reopened = sink.open()
     assert isinstance(reopened, Opened)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import warnings
+from array import array
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +14,10 @@ import pytest
 
 from helpers import curve
 from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport import _reports as reports
+from trainreport._payloads import StoredState
+from trainreport._recorder import Recorder
+from trainreport._reports import Report
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -282,3 +289,54 @@ def test_an_omitted_step_after_a_rewind_continues_from_the_rewound_step() -> Non
         (p[0], p[2]) for p in curve(task, "train_loss")
     ]
     assert 1 == reporter.stats().rewinds
+
+
+def test_each_point_gets_its_reports_time_on_the_wall_clock_batched_or_not() -> None:
+    """A point's time is its report's monotonic ``t`` plus the offset taken at start.
+
+    Training steps (a batch of like reports, then one per point after a new
+    name), validation and other phases alike; the update built carries the
+    times of the points it sends.
+    """
+    recorder = Recorder(ReportingConfig(), wall_offset=1_767_225_000.0)
+    recorder.start_attempt()
+    queue: deque[Report] = deque(
+        [
+            reports.train(10.0, 1, None, {"loss": 1.0}),
+            reports.train(11.0, 2, None, {"loss": 0.9}),
+            reports.train(12.0, 3, None, {"loss": 0.8}),
+            reports.train(13.5, 4, None, {"loss": 0.7, "acc": 0.1}),
+            reports.validation(14.0, 4, None, {"loss": 1.1}, None),
+            reports.metrics_report(15.0, 4, {"lr": 0.01}, "optim"),
+        ]
+    )
+    recorder.apply_all(queue)
+    build = recorder.build_update(0, wall="2026-01-01T00:00:00Z", full_state=False)
+
+    assert build.update.series is not None
+    times = {s.name: list(s.times or ()) for s in build.update.series}
+    base = 1_767_225_000.0
+    assert {
+        "train_loss": [base + 10.0, base + 11.0, base + 12.0, base + 13.5],
+        "train_acc": [base + 13.5],
+        "val_loss": [base + 14.0],
+        "optim_lr": [base + 15.0],
+    } == times
+    assert recorder._ingest._columnar.rows > 0  # the batch path took some of them
+
+
+def test_seeded_points_have_unknown_times_and_keep_them_after_a_rewind() -> None:
+    """Points read back from a destination have NaN times; this run's points have real ones."""
+    recorder = Recorder(ReportingConfig(), wall_offset=100.0)
+    recorder.start_attempt()
+    recorder.seed(
+        StoredState(
+            series={"train_loss": (array("q", [1, 2]), array("i", [1, 1]), array("d", [2.0, 1.0]))}
+        )
+    )
+    recorder.apply_all(deque([reports.train(5.0, 3, None, {"loss": 0.5})]))
+    series = recorder._record.store.series["train_loss"]
+
+    assert [1, 2, 3] == series.steps.tolist()
+    assert [True, True, False] == [math.isnan(t) for t in series.times]
+    assert 105.0 == series.times[-1]

@@ -50,11 +50,13 @@ class _Recording:
     def train_step(self, t: float, step: object, epoch: object, metrics: object) -> None:
         self.calls.append(("train_step", (t, step, epoch, _plain(metrics))))
 
-    def validation(self, step: object, epoch: object, metrics: object, dataset: object) -> None:
-        self.calls.append(("validation", (step, epoch, metrics, dataset)))
+    def validation(
+        self, t: float, step: object, epoch: object, metrics: object, dataset: object
+    ) -> None:
+        self.calls.append(("validation", (t, step, epoch, metrics, dataset)))
 
-    def other_metrics(self, step: object, metrics: object, phase: object) -> None:
-        self.calls.append(("other_metrics", (step, metrics, phase)))
+    def other_metrics(self, t: float, step: object, metrics: object, phase: object) -> None:
+        self.calls.append(("other_metrics", (t, step, metrics, phase)))
 
     def hyperparameters(self, flat: dict[str, Any], left_out: int) -> None:
         self.calls.append(("hyperparameters", (flat, left_out)))

@@ -291,7 +291,7 @@ def test_capabilities_announce_the_extension_gzip_and_the_limit(api: Client) -> 
     reply = api.get("/v1/capabilities")
 
     assert 200 == reply.status
-    assert ["series-suffix-v1"] == reply.body["extensions"]
+    assert ["series-suffix-v1", "series-times-v1"] == reply.body["extensions"]
     assert ["gzip"] == reply.body["encodings"]
     assert DEFAULT_MAX_BODY_BYTES == reply.body["max_body_bytes"]
 
@@ -873,7 +873,16 @@ def test_series_endpoint_returns_columns_and_thins_them(api: Client, task: str) 
     full = api.get(task + "/series?names=b").body["series"]
     thin = api.get(task + "/series?max_points=10").body["series"]
 
-    assert {"b": {"length": 1, "steps": [1], "epochs": [1], "values": [None]}} == full
+    assert {
+        "b": {
+            "length": 1,
+            "first_index": 0,
+            "steps": [1],
+            "epochs": [1],
+            "values": [None],
+            "times": [None],
+        }
+    } == full
     assert 100 == thin["a"]["length"]
     assert len(thin["a"]["steps"]) <= 12
     assert (1, 100) == (thin["a"]["steps"][0], thin["a"]["steps"][-1])
@@ -924,6 +933,175 @@ def test_max_points_is_zero_or_at_least_four(
         )
     else:
         assert returned == len(reply.body["series"]["a"]["steps"])
+
+
+# -- series times and ranges (series-times-v1, the page's zoom and live refresh) ---------
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def _b64(typecode: str, items: list[Any]) -> str:
+    return base64.b64encode(array.array(typecode, items).tobytes()).decode()
+
+
+def write_ramp(api: Client, task: str, n: int, *, times: bool = True) -> None:
+    """Series ``a``: steps 10, 20, ... 10n, value = index, time = T0 + index (when sent)."""
+    gen = open_writer(api, task)
+    steps = [10 * (i + 1) for i in range(n)]
+    suffix = columns(0, steps, [float(i) for i in range(n)])
+    if times:
+        suffix["times"] = [T0 + i for i in range(n)]
+    reply = api.post(
+        task + "/updates", {"writer_generation": gen, "sequence": 1, "series": {"a": suffix}}
+    )
+    assert 200 == reply.status, reply.body
+
+
+def test_a_suffix_stores_each_points_time_in_either_column_form(api: Client, task: str) -> None:
+    """``times`` (JSON numbers or base64 float64) is stored per point; GET and /series show it.
+
+    NaN in a binary column is an unknown time: stored and served as ``null``.
+    A task's GET keeps the baseline point shape (times are the page's, via /series).
+    """
+    gen = open_writer(api, task)
+    binary = {
+        "offset": 0,
+        "steps": _b64("q", [1, 2]),
+        "epochs": _b64("i", [1, 1]),
+        "values": _b64("d", [0.5, 0.25]),
+        "times": _b64("d", [T0, math.nan]),
+    }
+    api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {"b": binary, "j": {**columns(0, [3], [1.0]), "times": [T0 + 3]}},
+        },
+    )
+
+    series = api.get(task + "/series").body["series"]
+    metrics = api.get(task).body["status_details"]["metrics"]
+
+    assert ([T0, None], [T0 + 3]) == (series["b"]["times"], series["j"]["times"])
+    assert [
+        {"step": 1, "epoch": 1, "value": 0.5},
+        {"step": 2, "epoch": 1, "value": 0.25},
+    ] == metrics["b"]
+
+
+def test_points_sent_without_times_have_null_times(api: Client, task: str) -> None:
+    """A client of an older version sends no times: its points read back as before, times null."""
+    write_ramp(api, task, 3, times=False)
+
+    assert [None, None, None] == api.get(task + "/series").body["series"]["a"]["times"]
+    assert {"step": 10, "epoch": 1, "value": 0.0} == api.get(task).body["status_details"][
+        "metrics"
+    ]["a"][0]
+
+
+def test_a_patch_stores_the_time_of_each_point(api: Client, task: str) -> None:
+    """Baseline ``metrics`` points may carry ``"time"``; a point without one stays unknown."""
+    points = [{"step": 1, "value": 1.0, "time": T0}, {"step": 2, "value": 2.0}]
+    assert 200 == api.patch(task, {"status_details": {"metrics": {"a": points}}}).status
+
+    assert [T0, None] == api.get(task + "/series").body["series"]["a"]["times"]
+
+
+def test_a_times_column_of_another_length_is_refused(api: Client, task: str) -> None:
+    """``times`` must have as many items as ``steps``: 422 naming the series, nothing stored."""
+    gen = open_writer(api, task)
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {"a": {**columns(0, [1, 2], [1.0, 2.0]), "times": [T0]}},
+        },
+    )
+
+    assert (422, '$.series["a"]') == (reply.status, reply.body["path"])
+
+
+def test_from_and_to_return_the_step_range_inclusive(api: Client, task: str) -> None:
+    """``from``/``to`` keep the points whose step is within (inclusive); first_index says where.
+
+    Either bound may be given alone; a range with no point answers empty columns.
+    """
+    write_ramp(api, task, 10)  # steps 10..100, indices 0..9
+
+    both = api.get(task + "/series?from=30&to=55").body["series"]["a"]
+    low = api.get(task + "/series?from=85").body["series"]["a"]
+    high = api.get(task + "/series?to=10").body["series"]["a"]
+    empty = api.get(task + "/series?from=41&to=49").body["series"]["a"]
+
+    assert (10, 2, [30, 40, 50], [T0 + 2, T0 + 3, T0 + 4]) == (
+        both["length"],
+        both["first_index"],
+        both["steps"],
+        both["times"],
+    )
+    assert (8, [90, 100]) == (low["first_index"], low["steps"])
+    assert (0, [10]) == (high["first_index"], high["steps"])
+    assert ([], [], 10) == (empty["steps"], empty["times"], empty["length"])
+
+
+def test_max_points_thins_within_the_range_keeping_its_ends_and_extremes(
+    api: Client, task: str
+) -> None:
+    """A zoom re-read: the range is thinned on its own (first, last, lows and highs kept)."""
+    write_ramp(api, task, 1000)  # steps 10..10000
+
+    zoomed = api.get(task + "/series?from=2000&to=3000&max_points=10").body["series"]["a"]
+
+    assert 199 == zoomed["first_index"]
+    assert (2000, 3000) == (zoomed["steps"][0], zoomed["steps"][-1])
+    assert len(zoomed["steps"]) <= 12
+    assert all(2000 <= s <= 3000 for s in zoomed["steps"])
+    assert len(zoomed["steps"]) == len(zoomed["times"]) == len(zoomed["values"])
+
+
+def test_after_returns_only_the_points_from_that_index_on(api: Client, task: str) -> None:
+    """``after=N`` is the live page's refresh: points at index >= N, first_index N.
+
+    At or past the stored length it answers no points, with first_index ``after``.
+    """
+    write_ramp(api, task, 5)
+
+    tail = api.get(task + "/series?after=3").body["series"]["a"]
+    none = api.get(task + "/series?after=5").body["series"]["a"]
+    ranged = api.get(task + "/series?after=1&to=30").body["series"]["a"]
+
+    assert (3, [40, 50], [3.0, 4.0], 5) == (
+        tail["first_index"],
+        tail["steps"],
+        tail["values"],
+        tail["length"],
+    )
+    assert (5, []) == (none["first_index"], none["steps"])
+    assert (1, [20, 30]) == (ranged["first_index"], ranged["steps"])
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("from=-1", "from must be an integer in [0, 9223372036854775807]"),
+        ("to=ten", "to must be an integer in [0, 9223372036854775807]"),
+        ("after=1.5", "after must be an integer in [0, 9223372036854775807]"),
+        ("from=5&to=4", "from (5) must not be above to (4)"),
+    ],
+)
+def test_bad_ranges_are_400_invalid_query(api: Client, task: str, query: str, message: str) -> None:
+    """A range that is not integers >= 0, or from above to, is refused naming the rule."""
+    write_ramp(api, task, 3)
+
+    reply = api.get(task + "/series?" + query)
+
+    assert (400, "invalid_query", message) == (
+        reply.status,
+        reply.body["error"],
+        reply.body["message"],
+    )
 
 
 # -- jobs and cancel --------------------------------------------------------------------

@@ -29,9 +29,12 @@ import pytest
 import urllib3
 
 from browser import Browser
+from conftest import opened_writer
 from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
-from trainreport.server._page import downsample_indices
+from trainreport.server._db import Applied, Database
+from trainreport.server._page import downsample_indices, shape_columns
+from trainreport.server._wire import SeriesPoints, TaskUpdate
 
 CHROMIUM = "/usr/bin/chromium"
 JOB, TASK = "llama-finetune-42", "train"
@@ -595,3 +598,47 @@ def test_a_failed_run_shows_its_error_as_text_and_steps_with_thousands_separator
     assert '"type"' not in main
     assert 0 == images  # the message is text, never markup
     assert "100,000 / 100,000" in row.split("\t")
+
+
+@pytest.mark.timeout(300)
+def test_a_spike_at_one_step_of_a_million_shows_at_every_zoom_level(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """One point of 1,000,000 far above the rest survives every thinned read around it.
+
+    The full range and ranges narrowing around the spike, each read at the
+    page's screen resolution (1,000 points), keep the spike's step and value,
+    and the narrowest range returns every one of its points. (SQLite only: the
+    range is one ``WHERE`` on both backends, and the thinning is the server's.)
+    """
+    db = Database(tmp_path / "spike.db")
+    request.addfinalizer(db.close)
+    job = "spike"
+    n, spike = 1_000_000, 612_345
+    steps = list(range(1, n + 1))
+    values = [1.0 + (i % 7) * 0.01 for i in range(n)]
+    values[spike - 1] = 100.0
+    generation = opened_writer(db, job, "t").generation
+    update = TaskUpdate(
+        writer_generation=generation,
+        sequence=1,
+        status="running",
+        details={},
+        series=(SeriesPoints("loss", 0, steps, [1] * n, values, [float(s) for s in steps]),),
+    )
+    stored = db.tasks.apply_update(job, "t", update, now="2026-03-01T12:00:00.000Z")
+    assert isinstance(stored, Applied)
+    # the whole series, then ranges 10 times narrower each, never centred on the spike
+    zooms = [(None, None)] + [(spike - w // 3, spike + w - w // 3) for w in (10**5, 10**4, 10**3)]
+
+    for low, high in [*zooms, (612_300, 612_400)]:
+        columns = db.tasks.series_columns(job, "t", ["loss"], from_step=low, to_step=high)
+        assert columns is not None
+        shaped = shape_columns(columns, 1000)["loss"]
+        assert len(shaped["steps"]) <= 1002, (low, high)
+        kept = dict(zip(shaped["steps"], shaped["values"], strict=True))
+        assert 100.0 == kept.get(spike), (low, high)
+        assert float(spike) == shaped["times"][shaped["steps"].index(spike)]
+        if low is not None and high is not None:
+            assert (low, high) == (shaped["steps"][0], shaped["steps"][-1])
+    assert list(range(612_300, 612_401)) == shaped["steps"]

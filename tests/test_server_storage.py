@@ -27,7 +27,7 @@ from trainreport.server._db import (
     Database,
     StaleWriter,
 )
-from trainreport.server._migrations import MIGRATIONS, SCHEMA_VERSION
+from trainreport.server._migrations import MIGRATIONS, SCHEMA_VERSION, ddl
 from trainreport.server._retention import RetentionWorker, cutoff_for
 from trainreport.server._storage import open_backend
 from trainreport.server._wire import TASK_STATUSES, SeriesPoints, TaskPatch, TaskUpdate
@@ -122,6 +122,61 @@ def test_a_database_of_a_newer_schema_is_refused(target: str | Path) -> None:
 
     with pytest.raises(RuntimeError, match="schema version 99"):
         Database(target)
+
+
+def test_points_stored_before_the_times_migration_read_with_unknown_times(
+    target: str | Path,
+) -> None:
+    """A database of schema 4 gains ``points.time``; its points read back with time ``None``."""
+    backend = open_backend(target)
+    with backend.write(None) as conn:
+        conn.execute(migration_ddl_version_table(backend.dialect))
+        for number, statements in enumerate(MIGRATIONS[:4], start=1):
+            for statement in statements:
+                conn.execute(ddl(statement, backend.dialect))
+            conn.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", (number, OLD)
+            )
+        if backend.dialect == "sqlite":
+            conn.execute("PRAGMA user_version = 4")
+        conn.execute(
+            "INSERT INTO jobs (job_id, created_at, updated_at) VALUES ('old', ?, ?)", (OLD, OLD)
+        )
+        conn.execute(
+            "INSERT INTO tasks (job_id, task_id, status, details, created_at, updated_at) "
+            "VALUES ('old', 't', 'running', '{}', ?, ?)",
+            (OLD, OLD),
+        )
+        conn.execute(
+            "INSERT INTO series (job_id, task_id, series, ord, length) "
+            "VALUES ('old', 't', 'a', 1, 1)"
+        )
+        conn.execute(
+            "INSERT INTO points (job_id, task_id, series, idx, step, epoch, value) "
+            "VALUES ('old', 't', 'a', 0, 7, 1, 0.5)"
+        )
+    backend.close()
+
+    db = Database(target)
+    try:
+        columns = db.tasks.series_columns("old", "t", None)
+    finally:
+        db.close()
+
+    assert columns is not None
+    assert ([7], [0.5], [None]) == (
+        columns["a"]["steps"],
+        columns["a"]["values"],
+        columns["a"]["times"],
+    )
+
+
+def migration_ddl_version_table(dialect: str) -> str:
+    return ddl(
+        "CREATE TABLE IF NOT EXISTS schema_version (version {int} PRIMARY KEY, "
+        "applied_at TEXT NOT NULL)",
+        dialect,
+    )
 
 
 # -- two replicas on one database -------------------------------------------------------

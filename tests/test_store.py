@@ -9,15 +9,15 @@ def steps(series: Series) -> list[int]:
     return list(series.steps)
 
 
-def test_point_costs_twenty_bytes_in_columns() -> None:
-    """A point is an int64 step, an int32 epoch and a float64 value.
+def test_point_costs_twenty_eight_bytes_in_columns() -> None:
+    """A point is an int64 step, an int32 epoch, a float64 value and a float64 time.
 
     See docs/design.md#performance: < 40 B.
     """
     s = Series()
     for i in range(1000):
-        s.append(i, 1, 0.5)
-    assert 20 * 1000 == s.nbytes()
+        s.append(i, 1, 0.5, 1_767_225_600.0 + i)
+    assert 28 * 1000 == s.nbytes()
 
 
 def test_same_step_replaces_the_last_point() -> None:

@@ -215,6 +215,7 @@ class ColumnarIngest:
         resolved_before: int | None = None
         steps: list[int] = []
         epochs: list[int] = []
+        times: list[float] = []
         rows: list[tuple[Any, ...]] = []
         items: list[Report] = []
         item: Report | None = first
@@ -226,9 +227,10 @@ class ColumnarIngest:
                         break
                     step = item[TRAIN_STEP]
                     raw_epoch = item[TRAIN_EPOCH]
+                    t = item[TRAIN_TIME]
                     metrics = item
                 elif type(item) is tuple and len(item) == 5 and item[0] is _TRAIN:
-                    _, _, step, raw_epoch, metrics = item
+                    _, t, step, raw_epoch, metrics = item
                     if type(metrics) is not dict or len(metrics) != width:
                         break
                 else:
@@ -254,12 +256,13 @@ class ColumnarIngest:
             last = at = step
             steps.append(step)
             epochs.append(epoch or 1)
+            times.append(t)
             items.append(item)
             item = None
             if taken < remaining:
                 item = popleft()
                 taken += 1
-        if not self._apply(plan, items, rows, steps, epochs, epoch):
+        if not self._apply(plan, items, rows, steps, epochs, times, epoch):
             for report in items:  # a value the batch does not take: the per-point path
                 per_point(report)
         return taken, len(items) * (REPORT_BYTES + VALUE_BYTES * width), item
@@ -271,6 +274,7 @@ class ColumnarIngest:
         rows: list[tuple[Any, ...]],
         steps: list[int],
         epochs: list[int],
+        times: list[float],
         epoch: int | None,
     ) -> bool:
         """Append the gathered run; False (nothing changed) if a value needs the per-point path."""
@@ -293,10 +297,13 @@ class ColumnarIngest:
         store = record.store
         step_column = array("q", steps)
         epoch_column = array("i", epochs)
+        offset = record.wall_offset  # each report's monotonic time -> wall-clock time
+        time_column = array("d", [t + offset for t in times])
         for i, s in plan.series:
             s.steps.extend(step_column)
             s.epochs.extend(epoch_column)
             s.values.frombytes(values[i])
+            s.times.extend(time_column)
         for i, name in plan.scalars:
             store.scalars[name] = float(columns[i][-1])
         store.points_recorded += len(items) * len(plan.series)

@@ -111,7 +111,7 @@ class Delivery:
             if full_state:
                 if record.seeded and not held.too_large:
                     series_updates = tuple(
-                        SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:])
+                        SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:], s.times[:])
                         for n, s in store_series.items()
                         if s
                     )
@@ -123,6 +123,7 @@ class Delivery:
                         s.steps[s.delivered[d] :],
                         s.epochs[s.delivered[d] :],
                         s.values[s.delivered[d] :],
+                        s.times[s.delivered[d] :],
                     )
                     for n, s in store_series.items()
                     if s.needs_send(d)

@@ -166,7 +166,14 @@ class DetailsView:
             start = acknowledged[name] if rewrite else min(held, s.journaled, length)
             if rewrite or start < length or start < held:
                 series.append(
-                    SeriesUpdate(name, start, s.steps[start:], s.epochs[start:], s.values[start:])
+                    SeriesUpdate(
+                        name,
+                        start,
+                        s.steps[start:],
+                        s.epochs[start:],
+                        s.values[start:],
+                        s.times[start:],
+                    )
                 )
             s.journaled = length
         return JournalView(

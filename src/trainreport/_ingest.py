@@ -218,12 +218,20 @@ class Ingest:
         record.at_step = step
         record.last_step_time = t
         record.changes += 1
-        self.record(metrics, "train", None, step, record.at_epoch or 1, "report_train_step")
+        self.record(
+            metrics,
+            "train",
+            None,
+            step,
+            record.at_epoch or 1,
+            "report_train_step",
+            t + record.wall_offset,
+        )
 
     def validation(
-        self, raw_step: object, raw_epoch: object, metrics: object, dataset: object
+        self, t: float, raw_step: object, raw_epoch: object, metrics: object, dataset: object
     ) -> None:
-        """Apply ``report_validation``."""
+        """Apply ``report_validation`` (``t``: the report's monotonic time, seconds)."""
         step = self._step(raw_step, "report_validation")
         if step is None:
             return
@@ -258,10 +266,11 @@ class Ingest:
             step,
             epoch or record.at_epoch or 1,
             "report_validation",
+            t + record.wall_offset,
         )
 
-    def other_metrics(self, raw_step: object, metrics: object, phase: object) -> None:
-        """Apply ``report_metrics``."""
+    def other_metrics(self, t: float, raw_step: object, metrics: object, phase: object) -> None:
+        """Apply ``report_metrics`` (``t``: the report's monotonic time, seconds)."""
         record = self._record
         if not isinstance(phase, str) or check_name(phase) is not None or not phase.isidentifier():
             record.drop_once(
@@ -276,12 +285,30 @@ class Ingest:
             return
         record.changes += 1  # current values change
         naming_phase = "validation" if phase in ("val", "eval", "validation") else phase
-        self.record(metrics, naming_phase, None, step, record.at_epoch or 1, "report_metrics")
+        self.record(
+            metrics,
+            naming_phase,
+            None,
+            step,
+            record.at_epoch or 1,
+            "report_metrics",
+            t + record.wall_offset,
+        )
 
     def record(
-        self, metrics: object, phase: str, qualifier: str | None, step: int, epoch: int, report: str
+        self,
+        metrics: object,
+        phase: str,
+        qualifier: str | None,
+        step: int,
+        epoch: int,
+        report: str,
+        time: float,
     ) -> None:
-        """Record one report's metrics at ``step`` (points of series, values of scalars)."""
+        """Record one report's metrics at ``step`` (points of series, values of scalars).
+
+        ``time`` is the points' wall-clock time, seconds since the Unix epoch.
+        """
         record = self._record
         if not isinstance(metrics, dict):
             if metrics is not None:
@@ -309,14 +336,15 @@ class Ingest:
                 record.drop_once("not_chartable", name, report, value.reason)
                 continue
             if series is None:  # a scalar, or a name two keys share ("loss", "eval_loss")
-                store.record(name, step, epoch, value)
+                store.record(name, step, epoch, value, time)
             elif fresh:
                 series.steps.append(step)
                 series.epochs.append(epoch)
                 series.values.append(value)
+                series.times.append(time)
                 appended += 1
             else:
-                store.record(name, step, epoch, value)
+                store.record(name, step, epoch, value, time)
         store.points_recorded += appended
         if fresh:
             store.max_step = step

@@ -55,6 +55,7 @@ __all__ = [
     "suffix_details",
     "suffix_member",
     "suffix_member_bytes",
+    "without_times",
 ]
 
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
@@ -71,7 +72,12 @@ def _number(v: float) -> str:
 
 
 def encode_points(series: SeriesUpdate) -> str:
-    """A series' points in the baseline shape: ``[{"step":1,"epoch":1,"value":2.31},...]``."""
+    """A series' points in the baseline shape: ``[{"step":1,"epoch":1,"value":2.31},...]``.
+
+    Never the points' times: a full-state send resends every point each time, so
+    they would cost a plain job API about 25 bytes a point a send (times travel
+    in series-suffix mode only, ``docs/protocol.md``).
+    """
     return (
         "["
         + ",".join(
@@ -90,12 +96,27 @@ def encode_suffix_series(series: SeriesUpdate) -> str:
     Copying bytes costs a few nanoseconds a point where formatting a float as
     decimal text costs hundreds, all of it GIL time taken from training
     (docs/design.md#shape, #wire-modes); non-finite values travel as IEEE bits and the server stores
-    them as ``null``.
+    them as ``null``. With times (``series.times``, ``series-times-v1``) a fourth
+    column ``"times":"<b64>"`` of float64 seconds since the Unix epoch follows
+    (NaN: unknown, stored as ``null``).
     """
+    times = "" if series.times is None else f',"times":"{_b64(series.times)}"'
     return (
         f'{{"offset":{series.offset},"steps":"{_b64(series.steps)}",'
-        f'"epochs":"{_b64(series.epochs)}","values":"{_b64(series.values)}"}}'
+        f'"epochs":"{_b64(series.epochs)}","values":"{_b64(series.values)}"{times}}}'
     )
+
+
+def without_times(update: Update) -> Update:
+    """``update`` with no series carrying times: for a destination that keeps none.
+
+    A server that does not list ``series-times-v1`` is never sent a ``times``
+    column or a point's ``"time"`` (an older server would refuse the column).
+    Copies no column. Never raises.
+    """
+    if not update.series or all(s.times is None for s in update.series):
+        return update
+    return attrs.evolve(update, series=tuple(attrs.evolve(s, times=None) for s in update.series))
 
 
 def encode_details(details: Mapping[str, Any]) -> str:
@@ -142,6 +163,8 @@ def _b64_chars(nbytes: int) -> int:
 
 #: The characters of :func:`encode_suffix_series` besides the offset's digits and the columns.
 _SERIES_FRAME_CHARS = len('{"offset":,"steps":"","epochs":"","values":""}')
+#: ... and what a times column adds besides its base64.
+_TIMES_FRAME_CHARS = len(',"times":""')
 
 
 def suffix_member_bytes(series: SeriesUpdate) -> int:
@@ -160,6 +183,7 @@ def suffix_member_bytes(series: SeriesUpdate) -> int:
         + _b64_chars(n * series.steps.itemsize)
         + _b64_chars(n * series.epochs.itemsize)
         + _b64_chars(n * series.values.itemsize)
+        + (0 if series.times is None else _TIMES_FRAME_CHARS + _b64_chars(n * 8))
     )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "ENCODING_GZIP",
     "EPOCHS_TYPECODE",
     "EXTENSION_SERIES_SUFFIX",
+    "EXTENSION_SERIES_TIMES",
     "ID_PATTERN",
     "JOBS_PATH",
     "JOB_PATH_TEMPLATE",
@@ -36,6 +37,7 @@ __all__ = [
     "STEPS_TYPECODE",
     "TASK_PATH_TEMPLATE",
     "TASK_STATUSES",
+    "TIMES_TYPECODE",
     "UPDATES_PATH",
     "VALUES_TYPECODE",
     "WRITERS_PATH",
@@ -52,6 +54,10 @@ __all__ = [
 
 #: The server's extension that takes series as idempotent suffixes (``docs/protocol.md``).
 EXTENSION_SERIES_SUFFIX: Final[str] = "series-suffix-v1"
+#: The server stores each point's wall-clock time: a series suffix may carry a ``times``
+#: column and a baseline point a ``"time"`` (``docs/protocol.md``). A client sends them
+#: only to a server that lists this extension, so an older server never sees them.
+EXTENSION_SERIES_TIMES: Final[str] = "series-times-v1"
 #: The request ``Content-Encoding`` a server may list under ``encodings``.
 ENCODING_GZIP: Final[str] = "gzip"
 #: Every API path starts with it; a base URL never ends with it (:func:`split_api_prefix`).
@@ -148,6 +154,9 @@ STEPS_TYPECODE: Final[str] = "q"
 EPOCHS_TYPECODE: Final[str] = "i"
 #: ``array`` typecode of a series' values column: float64 (NaN/±Inf travel as IEEE bits).
 VALUES_TYPECODE: Final[str] = "d"
+#: ``array`` typecode of a series' optional times column: float64 seconds since the Unix
+#: epoch (NaN: the time of that point is unknown, ``null`` once stored).
+TIMES_TYPECODE: Final[str] = "d"
 #: A series suffix's columns in wire order: ``(key, typecode)``.
 COLUMN_TYPECODES: Final[tuple[tuple[str, str], ...]] = (
     ("steps", STEPS_TYPECODE),

@@ -84,6 +84,9 @@ class Recorder:
         destinations: how many destinations the reporter sends to.
         series_default: the ``time_series_metrics`` used when the config's is
             ``None`` (an adapter's own default list; every metric otherwise).
+        wall_offset: seconds from the reports' monotonic clock to the wall clock
+            (``time.time() - clock()`` when the reporter starts): each point's
+            wall-clock time is its report's ``t`` plus this.
 
     Thread-safety: every public method takes the recorder's own lock.
     """
@@ -94,9 +97,10 @@ class Recorder:
         *,
         destinations: int = 1,
         series_default: tuple[str, ...] = ("*",),
+        wall_offset: float = 0.0,
     ) -> None:
         self._lock = threading.Lock()
-        self._record = record = RunRecord.new(config, destinations, series_default)
+        self._record = record = RunRecord.new(config, destinations, series_default, wall_offset)
         self._names = NameTables(record)
         self._ingest = Ingest(record, self._names, EpochResolver(record))
         self._details = DetailsView(record)

@@ -254,8 +254,14 @@ class ReporterLifecycle(TerminalReports):
             _log.info("trainreport.inert", rank=rank, disabled=_disabled(os.environ))
             return self
         self._pid = os.getpid()
+        # One reading of each clock: a point's wall-clock time is its report's monotonic
+        # time plus this offset, so no report call reads a second clock.
+        wall_offset = time.time() - self._clock()
         recorder = Recorder(
-            self._config, destinations=len(self._sinks), series_default=self._series_default
+            self._config,
+            destinations=len(self._sinks),
+            series_default=self._series_default,
+            wall_offset=wall_offset,
         )
         self._recorder = recorder
         options, self._journal_watch = journal_options(self._config, self._sinks, self._clock)

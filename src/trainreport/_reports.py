@@ -393,9 +393,11 @@ class ReportHandler(Protocol):
 
     def train_step(self, t: float, step: object, epoch: object, metrics: object) -> None: ...
 
-    def validation(self, step: object, epoch: object, metrics: object, dataset: object) -> None: ...
+    def validation(
+        self, t: float, step: object, epoch: object, metrics: object, dataset: object
+    ) -> None: ...
 
-    def other_metrics(self, step: object, metrics: object, phase: object) -> None: ...
+    def other_metrics(self, t: float, step: object, metrics: object, phase: object) -> None: ...
 
     def hyperparameters(self, flat: dict[str, Any], left_out: int) -> None: ...
 
@@ -430,11 +432,11 @@ def dispatch(item: Report, handler: ReportHandler) -> bool:
         case (Kind.TRAIN, t, step, epoch, metrics):
             handler.train_step(t, step, epoch, metrics)
             return False
-        case (Kind.VALIDATION, _, step, epoch, metrics, dataset):
-            handler.validation(step, epoch, metrics, dataset)
+        case (Kind.VALIDATION, t, step, epoch, metrics, dataset):
+            handler.validation(t, step, epoch, metrics, dataset)
             return False
-        case (Kind.METRICS, _, step, metrics, phase):
-            handler.other_metrics(step, metrics, phase)
+        case (Kind.METRICS, t, step, metrics, phase):
+            handler.other_metrics(t, step, metrics, phase)
             return False
         case (Kind.HYPERPARAMETERS, _, flat, left_out):
             handler.hyperparameters(flat, left_out)

@@ -49,6 +49,10 @@ class RunRecord:
     strict_violations: list[str] = attrs.field(factory=list)
     datasets: DatasetOrder = attrs.field(factory=DatasetOrder)
     sticky: StickyFields = attrs.field(factory=StickyFields)
+    #: Seconds to add to a report's monotonic time ``t`` for its wall-clock time (seconds
+    #: since the Unix epoch): taken once when the reporter starts, so each point's time
+    #: costs the training thread no clock read (docs/engine.md, "The hot path").
+    wall_offset: float = 0.0
     #: Bumped by every report that changes what an update carries.
     changes: int = 0
     at_step: int | None = None
@@ -78,10 +82,15 @@ class RunRecord:
 
     @classmethod
     def new(
-        cls, config: ReportingConfig, destinations: int, series_default: tuple[str, ...]
+        cls,
+        config: ReportingConfig,
+        destinations: int,
+        series_default: tuple[str, ...],
+        wall_offset: float = 0.0,
     ) -> RunRecord:
-        """An empty record for ``destinations`` destinations."""
+        """An empty record for ``destinations`` destinations (``wall_offset``: see the field)."""
         return cls(
+            wall_offset=wall_offset,
             config=config,
             store=MetricStore(config.max_metric_names, destinations),
             machine=TaskMachine(strict=config.strict_transitions),

@@ -63,6 +63,9 @@ class SeriesUpdate:
         epochs: the points' 1-based epochs (``array('q')``).
         values: the points' values (``array('d')``); NaN and ±Inf are kept
             here and become JSON ``null`` when encoded.
+        times: the points' wall-clock times, seconds since the Unix epoch
+            (``array('d')``, NaN where unknown), or ``None`` when the update
+            carries none. A destination that keeps no times ignores them.
     """
 
     name: str
@@ -70,6 +73,7 @@ class SeriesUpdate:
     steps: array[int]
     epochs: array[int]
     values: array[float]
+    times: array[float] | None = None
 
     def __len__(self) -> int:
         return len(self.values)

@@ -2,8 +2,9 @@
 
 The first arrival of a name decides, once, whether it keeps a history (a
 series) or only its latest value (a scalar) (docs/design.md#metrics). A series stores its
-points as three typed columns (``array('q')`` steps, ``array('i')`` epochs,
-``array('d')`` values): 20 bytes a point plus the arrays' growth slack.
+points as four typed columns (``array('q')`` steps, ``array('i')`` epochs,
+``array('d')`` values, ``array('d')`` wall-clock times in seconds since the Unix
+epoch, NaN where unknown): 28 bytes a point plus the arrays' growth slack.
 
 Each series also tracks what each destination holds (lists indexed by the
 destination's position in ``Reporter(sinks=[...])``):
@@ -35,21 +36,39 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
 
-__all__ = ["MetricStore", "Rewound", "Series"]
+__all__ = ["UNKNOWN_TIME", "MetricStore", "Rewound", "Series"]
+
+#: The time of a point whose wall-clock time is not known (seeded from a destination
+#: that keeps none): NaN in the times column, ``null`` on the wire.
+UNKNOWN_TIME = float("nan")
 
 #: One series a rewind cut: (qualified name, its last step before, points removed).
 Rewound: TypeAlias = "tuple[str, int, int]"
 
 
 class Series:
-    """One metric's history, as columns. Steps are non-decreasing and unique."""
+    """One metric's history, as columns. Steps are non-decreasing and unique.
 
-    __slots__ = ("delivered", "epochs", "journaled", "low", "server_length", "steps", "values")
+    ``times`` holds each point's wall-clock time (seconds since the Unix epoch,
+    :data:`UNKNOWN_TIME` where unknown), as long as the other columns.
+    """
+
+    __slots__ = (
+        "delivered",
+        "epochs",
+        "journaled",
+        "low",
+        "server_length",
+        "steps",
+        "times",
+        "values",
+    )
 
     def __init__(self, destinations: int = 1) -> None:
         self.steps: array[int] = array("q")
         self.epochs: array[int] = array("i")
         self.values: array[float] = array("d")
+        self.times: array[float] = array("d")
         self.delivered = [0] * destinations
         self.server_length = [0] * destinations
         self.low = [0] * destinations
@@ -58,7 +77,7 @@ class Series:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def append(self, step: int, epoch: int, value: float) -> int:
+    def append(self, step: int, epoch: int, value: float, time: float = UNKNOWN_TIME) -> int:
         """Add a point; a point at or before the last step replaces the tail from it on.
 
         Returns:
@@ -73,6 +92,7 @@ class Series:
         steps.append(step)
         self.epochs.append(epoch)
         self.values.append(value)
+        self.times.append(time)
         return discarded
 
     def truncate(self, length: int) -> None:
@@ -81,6 +101,7 @@ class Series:
             del self.steps[length:]
             del self.epochs[length:]
             del self.values[length:]
+            del self.times[length:]
             for d, held in enumerate(self.delivered):
                 self.delivered[d] = min(held, length)
                 self.low[d] = min(self.low[d], length)
@@ -100,7 +121,8 @@ class Series:
 
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated capacity is slightly more)."""
-        return sum(a.itemsize * len(a) for a in (self.steps, self.epochs, self.values))
+        columns = (self.steps, self.epochs, self.values, self.times)
+        return sum(a.itemsize * len(a) for a in columns)
 
 
 class MetricStore:
@@ -163,8 +185,13 @@ class MetricStore:
         if series.values:
             self.scalars[name] = series.values[-1]
 
-    def record(self, name: str, step: int, epoch: int, value: float) -> None:
-        """Store a point (series) or the latest value (scalar) of an admitted name."""
+    def record(
+        self, name: str, step: int, epoch: int, value: float, time: float = UNKNOWN_TIME
+    ) -> None:
+        """Store a point (series) or the latest value (scalar) of an admitted name.
+
+        ``time`` is the point's wall-clock time, seconds since the Unix epoch.
+        """
         s = self.series.get(name)
         if s is None:
             self.scalars[name] = value
@@ -172,11 +199,11 @@ class MetricStore:
         steps = s.steps
         if steps and steps[-1] > step:  # a rewind: noted for end_report()
             last = steps[-1]
-            discarded = s.append(step, epoch, value)
+            discarded = s.append(step, epoch, value, time)
             self.points_replaced_by_rewinds += discarded
             self.rewound.append((name, last, discarded))
         else:
-            discarded = s.append(step, epoch, value)
+            discarded = s.append(step, epoch, value, time)
         self.points_discarded += discarded
         self.points_recorded += 1
         self.max_step = max(self.max_step, step)
@@ -226,6 +253,7 @@ class MetricStore:
         values: array[float],
         keep: int | None = None,
         d: int = 0,
+        times: array[float] | None = None,
     ) -> None:
         """Load a stored series (resume) under whatever this process recorded for it.
 
@@ -234,6 +262,8 @@ class MetricStore:
             steps, epochs, values: the stored columns (destination ``d`` holds them all).
             keep: how many stored points stay (the rest were rewound or replaced
                 by this process's points); ``None`` keeps them all.
+            times: the stored points' wall-clock times, as long as ``steps``
+                (``None``: the destination keeps none, every time unknown).
 
         Points this process already recorded for ``name`` follow the kept
         prefix; destination ``d`` is known to hold exactly the kept prefix
@@ -244,14 +274,19 @@ class MetricStore:
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = Series(self.destinations)
-        new_steps, new_epochs, new_values = s.steps, s.epochs, s.values
+        new_steps, new_epochs, new_values, new_times = s.steps, s.epochs, s.values, s.times
         # mutate in place: callers may hold the Series object
         s.steps = steps[:keep]
         s.epochs = epochs[:keep]
         s.values = values[:keep]
+        if times is not None and len(times) == held:
+            s.times = times[:keep]
+        else:
+            s.times = array("d", [UNKNOWN_TIME]) * len(s.steps)
         s.steps.extend(new_steps)
         s.epochs.extend(new_epochs)
         s.values.extend(new_values)
+        s.times.extend(new_times)
         s.delivered[d] = keep
         s.server_length[d] = held
         if steps:

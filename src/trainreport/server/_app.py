@@ -32,7 +32,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
-from trainreport._protocol import ENCODING_GZIP, EXTENSION_SERIES_SUFFIX, TaskStatus
+from trainreport._protocol import (
+    ENCODING_GZIP,
+    EXTENSION_SERIES_SUFFIX,
+    EXTENSION_SERIES_TIMES,
+    TaskStatus,
+)
 from trainreport.server import _page
 from trainreport.server._auth import (
     WWW_AUTHENTICATE,
@@ -68,6 +73,7 @@ from trainreport.server._routes import (
     NAMES,
     Endpoint,
     read_max_points,
+    read_series_range,
 )
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._stale import STALE_KEY, staleness
@@ -318,7 +324,7 @@ class _Api:
     async def capabilities(self, _request: Request) -> Response:
         return JSONResponse(
             {
-                "extensions": [EXTENSION_SERIES_SUFFIX],
+                "extensions": [EXTENSION_SERIES_SUFFIX, EXTENSION_SERIES_TIMES],
                 "encodings": [ENCODING_GZIP],
                 "max_body_bytes": self._limits.max_body_bytes,
                 "max_decompressed_bytes": self._limits.max_decompressed_bytes,
@@ -472,10 +478,13 @@ class _Api:
         if NAMES.name in params or NAME.name in params:
             names = [n for v in params.getlist(NAMES.name) for n in v.split(",")]
             names += params.getlist(NAME.name)
-        max_points = read_max_points(request.query_params)
+        max_points = read_max_points(params)
+        low, high, after = read_series_range(params)
 
         def read() -> Response:
-            columns = self._db.tasks.series_columns(job_id, task_id, names)
+            columns = self._db.tasks.series_columns(
+                job_id, task_id, names, from_step=low, to_step=high, after=after
+            )
             if columns is None:
                 raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
             return JSONResponse({"series": _page.shape_columns(columns, max_points)})

@@ -102,10 +102,37 @@ _JOB = Record(
 )
 _SERIES_COLUMNS = Record(
     (
-        Field("length", Integer(0, description="the stored length, whatever the thinning"), True),
+        Field(
+            "length",
+            Integer(0, description="the stored length, whatever the range and the thinning"),
+            True,
+        ),
+        Field(
+            "first_index",
+            Integer(
+                0,
+                description=(
+                    "the stored index of the first point returned (0 without from/after; "
+                    "after itself when no point matches)"
+                ),
+            ),
+            True,
+        ),
         Field("steps", List(Integer(0)), True),
         Field("epochs", List(Integer(0, nullable=True)), True),
         Field("values", List(Number()), True),
+        Field(
+            "times",
+            List(
+                Number(
+                    description=(
+                        "the point's wall-clock time, seconds since the Unix epoch; null when "
+                        "unknown (recorded by a client that sent no times)"
+                    )
+                )
+            ),
+            True,
+        ),
     ),
 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from itertools import count, repeat
-from typing import Any
+from typing import Any, TypeAlias
 
 from trainreport._lifecycle import forget_running_only_details
 from trainreport._protocol import TaskStatus
@@ -18,6 +18,7 @@ from trainreport.server._wire import SeriesPoints
 
 __all__ = [
     "PENDING",
+    "PointRow",
     "dump_details",
     "forget_purged_points",
     "job_cancel_requested",
@@ -58,16 +59,49 @@ def job_cancel_requested(conn: Connection, job_id: str) -> bool:
     return bool(row and row[0])
 
 
+#: One stored point: ``(step, epoch, value, time)`` (``time`` in seconds since the epoch).
+PointRow: TypeAlias = "tuple[int, int | None, float | None, float | None]"
+
+
 def point_rows(
-    conn: Connection, job_id: str, task_id: str, series: str
-) -> list[tuple[int, int | None, float | None]]:
-    """The series' points as ``(step, epoch, value)`` rows, in order."""
-    rows: list[tuple[int, int | None, float | None]] = conn.execute(
-        "SELECT step, epoch, value FROM points WHERE job_id = ? AND task_id = ? AND series = ? "
-        "ORDER BY idx",
-        (job_id, task_id, series),
+    conn: Connection,
+    job_id: str,
+    task_id: str,
+    series: str,
+    *,
+    from_step: int | None = None,
+    to_step: int | None = None,
+    after: int = 0,
+) -> tuple[int, list[PointRow]]:
+    """The series' points as ``(step, epoch, value, time)`` rows, in order.
+
+    Args:
+        conn: an open connection.
+        job_id: a validated job id.
+        task_id: a validated task id.
+        series: the series' name.
+        from_step: only the points whose step is at least this (``None``: no bound).
+        to_step: only the points whose step is at most this (``None``: no bound).
+        after: only the points whose index is at least this.
+
+    Returns:
+        ``(index of the first row returned, the rows)``; the index is ``after``
+        when no row matches the bounds (so a client appending from it stays put).
+    """
+    where = "job_id = ? AND task_id = ? AND series = ? AND idx >= ?"
+    params: list[Any] = [job_id, task_id, series, after]
+    if from_step is not None:
+        where += " AND step >= ?"
+        params.append(from_step)
+    if to_step is not None:
+        where += " AND step <= ?"
+        params.append(to_step)
+    rows = conn.execute(
+        f"SELECT idx, step, epoch, value, time FROM points WHERE {where} ORDER BY idx",  # noqa: S608 - fixed text
+        params,
     ).fetchall()
-    return rows
+    first = int(rows[0][0]) if rows else after
+    return first, [(r[1], r[2], r[3], r[4]) for r in rows]
 
 
 def task_document(
@@ -81,10 +115,13 @@ def task_document(
     if include_metrics:
         lengths = series_lengths_of(conn, job_id, task_id)
         if lengths:
+            # The baseline shape, as a plain job API holds it: the points' times are
+            # served by GET .../series (a client resuming in suffix mode never resends
+            # the points the server holds, so their stored times stay).
             details["metrics"] = {
                 name: [
                     {"step": step, "epoch": epoch, "value": value}
-                    for step, epoch, value in point_rows(conn, job_id, task_id, name)
+                    for step, epoch, value, _time in point_rows(conn, job_id, task_id, name)[1]
                 ]
                 for name in lengths
             }
@@ -172,8 +209,8 @@ def write_suffix(
             (job_id, task_id, name, job_id, task_id, offset + len(series)),
         )
     conn.executemany(
-        "INSERT INTO points (job_id, task_id, series, idx, step, epoch, value) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO points (job_id, task_id, series, idx, step, epoch, value, time) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         zip(
             repeat(job_id),
             repeat(task_id),
@@ -182,6 +219,7 @@ def write_suffix(
             series.steps,
             series.epochs,
             series.values,
+            repeat(None) if series.times is None else series.times,
         ),
     )
     lengths[name] = offset + len(series)

@@ -332,31 +332,49 @@ class TaskStore:
         return sum(lengths.values())
 
     def series_columns(
-        self, job_id: str, task_id: str, names: Sequence[str] | None
-    ) -> dict[str, dict[str, list[Any]]] | None:
-        """The task's series as columns ``{name: {"steps", "epochs", "values"}}``.
+        self,
+        job_id: str,
+        task_id: str,
+        names: Sequence[str] | None,
+        *,
+        from_step: int | None = None,
+        to_step: int | None = None,
+        after: int = 0,
+    ) -> dict[str, dict[str, Any]] | None:
+        """The task's series as columns, optionally only a step range or an index suffix.
 
         Args:
             job_id: a validated job id.
             task_id: a validated task id.
             names: the series wanted (unknown names are skipped), or ``None`` for all.
+            from_step: only the points whose step is at least this (``None``: no bound).
+            to_step: only the points whose step is at most this (``None``: no bound).
+            after: only the points whose index is at least this.
 
         Returns:
-            The columns in the task's series order, or ``None`` when the task is absent.
+            ``{name: {"length", "first_index", "steps", "epochs", "values", "times"}}``
+            in the task's series order (``length``: every point stored; ``first_index``:
+            the stored index of the first point given), or ``None`` when the task is absent.
         """
         with self.backend.read() as conn:
             if task_row(conn, job_id, task_id) is None:
                 return None
-            wanted = list(series_lengths_of(conn, job_id, task_id))
+            lengths = series_lengths_of(conn, job_id, task_id)
+            wanted = list(lengths)
             if names is not None:
                 chosen = set(names)
                 wanted = [name for name in wanted if name in chosen]
-            result: dict[str, dict[str, list[Any]]] = {}
+            result: dict[str, dict[str, Any]] = {}
             for name in wanted:
-                rows = point_rows(conn, job_id, task_id, name)
+                first, rows = point_rows(
+                    conn, job_id, task_id, name, from_step=from_step, to_step=to_step, after=after
+                )
                 result[name] = {
+                    "length": lengths[name],
+                    "first_index": first,
                     "steps": [r[0] for r in rows],
                     "epochs": [r[1] for r in rows],
                     "values": [r[2] for r in rows],
+                    "times": [r[3] for r in rows],
                 }
             return result

@@ -5,7 +5,8 @@ Layout (``docs/server.md``)::
     jobs    (job_id PK, created_at, updated_at, cancel_requested)
     tasks   ((job_id, task_id) PK, status, details JSON without "metrics", created_at, updated_at)
     series  ((job_id, task_id, series) PK, ord, length)          lengths without counting points
-    points  ((job_id, task_id, series, idx) PK, step, epoch, value)
+    points  ((job_id, task_id, series, idx) PK, step, epoch, value,
+             time)                                               time: seconds since the epoch
     writers ((job_id, task_id) PK, generation, last_sequence,
              attempt_number, attempt_started_at,
              applied_generation)                                 exists before the task does
@@ -103,6 +104,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # baseline PATCH came last): a left-over journal of an older writer is never
         # replayed over a newer one's writes (docs/protocol.md, POST .../writers).
         "ALTER TABLE writers ADD COLUMN applied_generation {int}",
+    ),
+    (
+        # Each point's wall-clock time (seconds since the Unix epoch; NULL: unknown, as for
+        # every point stored before), sent by clients of series-times-v1 (docs/protocol.md).
+        "ALTER TABLE points ADD COLUMN time {real}",
     ),
 )
 

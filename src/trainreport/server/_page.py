@@ -157,29 +157,40 @@ def downsample_indices(values: Sequence[float | None], max_points: int) -> list[
     return sorted(keep)
 
 
+#: The columns of a series in a ``/series`` answer, each thinned alike.
+_COLUMNS = ("steps", "epochs", "values", "times")
+
+
 def shape_columns(
-    columns: Mapping[str, Mapping[str, Sequence[Any]]], max_points: int
+    columns: Mapping[str, Mapping[str, Any]], max_points: int
 ) -> dict[str, dict[str, Any]]:
-    """Add each series' full ``length`` and thin its columns to ``max_points`` when > 0.
+    """Thin each series' columns to ``max_points`` when > 0 (docs/server.md, ``/series``).
 
     Args:
-        columns: ``{name: {"steps", "epochs", "values"}}`` as stored.
-        max_points: the most points per series to return (0: all).
+        columns: ``{name: {"length", "first_index", "steps", "epochs", "values",
+            "times"}}`` as read (``TaskStore.series_columns``): the points of the
+            range asked for, the series' full stored ``length`` and the stored
+            index of the first point read.
+        max_points: the most points per series to return (0: all); the points
+            read are thinned as one range (each bucket keeps its lowest and
+            highest value and its first gap, and the range's first and last
+            points are kept: :func:`downsample_indices`).
 
     Returns:
-        ``{name: {"length": n, "steps": [...], "epochs": [...], "values": [...]}}``.
-        Never raises.
+        ``{name: {"length": n, "first_index": i, "steps": [...], "epochs": [...],
+        "values": [...], "times": [...]}}`` (``times``: seconds since the Unix
+        epoch, ``null`` where unknown). Never raises.
     """
     shaped: dict[str, dict[str, Any]] = {}
     for name, cols in columns.items():
         values = cols["values"]
-        entry: dict[str, Any] = {"length": len(values)}
+        entry: dict[str, Any] = {"length": cols["length"], "first_index": cols["first_index"]}
         if max_points and len(values) > max_points:
             keep = downsample_indices(values, max_points)
-            for key in ("steps", "epochs", "values"):
+            for key in _COLUMNS:
                 column = cols[key]
                 entry[key] = [column[i] for i in keep]
         else:
-            entry.update({key: list(cols[key]) for key in ("steps", "epochs", "values")})
+            entry.update({key: list(cols[key]) for key in _COLUMNS})
         shaped[name] = entry
     return shaped

@@ -34,10 +34,14 @@ __all__ = [
     "METRICS",
     "NAME",
     "NAMES",
+    "SERIES_AFTER",
+    "SERIES_FROM",
+    "SERIES_TO",
     "Endpoint",
     "Query",
     "Reply",
     "read_max_points",
+    "read_series_range",
 ]
 
 
@@ -83,6 +87,16 @@ class Query:
             )
         return value
 
+    def read_optional_int(self, params: Mapping[str, str]) -> int | None:
+        """The parameter as an integer within the node's bounds, or ``None`` when absent.
+
+        Raises:
+            ApiError: 400 ``invalid_query`` (not a decimal integer, or out of bounds).
+        """
+        if self.name not in params:
+            return None
+        return attrs.evolve(self, default=0).read_int(params)
+
     def read_bool(self, params: Mapping[str, str]) -> bool:
         """The parameter as a boolean (``1/true/yes``, ``0/false/no``), or its default.
 
@@ -125,6 +139,45 @@ MAX_POINTS = Query(
     f"keeps its lowest and highest value, and the first and last points are kept); 1 to "
     f"{MIN_THINNED_POINTS - 1} are refused with 400 invalid_query",
 )
+
+
+#: ``GET .../series?from=``.
+SERIES_FROM = Query(
+    "from",
+    Integer(0),
+    None,
+    "only the points whose step is at least this (inclusive); max_points thins within the range",
+)
+#: ``GET .../series?to=``.
+SERIES_TO = Query(
+    "to",
+    Integer(0),
+    None,
+    "only the points whose step is at most this (inclusive); max_points thins within the range",
+)
+#: ``GET .../series?after=``.
+SERIES_AFTER = Query(
+    "after",
+    Integer(0),
+    0,
+    "only the points at index >= this (a live page asks for what came after the length it has; "
+    "first_index in the answer says where the points returned start)",
+)
+
+
+def read_series_range(params: Mapping[str, str]) -> tuple[int | None, int | None, int]:
+    """``?from=``, ``?to=`` and ``?after=`` of ``GET .../series``: ``(from, to, after)``.
+
+    Raises:
+        ApiError: 400 ``invalid_query`` for a value that is not an integer >= 0,
+            or a ``from`` above ``to``.
+    """
+    low = SERIES_FROM.read_optional_int(params)
+    high = SERIES_TO.read_optional_int(params)
+    after = SERIES_AFTER.read_int(params)
+    if low is not None and high is not None and low > high:
+        raise ApiError(400, "invalid_query", f"from ({low}) must not be above to ({high})")
+    return low, high, after
 
 
 def read_max_points(params: Mapping[str, str]) -> int:
@@ -323,10 +376,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         _TASK + "/series",
         "get_series",
         Access.JOB,
-        "Read series as columns, thinned for drawing (?names=, ?name=, ?max_points=)",
+        "Read series as columns, thinned for drawing "
+        "(?names=, ?name=, ?max_points=, ?from=, ?to=, ?after=)",
         replies=(Reply(200, "the columns", "SeriesColumns"), _NOT_FOUND_TASK),
         tags=("page",),
-        query=(NAMES, NAME, MAX_POINTS),
+        query=(NAMES, NAME, MAX_POINTS, SERIES_FROM, SERIES_TO, SERIES_AFTER),
     ),
     Endpoint(
         "GET",

@@ -24,9 +24,11 @@ import attrs
 from trainreport._protocol import (
     EPOCHS_TYPECODE,
     EXTENSION_SERIES_SUFFIX,
+    EXTENSION_SERIES_TIMES,
     MAX_SERIES_NAME_CHARS,
     STEPS_TYPECODE,
     TASK_STATUSES,
+    TIMES_TYPECODE,
     VALUES_TYPECODE,
 )
 from trainreport._protocol import ID_PATTERN as _ID_RE
@@ -84,6 +86,9 @@ class SeriesPoints:
         epochs: each point's epoch (int >= 0) or ``None``.
         values: each point's value (a finite float) or ``None`` for a
             non-finite point.
+        times: each point's wall-clock time (seconds since the Unix epoch) or
+            ``None`` when unknown; ``None`` for the whole column when the body
+            carried no times (``series-times-v1``).
     """
 
     name: str
@@ -91,6 +96,7 @@ class SeriesPoints:
     steps: Sequence[int]
     epochs: Sequence[int | None]
     values: Sequence[float | None]
+    times: Sequence[float | None] | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -199,8 +205,20 @@ SERIES_NAME = Text(
 _STEP = Integer(0, description="the optimizer step the point was recorded at")
 _EPOCH = Integer(0, nullable=True, description="the 1-based epoch of the step, or null")
 _VALUE = Number(nullable=True, description="the value; null for a non-finite one (NaN, ±Inf)")
+_TIME = Number(
+    nullable=True,
+    description=(
+        f"the wall-clock time of the point, seconds since the Unix epoch, or null when unknown "
+        f"({EXTENSION_SERIES_TIMES}: sent only to a server that lists it)"
+    ),
+)
 POINT = Record(
-    (Field("step", _STEP, required=True), Field("epoch", _EPOCH), Field("value", _VALUE, True)),
+    (
+        Field("step", _STEP, required=True),
+        Field("epoch", _EPOCH),
+        Field("value", _VALUE, True),
+        Field("time", _TIME),
+    ),
     description="one point of a series",
 )
 
@@ -251,8 +269,10 @@ TASK_PATCH = Record(
 
 def _equal_lengths(columns: Mapping[str, Any], path: str) -> None:
     lengths = {len(columns.get(key, ())) for key in ("steps", "epochs", "values")}
+    if "times" in columns:
+        lengths.add(len(columns["times"]))
     if len(lengths) > 1:
-        invalid("steps, epochs and values must have the same length", path)
+        invalid("steps, epochs, values (and times, when given) must have the same length", path)
 
 
 SERIES_SUFFIX = Record(
@@ -261,9 +281,13 @@ SERIES_SUFFIX = Record(
         Field("steps", Column(STEPS_TYPECODE, _STEP)),
         Field("epochs", Column(EPOCHS_TYPECODE, _EPOCH)),
         Field("values", Column(VALUES_TYPECODE, _VALUE)),
+        Field("times", Column(TIMES_TYPECODE, _TIME)),
     ),
     rule=_equal_lengths,
-    rule_text="steps, epochs and values (each [] when absent) must have the same length.",
+    rule_text=(
+        "steps, epochs and values (each [] when absent) must have the same length, and so "
+        "must times when given."
+    ),
     description="From index offset on, the series is exactly these points.",
 )
 
@@ -404,6 +428,7 @@ def validate_patch(doc: Any) -> TaskPatch:
                 steps=[p["step"] for p in points],
                 epochs=[p.get("epoch") for p in points],
                 values=[p["value"] for p in points],
+                times=[p.get("time") for p in points],
             )
             for name, points in details.pop("metrics").items()
         )
@@ -434,6 +459,7 @@ def validate_update(doc: Any) -> TaskUpdate:
             steps=columns.get("steps", []),
             epochs=columns.get("epochs", []),
             values=columns.get("values", []),
+            times=columns.get("times"),
         )
         for name, columns in body.get("series", {}).items()
     )

@@ -50,7 +50,9 @@ from trainreport._attempt import AttemptIdentity
 from trainreport._environment import URL as ENV_URL
 from trainreport._environment import HttpDestination, auth_hint, read_http_destination
 from trainreport._logging import get_logger
+from trainreport._payloads import without_times
 from trainreport._protocol import (
+    EXTENSION_SERIES_TIMES,
     PAGE_PATH_TEMPLATE,
     TASK_PATH_TEMPLATE,
     UPDATES_PATH,
@@ -197,6 +199,8 @@ class HttpSink(Sink):
         # Protocol state learned at open(): the writer generation (None: baseline mode) and,
         # in the suffix sender, the request cap; its sequence numbers outlive an open.
         self._generation: int | None = None
+        # Whether the server keeps each point's time (series-times-v1): else none is sent.
+        self._times = False
         self._suffix = SuffixSender(
             self._transport, self._path + UPDATES_PATH, self.max_request_bytes
         )
@@ -324,6 +328,8 @@ class HttpSink(Sink):
             return Rejected(self._transport.url_problem)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         try:
+            if not self._times or self._generation is None:
+                update = without_times(update)  # times travel in suffix mode only
             if self._generation is None:
                 result = send_patch(self._transport, self._path, update, deadline)
             else:
@@ -361,6 +367,7 @@ class HttpSink(Sink):
 
     def _open(self, deadline: float | None) -> OpenResult:
         self._generation = None  # a failed open leaves no writer of an earlier one
+        self._times = False
         self._suffix.cap = self.max_request_bytes
         session = open_session(
             self._transport,
@@ -374,6 +381,7 @@ class HttpSink(Sink):
         self._generation = session.generation
         self._suffix.cap = session.cap
         result = session.result
+        self._times = isinstance(result, Opened) and EXTENSION_SERIES_TIMES in result.capabilities
         if isinstance(result, Opened) and session.generation is not None:
             # The series-suffix extension is the reference server's: it has the chart page.
             page = PAGE_PATH_TEMPLATE.format(job_id=self._quoted[0], task_id=self._quoted[1])

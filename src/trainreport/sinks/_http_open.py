@@ -19,7 +19,12 @@ import cattrs
 from trainreport._attempt import AttemptIdentity, current_attempt
 from trainreport._logging import OnceLogger, get_logger
 from trainreport._payloads import WriterResponse, structure_response
-from trainreport._protocol import CAPABILITIES_PATH, ENCODING_GZIP, WRITERS_PATH
+from trainreport._protocol import (
+    CAPABILITIES_PATH,
+    ENCODING_GZIP,
+    EXTENSION_SERIES_TIMES,
+    WRITERS_PATH,
+)
 from trainreport._sink import (
     CAPABILITY_GZIP,
     CAPABILITY_SERIES_SUFFIX,
@@ -47,11 +52,13 @@ class Capabilities:
         extension: the server offers ``series-suffix-v1``.
         gzip: the server accepts gzip request bodies.
         cap: the request cap, bytes: the client's, lowered to the server's limits.
+        times: the server stores each point's time (``series-times-v1``).
     """
 
     extension: bool = False
     gzip: bool = False
     cap: int = 1 << 20
+    times: bool = False
 
 
 def read_capabilities(data: bytes, cap: int) -> Capabilities:
@@ -76,6 +83,7 @@ def read_capabilities(data: bytes, cap: int) -> Capabilities:
         extension=isinstance(extensions, list) and CAPABILITY_SERIES_SUFFIX in extensions,
         gzip=isinstance(encodings, list) and ENCODING_GZIP in encodings,
         cap=cap,
+        times=isinstance(extensions, list) and EXTENSION_SERIES_TIMES in extensions,
     )
 
 
@@ -125,6 +133,8 @@ def open_session(
         return Session(failure, None, max_request_bytes, attempt)
     transport.gzip = found.gzip
     caps = frozenset({CAPABILITY_GZIP}) if found.gzip else frozenset()
+    if found.times:
+        caps |= {EXTENSION_SERIES_TIMES}
     if found.extension and use_extension:
         if attempt is None:  # read once: every re-open claims as the same attempt
             attempt = current_attempt()

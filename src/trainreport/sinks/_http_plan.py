@@ -61,21 +61,29 @@ def piece_bytes(series: SeriesUpdate) -> int:
     return suffix_member_bytes(series) + 1
 
 
-#: Per series, the most a member adds besides 6 bytes per name character and 32 per point:
-#: quotes, colon and comma (4), the frame (46) and each column's base64 rounding (3 x 4).
-_MEMBER_OVERHEAD_BOUND = 4 + 46 + 12
+#: Per series, the most a member adds besides 6 bytes per name character and 32 per point
+#: (43 with times): quotes, colon and comma (4), the frame (46) and each column's base64
+#: rounding (3 x 4), and a times column's frame and rounding (11 + 4).
+_MEMBER_OVERHEAD_BOUND = 4 + 46 + 12 + 15
 
 
 def members_bytes_bound(series: Sequence[SeriesUpdate]) -> int:
     """An upper bound of ``sum(piece_bytes(s) for s in series)``, without JSON or base64.
 
     A name character takes at most 6 bytes in JSON (``\\u001f``), a point at most 32
-    base64 characters (three columns of at most 8 bytes an item), so a send whose bound
-    fits the cap is encoded straight away, and only a larger one is sized exactly.
+    base64 characters (three columns of at most 8 bytes an item; 43 with a times
+    column), so a send whose bound fits the cap is encoded straight away, and only a
+    larger one is sized exactly.
     """
     total = 0
     for s in series:
-        total += 6 * len(s.name) + 32 * len(s.values) + len(str(s.offset)) + _MEMBER_OVERHEAD_BOUND
+        per_point = 32 if s.times is None else 43
+        total += (
+            6 * len(s.name)
+            + per_point * len(s.values)
+            + len(str(s.offset))
+            + _MEMBER_OVERHEAD_BOUND
+        )
     return total
 
 
@@ -87,6 +95,7 @@ def slice_series(series: SeriesUpdate, start: int, stop: int) -> SeriesUpdate:
         series.steps[start:stop],
         series.epochs[start:stop],
         series.values[start:stop],
+        None if series.times is None else series.times[start:stop],
     )
 
 
