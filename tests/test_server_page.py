@@ -1,10 +1,15 @@
 """The live chart page: HTML shells, their security headers, and a real headless render.
 
-The browser part needs ``/usr/bin/chromium`` (CI installs it); without it those
-tests are skipped with a reason. Set ``TRAINREPORT_SAVE_SCREENSHOT=<path>`` to
-keep the task page's screenshot (``docs/images/task-page.png`` comes from there).
-Tests that read the rendered page (text, layout, where lines wrap) drive the
-browser over the DevTools protocol (``tests/browser.py``).
+The browser part needs ``/usr/bin/chromium`` and Playwright (CI installs both);
+without them those tests are skipped with a reason. They drive the page like a
+person (click, drag, type: ``tests/browser.py``) and check what it shows and
+what it asked the server for. Set ``TRAINREPORT_SAVE_SCREENSHOTS=<dir>`` to keep
+the screenshots ``docs/images/`` holds (task-page.png, many-metrics.png,
+compare.png).
+
+Tests marked ``needs_series_api`` use what the ``/series`` endpoint gained in
+issue 24 (per-point ``times``, ``from``/``to`` read at full resolution,
+``after``); against a server without it they skip, saying so.
 """
 
 from __future__ import annotations
@@ -15,9 +20,7 @@ import json
 import math
 import os
 import re
-import shutil
 import struct
-import subprocess
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -28,12 +31,11 @@ from typing import Any
 import pytest
 import urllib3
 
-from browser import Browser
+from browser import Browser, needs_chromium
 from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
 from trainreport.server._page import downsample_indices
 
-CHROMIUM = "/usr/bin/chromium"
 JOB, TASK = "llama-finetune-42", "train"
 HOSTILE = '<img src=x onerror="alert(1)">'
 
@@ -138,40 +140,86 @@ def write_demo_task(pool: urllib3.PoolManager, base: str, token: str | None = No
 
 
 @pytest.mark.parametrize("path", ["/", f"/jobs/{JOB}/tasks/{TASK}"])
-def test_pages_serve_an_html_shell_with_the_chart_script(
+def test_pages_serve_an_html_shell_that_loads_the_page_script_and_uplot_from_this_server(
     server: ServerHandle, pool: urllib3.PoolManager, path: str
 ) -> None:
-    """Both pages are HTML with the inline script that draws on a canvas and polls the API."""
+    """Both pages are HTML that load uPlot, the page script and their styles from /static/."""
     write_demo_task(pool, server.url)
 
     response = pool.request("GET", server.url + path)
     html = response.data.decode()
+    sources = re.findall(r'(?:src|href)="(/static/[^"?]+)\?v=[0-9a-f]{16}"', html)
 
     assert (200, "text/html") == (
         response.status,
         response.headers["content-type"].split(";")[0],
     )
-    assert "<script>" in html
-    assert 'getContext("2d")' in html
-    assert "/v1/jobs" in html
+    assert [
+        "/static/vendor/uplot/uPlot.min.css",
+        "/static/page.css",
+        "/static/vendor/uplot/uPlot.iife.min.js",
+        "/static/page.js",
+    ] == sources
 
 
-def test_the_csp_admits_exactly_the_inline_script_and_style(
+@pytest.mark.parametrize(
+    ("path", "media_type", "text"),
+    [
+        ("page.js", "text/javascript", "/v1/jobs"),
+        ("page.css", "text/css", "prefers-color-scheme: dark"),
+        ("vendor/uplot/uPlot.iife.min.js", "text/javascript", "uPlot"),
+        ("vendor/uplot/uPlot.min.css", "text/css", ".uplot"),
+        ("vendor/uplot/LICENSE", "text/plain", "MIT License"),
+    ],
+)
+def test_the_static_files_are_served_with_their_type_and_an_etag(
+    server: ServerHandle, pool: urllib3.PoolManager, path: str, media_type: str, text: str
+) -> None:
+    """Each static file comes with its type; asked again with its ETag, it is a 304."""
+    response = pool.request("GET", f"{server.url}/static/{path}")
+    again = pool.request(
+        "GET", f"{server.url}/static/{path}", headers={"If-None-Match": response.headers["etag"]}
+    )
+
+    assert (200, media_type) == (response.status, response.headers["content-type"].split(";")[0])
+    assert text in response.data.decode()
+    assert (304, b"") == (again.status, again.data)
+
+
+@pytest.mark.parametrize(
+    "path", ["../_page.py", "vendor/uplot/../../_page.py", "nothing.js", "vendor/uplot/package.json"]
+)
+def test_only_the_listed_static_files_are_served(
+    server: ServerHandle, pool: urllib3.PoolManager, path: str
+) -> None:
+    """Nothing else of the package is reachable under /static/: no traversal, no listing."""
+    assert 404 == pool.request("GET", f"{server.url}/static/{path}").status
+
+
+def test_the_vendored_uplot_is_the_version_the_update_script_records() -> None:
+    """uPlot is vendored whole (its build, style, licence) at the version in VERSION."""
+    vendor = Path(__file__).parents[1] / "src/trainreport/server/static/vendor/uplot"
+    version = (vendor / "VERSION").read_text().strip()
+    script = (vendor / "uPlot.iife.min.js").read_text()
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert script.startswith("/*! https://github.com/leeoniya/uPlot (v" + version + ")")
+    assert "Leon Sorokin" in (vendor / "LICENSE").read_text()
+
+
+def test_the_csp_admits_scripts_and_styles_of_this_origin_only(
     server: ServerHandle, pool: urllib3.PoolManager
 ) -> None:
-    """No external code: script and style are allowed by their hashes, nothing else."""
+    """No inline code and nothing from elsewhere: script-src and style-src are 'self'."""
     response = pool.request("GET", server.url + "/")
     html = response.data.decode()
     csp = response.headers["content-security-policy"]
 
-    def digest(tag: str) -> str:
-        match = re.search(f"<{tag}>(.*?)</{tag}>", html, re.DOTALL)
-        assert match is not None
-        return base64.b64encode(hashlib.sha256(match.group(1).encode()).digest()).decode()
-
-    assert f"script-src 'sha256-{digest('script')}'" in csp
-    assert f"style-src 'sha256-{digest('style')}'" in csp
+    assert "script-src 'self';" in csp
+    assert "style-src 'self';" in csp
     assert "default-src 'none'" in csp
+    assert "unsafe" not in csp
+    assert not re.search(r"<script>|<style>|\son\w+=", html)
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
 
 
@@ -182,10 +230,11 @@ def test_the_shell_never_contains_client_data(
     write_demo_task(pool, server.url)
 
     html = pool.request("GET", f"{server.url}/jobs/{JOB}/tasks/{TASK}").data.decode()
+    script = pool.request("GET", f"{server.url}/static/page.js").data.decode()
 
     assert JOB not in html
     assert "onerror" not in html
-    assert "innerHTML" not in html
+    assert [] == re.findall(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", script)
 
 
 def test_a_task_page_with_a_bad_id_is_400(server: ServerHandle, pool: urllib3.PoolManager) -> None:
@@ -268,55 +317,53 @@ def _near(counts: Counter[tuple[int, int, int]], rgb: tuple[int, int, int]) -> i
     )
 
 
-def _screenshot(url: str, out: Path, profile: Path) -> bytes:
-    command = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        f"--screenshot={out}",
-        "--window-size=1200,900",
-        "--virtual-time-budget=5000",
-        url,
-    ]
-    subprocess.run(command, capture_output=True, timeout=120, check=False)
-    assert out.exists(), "chromium wrote no screenshot"
-    return out.read_bytes()
+def _save(browser: Browser, name: str, selector: str | None = None) -> bytes:
+    """A screenshot (of ``selector``'s element, or the whole page), kept under
+    ``$TRAINREPORT_SAVE_SCREENSHOTS/<name>`` when that is set."""
+    keep = os.environ.get("TRAINREPORT_SAVE_SCREENSHOTS")
+    path = Path(keep) / name if keep else None
+    if selector is None:
+        return browser.screenshot(path)
+    png: bytes = browser.page.locator(selector).first.screenshot(path=path)
+    return png
 
 
-needs_chromium = pytest.mark.skipif(
-    not shutil.which(CHROMIUM),
-    reason=f"{CHROMIUM} is not installed (apt-get install chromium); CI installs it",
-)
+CHARTS = "window.trainreportPage.charts()"
+BUILT = "window.trainreportPage.charts().filter((c) => c.built).length"
+
+
+def _chart(browser: Browser, title: str) -> dict[str, Any]:
+    """What the page shows in the chart titled ``title`` (its scales and lines)."""
+    found: dict[str, Any] = browser.evaluate(
+        f"{CHARTS}.find((c) => c.title === {json.dumps(title)})"
+    )
+    return found
+
+
+def _open_task(browser: Browser, url: str, charts: int = 3) -> None:
+    browser.open(url)
+    browser.wait_for(f"window.trainreportPage && {BUILT} >= {charts}")
 
 
 @needs_chromium
 def test_the_task_page_draws_its_charts_in_a_real_browser(
-    start_server: Any, server_token: str, pool: urllib3.PoolManager, tmp_path: Path
+    start_server: Any, server_token: str, pool: urllib3.PoolManager
 ) -> None:
     """Headless Chromium renders the task page with the token from the fragment.
 
     The screenshot must be a real page: over 10 KB, many colours, and the red
-    of the second loss curve (val_loss), which only the canvas and the legend draw.
+    of the second loss curve (val_loss), which only the chart and the legend draw.
     """
     handle = start_server(token=server_token)
     write_demo_task(pool, handle.url, server_token)
 
-    png = _screenshot(
-        f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={server_token}",
-        tmp_path / "task.png",
-        tmp_path / "profile",
-    )
+    with Browser() as browser:
+        _open_task(browser, f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={server_token}")
+        png = _save(browser, "task-page.png")
+        errors = browser.errors
 
-    if os.environ.get("TRAINREPORT_SAVE_SCREENSHOT"):
-        Path(os.environ["TRAINREPORT_SAVE_SCREENSHOT"]).write_bytes(png)
     colours = _colours(png)
+    assert [] == errors
     assert len(png) > 10_000
     assert len(colours) > 50
     assert _near(colours, (0xDC, 0x26, 0x26)) > 150  # val_loss: markers, line, legend
@@ -325,19 +372,22 @@ def test_the_task_page_draws_its_charts_in_a_real_browser(
 
 @needs_chromium
 def test_the_index_page_lists_jobs_in_a_real_browser(
-    server: ServerHandle, pool: urllib3.PoolManager, tmp_path: Path
+    server: ServerHandle, pool: urllib3.PoolManager
 ) -> None:
     """The jobs page renders its table: the completed (green) and failed (red) badges show."""
     write_demo_task(pool, server.url)
 
-    colours = _colours(_screenshot(server.url + "/", tmp_path / "i.png", tmp_path / "profile"))
+    with Browser() as browser:
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelector('table.tasks') !== null")
+        colours = _colours(browser.screenshot())
 
     assert len(colours) > 50
     assert _near(colours, (0x15, 0x80, 0x3D)) > 200  # the "completed" badge
     assert _near(colours, (0xB9, 0x1C, 0x1C)) > 200  # the "failed" badge
 
 
-# -- the rendered page, read over the DevTools protocol ----------------------------------
+# -- the rendered page ------------------------------------------------------------------
 
 HF_HYPERPARAMETERS = json.loads(
     (Path(__file__).parent / "data" / "hf_hyperparameters.json").read_text(encoding="utf-8")
