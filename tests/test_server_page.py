@@ -18,6 +18,7 @@ import base64
 import hashlib
 import json
 import math
+import urllib.parse
 import os
 import re
 import struct
@@ -645,3 +646,402 @@ def test_a_failed_run_shows_its_error_as_text_and_steps_with_thousands_separator
     assert '"type"' not in main
     assert 0 == images  # the message is text, never markup
     assert "100,000 / 100,000" in row.split("\t")
+
+
+# -- the chart controls, used like a person uses them ------------------------------------
+
+
+def _writer(pool: urllib3.PoolManager, base: str, job: str, task: str) -> tuple[str, int]:
+    url = f"{base}/v1/jobs/{job}/tasks/{task}"
+    return url, int(_call(pool, url + "/writers", "POST", {})["writer_generation"])
+
+
+def _send(
+    pool: urllib3.PoolManager,
+    writer: tuple[str, int],
+    sequence: int,
+    series: dict[str, tuple[int, list[int], list[float | None]]],
+) -> None:
+    """One series-suffix update: ``{name: (offset, steps, values)}``, epoch 1 + step // 100."""
+    url, gen = writer
+    body = {
+        "writer_generation": gen,
+        "sequence": sequence,
+        "status": "running",
+        "status_details": {"phase": "training"},
+        "series": {
+            name: {"offset": o, "steps": s, "epochs": [1 + x // 100 for x in s], "values": v}
+            for name, (o, s, v) in series.items()
+        },
+    }
+    _call(pool, url + "/updates", "POST", body)
+
+
+def _requests(browser: Browser) -> list[str]:
+    """Every ``/series`` URL the page asks for from now on (decoded query)."""
+    seen: list[str] = []
+    browser.page.on(
+        "request",
+        lambda r: seen.append(urllib.parse.unquote(r.url)) if "/series?" in r.url else None,
+    )
+    return seen
+
+
+def _drag(browser: Browser, title: str, start: float, end: float) -> None:
+    """Press, move and release the mouse across the chart, from ``start`` to ``end``
+    (fractions of the plot's width), like a person zooming."""
+    over = browser.page.locator(f'.chart[data-title="{title}"] .u-over')
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    browser.page.mouse.move(box["x"] + box["width"] * start, y)
+    browser.page.mouse.down()
+    browser.page.mouse.move(box["x"] + box["width"] * (start + end) / 2, y, steps=4)
+    browser.page.mouse.move(box["x"] + box["width"] * end, y, steps=4)
+    browser.page.mouse.up()
+
+
+def _query(browser: Browser) -> dict[str, list[str]]:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(browser.page.url).query)
+
+
+@needs_chromium
+def test_dragging_zooms_and_rereads_the_range_and_a_double_click_resets(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """A drag over the loss chart asks the server for that step range at the chart's width
+    in pixels; the URL holds the zoom; a double-click reads the whole curve again."""
+    write_demo_task(pool, server.url)
+
+    with Browser() as browser:
+        seen = _requests(browser)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        width = browser.evaluate("document.querySelector('.chart .plot').clientWidth")
+        _drag(browser, "loss", 0.25, 0.5)
+        browser.wait_for("window.trainreportPage.view().from !== null")
+        zoom = browser.evaluate("window.trainreportPage.view()")
+        browser.wait_for(f"{CHARTS}.every((c) => !c.built || c.x[1] <= {zoom['to']})")
+        zoomed = _chart(browser, "loss")
+        query = _query(browser)
+        reread = [u for u in seen if f"from={zoom['from']}" in u]
+        browser.page.locator('.chart[data-title="loss"] .u-over').dblclick()
+        browser.wait_for("window.trainreportPage.view().from === null")
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'loss').x[1] >= 600")
+        reset = _query(browser)
+        enabled = browser.evaluate("document.getElementById('resetzoom').disabled")
+
+    assert 100 < zoom["from"] < zoom["to"] < 400
+    assert [str(zoom["from"])] == query["from"]
+    assert [str(zoom["to"])] == query["to"]
+    assert reread, seen
+    assert all(f"to={zoom['to']}" in u and f"max_points={width}" in u for u in reread)
+    assert [zoom["from"], zoom["to"]] == zoomed["x"]
+    assert all(zoom["from"] <= s <= zoom["to"] for line in zoomed["lines"] for s in line["steps"])
+    assert "from" not in reset
+    assert enabled  # "reset zoom" is off again
+
+
+@needs_chromium
+def test_the_smoothing_slider_applies_the_debiased_ema_to_every_chart(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """TensorBoard's smoothing, weight 0.6 by default: a NaN point stays a gap and does
+    not advance the average; the slider moved to 0 (Home key) shows the raw values."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    values: list[float | None] = [1.0, 3.0, None, 2.0, 5.0, 4.0]
+    _send(pool, writer, 1, {"train_acc": (0, [1, 2, 3, 4, 5, 6], values), "b": (0, [1], [7.0])})
+
+    def ema(weight: float) -> list[float | None]:
+        out: list[float | None] = []
+        last, count = 0.0, 0
+        for v in values:
+            if v is None:
+                out.append(None)
+                continue
+            last, count = last * weight + (1 - weight) * v, count + 1
+            out.append(last / (1 - weight**count))
+        return out
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=2)
+        default = _chart(browser, "train_acc")["lines"][0]
+        slider = browser.page.get_by_label("smoothing (exponential moving average weight)")
+        slider.focus()
+        browser.page.keyboard.press("Home")
+        browser.wait_for("window.trainreportPage.view().smoothing === 0")
+        browser.wait_for(f"{CHARTS}[0].lines[0].smoothed[1] === 3")
+        raw = _chart(browser, "train_acc")["lines"][0]
+        query = _query(browser)
+
+    assert values == default["ys"]
+    assert ema(0.6) == pytest.approx(default["smoothed"])
+    assert values == raw["smoothed"]
+    assert ["0"] == query["smoothing"]
+
+
+@needs_chromium
+def test_search_filters_charts_and_sections_collapse(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Typing in the search box keeps the charts whose title or series match (text or
+    /regex/); a closed section stays closed after a reload (the URL holds it)."""
+    write_demo_task(pool, server.url)
+    shown = f"{CHARTS}.filter((c) => !c.hidden).map((c) => c.title).sort()"
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        sections = browser.evaluate(
+            "Array.from(document.querySelectorAll('details.section')).map((d) => d.dataset.section)"
+        )
+        search = browser.page.get_by_label("search metrics: text, or a /regular expression/")
+        search.press_sequentially("GRAD")
+        by_text = browser.wait_for(f"{shown}.length === 1 && {shown}")
+        search.fill("")
+        search.press_sequentially("/^val_/")
+        by_regex = browser.wait_for(f"{shown}.length === 1 && {shown}")
+        search.fill("")
+        browser.page.locator('details[data-section="train"] > summary').click()
+        hidden = browser.evaluate(
+            "document.querySelector('.chart[data-title=\"train_lr\"]').checkVisibility()"
+        )
+        browser.page.reload()
+        browser.wait_for("document.querySelector('details[data-section=\"train\"]') !== null")
+        still_closed = browser.evaluate(
+            "!document.querySelector('details[data-section=\"train\"]').open"
+        )
+
+    assert ["loss", "train"] == sections
+    assert ["train_grad_norm"] == by_text
+    assert ["loss"] == by_regex  # val_loss is drawn on the loss chart
+    assert (False, True) == (hidden, still_closed)
+
+
+@needs_chromium
+def test_log_y_and_outlier_toggles_change_the_scale_and_the_url(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """"log y" gives the chart a logarithmic scale; "ignore outliers" (on for train_
+    series) cuts a spike out of the y range, and off shows it."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 201))
+    values: list[float | None] = [1.0 + (s % 10) / 10 for s in steps]
+    values[100] = 1000.0
+    _send(pool, writer, 1, {"train_spiky": (0, steps, values)})
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        cut = _chart(browser, "train_spiky")["y"]
+        browser.page.get_by_label("ignore outliers for train_spiky").click()
+        browser.wait_for(f"{CHARTS}[0].y[1] >= 1000")
+        whole = _chart(browser, "train_spiky")["y"]
+        browser.page.get_by_label("log y axis for train_spiky").click()
+        browser.wait_for(f"{CHARTS}[0].logy")
+        pressed = browser.page.get_by_label("log y axis for train_spiky").get_attribute(
+            "aria-pressed"
+        )
+        query = _query(browser)
+
+    assert cut[1] < 10 < 1000 <= whole[1]
+    assert "true" == pressed
+    assert (["train_spiky"], ["train_spiky:all"]) == (query["logy"], query["yrange"])
+
+
+@needs_chromium
+def test_hovering_shows_the_nearest_value_of_every_line(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """The tooltip names the step and each line's value there (smoothed, then raw)."""
+    write_demo_task(pool, server.url)
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        box = browser.page.locator('.chart[data-title="loss"] .u-over').bounding_box()
+        assert box is not None
+        browser.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + 40, steps=3)
+        browser.wait_for("document.querySelector('.chart .tip').style.display === 'block'")
+        text = browser.page.locator('.chart[data-title="loss"] .tip').inner_text()
+
+    assert re.search(r"^step \d+", text)
+    assert re.search(r"train_loss: [\d.]+ \([\d.]+\)", text)
+    assert re.search(r"val_loss: [\d.]+ \([\d.]+\)", text)
+
+
+@needs_chromium
+def test_export_downloads_the_full_resolution_points_of_the_range_shown(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """CSV and JSON come from the server at full resolution (max_points=0) for the zoomed
+    range; PNG is the chart as drawn."""
+    write_demo_task(pool, server.url)
+
+    with Browser(downloads=True) as browser:
+        seen = _requests(browser)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        _drag(browser, "train_lr", 0.3, 0.6)
+        browser.wait_for("window.trainreportPage.view().from !== null")
+        zoom = browser.evaluate("window.trainreportPage.view()")
+        files = {}
+        for kind in ("CSV", "JSON", "PNG"):
+            with browser.page.expect_download() as download:
+                browser.page.get_by_label(f"export train_lr as {kind}").click()
+            path = download.value.path()
+            files[kind] = (download.value.suggested_filename, Path(path).read_bytes())
+
+    rows = files["CSV"][1].decode().splitlines()
+    body = json.loads(files["JSON"][1])
+    steps = list(range(zoom["from"], zoom["to"] + 1))
+    assert "job_id,task_id,series,step,epoch,time,value" == rows[0]
+    assert steps == [int(r.split(",")[3]) for r in rows[1:]]
+    assert {f"{JOB},{TASK},train_lr"} == {r.rsplit(",", 4)[0] for r in rows[1:]}
+    assert steps == body["runs"][0]["series"]["train_lr"]["steps"]
+    assert (zoom["from"], zoom["to"]) == (body["from"], body["to"])
+    assert any("max_points=0" in u and f"from={zoom['from']}" in u for u in seen)
+    assert files["PNG"][1].startswith(b"\x89PNG")
+    assert _near(_colours(files["PNG"][1]), (0x25, 0x63, 0xEB)) > 200
+    assert ("train-train_lr.csv", "train-train_lr.png") == (files["CSV"][0], files["PNG"][0])
+
+
+@needs_chromium
+def test_two_runs_picked_in_the_job_list_are_overlaid_one_colour_each(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Ticking two tasks and pressing "Compare selected" opens one page with both runs'
+    curves on each chart, a colour per run, and the selection in the URL."""
+    write_demo_task(pool, server.url)
+    writer = _writer(pool, server.url, "sweep-7", "trial-3")
+    steps = list(range(1, 301))
+    _send(
+        pool,
+        writer,
+        1,
+        {"train_loss": (0, steps, [3.0 / (1 + s / 50) for s in steps]), "train_lr": (0, steps, [1e-4] * 300)},
+    )
+
+    with Browser() as browser:
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelectorAll('input.pick').length >= 3")
+        browser.page.get_by_label(f"compare {JOB}/{TASK}").check()
+        browser.page.get_by_label("compare sweep-7/trial-3").check()
+        browser.page.get_by_role("button", name="Compare selected").click()
+        browser.wait_for(f"window.trainreportPage && {BUILT} >= 3")
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'train_lr').lines.length === 2")
+        loss = _chart(browser, "loss")
+        lr = _chart(browser, "train_lr")
+        query = _query(browser)
+        legend = browser.page.locator('.chart[data-title="train_lr"] .legend').inner_text()
+        _save(browser, "compare.png")
+
+    runs = {line["label"].split(" · ")[0] for line in loss["lines"]}
+    assert {f"{JOB}/{TASK}", "sweep-7/trial-3"} == runs
+    assert 2 == len({line["color"] for line in lr["lines"]})
+    assert ["sweep-7/trial-3"] == query["run"]
+    assert "sweep-7/trial-3 · train_lr" in legend
+
+
+@needs_chromium
+def test_live_refresh_appends_only_the_new_points_and_keeps_the_zoom(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """New points arrive with ``after=<length>`` and are appended; a zoomed view stays."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 101))
+    _send(pool, writer, 1, {"train_acc": (0, steps, [s / 100 for s in steps])})
+
+    with Browser() as browser:
+        seen = _requests(browser)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        more = list(range(101, 151))
+        _send(pool, writer, 2, {"train_acc": (100, more, [s / 100 for s in more])})
+        browser.wait_for(f"{CHARTS}[0].lines[0].steps.length === 150")
+        appended = [u for u in seen if "after=100" in u]
+        _drag(browser, "train_acc", 0.2, 0.4)
+        browser.wait_for("window.trainreportPage.view().from !== null")
+        zoomed = _chart(browser, "train_acc")["x"]
+        last = list(range(151, 171))
+        _send(pool, writer, 3, {"train_acc": (150, last, [s / 100 for s in last])})
+        browser.wait_for("document.querySelector('#live').textContent.includes('live')")
+        browser.page.wait_for_timeout(2500)  # one more refresh of the page's own 2 s poll
+        kept = _chart(browser, "train_acc")["x"]
+
+    assert appended, seen
+    assert zoomed == kept
+
+
+@needs_chromium
+def test_a_thousand_metrics_draw_only_the_charts_in_view(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """1,000 series: every chart has its card and section, few are drawn until scrolled to."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 51))
+    series = {
+        f"layer{i // 10:02d}/grad_{i % 10}": (0, steps, [float(i + s) for s in steps])
+        for i in range(1000)
+    }
+    _send(pool, writer, 1, series)  # type: ignore[arg-type]
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        first = browser.evaluate(f"[{CHARTS}.length, {BUILT}]")
+        browser.page.locator('.chart[data-title="layer99/grad_9"]').scroll_into_view_if_needed()
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'layer99/grad_9').built")
+        sections = browser.evaluate("document.querySelectorAll('details.section').length")
+
+    assert 1000 == first[0]
+    assert first[1] < 40
+    assert 100 == sections
+
+
+@needs_chromium
+def test_names_and_values_that_look_like_markup_stay_text(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Series named ``<script>`` and ``<img onerror>`` are drawn and shown as text; no
+    script runs (no dialog), no element is made from them."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    names = ["<script>alert(1)</script>", HOSTILE]
+    _send(pool, writer, 1, {name: (0, [1, 2, 3], [1.0, 2.0, 3.0]) for name in names})
+    dialogs: list[str] = []
+
+    with Browser(downloads=True) as browser:
+        browser.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=2)
+        titles = browser.evaluate(
+            "Array.from(document.querySelectorAll('.chart h2')).map((h) => h.textContent)"
+        )
+        counts = browser.evaluate(
+            "[document.querySelectorAll('img').length, document.querySelectorAll('script').length]"
+        )
+        with browser.page.expect_download() as download:
+            browser.page.get_by_label(f"export {names[0]} as CSV").click()
+        csv = Path(download.value.path()).read_text()
+
+    assert sorted(names) == sorted(titles)
+    assert ([], [0, 2]) == (dialogs, counts)  # the page's two scripts only
+    assert f"{JOB},{TASK},<script>alert(1)</script>,1,1,,1" == csv.splitlines()[1]
+
+
+@needs_chromium
+def test_the_x_axis_offers_times_only_when_the_server_sends_them_and_dark_follows_the_system(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Points stored without times: relative and wall time cannot be chosen, step and
+    epoch can. A system in dark mode gets the dark page."""
+    write_demo_task(pool, server.url)
+
+    with Browser(dark=True) as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        options = browser.evaluate(
+            "Array.from(document.querySelectorAll('#xmode option')).map((o) => [o.value, o.disabled])"
+        )
+        browser.page.get_by_label("x axis", exact=True).select_option("epoch")
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'train_lr').x[1] < 10")
+        epochs = _chart(browser, "train_lr")["lines"][0]["xs"]
+        background = browser.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+
+    assert [["step", False], ["epoch", False], ["relative", True], ["wall", True]] == options
+    assert 1.0 == epochs[0]
+    assert 3 < epochs[-1] < 4
+    assert epochs == sorted(epochs)
+    assert "rgb(15, 20, 26)" == background

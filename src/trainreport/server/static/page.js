@@ -540,6 +540,7 @@
       if (after < 0 || api.incremental === false) { await load(run, group, width); changed.push(...group); continue; }
       for (const part of chunks(group)) {
         const body = await getJson(seriesUrl(run, part, { after: after, max_points: Math.max(4, width) }));
+        if (zoomKey() !== "") return changed;  // the user zoomed meanwhile: that read wins
         for (const [name, entry] of Object.entries(body.series)) {
           noteApi(entry);
           const fresh = normalise(entry);
@@ -788,6 +789,7 @@
     const shape = [xMode(), view.logx.has(chart.title), view.logy.has(chart.title),
       lines.map((l) => l.label + l.color).join("|"), dark.matches].join(";");
     if (chart.u && dataOnly && chart.shape === shape) {
+      chart.xr = xr;
       chart.u.setData(data, true);
       return;
     }
@@ -1212,7 +1214,7 @@
         for (const c of charts.values()) if (c.seen) for (const n of c.names) names.push(n);
         for (const n of await appendNew(run, names, width)) changed.add(n);
         // appended points grow a curve past its resolution: read it thinned again
-        const thick = names.filter((n) => {
+        const thick = zoomKey() !== "" ? [] : names.filter((n) => {
           const s = run.series.get(n);
           return s && s.zoom === "" && s.steps.length > 4 * Math.max(width, 500);
         });
