@@ -14,17 +14,15 @@ issue 24 (per-point ``times``, ``from``/``to`` read at full resolution,
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import math
-import urllib.parse
 import os
 import re
 import struct
+import urllib.parse
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import pytest
 import urllib3
 
 from browser import Browser, needs_chromium
+from trainreport import HttpSink, Reporter
 from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
 from trainreport.server._page import downsample_indices
@@ -188,7 +187,8 @@ def test_the_static_files_are_served_with_their_type_and_an_etag(
 
 
 @pytest.mark.parametrize(
-    "path", ["../_page.py", "vendor/uplot/../../_page.py", "nothing.js", "vendor/uplot/package.json"]
+    "path",
+    ["../_page.py", "vendor/uplot/../../_page.py", "nothing.js", "vendor/uplot/package.json"],
 )
 def test_only_the_listed_static_files_are_served(
     server: ServerHandle, pool: urllib3.PoolManager, path: str
@@ -235,7 +235,9 @@ def test_the_shell_never_contains_client_data(
 
     assert JOB not in html
     assert "onerror" not in html
-    assert [] == re.findall(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", script)
+    assert [] == re.findall(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", script
+    )
 
 
 def test_a_task_page_with_a_bad_id_is_400(server: ServerHandle, pool: urllib3.PoolManager) -> None:
@@ -318,17 +320,19 @@ def _near(counts: Counter[tuple[int, int, int]], rgb: tuple[int, int, int]) -> i
     )
 
 
-def _save(browser: Browser, name: str, selector: str | None = None) -> bytes:
-    """A screenshot (of ``selector``'s element, or the whole page), kept under
-    ``$TRAINREPORT_SAVE_SCREENSHOTS/<name>`` when that is set."""
-    keep = os.environ.get("TRAINREPORT_SAVE_SCREENSHOTS")
-    path = Path(keep) / name if keep else None
-    if selector is None:
-        return browser.screenshot(path)
-    png: bytes = browser.page.locator(selector).first.screenshot(path=path)
-    return png
+def _save(browser: Browser, name: str, full_page_clip: int = 0) -> bytes:
+    """A screenshot of the whole page (of its top ``full_page_clip`` px if > 0), kept
+    under ``$TRAINREPORT_SAVE_SCREENSHOTS/<name>`` when that is set."""
+    path = Path(_SCREENSHOTS) / name if _SCREENSHOTS else None
+    if full_page_clip:
+        clip = {"x": 0, "y": 0, "width": browser.width, "height": full_page_clip}
+        png: bytes = browser.page.screenshot(path=path, clip=clip)
+        return png
+    return browser.screenshot(path)
 
 
+#: Read at import: the suite's autouse fixture clears TRAINREPORT_* variables for each test.
+_SCREENSHOTS = os.environ.get("TRAINREPORT_SAVE_SCREENSHOTS")
 CHARTS = "window.trainreportPage.charts()"
 BUILT = "window.trainreportPage.charts().filter((c) => c.built).length"
 
@@ -660,7 +664,7 @@ def _send(
     pool: urllib3.PoolManager,
     writer: tuple[str, int],
     sequence: int,
-    series: dict[str, tuple[int, list[int], list[float | None]]],
+    series: Mapping[str, tuple[int, Sequence[int], Sequence[float | None]]],
 ) -> None:
     """One series-suffix update: ``{name: (offset, steps, values)}``, epoch 1 + step // 100."""
     url, gen = writer
@@ -821,7 +825,7 @@ def test_search_filters_charts_and_sections_collapse(
 def test_log_y_and_outlier_toggles_change_the_scale_and_the_url(
     server: ServerHandle, pool: urllib3.PoolManager
 ) -> None:
-    """"log y" gives the chart a logarithmic scale; "ignore outliers" (on for train_
+    """ "log y" gives the chart a logarithmic scale; "ignore outliers" (on for train_
     series) cuts a spike out of the y range, and off shows it."""
     writer = _writer(pool, server.url, JOB, TASK)
     steps = list(range(1, 201))
@@ -915,7 +919,10 @@ def test_two_runs_picked_in_the_job_list_are_overlaid_one_colour_each(
         pool,
         writer,
         1,
-        {"train_loss": (0, steps, [3.0 / (1 + s / 50) for s in steps]), "train_lr": (0, steps, [1e-4] * 300)},
+        {
+            "train_loss": (0, steps, [3.0 / (1 + s / 50) for s in steps]),
+            "train_lr": (0, steps, [1e-4] * 300),
+        },
     )
 
     with Browser() as browser:
@@ -979,7 +986,7 @@ def test_a_thousand_metrics_draw_only_the_charts_in_view(
         f"layer{i // 10:02d}/grad_{i % 10}": (0, steps, [float(i + s) for s in steps])
         for i in range(1000)
     }
-    _send(pool, writer, 1, series)  # type: ignore[arg-type]
+    _send(pool, writer, 1, series)
 
     with Browser() as browser:
         _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
@@ -1005,7 +1012,12 @@ def test_names_and_values_that_look_like_markup_stay_text(
     dialogs: list[str] = []
 
     with Browser(downloads=True) as browser:
-        browser.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+        def dismiss(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        browser.page.on("dialog", dismiss)
         _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=2)
         titles = browser.evaluate(
             "Array.from(document.querySelectorAll('.chart h2')).map((h) => h.textContent)"
@@ -1033,7 +1045,8 @@ def test_the_x_axis_offers_times_only_when_the_server_sends_them_and_dark_follow
     with Browser(dark=True) as browser:
         _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
         options = browser.evaluate(
-            "Array.from(document.querySelectorAll('#xmode option')).map((o) => [o.value, o.disabled])"
+            "Array.from(document.querySelectorAll('#xmode option'))"
+            ".map((o) => [o.value, o.disabled])"
         )
         browser.page.get_by_label("x axis", exact=True).select_option("epoch")
         browser.wait_for(f"{CHARTS}.find((c) => c.title === 'train_lr').x[1] < 10")
@@ -1045,3 +1058,109 @@ def test_the_x_axis_offers_times_only_when_the_server_sends_them_and_dark_follow
     assert 3 < epochs[-1] < 4
     assert epochs == sorted(epochs)
     assert "rgb(15, 20, 26)" == background
+
+
+# -- what needs the /series API of issue 24 (times, from/to, after) ------------------------
+
+
+def _needs_series_api(pool: urllib3.PoolManager, url: str) -> None:
+    """Skip unless ``/series`` answers with ``first_index`` (issue 24's from/to/after/times)."""
+    body = json.loads(pool.request("GET", url + "/series?max_points=4").data)
+    if not all("first_index" in entry for entry in body["series"].values()):
+        pytest.skip("this server's /series has no from/to/after/times yet (issue 24, data part)")
+
+
+@needs_chromium
+def test_a_narrow_zoom_into_a_long_series_shows_every_point_and_the_spike_everywhere(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """200,000 points with a spike at one step: visible zoomed out (thinning keeps it) and
+    in a 300-step zoom around it, where every point of the range is drawn (from/to)."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    n, spike = 200_000, 123_457
+    steps = list(range(1, n + 1))
+    values: list[float | None] = [1.0 + (s % 17) / 100 for s in steps]
+    values[spike - 1] = 50.0
+    for k, start in enumerate(range(0, n, 50_000)):
+        part = slice(start, start + 50_000)
+        _send(pool, writer, k + 1, {"val_long": (start, steps[part], values[part])})
+    _needs_series_api(pool, f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}")
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        whole = _chart(browser, "val_long")["lines"][0]
+        browser.open(f"{server.url}/jobs/{JOB}/tasks/{TASK}?from={spike - 150}&to={spike + 150}")
+        browser.wait_for(f"{BUILT} && {CHARTS}[0].lines[0].steps[0] === {spike - 150}")
+        narrow = _chart(browser, "val_long")["lines"][0]
+
+    assert 50.0 == max(y for y in whole["ys"] if y is not None)
+    assert len(whole["steps"]) < 2000
+    assert list(range(spike - 150, spike + 151)) == narrow["steps"]
+    assert 50.0 == max(y for y in narrow["ys"] if y is not None)
+
+
+@needs_chromium
+def test_relative_and_wall_time_use_the_times_of_the_points(
+    server: ServerHandle, pool: urllib3.PoolManager, tmp_path: Path
+) -> None:
+    """A run reported by the library has a time per point: the x axis can then be the
+    time since the run's first point, or the wall clock."""
+    reporter = Reporter(HttpSink(server.url, JOB, TASK), rank=0).start()
+    for step in range(1, 41):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+    assert reporter.close(20.0)
+    _needs_series_api(pool, f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}")
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        browser.page.get_by_label("x axis", exact=True).select_option("relative")
+        browser.wait_for(f"{CHARTS}[0].x[1] < 1000")
+        relative = _chart(browser, "loss")["lines"][0]["xs"]
+        browser.page.get_by_label("x axis", exact=True).select_option("wall")
+        browser.wait_for(f"{CHARTS}[0].x[0] > 1e9")
+        wall = _chart(browser, "loss")["lines"][0]["xs"]
+        query = _query(browser)
+
+    assert 0.0 == relative[0]
+    assert relative == sorted(relative)
+    assert wall[0] > 1.7e9
+    assert ["wall"] == query["x"]
+
+
+@needs_chromium
+def test_a_thirty_metric_run_is_grouped_into_sections_by_prefix(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """train_, val_, system_ and a ``/`` path each get a section, in that order."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 401))
+    names = (
+        ["train_loss", "val_loss", "train_lr", "train_grad_norm", "train_tokens_per_second"]
+        + ["val_accuracy", "val_perplexity", "system_gpu_memory_gib", "system_gpu_utilization"]
+        + [f"layer{i:02d}/grad_norm" for i in range(12)]
+        + [f"layer{i:02d}/weight_norm" for i in range(9)]
+    )
+    series = {
+        name: (
+            0,
+            steps,
+            [
+                1 + k / 10 + math.exp(-s / (60 + 9 * k)) + 0.03 * math.sin(s * (k + 1))
+                for s in steps
+            ],
+        )
+        for k, name in enumerate(names)
+    }
+    _send(pool, writer, 1, series)
+
+    with Browser(height=1100) as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=4)
+        sections = browser.evaluate(
+            "Array.from(document.querySelectorAll('details.section')).map((d) => "
+            "[d.dataset.section, d.querySelectorAll('.chart').length])"
+        )
+        _save(browser, "many-metrics.png", full_page_clip=1100)
+
+    assert 30 == len(names)
+    assert [["loss", 1], ["train", 3], ["val", 2], ["layer00", 2]] == sections[:4]
+    assert ["system", 2] == sections[-1]
