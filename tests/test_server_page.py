@@ -1,26 +1,28 @@
 """The live chart page: HTML shells, their security headers, and a real headless render.
 
-The browser part needs ``/usr/bin/chromium`` (CI installs it); without it those
-tests are skipped with a reason. Set ``TRAINREPORT_SAVE_SCREENSHOT=<path>`` to
-keep the task page's screenshot (``docs/images/task-page.png`` comes from there).
-Tests that read the rendered page (text, layout, where lines wrap) drive the
-browser over the DevTools protocol (``tests/browser.py``).
+The browser part needs ``/usr/bin/chromium`` and Playwright (CI installs both);
+without them those tests are skipped with a reason. They drive the page like a
+person (click, drag, type: ``tests/browser.py``) and check what it shows and
+what it asked the server for. Set ``TRAINREPORT_SAVE_SCREENSHOTS=<dir>`` to keep
+the screenshots ``docs/images/`` holds (task-page.png, many-metrics.png,
+compare.png).
+
+Tests marked ``needs_series_api`` use what the ``/series`` endpoint gained in
+issue 24 (per-point ``times``, ``from``/``to`` read at full resolution,
+``after``); against a server without it they skip, saying so.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import math
 import os
 import re
-import shutil
 import struct
-import subprocess
+import urllib.parse
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -28,15 +30,15 @@ from typing import Any
 import pytest
 import urllib3
 
-from browser import Browser
+from browser import Browser, needs_chromium
 from conftest import opened_writer
+from trainreport import HttpSink, Reporter
 from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
 from trainreport.server._db import Applied, Database
 from trainreport.server._page import downsample_indices, shape_columns
 from trainreport.server._wire import SeriesPoints, TaskUpdate
 
-CHROMIUM = "/usr/bin/chromium"
 JOB, TASK = "llama-finetune-42", "train"
 HOSTILE = '<img src=x onerror="alert(1)">'
 
@@ -141,40 +143,87 @@ def write_demo_task(pool: urllib3.PoolManager, base: str, token: str | None = No
 
 
 @pytest.mark.parametrize("path", ["/", f"/jobs/{JOB}/tasks/{TASK}"])
-def test_pages_serve_an_html_shell_with_the_chart_script(
+def test_pages_serve_an_html_shell_that_loads_the_page_script_and_uplot_from_this_server(
     server: ServerHandle, pool: urllib3.PoolManager, path: str
 ) -> None:
-    """Both pages are HTML with the inline script that draws on a canvas and polls the API."""
+    """Both pages are HTML that load uPlot, the page script and their styles from /static/."""
     write_demo_task(pool, server.url)
 
     response = pool.request("GET", server.url + path)
     html = response.data.decode()
+    sources = re.findall(r'(?:src|href)="(/static/[^"?]+)\?v=[0-9a-f]{16}"', html)
 
     assert (200, "text/html") == (
         response.status,
         response.headers["content-type"].split(";")[0],
     )
-    assert "<script>" in html
-    assert 'getContext("2d")' in html
-    assert "/v1/jobs" in html
+    assert [
+        "/static/vendor/uplot/uPlot.min.css",
+        "/static/page.css",
+        "/static/vendor/uplot/uPlot.iife.min.js",
+        "/static/page.js",
+    ] == sources
 
 
-def test_the_csp_admits_exactly_the_inline_script_and_style(
+@pytest.mark.parametrize(
+    ("path", "media_type", "text"),
+    [
+        ("page.js", "text/javascript", "/v1/jobs"),
+        ("page.css", "text/css", "prefers-color-scheme: dark"),
+        ("vendor/uplot/uPlot.iife.min.js", "text/javascript", "uPlot"),
+        ("vendor/uplot/uPlot.min.css", "text/css", ".uplot"),
+        ("vendor/uplot/LICENSE", "text/plain", "MIT License"),
+    ],
+)
+def test_the_static_files_are_served_with_their_type_and_an_etag(
+    server: ServerHandle, pool: urllib3.PoolManager, path: str, media_type: str, text: str
+) -> None:
+    """Each static file comes with its type; asked again with its ETag, it is a 304."""
+    response = pool.request("GET", f"{server.url}/static/{path}")
+    again = pool.request(
+        "GET", f"{server.url}/static/{path}", headers={"If-None-Match": response.headers["etag"]}
+    )
+
+    assert (200, media_type) == (response.status, response.headers["content-type"].split(";")[0])
+    assert text in response.data.decode()
+    assert (304, b"") == (again.status, again.data)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../_page.py", "vendor/uplot/../../_page.py", "nothing.js", "vendor/uplot/package.json"],
+)
+def test_only_the_listed_static_files_are_served(
+    server: ServerHandle, pool: urllib3.PoolManager, path: str
+) -> None:
+    """Nothing else of the package is reachable under /static/: no traversal, no listing."""
+    assert 404 == pool.request("GET", f"{server.url}/static/{path}").status
+
+
+def test_the_vendored_uplot_is_the_version_the_update_script_records() -> None:
+    """uPlot is vendored whole (its build, style, licence) at the version in VERSION."""
+    vendor = Path(__file__).parents[1] / "src/trainreport/server/static/vendor/uplot"
+    version = (vendor / "VERSION").read_text().strip()
+    script = (vendor / "uPlot.iife.min.js").read_text()
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert script.startswith("/*! https://github.com/leeoniya/uPlot (v" + version + ")")
+    assert "Leon Sorokin" in (vendor / "LICENSE").read_text()
+
+
+def test_the_csp_admits_scripts_and_styles_of_this_origin_only(
     server: ServerHandle, pool: urllib3.PoolManager
 ) -> None:
-    """No external code: script and style are allowed by their hashes, nothing else."""
+    """No inline code and nothing from elsewhere: script-src and style-src are 'self'."""
     response = pool.request("GET", server.url + "/")
     html = response.data.decode()
     csp = response.headers["content-security-policy"]
 
-    def digest(tag: str) -> str:
-        match = re.search(f"<{tag}>(.*?)</{tag}>", html, re.DOTALL)
-        assert match is not None
-        return base64.b64encode(hashlib.sha256(match.group(1).encode()).digest()).decode()
-
-    assert f"script-src 'sha256-{digest('script')}'" in csp
-    assert f"style-src 'sha256-{digest('style')}'" in csp
+    assert "script-src 'self';" in csp
+    assert "style-src 'self';" in csp
     assert "default-src 'none'" in csp
+    assert "unsafe" not in csp
+    assert not re.search(r"<script>|<style>|\son\w+=", html)
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
 
 
@@ -185,10 +234,13 @@ def test_the_shell_never_contains_client_data(
     write_demo_task(pool, server.url)
 
     html = pool.request("GET", f"{server.url}/jobs/{JOB}/tasks/{TASK}").data.decode()
+    script = pool.request("GET", f"{server.url}/static/page.js").data.decode()
 
     assert JOB not in html
     assert "onerror" not in html
-    assert "innerHTML" not in html
+    assert [] == re.findall(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", script
+    )
 
 
 def test_a_task_page_with_a_bad_id_is_400(server: ServerHandle, pool: urllib3.PoolManager) -> None:
@@ -271,55 +323,55 @@ def _near(counts: Counter[tuple[int, int, int]], rgb: tuple[int, int, int]) -> i
     )
 
 
-def _screenshot(url: str, out: Path, profile: Path) -> bytes:
-    command = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        f"--screenshot={out}",
-        "--window-size=1200,900",
-        "--virtual-time-budget=5000",
-        url,
-    ]
-    subprocess.run(command, capture_output=True, timeout=120, check=False)
-    assert out.exists(), "chromium wrote no screenshot"
-    return out.read_bytes()
+def _save(browser: Browser, name: str, full_page_clip: int = 0) -> bytes:
+    """A screenshot of the whole page (of its top ``full_page_clip`` px if > 0), kept
+    under ``$TRAINREPORT_SAVE_SCREENSHOTS/<name>`` when that is set."""
+    path = Path(_SCREENSHOTS) / name if _SCREENSHOTS else None
+    if full_page_clip:
+        clip = {"x": 0, "y": 0, "width": browser.width, "height": full_page_clip}
+        png: bytes = browser.page.screenshot(path=path, clip=clip)
+        return png
+    return browser.screenshot(path)
 
 
-needs_chromium = pytest.mark.skipif(
-    not shutil.which(CHROMIUM),
-    reason=f"{CHROMIUM} is not installed (apt-get install chromium); CI installs it",
-)
+#: Read at import: the suite's autouse fixture clears TRAINREPORT_* variables for each test.
+_SCREENSHOTS = os.environ.get("TRAINREPORT_SAVE_SCREENSHOTS")
+CHARTS = "window.trainreportPage.charts()"
+BUILT = "window.trainreportPage.charts().filter((c) => c.built).length"
+
+
+def _chart(browser: Browser, title: str) -> dict[str, Any]:
+    """What the page shows in the chart titled ``title`` (its scales and lines)."""
+    found: dict[str, Any] = browser.evaluate(
+        f"{CHARTS}.find((c) => c.title === {json.dumps(title)})"
+    )
+    return found
+
+
+def _open_task(browser: Browser, url: str, charts: int = 3) -> None:
+    browser.open(url)
+    browser.wait_for(f"window.trainreportPage && {BUILT} >= {charts}")
 
 
 @needs_chromium
 def test_the_task_page_draws_its_charts_in_a_real_browser(
-    start_server: Any, server_token: str, pool: urllib3.PoolManager, tmp_path: Path
+    start_server: Any, server_token: str, pool: urllib3.PoolManager
 ) -> None:
     """Headless Chromium renders the task page with the token from the fragment.
 
     The screenshot must be a real page: over 10 KB, many colours, and the red
-    of the second loss curve (val_loss), which only the canvas and the legend draw.
+    of the second loss curve (val_loss), which only the chart and the legend draw.
     """
     handle = start_server(token=server_token)
     write_demo_task(pool, handle.url, server_token)
 
-    png = _screenshot(
-        f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={server_token}",
-        tmp_path / "task.png",
-        tmp_path / "profile",
-    )
+    with Browser() as browser:
+        _open_task(browser, f"{handle.url}/jobs/{JOB}/tasks/{TASK}#token={server_token}")
+        png = _save(browser, "task-page.png")
+        errors = browser.errors
 
-    if os.environ.get("TRAINREPORT_SAVE_SCREENSHOT"):
-        Path(os.environ["TRAINREPORT_SAVE_SCREENSHOT"]).write_bytes(png)
     colours = _colours(png)
+    assert [] == errors
     assert len(png) > 10_000
     assert len(colours) > 50
     assert _near(colours, (0xDC, 0x26, 0x26)) > 150  # val_loss: markers, line, legend
@@ -328,19 +380,22 @@ def test_the_task_page_draws_its_charts_in_a_real_browser(
 
 @needs_chromium
 def test_the_index_page_lists_jobs_in_a_real_browser(
-    server: ServerHandle, pool: urllib3.PoolManager, tmp_path: Path
+    server: ServerHandle, pool: urllib3.PoolManager
 ) -> None:
     """The jobs page renders its table: the completed (green) and failed (red) badges show."""
     write_demo_task(pool, server.url)
 
-    colours = _colours(_screenshot(server.url + "/", tmp_path / "i.png", tmp_path / "profile"))
+    with Browser() as browser:
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelector('table.tasks') !== null")
+        colours = _colours(browser.screenshot())
 
     assert len(colours) > 50
     assert _near(colours, (0x15, 0x80, 0x3D)) > 200  # the "completed" badge
     assert _near(colours, (0xB9, 0x1C, 0x1C)) > 200  # the "failed" badge
 
 
-# -- the rendered page, read over the DevTools protocol ----------------------------------
+# -- the rendered page ------------------------------------------------------------------
 
 HF_HYPERPARAMETERS = json.loads(
     (Path(__file__).parent / "data" / "hf_hyperparameters.json").read_text(encoding="utf-8")
@@ -642,3 +697,517 @@ def test_a_spike_at_one_step_of_a_million_shows_at_every_zoom_level(
         if low is not None and high is not None:
             assert (low, high) == (shaped["steps"][0], shaped["steps"][-1])
     assert list(range(612_300, 612_401)) == shaped["steps"]
+
+
+# -- the chart controls, used like a person uses them ------------------------------------
+
+
+def _writer(pool: urllib3.PoolManager, base: str, job: str, task: str) -> tuple[str, int]:
+    url = f"{base}/v1/jobs/{job}/tasks/{task}"
+    return url, int(_call(pool, url + "/writers", "POST", {})["writer_generation"])
+
+
+def _send(
+    pool: urllib3.PoolManager,
+    writer: tuple[str, int],
+    sequence: int,
+    series: Mapping[str, tuple[int, Sequence[int], Sequence[float | None]]],
+) -> None:
+    """One series-suffix update: ``{name: (offset, steps, values)}``, epoch 1 + step // 100."""
+    url, gen = writer
+    body = {
+        "writer_generation": gen,
+        "sequence": sequence,
+        "status": "running",
+        "status_details": {"phase": "training"},
+        "series": {
+            name: {"offset": o, "steps": s, "epochs": [1 + x // 100 for x in s], "values": v}
+            for name, (o, s, v) in series.items()
+        },
+    }
+    _call(pool, url + "/updates", "POST", body)
+
+
+def _requests(browser: Browser) -> list[str]:
+    """Every ``/series`` URL the page asks for from now on (decoded query)."""
+    seen: list[str] = []
+    browser.page.on(
+        "request",
+        lambda r: seen.append(urllib.parse.unquote(r.url)) if "/series?" in r.url else None,
+    )
+    return seen
+
+
+def _drag(browser: Browser, title: str, start: float, end: float) -> None:
+    """Press, move and release the mouse across the chart, from ``start`` to ``end``
+    (fractions of the plot's width), like a person zooming."""
+    over = browser.page.locator(f'.chart[data-title="{title}"] .u-over')
+    over.scroll_into_view_if_needed()
+    box = over.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    browser.page.mouse.move(box["x"] + box["width"] * start, y)
+    browser.page.mouse.down()
+    browser.page.mouse.move(box["x"] + box["width"] * (start + end) / 2, y, steps=4)
+    browser.page.mouse.move(box["x"] + box["width"] * end, y, steps=4)
+    browser.page.mouse.up()
+
+
+def _query(browser: Browser) -> dict[str, list[str]]:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(browser.page.url).query)
+
+
+@needs_chromium
+def test_dragging_zooms_and_rereads_the_range_and_a_double_click_resets(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """A drag over the loss chart asks the server for that step range at the chart's width
+    in pixels; the URL holds the zoom; a double-click reads the whole curve again."""
+    write_demo_task(pool, server.url)
+
+    with Browser() as browser:
+        seen = _requests(browser)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        width = browser.evaluate("document.querySelector('.chart .plot').clientWidth")
+        _drag(browser, "loss", 0.25, 0.5)
+        browser.wait_for("window.trainreportPage.view().from !== null")
+        zoom = browser.evaluate("window.trainreportPage.view()")
+        browser.wait_for(f"{CHARTS}.every((c) => !c.built || c.x[1] <= {zoom['to']})")
+        zoomed = _chart(browser, "loss")
+        query = _query(browser)
+        reread = [u for u in seen if f"from={zoom['from']}" in u]
+        browser.page.locator('.chart[data-title="loss"] .u-over').dblclick()
+        browser.wait_for("window.trainreportPage.view().from === null")
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'loss').x[1] >= 600")
+        reset = _query(browser)
+        enabled = browser.evaluate("document.getElementById('resetzoom').disabled")
+
+    assert 100 < zoom["from"] < zoom["to"] < 400
+    assert [str(zoom["from"])] == query["from"]
+    assert [str(zoom["to"])] == query["to"]
+    assert reread, seen
+    assert all(f"to={zoom['to']}" in u and f"max_points={width}" in u for u in reread)
+    assert [zoom["from"], zoom["to"]] == zoomed["x"]
+    assert all(zoom["from"] <= s <= zoom["to"] for line in zoomed["lines"] for s in line["steps"])
+    assert "from" not in reset
+    assert enabled  # "reset zoom" is off again
+
+
+@needs_chromium
+def test_the_smoothing_slider_applies_the_debiased_ema_to_every_chart(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """TensorBoard's smoothing, weight 0.6 by default: a NaN point stays a gap and does
+    not advance the average; the slider moved to 0 (Home key) shows the raw values."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    values: list[float | None] = [1.0, 3.0, None, 2.0, 5.0, 4.0]
+    _send(pool, writer, 1, {"train_acc": (0, [1, 2, 3, 4, 5, 6], values), "b": (0, [1], [7.0])})
+
+    def ema(weight: float) -> list[float | None]:
+        out: list[float | None] = []
+        last, count = 0.0, 0
+        for v in values:
+            if v is None:
+                out.append(None)
+                continue
+            last, count = last * weight + (1 - weight) * v, count + 1
+            out.append(last / (1 - weight**count))
+        return out
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=2)
+        default = _chart(browser, "train_acc")["lines"][0]
+        slider = browser.page.get_by_label("smoothing (exponential moving average weight)")
+        slider.focus()
+        browser.page.keyboard.press("Home")
+        browser.wait_for("window.trainreportPage.view().smoothing === 0")
+        browser.wait_for(f"{CHARTS}[0].lines[0].smoothed[1] === 3")
+        raw = _chart(browser, "train_acc")["lines"][0]
+        query = _query(browser)
+
+    assert values == default["ys"]
+    assert ema(0.6) == pytest.approx(default["smoothed"])
+    assert values == raw["smoothed"]
+    assert ["0"] == query["smoothing"]
+
+
+@needs_chromium
+def test_search_filters_charts_and_sections_collapse(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Typing in the search box keeps the charts whose title or series match (text or
+    /regex/); a closed section stays closed after a reload (the URL holds it)."""
+    write_demo_task(pool, server.url)
+    shown = f"{CHARTS}.filter((c) => !c.hidden).map((c) => c.title).sort()"
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        sections = browser.evaluate(
+            "Array.from(document.querySelectorAll('details.section')).map((d) => d.dataset.section)"
+        )
+        search = browser.page.get_by_label("search metrics: text, or a /regular expression/")
+        search.press_sequentially("GRAD")
+        by_text = browser.wait_for(f"{shown}.length === 1 && {shown}")
+        search.fill("")
+        search.press_sequentially("/^val_/")
+        by_regex = browser.wait_for(f"{shown}.length === 1 && {shown}")
+        search.fill("")
+        browser.page.locator('details[data-section="train"] > summary').click()
+        hidden = browser.evaluate(
+            "document.querySelector('.chart[data-title=\"train_lr\"]').checkVisibility()"
+        )
+        browser.page.reload()
+        browser.wait_for("document.querySelector('details[data-section=\"train\"]') !== null")
+        still_closed = browser.evaluate(
+            "!document.querySelector('details[data-section=\"train\"]').open"
+        )
+
+    assert ["loss", "train"] == sections
+    assert ["train_grad_norm"] == by_text
+    assert ["loss"] == by_regex  # val_loss is drawn on the loss chart
+    assert (False, True) == (hidden, still_closed)
+
+
+@needs_chromium
+def test_log_y_and_outlier_toggles_change_the_scale_and_the_url(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """ "log y" gives the chart a logarithmic scale; "ignore outliers" (on for train_
+    series) cuts a spike out of the y range, and off shows it."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 201))
+    values: list[float | None] = [1.0 + (s % 10) / 10 for s in steps]
+    values[100] = 1000.0
+    _send(pool, writer, 1, {"train_spiky": (0, steps, values)})
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        cut = _chart(browser, "train_spiky")["y"]
+        browser.page.get_by_label("ignore outliers for train_spiky").click()
+        browser.wait_for(f"{CHARTS}[0].y[1] >= 1000")
+        whole = _chart(browser, "train_spiky")["y"]
+        browser.page.get_by_label("log y axis for train_spiky").click()
+        browser.wait_for(f"{CHARTS}[0].logy")
+        pressed = browser.page.get_by_label("log y axis for train_spiky").get_attribute(
+            "aria-pressed"
+        )
+        query = _query(browser)
+
+    assert cut[1] < 10 < 1000 <= whole[1]
+    assert "true" == pressed
+    assert (["train_spiky"], ["train_spiky:all"]) == (query["logy"], query["yrange"])
+
+
+@needs_chromium
+def test_hovering_shows_the_nearest_value_of_every_line(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """The tooltip names the step and each line's value there (smoothed, then raw)."""
+    write_demo_task(pool, server.url)
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        box = browser.page.locator('.chart[data-title="loss"] .u-over').bounding_box()
+        assert box is not None
+        browser.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + 40, steps=3)
+        browser.wait_for("document.querySelector('.chart .tip').style.display === 'block'")
+        text = browser.page.locator('.chart[data-title="loss"] .tip').inner_text()
+
+    assert re.search(r"^step \d+", text)
+    assert re.search(r"train_loss: [\d.]+ \([\d.]+\)", text)
+    assert re.search(r"val_loss: [\d.]+ \([\d.]+\)", text)
+
+
+@needs_chromium
+def test_export_downloads_the_full_resolution_points_of_the_range_shown(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """CSV and JSON come from the server at full resolution (max_points=0) for the zoomed
+    range; PNG is the chart as drawn."""
+    write_demo_task(pool, server.url)
+
+    with Browser(downloads=True) as browser:
+        seen = _requests(browser)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        _drag(browser, "train_lr", 0.3, 0.6)
+        browser.wait_for("window.trainreportPage.view().from !== null")
+        zoom = browser.evaluate("window.trainreportPage.view()")
+        files = {}
+        for kind in ("CSV", "JSON", "PNG"):
+            with browser.page.expect_download() as download:
+                browser.page.get_by_label(f"export train_lr as {kind}").click()
+            path = download.value.path()
+            files[kind] = (download.value.suggested_filename, Path(path).read_bytes())
+
+    rows = files["CSV"][1].decode().splitlines()
+    body = json.loads(files["JSON"][1])
+    steps = list(range(zoom["from"], zoom["to"] + 1))
+    assert "job_id,task_id,series,step,epoch,time,value" == rows[0]
+    assert steps == [int(r.split(",")[3]) for r in rows[1:]]
+    assert {f"{JOB},{TASK},train_lr"} == {r.rsplit(",", 4)[0] for r in rows[1:]}
+    assert steps == body["runs"][0]["series"]["train_lr"]["steps"]
+    assert (zoom["from"], zoom["to"]) == (body["from"], body["to"])
+    assert any("max_points=0" in u and f"from={zoom['from']}" in u for u in seen)
+    assert files["PNG"][1].startswith(b"\x89PNG")
+    assert _near(_colours(files["PNG"][1]), (0x25, 0x63, 0xEB)) > 200
+    assert ("train-train_lr.csv", "train-train_lr.png") == (files["CSV"][0], files["PNG"][0])
+
+
+@needs_chromium
+def test_two_runs_picked_in_the_job_list_are_overlaid_one_colour_each(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Ticking two tasks and pressing "Compare selected" opens one page with both runs'
+    curves on each chart, a colour per run, and the selection in the URL."""
+    write_demo_task(pool, server.url)
+    writer = _writer(pool, server.url, "sweep-7", "trial-3")
+    steps = list(range(1, 301))
+    _send(
+        pool,
+        writer,
+        1,
+        {
+            "train_loss": (0, steps, [3.0 / (1 + s / 50) for s in steps]),
+            "train_lr": (0, steps, [1e-4] * 300),
+        },
+    )
+
+    with Browser() as browser:
+        browser.open(server.url + "/")
+        browser.wait_for("document.querySelectorAll('input.pick').length >= 3")
+        browser.page.get_by_label(f"compare {JOB}/{TASK}").check()
+        browser.page.get_by_label("compare sweep-7/trial-3").check()
+        browser.page.get_by_role("button", name="Compare selected").click()
+        browser.wait_for(f"window.trainreportPage && {BUILT} >= 3")
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'train_lr').lines.length === 2")
+        loss = _chart(browser, "loss")
+        lr = _chart(browser, "train_lr")
+        query = _query(browser)
+        legend = browser.page.locator('.chart[data-title="train_lr"] .legend').inner_text()
+        _save(browser, "compare.png")
+
+    runs = {line["label"].split(" · ")[0] for line in loss["lines"]}
+    assert {f"{JOB}/{TASK}", "sweep-7/trial-3"} == runs
+    assert 2 == len({line["color"] for line in lr["lines"]})
+    assert ["sweep-7/trial-3"] == query["run"]
+    assert "sweep-7/trial-3 · train_lr" in legend
+
+
+@needs_chromium
+def test_live_refresh_appends_only_the_new_points_and_keeps_the_zoom(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """New points arrive with ``after=<length>`` and are appended; a zoomed view stays."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 101))
+    _send(pool, writer, 1, {"train_acc": (0, steps, [s / 100 for s in steps])})
+
+    with Browser() as browser:
+        seen = _requests(browser)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        more = list(range(101, 151))
+        _send(pool, writer, 2, {"train_acc": (100, more, [s / 100 for s in more])})
+        browser.wait_for(f"{CHARTS}[0].lines[0].steps.length === 150")
+        appended = [u for u in seen if "after=100" in u]
+        _drag(browser, "train_acc", 0.2, 0.4)
+        browser.wait_for("window.trainreportPage.view().from !== null")
+        zoomed = _chart(browser, "train_acc")["x"]
+        last = list(range(151, 171))
+        _send(pool, writer, 3, {"train_acc": (150, last, [s / 100 for s in last])})
+        browser.wait_for("document.querySelector('#live').textContent.includes('live')")
+        browser.page.wait_for_timeout(2500)  # one more refresh of the page's own 2 s poll
+        kept = _chart(browser, "train_acc")["x"]
+
+    assert appended, seen
+    assert zoomed == kept
+
+
+@needs_chromium
+def test_a_thousand_metrics_draw_only_the_charts_in_view(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """1,000 series: every chart has its card and section, few are drawn until scrolled to."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 51))
+    series = {
+        f"layer{i // 10:02d}/grad_{i % 10}": (0, steps, [float(i + s) for s in steps])
+        for i in range(1000)
+    }
+    _send(pool, writer, 1, series)
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        first = browser.evaluate(f"[{CHARTS}.length, {BUILT}]")
+        browser.page.locator('.chart[data-title="layer99/grad_9"]').scroll_into_view_if_needed()
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'layer99/grad_9').built")
+        sections = browser.evaluate("document.querySelectorAll('details.section').length")
+
+    assert 1000 == first[0]
+    assert first[1] < 40
+    assert 100 == sections
+
+
+@needs_chromium
+def test_names_and_values_that_look_like_markup_stay_text(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Series named ``<script>`` and ``<img onerror>`` are drawn and shown as text; no
+    script runs (no dialog), no element is made from them."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    names = ["<script>alert(1)</script>", HOSTILE]
+    _send(pool, writer, 1, {name: (0, [1, 2, 3], [1.0, 2.0, 3.0]) for name in names})
+    dialogs: list[str] = []
+
+    with Browser(downloads=True) as browser:
+
+        def dismiss(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        browser.page.on("dialog", dismiss)
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=2)
+        titles = browser.evaluate(
+            "Array.from(document.querySelectorAll('.chart h2')).map((h) => h.textContent)"
+        )
+        counts = browser.evaluate(
+            "[document.querySelectorAll('img').length, document.querySelectorAll('script').length]"
+        )
+        with browser.page.expect_download() as download:
+            browser.page.get_by_label(f"export {names[0]} as CSV").click()
+        csv = Path(download.value.path()).read_text()
+
+    assert sorted(names) == sorted(titles)
+    assert ([], [0, 2]) == (dialogs, counts)  # the page's two scripts only
+    assert f"{JOB},{TASK},<script>alert(1)</script>,1,1,,1" == csv.splitlines()[1]
+
+
+@needs_chromium
+def test_the_x_axis_offers_times_only_when_the_server_sends_them_and_dark_follows_the_system(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """Points stored without times: relative and wall time cannot be chosen, step and
+    epoch can. A system in dark mode gets the dark page."""
+    write_demo_task(pool, server.url)
+
+    with Browser(dark=True) as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}")
+        options = browser.evaluate(
+            "Array.from(document.querySelectorAll('#xmode option'))"
+            ".map((o) => [o.value, o.disabled])"
+        )
+        browser.page.get_by_label("x axis", exact=True).select_option("epoch")
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'train_lr').x[1] < 10")
+        epochs = _chart(browser, "train_lr")["lines"][0]["xs"]
+        background = browser.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+
+    assert [["step", False], ["epoch", False], ["relative", True], ["wall", True]] == options
+    assert 1.0 == epochs[0]
+    assert 3 < epochs[-1] < 4
+    assert epochs == sorted(epochs)
+    assert "rgb(15, 20, 26)" == background
+
+
+# -- what needs the /series API of issue 24 (times, from/to, after) ------------------------
+
+
+def _needs_series_api(pool: urllib3.PoolManager, url: str) -> None:
+    """Skip unless ``/series`` answers with ``first_index`` (issue 24's from/to/after/times)."""
+    body = json.loads(pool.request("GET", url + "/series?max_points=4").data)
+    if not all("first_index" in entry for entry in body["series"].values()):
+        pytest.skip("this server's /series has no from/to/after/times yet (issue 24, data part)")
+
+
+@needs_chromium
+def test_a_narrow_zoom_into_a_long_series_shows_every_point_and_the_spike_everywhere(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """200,000 points with a spike at one step: visible zoomed out (thinning keeps it) and
+    in a 300-step zoom around it, where every point of the range is drawn (from/to)."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    n, spike = 200_000, 123_457
+    steps = list(range(1, n + 1))
+    values: list[float | None] = [1.0 + (s % 17) / 100 for s in steps]
+    values[spike - 1] = 50.0
+    for k, start in enumerate(range(0, n, 50_000)):
+        part = slice(start, start + 50_000)
+        _send(pool, writer, k + 1, {"val_long": (start, steps[part], values[part])})
+    _needs_series_api(pool, f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}")
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        whole = _chart(browser, "val_long")["lines"][0]
+        browser.open(f"{server.url}/jobs/{JOB}/tasks/{TASK}?from={spike - 150}&to={spike + 150}")
+        browser.wait_for(f"{BUILT} && {CHARTS}[0].lines[0].steps[0] === {spike - 150}")
+        narrow = _chart(browser, "val_long")["lines"][0]
+
+    assert 50.0 == max(y for y in whole["ys"] if y is not None)
+    assert len(whole["steps"]) < 2000
+    assert list(range(spike - 150, spike + 151)) == narrow["steps"]
+    assert 50.0 == max(y for y in narrow["ys"] if y is not None)
+
+
+@needs_chromium
+def test_relative_and_wall_time_use_the_times_of_the_points(
+    server: ServerHandle, pool: urllib3.PoolManager, tmp_path: Path
+) -> None:
+    """A run reported by the library has a time per point: the x axis can then be the
+    time since the run's first point, or the wall clock."""
+    reporter = Reporter(HttpSink(server.url, JOB, TASK), rank=0).start()
+    for step in range(1, 41):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+    assert reporter.close(20.0)
+    _needs_series_api(pool, f"{server.url}/v1/jobs/{JOB}/tasks/{TASK}")
+
+    with Browser() as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        browser.page.get_by_label("x axis", exact=True).select_option("relative")
+        browser.wait_for(f"{CHARTS}[0].x[1] < 1000")
+        relative = _chart(browser, "loss")["lines"][0]["xs"]
+        browser.page.get_by_label("x axis", exact=True).select_option("wall")
+        browser.wait_for(f"{CHARTS}[0].x[0] > 1e9")
+        wall = _chart(browser, "loss")["lines"][0]["xs"]
+        query = _query(browser)
+
+    assert 0.0 == relative[0]
+    assert relative == sorted(relative)
+    assert wall[0] > 1.7e9
+    assert ["wall"] == query["x"]
+
+
+@needs_chromium
+def test_a_thirty_metric_run_is_grouped_into_sections_by_prefix(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """train_, val_, system_ and a ``/`` path each get a section, in that order."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 401))
+    names = (
+        ["train_loss", "val_loss", "train_lr", "train_grad_norm", "train_tokens_per_second"]
+        + ["val_accuracy", "val_perplexity", "system_gpu_memory_gib", "system_gpu_utilization"]
+        + [f"layer{i:02d}/grad_norm" for i in range(12)]
+        + [f"layer{i:02d}/weight_norm" for i in range(9)]
+    )
+    series = {
+        name: (
+            0,
+            steps,
+            [
+                1 + k / 10 + math.exp(-s / (60 + 9 * k)) + 0.03 * math.sin(s * (k + 1))
+                for s in steps
+            ],
+        )
+        for k, name in enumerate(names)
+    }
+    _send(pool, writer, 1, series)
+
+    with Browser(height=1100) as browser:
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=4)
+        sections = browser.evaluate(
+            "Array.from(document.querySelectorAll('details.section')).map((d) => "
+            "[d.dataset.section, d.querySelectorAll('.chart').length])"
+        )
+        _save(browser, "many-metrics.png", full_page_clip=1100)
+
+    assert 30 == len(names)
+    assert [["loss", 1], ["train", 3], ["val", 2], ["layer00", 2]] == sections[:4]
+    assert ["system", 2] == sections[-1]

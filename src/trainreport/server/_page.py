@@ -1,4 +1,4 @@
-"""The live chart page: two static HTML shells whose inline script reads the ``/v1`` API.
+"""The live chart page: two static HTML shells, their script and style, and uPlot.
 
 The shells contain no data and no ids, so nothing a client sent is ever
 interpolated into HTML: the script takes the job and task ids from the URL
@@ -7,14 +7,15 @@ construction). When the server has a token, the page reads it from the URL
 fragment (``#token=...``, which browsers never send to a server, so it never
 reaches a log) and sends it as a bearer header.
 
-The inline style and script are allowed by their SHA-256 hashes in a strict
-Content-Security-Policy; nothing is loaded from elsewhere (the page works
-without internet access).
+The script, the style and the chart library (uPlot, vendored under
+``static/vendor/uplot`` by ``scripts/update_uplot.sh``) are served by this
+server under ``/static/``; a strict Content-Security-Policy admits scripts and
+styles from this origin only, and no inline code at all. Nothing is loaded from
+elsewhere: the page works without internet access.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -26,95 +27,144 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from trainreport._protocol import PAGE_PATH_TEMPLATE
+from trainreport.server._errors import ApiError
 from trainreport.server._wire import validate_id
 
-__all__ = ["MIN_THINNED_POINTS", "downsample_indices", "routes", "shape_columns"]
+__all__ = [
+    "MIN_THINNED_POINTS",
+    "STATIC_FILES",
+    "downsample_indices",
+    "routes",
+    "shape_columns",
+]
 
 #: The fewest points a thinned series is asked for: one bucket's lowest and highest
 #: value plus the series' first and last point (``/series?max_points=`` 1 to 3 is a 400).
 MIN_THINNED_POINTS = 4
+
+#: Every file ``GET /static/{path}`` serves (nothing else under the package is reachable),
+#: with its media type.
+STATIC_FILES: Mapping[str, str] = {
+    "page.js": "text/javascript; charset=utf-8",
+    "page.css": "text/css; charset=utf-8",
+    "vendor/uplot/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+    "vendor/uplot/uPlot.min.css": "text/css; charset=utf-8",
+    "vendor/uplot/LICENSE": "text/plain; charset=utf-8",
+    "vendor/uplot/VERSION": "text/plain; charset=utf-8",
+}
 
 _TEMPLATE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
 <link rel="icon" href="data:,">
 <title>trainreport</title>
-<style>{style}</style>
+<link rel="stylesheet" href="/static/vendor/uplot/uPlot.min.css?v={v_uplot_css}">
+<link rel="stylesheet" href="/static/page.css?v={v_css}">
 </head>
 <body data-page="{page}">
 <header class="top"><a class="brand" href="/">trainreport</a>
-<nav id="crumbs"></nav><span id="live" class="live">connecting…</span></header>
+<nav id="crumbs" aria-label="breadcrumbs"></nav>
+<span id="live" class="live" role="status">connecting…</span></header>
 <main id="main"></main>
-<script>{script}</script>
+<script src="/static/vendor/uplot/uPlot.iife.min.js?v={v_uplot}"></script>
+<script src="/static/page.js?v={v_js}"></script>
 </body>
 </html>
 """
 
-
-def _static(name: str) -> str:
-    return (resources.files("trainreport.server") / "static" / name).read_text(encoding="utf-8")
-
-
-def _sha256(text: str) -> str:
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
-
-
-class _Shell:
-    """One page's HTML and the Content-Security-Policy that admits exactly its inline code."""
-
-    def __init__(self, page: str) -> None:
-        style, script = _static("page.css"), _static("page.js")
-        self.html = _TEMPLATE.format(style=style, script=script, page=page)
-        self.csp = "; ".join(
-            (
-                "default-src 'none'",
-                f"script-src {_sha256(script)}",
-                f"style-src {_sha256(style)}",
-                "connect-src 'self'",
-                "img-src 'self' data:",
-                "base-uri 'none'",
-                "form-action 'none'",
-                "frame-ancestors 'none'",
-            )
-        )
-
-    def response(self) -> Response:
-        return HTMLResponse(
-            self.html,
-            headers={"Content-Security-Policy": self.csp, "Cache-Control": "no-cache"},
-        )
+#: Scripts and styles from this origin only (no inline code, no eval), data from this
+#: origin only; PNG export draws on a canvas, downloads are ``blob:`` links.
+CONTENT_SECURITY_POLICY = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "img-src 'self' data: blob:",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    )
+)
 
 
-_shells: dict[str, _Shell] = {}
+class _Static:
+    """One static file, read once from the package, with its ``ETag``."""
+
+    def __init__(self, path: str, media_type: str) -> None:
+        node = resources.files("trainreport.server") / "static"
+        for part in path.split("/"):
+            node = node / part
+        self.body = node.read_bytes()
+        self.media_type = media_type
+        self.version = hashlib.sha256(self.body).hexdigest()[:16]
+        self.etag = f'"{self.version}"'
+
+    def response(self, request: Request) -> Response:
+        headers = {"ETag": self.etag, "Cache-Control": "no-cache"}
+        if request.headers.get("if-none-match") == self.etag:
+            return Response(status_code=304, headers=headers)
+        return Response(self.body, media_type=self.media_type, headers=headers)
 
 
-def _shell(page: str) -> _Shell:
+_files: dict[str, _Static] = {}
+
+
+def _file(path: str) -> _Static:
+    if path not in _files:
+        _files[path] = _Static(path, STATIC_FILES[path])
+    return _files[path]
+
+
+_shells: dict[str, str] = {}
+
+
+def _shell(page: str) -> Response:
     if page not in _shells:
-        _shells[page] = _Shell(page)
-    return _shells[page]
+        _shells[page] = _TEMPLATE.format(
+            page=page,
+            v_js=_file("page.js").version,
+            v_css=_file("page.css").version,
+            v_uplot=_file("vendor/uplot/uPlot.iife.min.js").version,
+            v_uplot_css=_file("vendor/uplot/uPlot.min.css").version,
+        )
+    return HTMLResponse(
+        _shells[page],
+        headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY, "Cache-Control": "no-cache"},
+    )
 
 
 async def _index(_request: Request) -> Response:
-    return _shell("index").response()
+    return _shell("index")
 
 
 async def _task(request: Request) -> Response:
     validate_id(request.path_params["job_id"], "job_id")
     validate_id(request.path_params["task_id"], "task_id")
-    return _shell("task").response()
+    return _shell("task")
+
+
+async def _static(request: Request) -> Response:
+    path = request.path_params["path"]
+    if path not in STATIC_FILES:
+        raise ApiError(404, "not_found", f"no static file {path!r}")
+    return _file(path).response(request)
 
 
 def routes() -> list[Route]:
-    """The page routes: ``GET /`` (jobs) and ``GET /jobs/{job_id}/tasks/{task_id}`` (a task).
+    """The page routes: ``GET /`` (jobs), ``GET /jobs/{job_id}/tasks/{task_id}`` (a task,
+    with ``?run=JOB/TASK`` for more runs side by side) and ``GET /static/{path}``.
 
-    No auth on the HTML shells themselves; their data comes from ``/v1``.
+    No auth on any of them: the shells and static files hold no data; the data comes
+    from ``/v1``.
     """
     return [
         Route("/", _index, methods=["GET"]),
         Route(PAGE_PATH_TEMPLATE, _task, methods=["GET"]),
+        Route("/static/{path:path}", _static, methods=["GET"]),
     ]
 
 
