@@ -1,13 +1,15 @@
-"""The sink's one keep-alive connection (sinks/_http_connection.py), against real servers.
+"""The sink's one keep-alive connection (a urllib3 pool of one, sinks/_http_transport.py).
 
-A standard-library HTTP/1.1 server stands in for a job-status API where the
-reference server cannot do what is pinned: close idle connections without
-saying so, or serve TLS with a test CA (trustme). No mocks.
+Against real servers: a standard-library HTTP/1.1 server stands in for a job-status API
+where the reference server cannot do what is pinned: close idle connections without
+saying so, drop a connection before answering, redirect, or serve TLS with a test CA
+(trustme). No mocks.
 """
 
 from __future__ import annotations
 
 import http.server
+import os
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -16,8 +18,9 @@ from typing import Any
 
 import pytest
 import trustme
+import urllib3
 
-from trainreport import Delivered, Opened, RetryLater
+from trainreport import Delivered, Opened, Rejected, RetryLater
 from trainreport._sink import Update
 from trainreport.sinks._http import HttpSink
 
@@ -38,12 +41,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet."""
 
-    def finish(self) -> None:
-        super().finish()
-        with self.server.lock:
-            self.server.closed += 1
-            self.server.lock.notify_all()
-
     def _answer(self, status: int, body: bytes, *, close: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -60,7 +57,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         with self.server.lock:
             self.server.patches += 1
-        self._answer(200, b"{}", close=self.server.close_after_response)
+            drop, self.server.drop_next = self.server.drop_next, False
+            redirect = self.server.redirect
+        if drop:  # the request was read; the connection closes before any answer
+            self.close_connection = True
+        elif redirect:
+            self.send_response(307)
+            self.send_header("Location", "/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self._answer(200, b"{}", close=self.server.close_after_response)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -73,6 +80,16 @@ class _Server(http.server.ThreadingHTTPServer):
         self.connections = 0
         self.closed = 0
         self.patches = 0
+        self.drop_next = False
+        self.redirect = False
+
+    def shutdown_request(self, request: Any) -> None:
+        """Count a connection closed once its socket is shut down (the client can see it):
+        ``finish()`` runs before, and a count there let the next request race the close."""
+        super().shutdown_request(request)
+        with self.lock:
+            self.closed += 1
+            self.lock.notify_all()
 
     def wait_closed(self, count: int) -> None:
         """Wait until the server has closed ``count`` connections (the test's own clock: 10 s)."""
@@ -130,6 +147,87 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_not_failed(
     assert all(isinstance(r, Delivered) for r in results), results
     assert 3 == server.patches
     assert 3 == server.connections  # the opening one (then the first send), two new ones
+
+
+def test_the_sink_holds_one_urllib3_pool_of_one_connection_that_never_retries(
+    serve: Callable[..., _Server],
+) -> None:
+    """The connection is urllib3's pool for the base URL's host: one connection kept, never
+    waited for, no retries and no redirects inside urllib3 (the scheduler decides)."""
+    server = serve()
+    sink = HttpSink(f"http://127.0.0.1:{server.server_address[1]}/prefix", "job")
+    assert isinstance(sink.open(), Opened)
+    pool = sink._transport.pool
+    assert isinstance(pool, urllib3.HTTPConnectionPool)
+    assert ("127.0.0.1", server.server_address[1]) == (pool.host, pool.port)
+    assert (1, False) == (pool.pool.maxsize if pool.pool else None, pool.block)
+    assert isinstance(pool.retries, urllib3.Retry)
+    assert (False, False) == (pool.retries.total, pool.retries.redirect)
+    sink.close()
+
+
+def test_a_connection_closed_before_any_answer_fails_the_send_once_and_is_replaced(
+    serve: Callable[..., _Server],
+) -> None:
+    """The keep-alive race as the client sees it (the server read the request, then closed
+    the connection without answering; RFC 9112 section 9.3.1): the send is a RetryLater for
+    the scheduler to retry, the request went out once (no retry inside urllib3), and the
+    next send connects anew and is delivered."""
+    server = serve()
+    sink = HttpSink(f"http://127.0.0.1:{server.server_address[1]}", "job")
+    assert isinstance(sink.open(), Opened)
+    server.drop_next = True
+    lost = sink.send(_update(1))
+    assert 1 == server.patches
+    delivered = sink.send(_update(2))
+    sink.close()
+    assert isinstance(lost, RetryLater), lost
+    assert "connection lost" in lost.reason
+    assert not lost.unreachable
+    assert isinstance(delivered, Delivered), delivered
+    assert 2 == server.patches
+    assert 2 == server.connections
+
+
+def test_a_redirect_is_not_followed(serve: Callable[..., _Server]) -> None:
+    """A 307 answer is the sink's to judge (a rejection), never followed by urllib3."""
+    server = serve()
+    server.redirect = True
+    sink = HttpSink(f"http://127.0.0.1:{server.server_address[1]}", "job")
+    assert isinstance(sink.open(), Opened)
+    result = sink.send(_update(1))
+    sink.close()
+    assert Rejected("HTTP 307", 307) == result
+    assert 1 == server.patches
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
+def test_a_forked_child_connects_anew_and_leaves_the_parents_connection_alone(
+    serve: Callable[..., _Server], tmp_path: Path
+) -> None:
+    """A child sends over a connection of its own (the pool is made again for its pid); the
+    parent's kept-alive connection still serves the parent afterwards."""
+    server = serve()
+    sink = HttpSink(f"http://127.0.0.1:{server.server_address[1]}", "job")
+    assert isinstance(sink.open(), Opened)
+    assert isinstance(sink.send(_update(1)), Delivered)
+    marker = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            marker.write_text(type(sink.send(_update(2))).__name__)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert 0 == os.waitstatus_to_exitcode(status)
+    assert "Delivered" == marker.read_text()
+    assert isinstance(sink.send(_update(3)), Delivered)
+    sink.close()
+    assert 3 == server.patches
+    assert 2 == server.connections  # the parent's, reused before and after; the child's
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """HTTP transport of the job-status sinks: one request, its errors, its credentials.
 
 ``HttpTransport`` sends one request and never retries it (no retries, no
-redirects): one keep-alive connection per process (``_http_connection.py``,
-created again in a forked child; through urllib3's ProxyManager when the
-environment's proxy applies), timeouts within a deadline, gzip of large
+redirects): one keep-alive connection per process, held by a urllib3
+connection pool of one (created again in a forked child; a ProxyManager when
+the environment's proxy applies), timeouts within a deadline, gzip of large
 bodies (``_gzip.py``), and the credentials (a bearer token or a token file re-read when it
 changes, else the base URL's userinfo as Basic auth). urllib3's errors are
 mapped here to :class:`~trainreport.exceptions.TransportError` /
@@ -44,7 +44,6 @@ from trainreport._sink import (
 )
 from trainreport.exceptions import ProtocolError, SinkError, TransportError
 from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
-from trainreport.sinks._http_connection import KeepAlive
 
 __all__ = [
     "GZIP_MIN_BYTES",
@@ -57,8 +56,10 @@ __all__ = [
     "error_fields",
     "is_transient",
     "new_pool",
+    "one_connection_pool",
     "parse_retry_after",
     "proxy_for",
+    "proxy_manager",
     "series_lengths",
     "split_userinfo",
 ]
@@ -235,17 +236,52 @@ def deadline_timeout(connect: float, read: float, deadline: float | None) -> url
     )
 
 
+#: What urllib3 is told about retries: none, and no redirects followed. A failed request
+#: is the scheduler's to retry (docs/design.md#failure-handling); built once, as urllib3
+#: would build it from ``retries=False`` on every request.
+_NO_RETRIES = urllib3.Retry(total=False, redirect=False)
+
+
+def one_connection_pool(url: str, ca_certs: str | None) -> urllib3.HTTPConnectionPool:
+    """A pool of one kept-alive connection to ``url``'s host, verifying TLS for https.
+
+    urllib3's pool does what a sender holding one connection needs: it replaces a
+    connection the server closed while it was idle before using it
+    (``is_connection_dropped``), times connecting and sending by the connect timeout and
+    the answer by the read timeout (within the total), maps failures to its exceptions
+    (``SSLError`` for a failed handshake, ``ProtocolError`` for a connection lost
+    mid-request, which it then drops) and hears an answer sent before the whole body
+    was read (a 413). ``block=False``: a request never waits for the pool's connection,
+    so no deadline is spent there; one driving thread always finds it free.
+
+    Raises:
+        urllib3.exceptions.LocationValueError: the URL has no host or a bad port.
+    """
+    kwargs: dict[str, Any] = {"maxsize": 1, "block": False, "retries": _NO_RETRIES}
+    if url.startswith("https:"):
+        kwargs.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_certs)
+    return urllib3.connection_from_url(url, **kwargs)
+
+
 def new_pool(url: str, ca_certs: str | None, *, num_pools: int) -> urllib3.PoolManager:
-    """A verifying pool for ``url``: a ProxyManager when the environment's proxy applies.
+    """A verifying pool for ``url``: a ProxyManager when the environment's proxy applies."""
+    proxy = proxy_for(url)
+    if proxy is not None:
+        return proxy_manager(proxy, ca_certs, num_pools=num_pools)
+    kwargs: dict[str, Any] = {"num_pools": num_pools, "maxsize": 1, "cert_reqs": "CERT_REQUIRED"}
+    if ca_certs is not None:
+        kwargs["ca_certs"] = ca_certs
+    return urllib3.PoolManager(**kwargs)
+
+
+def proxy_manager(proxy: str, ca_certs: str | None, *, num_pools: int) -> urllib3.ProxyManager:
+    """A verifying ProxyManager through ``proxy`` (a URL, or ``host:port`` for http).
 
     Credentials in the proxy URL are sent as ``Proxy-Authorization: Basic``.
     """
     kwargs: dict[str, Any] = {"num_pools": num_pools, "maxsize": 1, "cert_reqs": "CERT_REQUIRED"}
     if ca_certs is not None:
         kwargs["ca_certs"] = ca_certs
-    proxy = proxy_for(url)
-    if proxy is None:
-        return urllib3.PoolManager(**kwargs)
     if "://" not in proxy:
         proxy = "http://" + proxy
     parsed = urllib3.util.parse_url(proxy)
@@ -326,10 +362,12 @@ class HttpTransport:
         self.compress = compressor()
         #: Bytes the last request put on the wire (head and body as sent).
         self.last_bytes = 0
-        # Connection state: created on first use, never pickled. A KeepAlive (one
-        # connection, see _http_connection.py), or a ProxyManager when a proxy applies.
-        self.pool: KeepAlive | urllib3.PoolManager | None = None
+        # Connection state: created on first use, never pickled. A pool of one connection
+        # to the base URL's host (requests name a path), or a ProxyManager when a proxy
+        # applies (requests name the whole URL: ``_origin`` + path).
+        self.pool: urllib3.HTTPConnectionPool | urllib3.ProxyManager | None = None
         self.pid: int | None = None
+        self._origin = ""
         self._no_deadline = urllib3.Timeout(
             connect=self.connect_timeout_seconds, read=self.read_timeout_seconds
         )
@@ -350,7 +388,7 @@ class HttpTransport:
         pool, self.pool = self.pool, None
         if pool is not None and self.pid == os.getpid():
             try:
-                pool.close() if isinstance(pool, KeepAlive) else pool.clear()
+                pool.clear() if isinstance(pool, urllib3.PoolManager) else pool.close()
             except Exception as exc:  # closing must not fail the reporter's shutdown
                 _log.debug("trainreport.pool_close_failed", error=type(exc).__name__)
 
@@ -389,19 +427,16 @@ class HttpTransport:
             + 4
         )
         try:
-            if isinstance(pool, KeepAlive):
-                response = pool.request(method, target, body, headers, timeout)
-            else:
-                response = pool.urlopen(
-                    method,
-                    self.url + resource,
-                    body=body,
-                    headers=headers,
-                    timeout=timeout,
-                    retries=False,
-                    redirect=False,
-                    preload_content=True,
-                )
+            response = pool.urlopen(
+                method,
+                self._origin + target,
+                body=body,
+                headers=headers,
+                timeout=timeout,
+                retries=_NO_RETRIES,
+                redirect=False,
+                preload_content=True,
+            )
         except urllib3.exceptions.NewConnectionError as exc:  # before TimeoutError: a subclass
             # Refused, unresolvable or unroutable (a connect timeout is ConnectTimeoutError).
             raise UnreachableError(f"{method} failed to connect: {cause(exc)}") from exc
@@ -429,25 +464,30 @@ class HttpTransport:
         """The request's timeouts, cut to what is left before ``deadline`` (monotonic)."""
         return deadline_timeout(self.connect_timeout_seconds, self.read_timeout_seconds, deadline)
 
-    def pool_for_this_process(self) -> KeepAlive | urllib3.PoolManager:
-        """The connection, created on first use and again in a forked child (never the parent's)."""
+    def pool_for_this_process(self) -> urllib3.HTTPConnectionPool | urllib3.ProxyManager:
+        """The pool, created on first use and again in a forked child (never the parent's).
+
+        The parent's pool is dropped in the child, not closed: its socket is the parent's.
+        """
         pid = os.getpid()
         if self.pool is None or self.pid != pid:
             self.pool = self.make_pool()
             self.pid = pid
+            proxied = isinstance(self.pool, urllib3.ProxyManager)
+            self._origin = self.url.removesuffix(self._prefix) if proxied else ""
         return self.pool
 
-    def make_pool(self) -> KeepAlive | urllib3.PoolManager:
-        """A :class:`KeepAlive` to the base URL's host, or a ProxyManager when the
-        environment's proxy applies to the URL."""
-        if proxy_for(self.url) is not None:
-            return new_pool(self.url, self.ca_certs, num_pools=2)
-        parts = urllib.parse.urlsplit(self.url)
-        try:
-            port = parts.port
-        except ValueError as exc:  # as urllib3 tells a bad URL (HttpSink: Rejected)
-            raise urllib3.exceptions.LocationParseError(self.url) from exc
-        return KeepAlive(parts.scheme, parts.hostname or "", port, self.ca_certs)
+    def make_pool(self) -> urllib3.HTTPConnectionPool | urllib3.ProxyManager:
+        """A pool of one connection to the base URL's host (:func:`one_connection_pool`), or
+        a ProxyManager when the environment's proxy applies to the URL.
+
+        Raises:
+            urllib3.exceptions.LocationValueError: the URL has no host or a bad port.
+        """
+        proxy = proxy_for(self.url)
+        if proxy is not None:
+            return proxy_manager(proxy, self.ca_certs, num_pools=2)
+        return one_connection_pool(self.url, self.ca_certs)
 
     def request_headers(self) -> dict[str, str]:
         """A fresh dict of the headers this request carries (credentials included)."""
