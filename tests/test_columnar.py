@@ -64,6 +64,7 @@ def short_form(t: float, step: object, epoch: object, metrics: object) -> Report
     pins the real call against the same rule.
     """
     item = train(t, step, epoch, metrics)
+    assert isinstance(item, tuple)  # train() builds the general TRAIN tuple
     copied = item[4]
     if (
         (type(step) is not int and step is not None)

@@ -50,12 +50,16 @@ def series_updates(draw: Any, name: str | None = None) -> SeriesUpdate:
     steps = draw(st.lists(st.integers(0, 2**62), min_size=n, max_size=n))
     epochs = draw(st.lists(st.integers(1, 2**31 - 1), min_size=n, max_size=n))
     values = draw(st.lists(st.floats(allow_nan=True), min_size=n, max_size=n))
+    times = draw(  # the fourth column, series-times-v1 (or none)
+        st.none() | st.lists(st.floats(allow_nan=True), min_size=n, max_size=n)
+    )
     return SeriesUpdate(
         name if name is not None else draw(names),
         draw(st.integers(0, 10**12)),
         array("q", steps),
         array(draw(st.sampled_from(["i", "q"])), epochs),  # the wire's int32, or int64
         array("d", values),
+        None if times is None else array("d", times),
     )
 
 
@@ -118,6 +122,11 @@ def _document(update: Update, generation: int, sequence: int, include: bool) -> 
                 "steps": base64.b64encode(s.steps.tobytes()).decode(),
                 "epochs": base64.b64encode(s.epochs.tobytes()).decode(),
                 "values": base64.b64encode(s.values.tobytes()).decode(),
+                **(
+                    {}
+                    if s.times is None
+                    else {"times": base64.b64encode(s.times.tobytes()).decode()}
+                ),
             }
             for s in update.series
         }

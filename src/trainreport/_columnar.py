@@ -311,7 +311,10 @@ class ColumnarIngest:
         record.at_epoch = epoch
         record.at_step = steps[-1]
         final = items[-1]
-        record.last_step_time = final[TRAIN_TIME] if isinstance(final, dict) else final[1]
+        if isinstance(final, dict):  # the short form
+            record.last_step_time = final[TRAIN_TIME]
+        elif isinstance(final, tuple):  # the TRAIN tuple (a device report never batches)
+            record.last_step_time = final[1]
         record.changes += len(items)
         self.rows += len(items)
         return True

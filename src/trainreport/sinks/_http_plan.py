@@ -113,7 +113,9 @@ def head_that_fits(series: SeriesUpdate, space: int) -> tuple[SeriesUpdate | Non
         return None, series
     # The size of a prefix of k points, without slicing: the same name and offset.
     fixed = piece_bytes(slice_series(series, 0, 0))
-    widths = (series.steps.itemsize, series.epochs.itemsize, series.values.itemsize)
+    widths = [series.steps.itemsize, series.epochs.itemsize, series.values.itemsize]
+    if series.times is not None:  # the fourth column (series-times-v1)
+        widths.append(series.times.itemsize)
 
     def size(k: int) -> int:
         return fixed + sum(4 * ((k * w + 2) // 3) for w in widths)
