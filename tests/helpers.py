@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections import deque
 from typing import Any
@@ -9,6 +12,7 @@ from typing import Any
 from trainreport import MemorySink
 from trainreport._reporter_lifecycle import RANK_VARIABLES
 from trainreport._sink import OpenResult, SendResult, Sink, Update
+from trainreport.sinks._runlog import HEADER, MAGIC
 
 # What the library reads from a process's environment, and the caller's shell may have
 # set: a developer's own TRAINREPORT_URL, a rank from an enclosing job, a proxy that would
@@ -107,3 +111,42 @@ def drive(reporter: Any) -> Any:
     worker = reporter._worker
     assert worker is not None
     return worker
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child: no TRAINREPORT_* variable, plus ``extra``.
+
+    ``PYTHONPATH`` is this process's ``sys.path``, so the child imports the
+    same trainreport as the test.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m trainreport.cli ARGS`` with its output captured; never raises on exit codes.
+
+    Args:
+        args: the command line after ``trainreport``.
+        env: the child's environment; :func:`clean_env` when ``None``.
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "trainreport.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env=clean_env() if env is None else env,
+    )
+
+
+def record_ends(data: bytes) -> list[int]:
+    """The offsets at which each record of a run log's bytes ends (after ``MAGIC``)."""
+    ends, position = [], len(MAGIC)
+    while position < len(data):
+        length = HEADER.unpack_from(data, position)[3]
+        position += HEADER.size + length
+        ends.append(position)
+    return ends
