@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trainreport import MemorySink
@@ -150,3 +152,23 @@ def record_ends(data: bytes) -> list[int]:
         position += HEADER.size + length
         ends.append(position)
     return ends
+
+
+def in_a_forked_child(tmp_path: Path, body: Callable[[], str]) -> str:
+    """``body()`` run in a child made with ``os.fork()``; returns the text it returned.
+
+    The child writes the text to ``tmp_path / "child.txt"`` and leaves with
+    ``os._exit`` (0, or 1 if ``body`` raised); the exit code 0 is asserted.
+    """
+    marker = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            marker.write_text(body())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert 0 == os.waitstatus_to_exitcode(status)
+    return marker.read_text()
