@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections import deque
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trainreport import MemorySink
 from trainreport._reporter_lifecycle import RANK_VARIABLES
 from trainreport._sink import OpenResult, SendResult, Sink, Update
+from trainreport.sinks._runlog import HEADER, MAGIC
 
 # What the library reads from a process's environment, and the caller's shell may have
 # set: a developer's own TRAINREPORT_URL, a rank from an enclosing job, a proxy that would
@@ -107,3 +113,62 @@ def drive(reporter: Any) -> Any:
     worker = reporter._worker
     assert worker is not None
     return worker
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child: no TRAINREPORT_* variable, plus ``extra``.
+
+    ``PYTHONPATH`` is this process's ``sys.path``, so the child imports the
+    same trainreport as the test.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m trainreport.cli ARGS`` with its output captured; never raises on exit codes.
+
+    Args:
+        args: the command line after ``trainreport``.
+        env: the child's environment; :func:`clean_env` when ``None``.
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "trainreport.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+        env=clean_env() if env is None else env,
+    )
+
+
+def record_ends(data: bytes) -> list[int]:
+    """The offsets at which each record of a run log's bytes ends (after ``MAGIC``)."""
+    ends, position = [], len(MAGIC)
+    while position < len(data):
+        length = HEADER.unpack_from(data, position)[3]
+        position += HEADER.size + length
+        ends.append(position)
+    return ends
+
+
+def in_a_forked_child(tmp_path: Path, body: Callable[[], str]) -> str:
+    """``body()`` run in a child made with ``os.fork()``; returns the text it returned.
+
+    The child writes the text to ``tmp_path / "child.txt"`` and leaves with
+    ``os._exit`` (0, or 1 if ``body`` raised); the exit code 0 is asserted.
+    """
+    marker = tmp_path / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            marker.write_text(body())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert 0 == os.waitstatus_to_exitcode(status)
+    return marker.read_text()

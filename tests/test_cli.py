@@ -19,32 +19,12 @@ from typing import Any
 
 import pytest
 
+from helpers import clean_env, run_cli
 from trainreport import FileSink, HttpSink, Reporter, cli
 
 pytestmark = pytest.mark.timeout(120)
 
 LONG = "val_a_validation_set_with_a_long_name_accuracy"  # 46 characters
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m trainreport.cli ARGS`` with its output captured; never raises on exit codes."""
-    return subprocess.run(
-        [sys.executable, "-m", "trainreport.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        env=env,
-    )
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test's environment without any TRAINREPORT_* variable, plus ``extra``."""
-    import os  # noqa: PLC0415
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
-    env.update(extra)
-    return env
 
 
 def write_task(tmp_path: Path, task: dict[str, Any]) -> Path:

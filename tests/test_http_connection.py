@@ -20,6 +20,7 @@ import pytest
 import trustme
 import urllib3
 
+from helpers import in_a_forked_child
 from trainreport import Delivered, Opened, Rejected, RetryLater
 from trainreport._sink import Update
 from trainreport.sinks._http import HttpSink
@@ -212,18 +213,7 @@ def test_a_forked_child_connects_anew_and_leaves_the_parents_connection_alone(
     sink = HttpSink(f"http://127.0.0.1:{server.server_address[1]}", "job")
     assert isinstance(sink.open(), Opened)
     assert isinstance(sink.send(_update(1)), Delivered)
-    marker = tmp_path / "child.txt"
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            marker.write_text(type(sink.send(_update(2))).__name__)
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert 0 == os.waitstatus_to_exitcode(status)
-    assert "Delivered" == marker.read_text()
+    assert "Delivered" == in_a_forked_child(tmp_path, lambda: type(sink.send(_update(2))).__name__)
     assert isinstance(sink.send(_update(3)), Delivered)
     sink.close()
     assert 3 == server.patches

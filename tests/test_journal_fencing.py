@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import subprocess
-import sys
 from array import array
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from helpers import run_cli
 from trainreport import HttpSink, Reporter, ReportingConfig
 from trainreport._sink import Opened, SeriesUpdate, Update
 from trainreport._sync import StaleJournalError, plan_recovery
@@ -63,19 +61,6 @@ def stored(url: str, job: str) -> dict[str, Any]:
 
 def points(task: dict[str, Any]) -> list[tuple[int, float]]:
     return [(p["step"], p["value"]) for p in task["status_details"]["metrics"]["train_loss"]]
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    return subprocess.run(
-        [sys.executable, "-m", "trainreport.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        env=env,
-    )
 
 
 def loss_update(offset: int, steps: list[int], value: float, **details: Any) -> Update:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve, drive, held, without_updated_at
+from helpers import ScriptedSink, curve, drive, held, in_a_forked_child, without_updated_at
 from trainreport import (
     MemorySink,
     Rejected,
@@ -358,20 +358,12 @@ def test_close_without_start_in_a_forked_child_leaves_the_reports_to_the_parent(
     record = tmp_path / "task.json"
     reporter = Reporter(FileSink(record), ReportingConfig(), rank=0)
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    marker = tmp_path / "child.txt"
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            closed = reporter.close(timeout=2)
-            marker.write_text(f"{closed} {reporter.state} {record.exists()}")
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
 
-    assert 0 == os.waitstatus_to_exitcode(status)
-    assert "True closed False" == marker.read_text()
+    def child() -> str:
+        closed = reporter.close(timeout=2)
+        return f"{closed} {reporter.state} {record.exists()}"
+
+    assert "True closed False" == in_a_forked_child(tmp_path, child)
     assert reporter.close(timeout=5)
     assert record.exists()
 

@@ -13,6 +13,7 @@ through a real Reporter.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -37,6 +38,19 @@ REWIND_EVENTS = (
 
 def rewind_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["event"] in REWIND_EVENTS]
+
+
+def rewind_fields(event: dict[str, Any]) -> tuple[Any, ...]:
+    """A ``series_rewound`` event's fields: series, series_count, from_step, last_step,
+    points_replaced, resume."""
+    return (
+        event["series"],
+        event["series_count"],
+        event["from_step"],
+        event["last_step"],
+        event["points_replaced"],
+        event["resume"],
+    )
 
 
 def batch_index_loop(
@@ -104,14 +118,7 @@ def test_the_batch_index_loop_gives_one_warning_naming_the_cause() -> None:
     ]
     info, warning = said
     assert "info" == info["log_level"]
-    assert (["train_m0"], 1, 1, 50, 50, False) == (
-        info["series"],
-        info["series_count"],
-        info["from_step"],
-        info["last_step"],
-        info["points_replaced"],
-        info["resume"],
-    )
+    assert (["train_m0"], 1, 1, 50, 50, False) == rewind_fields(info)
     assert "warning" == warning["log_level"]
     assert (["train_m0"], 1, 50, 50) == (
         warning["series"],
@@ -151,14 +158,7 @@ def test_a_single_rewind_is_an_info_event_and_no_batch_index_warning() -> None:
     assert 1 == len(said)
     assert "trainreport.series_rewound" == said[0]["event"]
     assert "info" == said[0]["log_level"]
-    assert (["train_loss", "train_lr"], 2, 60, 100, 82, False) == (
-        said[0]["series"],
-        said[0]["series_count"],
-        said[0]["from_step"],
-        said[0]["last_step"],
-        said[0]["points_replaced"],
-        said[0]["resume"],
-    )
+    assert (["train_loss", "train_lr"], 2, 60, 100, 82, False) == rewind_fields(said[0])
     assert "global step" in said[0]["hint"]
     counts = recorder.counts()
     assert (1, 82) == (counts.rewinds, counts.points_replaced_by_rewinds)
@@ -235,49 +235,29 @@ STORED = StoredState(
 )
 
 
-def test_a_resume_from_an_earlier_checkpoint_is_an_info_event() -> None:
-    """Seeded first, then a first training step at 6 (stored last 10): the purge is said."""
+@pytest.mark.parametrize(
+    ("seed_first", "steps", "replaced"),
+    [(True, range(6, 12), 5), (False, (6, 7), 6)],
+    ids=["resume_purge", "seeding_cut"],
+)
+def test_a_resume_is_an_info_event(seed_first: bool, steps: Sequence[int], replaced: int) -> None:
+    """Seeded first, then a first training step at 6 (stored last 10): the purge is said;
+    training steps 6, 7 applied before the stored task was read: seeding's cut is said."""
     recorder = Recorder(ReportingConfig())
     with capture_events() as events:
         recorder.start_attempt()
-        recorder.seed(STORED)
-        for step in range(6, 12):
+        if seed_first:
+            recorder.seed(STORED)
+        for step in steps:
             recorder.apply(train(float(step), step, None, {"loss": 1.0}))
+        if not seed_first:
+            recorder.seed(STORED)
     said = rewind_events(events)
     assert 1 == len(said)
     assert "info" == said[0]["log_level"]
-    assert (["train_loss", "val_loss"], 2, 6, 10, 5, True) == (
-        said[0]["series"],
-        said[0]["series_count"],
-        said[0]["from_step"],
-        said[0]["last_step"],
-        said[0]["points_replaced"],
-        said[0]["resume"],
-    )
+    assert (["train_loss", "val_loss"], 2, 6, 10, replaced, True) == rewind_fields(said[0])
     counts = recorder.counts()
-    assert (1, 5) == (counts.rewinds, counts.points_replaced_by_rewinds)
-
-
-def test_a_resume_applied_at_seeding_is_an_info_event() -> None:
-    """Training steps 6, 7 applied before the stored task was read: seeding's cut is said."""
-    recorder = Recorder(ReportingConfig())
-    with capture_events() as events:
-        recorder.start_attempt()
-        for step in (6, 7):
-            recorder.apply(train(float(step), step, None, {"loss": 1.0}))
-        recorder.seed(STORED)
-    said = rewind_events(events)
-    assert 1 == len(said)
-    assert (["train_loss", "val_loss"], 2, 6, 10, 6, True) == (
-        said[0]["series"],
-        said[0]["series_count"],
-        said[0]["from_step"],
-        said[0]["last_step"],
-        said[0]["points_replaced"],
-        said[0]["resume"],
-    )
-    counts = recorder.counts()
-    assert (1, 6) == (counts.rewinds, counts.points_replaced_by_rewinds)
+    assert (1, replaced) == (counts.rewinds, counts.points_replaced_by_rewinds)
 
 
 def test_a_resume_then_the_batch_index_loop_still_warns() -> None:

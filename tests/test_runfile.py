@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import curve
+from helpers import curve, record_ends
 from trainreport import FileSink, Reporter, RunLogError, read_task
 from trainreport.sinks._runlog import MAGIC, encode_record
 from trainreport.testing import capture_events
@@ -159,7 +159,7 @@ def test_points_after_a_damaged_record_that_cannot_be_placed_are_counted_not_mis
     path = tmp_path / "job.log"
     a_run(path, steps=5)
     data = path.read_bytes()
-    ends = _record_ends(data)
+    ends = record_ends(data)
     _flip(path, ends[3] + 30)  # the fifth record's body (one of the steps)
 
     with capture_events() as events:
@@ -171,14 +171,3 @@ def test_points_after_a_damaged_record_that_cannot_be_placed_are_counted_not_mis
     assert run.unplaced.get("train_loss", 0) > 0
     damaged = [e for e in events if e["event"] == "trainreport.run_log_damaged"]
     assert "train_loss" in damaged[0]["lost"]
-
-
-def _record_ends(data: bytes) -> list[int]:
-    from trainreport.sinks._runlog import HEADER  # noqa: PLC0415
-
-    ends, position = [], len(MAGIC)
-    while position < len(data):
-        length = HEADER.unpack_from(data, position)[3]
-        position += HEADER.size + length
-        ends.append(position)
-    return ends

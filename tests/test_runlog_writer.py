@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import record_ends
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import SeriesGapError
 from trainreport.sinks._runlog import MAGIC, encode_record
@@ -188,7 +189,7 @@ def test_damage_in_the_middle_is_set_aside_and_the_intact_records_kept(
         writer.flush()
     writer.close()
     original = bytearray(path.read_bytes())
-    ends = _record_ends(bytes(original))
+    ends = record_ends(bytes(original))
     if damage == "flip":
         original[ends[1] + 25] ^= 0xFF  # inside the third record
     elif damage == "newer":
@@ -207,17 +208,6 @@ def test_damage_in_the_middle_is_set_aside_and_the_intact_records_kept(
     assert ([1, 2, 9] if damage != "not_a_log" else [9]) == steps
     assert replay(path.read_bytes()).damage is None
     assert [kind] == [e["damage"] for e in events if e["event"] == "trainreport.run_log_damaged"]
-
-
-def _record_ends(data: bytes) -> list[int]:
-    from trainreport.sinks._runlog import HEADER  # noqa: PLC0415
-
-    ends, position = [], len(MAGIC)
-    while position < len(data):
-        length = HEADER.unpack_from(data, position)[3]
-        position += HEADER.size + length
-        ends.append(position)
-    return ends
 
 
 def _newer_record() -> bytes:

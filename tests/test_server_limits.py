@@ -406,8 +406,8 @@ def test_output_still_pending_when_a_chunk_is_used_up_is_not_lost() -> None:
 
     from trainreport.server._body import (  # noqa: PLC0415
         INFLATE_STEP_BYTES,
-        BodyBudget,
         BodyLimits,
+        MemoryBudget,
         held_body,
     )
 
@@ -437,7 +437,7 @@ def test_output_still_pending_when_a_chunk_is_used_up_is_not_lost() -> None:
 
     async def read() -> bytes:
         limits = BodyLimits(max_body_bytes=2**20, max_decompressed_bytes=2**21)
-        async with held_body(Request(scope, receive), limits, BodyBudget(2**22)) as held:
+        async with held_body(Request(scope, receive), limits, MemoryBudget(2**22)) as held:
             return bytes(held)
 
     assert body == asyncio.run(read())

@@ -399,11 +399,21 @@ def test_a_second_process_on_the_same_log_is_rejected_not_interleaved(tmp_path: 
 
 
 def _compact_first_before_the_second_locks(
-    monkeypatch: pytest.MonkeyPatch, first: FileSink, *, then_close: bool
-) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, then_close: bool
+) -> tuple[FileSink, FileSink]:
     """The race, made deterministic: the second opener has the old file open, and before it
-    takes the lock, the first compacts (replacing the file, closing the old descriptor)."""
+    takes the lock, the first compacts (replacing the file, closing the old descriptor).
+
+    Returns the two sinks on ``job.log``: the first open with steps 1, 2 of ``loss``
+    written, the second not opened yet.
+    """
     from trainreport.sinks import _runlog_writer  # noqa: PLC0415
+
+    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
+    assert isinstance(first.open(), Opened)
+    assert isinstance(
+        first.send(Update("running", {}, (suffix("loss", 0, [1, 2]),), False)), Delivered
+    )
 
     real_lock = _runlog_writer._lock
     fired: list[int] = []
@@ -419,18 +429,14 @@ def _compact_first_before_the_second_locks(
         real_lock(fd)
 
     monkeypatch.setattr(_runlog_writer, "_lock", lock)
+    return first, second
 
 
 def test_a_second_opener_never_locks_the_file_a_compaction_just_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Compaction between the second opener's open and lock: it sees the new file and is refused."""
-    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
-    assert isinstance(first.open(), Opened)
-    assert isinstance(
-        first.send(Update("running", {}, (suffix("loss", 0, [1, 2]),), False)), Delivered
-    )
-    _compact_first_before_the_second_locks(monkeypatch, first, then_close=False)
+    first, second = _compact_first_before_the_second_locks(tmp_path, monkeypatch, then_close=False)
 
     refused = second.open()
 
@@ -446,12 +452,7 @@ def test_a_second_opener_that_lost_the_race_opens_the_log_again_and_writes_to_it
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first compacts and closes while the second opens: the second re-opens the live log."""
-    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
-    assert isinstance(first.open(), Opened)
-    assert isinstance(
-        first.send(Update("running", {}, (suffix("loss", 0, [1, 2]),), False)), Delivered
-    )
-    _compact_first_before_the_second_locks(monkeypatch, first, then_close=True)
+    _, second = _compact_first_before_the_second_locks(tmp_path, monkeypatch, then_close=True)
 
     opened = second.open()
     assert isinstance(opened, Opened)

@@ -9,9 +9,7 @@ real FileSink run.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from array import array
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from helpers import ScriptedSink, curve
+from helpers import ScriptedSink, curve, run_cli
 from trainreport import (
     FileSink,
     HttpSink,
@@ -198,19 +196,6 @@ def test_sync_reopens_once_after_a_resynchronise_and_then_gives_up() -> None:
 
 
 # -- the command against the reference server ---------------------------------------------
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINREPORT_")}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    return subprocess.run(
-        [sys.executable, "-m", "trainreport.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        env=env,
-    )
 
 
 def record_run(path: Path, steps: int, job: str = "offline") -> dict[str, Any]:

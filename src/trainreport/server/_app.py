@@ -46,7 +46,7 @@ from trainreport.server._auth import (
     Authenticator,
     principal_of,
 )
-from trainreport.server._body import BodyBudget, BodyLimits, held_body
+from trainreport.server._body import BodyLimits, MemoryBudget, held_body
 from trainreport.server._config import ServerConfig, server_config
 from trainreport.server._contract import openapi_document, to_json
 from trainreport.server._db import (
@@ -63,7 +63,7 @@ from trainreport.server._metrics import (
     ServerMetrics,
     is_database_error,
 )
-from trainreport.server._responses import HeldResponse, ResponseBudget, estimated_bytes
+from trainreport.server._responses import HeldResponse, estimated_bytes, hold_response
 from trainreport.server._retention import RetentionWorker
 from trainreport.server._routes import (
     ENDPOINTS,
@@ -173,8 +173,8 @@ def create_app(
     api = _Api(
         db,
         limits,
-        BodyBudget(config.body_budget_bytes),
-        ResponseBudget(config.max_response_memory_bytes),
+        MemoryBudget(config.body_budget_bytes),
+        MemoryBudget(config.max_response_memory_bytes, alone_may_exceed=True),
         authenticator,
         metrics,
         clock=wall_clock,
@@ -247,8 +247,8 @@ class _Api:
         self,
         db: Database,
         limits: BodyLimits,
-        budget: BodyBudget,
-        responses: ResponseBudget,
+        budget: MemoryBudget,
+        responses: MemoryBudget,
         auth: Authenticator,
         metrics: ServerMetrics,
         *,
@@ -297,7 +297,7 @@ class _Api:
             ApiError: 503 ``server_busy`` when the response memory budget has
                 no room for it now (nothing is built).
         """
-        release = self.responses.hold(estimated_bytes(await run_in_threadpool(points)))
+        release = hold_response(self.responses, estimated_bytes(await run_in_threadpool(points)))
         try:
             response = await run_in_threadpool(build)
         except BaseException:

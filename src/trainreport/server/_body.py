@@ -30,7 +30,7 @@ from starlette.requests import ClientDisconnect, Request
 from trainreport._protocol import ENCODING_GZIP
 from trainreport.server._wire import ApiError
 
-__all__ = ["INFLATE_STEP_BYTES", "RETRY_AFTER_SECONDS", "BodyBudget", "BodyLimits", "held_body"]
+__all__ = ["INFLATE_STEP_BYTES", "RETRY_AFTER_SECONDS", "BodyLimits", "MemoryBudget", "held_body"]
 
 #: Largest output of one decompression step, in bytes.
 INFLATE_STEP_BYTES = 64 * 1024
@@ -51,22 +51,31 @@ class BodyLimits:
     max_decompressed_bytes: int
 
 
-class BodyBudget:
-    """Bytes of request bodies held in memory at once, across every request.
+class MemoryBudget:
+    """Bytes held in memory at once, across every request: request bodies, or responses.
+
+    One rule for both budgets of the server (``body_budget_bytes`` here,
+    ``max_response_memory_bytes`` in ``_responses``): a take fits when the held
+    bytes plus it stay within the limit.
 
     Args:
         limit_bytes: the budget, in bytes (>= 1).
+        alone_may_exceed: a take larger than the limit still fits when nothing
+            else is held (responses: a big task can always be read); bodies
+            never exceed it.
 
     Not thread-safe: used from the event loop only.
     """
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, *, alone_may_exceed: bool = False) -> None:
         self.limit_bytes = limit_bytes
+        self.alone_may_exceed = alone_may_exceed
         self.held_bytes = 0
 
     def take(self, size: int) -> bool:
         """Take ``size`` bytes if they fit; ``False`` (nothing taken) if they do not."""
-        if self.held_bytes + size > self.limit_bytes:
+        alone = self.alone_may_exceed and not self.held_bytes
+        if not alone and self.held_bytes + size > self.limit_bytes:
             return False
         self.held_bytes += size
         return True
@@ -79,7 +88,7 @@ class BodyBudget:
 class _Hold:
     """What one request took from the budget; given back once, at the end."""
 
-    def __init__(self, budget: BodyBudget) -> None:
+    def __init__(self, budget: MemoryBudget) -> None:
         self._budget = budget
         self.size = 0
 
@@ -109,7 +118,7 @@ def _too_large(limit: int, what: str) -> ApiError:
 
 @contextlib.asynccontextmanager
 async def held_body(
-    request: Request, limits: BodyLimits, budget: BodyBudget
+    request: Request, limits: BodyLimits, budget: MemoryBudget
 ) -> AsyncIterator[bytearray]:
     """The request's body (decompressed), held against ``budget`` until the block ends.
 

@@ -8,7 +8,7 @@ JSON: the rows, three Python lists, the document, its text and its bytes
 JSON is 56 MB; docs/server.md, "Limits"). So every such request estimates
 its cost from the point count (:func:`estimated_bytes`, one cheap read of the
 stored lengths) *before* reading the points, and takes it from the
-:class:`ResponseBudget`:
+server's response budget (a ``_body.MemoryBudget``, :func:`hold_response`):
 
 * it fits: the request goes on; the bytes go back once the response has been
   sent (:class:`HeldResponse`), or at once if building it failed;
@@ -18,7 +18,7 @@ stored lengths) *before* reading the points, and takes it from the
   the larger of the budget and one response.
 
 The budget is touched only on the event loop's thread, so it needs no lock
-(as the request body budget, ``_body``).
+(the same rule as the request body budget, ``_body``).
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from collections.abc import Callable
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from trainreport.server._body import RETRY_AFTER_SECONDS
+from trainreport.server._body import RETRY_AFTER_SECONDS, MemoryBudget
 from trainreport.server._wire import ApiError
 
 __all__ = [
     "BYTES_PER_POINT",
     "BASE_RESPONSE_BYTES",
     "HeldResponse",
-    "ResponseBudget",
     "estimated_bytes",
+    "hold_response",
 ]
 
 #: Peak memory of a response per stored point it reads, in bytes (measured: one ``GET`` of a
@@ -51,50 +51,38 @@ def estimated_bytes(points: int) -> int:
     return BASE_RESPONSE_BYTES + max(points, 0) * BYTES_PER_POINT
 
 
-class ResponseBudget:
-    """Bytes of responses being built or sent at once, across every request.
+def hold_response(budget: MemoryBudget, size: int) -> Callable[[], None]:
+    """Take ``size`` bytes from ``budget``; return the function that gives them back (once).
 
-    Args:
-        limit_bytes: the budget, in bytes (>= 1).
+    ``budget`` is the server's response budget (made with
+    ``alone_may_exceed=True``): a size over the whole budget is taken when
+    nothing else is held.
 
-    Not thread-safe: used from the event loop only.
+    Raises:
+        ApiError: 503 ``server_busy`` (``retry_after_seconds`` in the body)
+            when the bytes do not fit now; nothing is taken.
     """
+    if not budget.take(size):
+        raise ApiError(
+            503,
+            "server_busy",
+            "the server is building too many large responses at once (the curves of "
+            "big tasks); retry shortly",
+            {
+                "retry_after_seconds": RETRY_AFTER_SECONDS,
+                "estimated_bytes": size,
+                "limit_bytes": budget.limit_bytes,
+            },
+        )
+    given = False
 
-    def __init__(self, limit_bytes: int) -> None:
-        self.limit_bytes = limit_bytes
-        self.held_bytes = 0
+    def give() -> None:
+        nonlocal given
+        if not given:
+            given = True
+            budget.give(size)
 
-    def hold(self, size: int) -> Callable[[], None]:
-        """Take ``size`` bytes; return the function that gives them back (once).
-
-        A size over the whole budget is taken when nothing else is held.
-
-        Raises:
-            ApiError: 503 ``server_busy`` (``retry_after_seconds`` in the body)
-                when the bytes do not fit now; nothing is taken.
-        """
-        if self.held_bytes and self.held_bytes + size > self.limit_bytes:
-            raise ApiError(
-                503,
-                "server_busy",
-                "the server is building too many large responses at once (the curves of "
-                "big tasks); retry shortly",
-                {
-                    "retry_after_seconds": RETRY_AFTER_SECONDS,
-                    "estimated_bytes": size,
-                    "limit_bytes": self.limit_bytes,
-                },
-            )
-        self.held_bytes += size
-        given = False
-
-        def give() -> None:
-            nonlocal given
-            if not given:
-                given = True
-                self.held_bytes -= size
-
-        return give
+    return give
 
 
 class HeldResponse(Response):
@@ -105,7 +93,7 @@ class HeldResponse(Response):
 
     Args:
         inner: the response, already rendered.
-        release: what :meth:`ResponseBudget.hold` returned.
+        release: what :func:`hold_response` returned.
     """
 
     def __init__(self, inner: Response, release: Callable[[], None]) -> None:
