@@ -249,6 +249,23 @@ def test_the_next_process_sends_a_left_journal_before_its_own_points(
     assert [50] == [e["points"] for e in recovered]
 
 
+def test_recovery_sends_each_points_time_from_the_journal(
+    tmp_path: Path, down_url: str, server: ServerHandle
+) -> None:
+    """The dead run's journal holds its points' times, and recovery sends them (``/series``)."""
+    journal_dir = tmp_path / "journal"
+    before = time.time()
+    assert not train(down_url, journal_dir, range(1, 51))
+    after = time.time()
+
+    assert train(server.url, journal_dir, [])
+
+    url = f"{server.url}/v1/jobs/job-1/tasks/train/series?names=train_loss"
+    times = json.loads(urllib3.request("GET", url, timeout=10.0).data)["series"]["train_loss"]
+    assert 50 == len(times["times"])
+    assert all(t is not None and before - 1.0 <= t <= after + 1.0 for t in times["times"])
+
+
 def test_recovery_sends_nothing_twice_to_a_service_that_holds_part_of_the_journal(
     tmp_path: Path, server: ServerHandle
 ) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from helpers import curve, record_ends
 from trainreport import FileSink, Reporter, RunLogError, read_task
+from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog import MAGIC, encode_record
 from trainreport.testing import capture_events
 
@@ -36,6 +39,32 @@ def test_read_task_gives_the_same_task_from_the_log_and_from_the_record(tmp_path
     assert record == read_task(tmp_path / "job.log")
     assert record == read_task(tmp_path / "job.json")
     assert "completed" == record["status"]
+
+
+def test_a_file_sink_runs_log_keeps_each_points_time_and_read_task_keeps_the_get_shape(
+    tmp_path: Path,
+) -> None:
+    """Each point's wall-clock time is in the log; ``read_task`` gives the server's GET shape.
+
+    The times are for ``trainreport sync`` and the page's time axis (``/series``);
+    the task record (``.json``, ``read_task``) keeps the GET point shape without them.
+    """
+    path = tmp_path / "run.log"
+    before = time.time()
+    reporter = Reporter(FileSink(path), rank=0).start()
+    for step in range(1, 21):
+        reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
+    assert reporter.close(timeout=10)
+    after = time.time()
+
+    times = load_run_file(path).state.task.series["train_loss"][3].tolist()
+
+    assert 20 == len(times)
+    assert all(not math.isnan(t) and before - 1.0 <= t <= after + 1.0 for t in times), times
+    assert times == sorted(times)
+    points = read_task(path)["status_details"]["metrics"]["train_loss"]
+    assert [{"step", "epoch", "value"}] * 20 == [set(p) for p in points]
+    assert read_task(path) == read_task(tmp_path / "run.json")
 
 
 def test_an_older_json_record_is_read_as_it_is(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import math
 import struct
 import sys
 from array import array
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from trainreport.sinks._runlog import (
     HEADER,
     MAGIC,
     POINT_BYTES,
+    TIMED_POINT_BYTES,
     RecordKind,
     append_record,
     encode_record,
@@ -305,6 +307,68 @@ def test_points_take_twenty_bytes_each_in_binary_columns() -> None:
         append_record(LogState(), Update(None, {}, (points("a", 0, list(range(1, 1001))),), False))
     )
     assert 999 * POINT_BYTES == len(many) - len(one) - (len("1000") - len("1"))
+
+
+def timed(series: SeriesUpdate, times: list[float]) -> SeriesUpdate:
+    return SeriesUpdate(
+        series.name, series.offset, series.steps, series.epochs, series.values, array("d", times)
+    )
+
+
+def test_each_points_time_survives_the_log_and_a_compaction() -> None:
+    """A series' times column is written (format 2) and replayed, through a snapshot too."""
+    first = timed(points("a", 0, [1, 2]), [1000.5, 1001.25])
+    rewind = timed(points("a", 1, [2, 3]), [1002.0, math.nan])
+    data, _, _ = build([Update(None, {}, (first,), False), Update(None, {}, (rewind,), False)])
+
+    replayed = replay(data)
+    snapshot = replay(MAGIC + b"".join(encode_snapshot(replayed.state)))
+
+    for state in (replayed.state, snapshot.state):
+        times = state.task.series["a"][3]
+        assert [1000.5, 1002.0] == times.tolist()[:2]
+        assert math.isnan(times[2])
+    assert 2 == data[len(MAGIC)]  # the first record's version: it carries times
+
+
+def test_points_with_times_take_twenty_eight_bytes_each() -> None:
+    """int64 step, int32 epoch, float64 value, float64 time: 28 bytes a point plus the head."""
+    one = b"".join(
+        append_record(LogState(), Update(None, {}, (timed(points("a", 0, [1]), [1.0]),), False))
+    )
+    steps = list(range(1, 1001))
+    many = b"".join(
+        append_record(
+            LogState(),
+            Update(None, {}, (timed(points("a", 0, steps), [float(s) for s in steps]),), False),
+        )
+    )
+    assert 28 == TIMED_POINT_BYTES
+    assert 999 * TIMED_POINT_BYTES == len(many) - len(one) - (len("1000") - len("1"))
+
+
+def test_a_log_written_before_times_still_reads_with_unknown_times() -> None:
+    """A format-1 log (checked-in bytes written by the earlier writer) replays whole.
+
+    The bytes are ``tests/data/runlog_v1.log``: a RUN record, two updates (a
+    rewind, a NaN), a snapshot and a last update, written by trainreport before
+    the run log carried times. Its points read with unknown (NaN) times, and
+    an update without times is still written as format 1, as before.
+    """
+    data = (Path(__file__).parent / "data" / "runlog_v1.log").read_bytes()
+
+    replayed = replay(data)
+
+    assert replayed.damage is None
+    assert 5 == replayed.records
+    assert {"job_id": "old-job", "task_id": "train"} == replayed.run
+    task = replayed.state.to_task()
+    assert task is not None
+    assert "completed" == task["status"]
+    assert [2.5, 2.25, 2.0] == [p["value"] for p in task["status_details"]["metrics"]["train_loss"]]
+    assert all(math.isnan(t) for t in replayed.state.task.series["train_loss"][3])
+    untimed = b"".join(append_record(LogState(), Update(None, {}, (points("a", 0, [1]),), False)))
+    assert 1 == untimed[0]
 
 
 def test_non_finite_values_survive_the_log_as_null_points() -> None:

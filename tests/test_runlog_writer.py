@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from helpers import record_ends
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import SeriesGapError
-from trainreport.sinks._runlog import MAGIC, encode_record
+from trainreport.sinks._runlog import FORMAT_VERSION, MAGIC, encode_record
 from trainreport.sinks._runlog_replay import replay
 from trainreport.sinks._runlog_writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
 from trainreport.testing import capture_events
@@ -215,7 +215,7 @@ def _newer_record() -> bytes:
     import zlib  # noqa: PLC0415
 
     record = bytearray(encode_record(1, b"{}"))
-    record[0] = 2
+    record[0] = FORMAT_VERSION + 1
     record[16:20] = struct.pack("<I", zlib.crc32(bytes(record[:16])))
     return bytes(record)
 

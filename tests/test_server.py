@@ -1023,6 +1023,59 @@ def test_a_times_column_of_another_length_is_refused(api: Client, task: str) -> 
     assert (422, '$.series["a"]') == (reply.status, reply.body["path"])
 
 
+def test_the_series_summary_gives_each_series_length_and_last_point_and_no_columns(
+    api: Client, task: str
+) -> None:
+    """``/series/summary`` (the page's first read): per series, in creation order, its stored
+    length and last point (step, epoch, value, time); a rewind and a null value show as such."""
+    write_ramp(api, task, 10)  # a: steps 10..100, values 0..9, times T0..T0+9
+    gen = open_writer(api, task)
+    reply = api.post(
+        task + "/updates",
+        {
+            "writer_generation": gen,
+            "sequence": 1,
+            "series": {
+                "a": columns(5, [], []),  # rewound to its first 5 points
+                "z": columns(0, [1, 2], [1.0, None], epochs=[1, 2]),
+            },
+        },
+    )
+    assert 200 == reply.status, reply.body
+
+    summary = api.get(task + "/series/summary")
+
+    assert 200 == summary.status
+    assert {
+        "series": {
+            "a": {
+                "length": 5,
+                "last_step": 50,
+                "last_epoch": 1,
+                "last_value": 4.0,
+                "last_time": T0 + 4,
+            },
+            "z": {
+                "length": 2,
+                "last_step": 2,
+                "last_epoch": 2,
+                "last_value": None,
+                "last_time": None,
+            },
+        }
+    } == summary.body
+    assert ["a", "z"] == list(summary.body["series"])
+
+
+def test_the_series_summary_of_a_task_without_series_or_of_no_task(api: Client, task: str) -> None:
+    """A task without curves lists none; an absent task is 404 ``not_found``."""
+    api.patch(task, {"status": "running", "status_details": {"step": 1}})
+
+    assert {"series": {}} == api.get(task + "/series/summary").body
+    missing = api.get(task + "-absent/series/summary")
+    assert (404, "not_found") == (missing.status, missing.body["error"])
+
+
 def test_from_and_to_return_the_step_range_inclusive(api: Client, task: str) -> None:
     """``from``/``to`` keep the points whose step is within (inclusive); first_index says where.
 

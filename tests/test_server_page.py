@@ -1048,6 +1048,38 @@ def test_a_thousand_metrics_draw_only_the_charts_in_view(
 
 
 @needs_chromium
+def test_the_page_lists_series_with_the_summary_and_reads_points_only_of_charts_drawn(
+    server: ServerHandle, pool: urllib3.PoolManager
+) -> None:
+    """The first read is ``/series/summary`` (names, lengths: no points); point columns are
+    asked for by name, only for the charts in view, never for every series at once."""
+    writer = _writer(pool, server.url, JOB, TASK)
+    steps = list(range(1, 51))
+    series = {f"layer{i // 10:02d}/grad_{i % 10}": (0, steps, [1.0] * 50) for i in range(300)}
+    _send(pool, writer, 1, series)
+    seen: list[str] = []
+
+    with Browser() as browser:
+        browser.page.on(
+            "request",
+            lambda r: seen.append(urllib.parse.unquote(r.url)) if "/series" in r.url else None,
+        )
+        _open_task(browser, f"{server.url}/jobs/{JOB}/tasks/{TASK}", charts=1)
+        built = browser.evaluate(f"{CHARTS}.filter((c) => c.built).map((c) => c.title)")
+        listed = browser.evaluate(f"{CHARTS}.length")
+
+    summary = [u for u in seen if urllib.parse.urlsplit(u).path.endswith("/series/summary")]
+    points = [u for u in seen if urllib.parse.urlsplit(u).path.endswith("/series")]
+    queries = [urllib.parse.parse_qs(urllib.parse.urlsplit(u).query) for u in points]
+    asked = {n for q in queries for n in q.get("name", [])}
+    assert summary, seen
+    assert 300 == listed
+    assert all("name=" in u for u in points), points  # never every series' points
+    assert set(built) <= asked
+    assert len(asked) < 100  # the charts in view (and just below it), not all 300
+
+
+@needs_chromium
 def test_names_and_values_that_look_like_markup_stay_text(
     server: ServerHandle, pool: urllib3.PoolManager
 ) -> None:

@@ -38,6 +38,7 @@ from trainreport import (
 )
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks import default_sink_from_env
+from trainreport.sinks._runlog import TIMED_POINT_BYTES
 from trainreport.sinks._runlog_replay import replay
 from trainreport.testing import FakeClock, capture_events
 
@@ -363,7 +364,12 @@ def test_a_killed_run_keeps_every_point_it_had_sent(tmp_path: Path) -> None:
 
 
 def test_bytes_written_grow_linearly_with_the_run(tmp_path: Path) -> None:
-    """Four times the steps write about four times the bytes, and under 1.5x the final record."""
+    """Four times the steps write about four times the bytes, the log about 28 bytes a point.
+
+    Bytes written are the log plus the task record written at close; the log
+    part, heads and compactions included, stays under 1.5x the 28 bytes a
+    point (step, epoch, value, time) takes in its columns.
+    """
 
     def run(steps: int) -> tuple[int, int]:
         sink = FileSink(tmp_path / f"{steps}.log")
@@ -383,7 +389,7 @@ def test_bytes_written_grow_linearly_with_the_run(tmp_path: Path) -> None:
     long_bytes, record = run(2000)
 
     assert long_bytes / short_bytes < 4.5
-    assert long_bytes / record < 1.5
+    assert (long_bytes - record) / (2000 * 14) < 1.5 * TIMED_POINT_BYTES
 
 
 def test_a_second_process_on_the_same_log_is_rejected_not_interleaved(tmp_path: Path) -> None:

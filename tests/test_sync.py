@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from array import array
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,37 @@ def test_sync_uploads_a_log_and_a_second_sync_sends_nothing(
     assert 0 == second.returncode, second.stderr
     assert "nothing to send: the service holds everything in the log" in second.stdout
     assert after_first == stored(server)
+
+
+def series_times(server: Any, name: str, job: str = "offline") -> list[float | None]:
+    """The stored times of one series, from the page's ``/series``."""
+    url = f"{server.url}/v1/jobs/{job}/tasks/train/series?names={name}"
+    response = urllib3.request("GET", url, timeout=30.0)
+    assert 200 == response.status, response.data[:300]
+    times: list[float | None] = json.loads(response.data)["series"][name]["times"]
+    return times
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_sync_sends_each_points_time_to_a_service_that_keeps_times(
+    server: Any, tmp_path: Path, mode: str
+) -> None:
+    """The log's times reach ``/series`` in suffix mode; the baseline keeps its point shape."""
+    log = tmp_path / "run.log"
+    before = time.time()
+    record_run(log, 30)
+    after = time.time()
+
+    assert 0 == sync(server, log, mode).returncode
+
+    times = series_times(server, "train_loss")
+    assert 30 == len(times)
+    if mode == "extension":
+        assert all(t is not None and before - 1.0 <= t <= after + 1.0 for t in times), times
+        assert times == sorted(times)  # type: ignore[type-var]
+    else:
+        assert [None] * 30 == times
 
 
 @pytest.mark.slow

@@ -7,9 +7,11 @@ a run with trainreport sync"):
 
 - **Points.** Per series, the log's points past the service's length are
   sent, nothing twice. With the series-suffix extension that is a suffix at
-  the service's length; in full-state mode (a plain job API) the merged
-  curves are sent whole: the service's points, then the log's past them, and
-  every series the service holds, so nothing stored is dropped.
+  the service's length, with each point's time (the sink sends the times
+  column only to a service that announces ``series-times-v1``); in
+  full-state mode (a plain job API) the merged curves are sent whole,
+  without times: the service's points, then the log's past them, and every
+  series the service holds, so nothing stored is dropped.
 - **The service holds more.** A series the service holds more points of than
   the log is left as stored (never shortened), and so is a series whose
   stored points disagree with the log's (another run wrote it), said per series.
@@ -63,6 +65,7 @@ from trainreport._sink import (
     Update,
 )
 from trainreport.sinks._journal import LOCAL_OFFSETS, JournalOwner, is_journal
+from trainreport.sinks._record import Columns
 from trainreport.sinks._runlog_state import LogState
 
 __all__ = [
@@ -202,8 +205,11 @@ def _details_decision(
     return True, "sent"
 
 
-def _disagreement(server: _Columns, log: _Columns, base: int, upto: int) -> int | None:
-    """First index in ``[base, upto)`` where the service's points differ from the log's."""
+def _disagreement(server: _Columns, log: Columns, base: int, upto: int) -> int | None:
+    """First index in ``[base, upto)`` where the service's points differ from the log's.
+
+    Times are not compared: a service that keeps none holds the same points without them.
+    """
     n = upto - base
     if n <= 0:
         return None
@@ -221,7 +227,7 @@ def _disagreement(server: _Columns, log: _Columns, base: int, upto: int) -> int 
 
 
 def _series_outcome(
-    name: str, cols: _Columns, base: int, server: _Columns | None, *, prefer_log: bool
+    name: str, cols: Columns, base: int, server: _Columns | None, *, prefer_log: bool
 ) -> SeriesOutcome:
     end = base + len(cols[0])
     held = len(server[0]) if server is not None else 0
@@ -253,7 +259,7 @@ def place_local_journal(log: LogState, stored: StoredState) -> None:
     points it recorded before it could read the stored task. A series a
     journal trimmed (already placed) is left as it is.
     """
-    for name, (steps, _, _) in log.task.series.items():
+    for name, (steps, *_) in log.task.series.items():
         if not steps or log.bases.get(name, 0):
             continue
         held = stored.series.get(name)
@@ -354,8 +360,10 @@ def plan_sync(
         if start is None:
             continue
         local = start - base
-        suffixes.append(
-            SeriesUpdate(name, start, cols[0][local:], cols[1][local:], cols[2][local:])
+        suffixes.append(  # with each point's time: the sink sends it where the service keeps it
+            SeriesUpdate(
+                name, start, cols[0][local:], cols[1][local:], cols[2][local:], cols[3][local:]
+            )
         )
         prefix = held.get(name) or new_columns()
         merged[name] = (

@@ -494,6 +494,18 @@ class _Api:
             lambda: self._db.tasks.point_count(job_id, task_id, names), read
         )
 
+    async def get_series_summary(self, request: Request) -> Response:
+        job_id, task_id = _task_ids(request)
+
+        def read() -> Response:
+            summary = self._db.tasks.series_summary(job_id, task_id)
+            if summary is None:
+                raise ApiError(404, "not_found", f"task {job_id}/{task_id} does not exist")
+            return JSONResponse({"series": summary})
+
+        # One point read per series: budgeted as that many points.
+        return await self._budgeted(lambda: self._db.tasks.series_count(job_id, task_id), read)
+
     # -- operations -----------------------------------------------------------------------
 
     async def healthz(self, _request: Request) -> Response:

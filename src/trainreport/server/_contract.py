@@ -100,6 +100,30 @@ _JOB = Record(
         Field("tasks", List(_TASK_SUMMARY), True),
     ),
 )
+#: One series in ``GET .../series/summary``: its length and last point, no columns.
+_SERIES_SUMMARY = Record(
+    (
+        Field("length", Integer(0, description="points stored"), True),
+        Field("last_step", Integer(0, description="the last point's step"), True),
+        Field("last_epoch", Integer(0, nullable=True, description="the last point's epoch"), True),
+        Field(
+            "last_value",
+            Number(description="the last point's value; null when not finite"),
+            True,
+        ),
+        Field(
+            "last_time",
+            Number(
+                description=(
+                    "the last point's wall-clock time, seconds since the Unix epoch; null "
+                    "when unknown"
+                )
+            ),
+            True,
+        ),
+    )
+)
+
 _SERIES_COLUMNS = Record(
     (
         Field(
@@ -186,6 +210,7 @@ RESPONSES: dict[str, Node] = {
         ),
     ),
     "SeriesColumns": Record((Field("series", MapOf(SERIES_NAME, _SERIES_COLUMNS), True),)),
+    "SeriesSummary": Record((Field("series", MapOf(SERIES_NAME, _SERIES_SUMMARY), True),)),
     "Health": Record(
         (
             Field("status", Enum(("ok", "unavailable")), True),

@@ -331,6 +331,47 @@ class TaskStore:
             return sum(n for name, n in lengths.items() if name in chosen)
         return sum(lengths.values())
 
+    def series_count(self, job_id: str, task_id: str) -> int:
+        """Series the task holds (0 when it does not exist): one cheap read, for budgeting."""
+        with self.backend.read() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM series WHERE job_id = ? AND task_id = ?", (job_id, task_id)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def series_summary(self, job_id: str, task_id: str) -> dict[str, dict[str, Any]] | None:
+        """Each series' stored length and last point, without reading its other points.
+
+        One query: the ``series`` rows of the task (their primary key) joined
+        with the point at index ``length - 1`` of each (the points' primary key
+        ``(job_id, task_id, series, idx)``), so its cost is one index lookup a
+        series, whatever their lengths (``docs/server.md``, ``/series/summary``).
+
+        Returns:
+            ``{name: {"length", "last_step", "last_epoch", "last_value", "last_time"}}``
+            in the task's series order, or ``None`` when the task is absent.
+        """
+        with self.backend.read() as conn:
+            if task_row(conn, job_id, task_id) is None:
+                return None
+            rows = conn.execute(
+                "SELECT s.series, s.length, p.step, p.epoch, p.value, p.time "
+                "FROM series s LEFT JOIN points p ON p.job_id = s.job_id "
+                "AND p.task_id = s.task_id AND p.series = s.series AND p.idx = s.length - 1 "
+                "WHERE s.job_id = ? AND s.task_id = ? ORDER BY s.ord",
+                (job_id, task_id),
+            ).fetchall()
+        return {
+            name: {
+                "length": length,
+                "last_step": step,
+                "last_epoch": epoch,
+                "last_value": value,
+                "last_time": time,
+            }
+            for name, length, step, epoch, value, time in rows
+        }
+
     def series_columns(
         self,
         job_id: str,

@@ -384,6 +384,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "GET",
+        _TASK + "/series/summary",
+        "get_series_summary",
+        Access.JOB,
+        "List the task's series: each one's length and last point, without reading its points "
+        "(the page's first read)",
+        replies=(
+            Reply(200, "per series, its length and last point", "SeriesSummary"),
+            _NOT_FOUND_TASK,
+        ),
+        tags=("page",),
+    ),
+    Endpoint(
+        "GET",
         "/healthz",
         "healthz",
         Access.OPEN,

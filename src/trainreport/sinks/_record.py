@@ -4,23 +4,41 @@ Applies both wire modes exactly as the reference server does
 (``docs/protocol.md``): ``status_details`` keys are merged shallowly, a
 full-state ``metrics`` replaces every series, and a series suffix means "from
 index ``offset`` on, the series is exactly these points". Series are kept as
-columns; :meth:`TaskRecord.to_task` gives the ``GET`` shape and
-:meth:`TaskRecord.encode_chunks` the same as JSON text, series by series.
+columns (steps, epochs, values and each point's wall-clock time, NaN where
+unknown); :meth:`TaskRecord.to_task` gives the ``GET`` shape (without times,
+as the server's ``GET`` of a task) and :meth:`TaskRecord.encode_chunks` the
+same as JSON text, series by series.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from array import array
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from trainreport._lifecycle import forget_running_only_details
 from trainreport._payloads import encode_details, encode_points, finite_or_none, parse_stored_task
-from trainreport._protocol import TaskStatus, new_columns
+from trainreport._protocol import TIMES_TYPECODE, TaskStatus, new_columns
 from trainreport._sink import SeriesUpdate, Update
 
-__all__ = ["SeriesGapError", "TaskRecord"]
+__all__ = ["Columns", "SeriesGapError", "TaskRecord", "new_record_columns", "unknown_times"]
+
+#: A series as a task record holds it: steps, epochs, values, times (NaN: unknown).
+Columns: TypeAlias = "tuple[array[int], array[int], array[float], array[float]]"
+_UNKNOWN = array(TIMES_TYPECODE, [math.nan])
+
+
+def new_record_columns() -> Columns:
+    """Empty ``(steps, epochs, values, times)`` columns of the wire's typecodes. Never raises."""
+    return (*new_columns(), array(TIMES_TYPECODE))
+
+
+def unknown_times(count: int) -> array[float]:
+    """``count`` unknown times (NaN): for points that came without any. Never raises."""
+    return _UNKNOWN * count
+
 
 #: A task created without a status holds this one (docs/protocol.md).
 _PENDING = TaskStatus.PENDING.value
@@ -45,14 +63,16 @@ class TaskRecord:
         self.exists = task is not None
         self.status: str = _PENDING
         self.details: dict[str, Any] = {}
-        self.series: dict[str, tuple[array[int], array[int], array[float]]] = {}
+        self.series: dict[str, Columns] = {}
         # Series a client could not parse (another tool wrote them), kept as stored.
         self.foreign: dict[str, Any] = {}
         if task is not None:
             state = parse_stored_task(dict(task))
             if not isinstance(state, str):
                 self.details = dict(state.details)
-                self.series = {n: (s, e, v) for n, (s, e, v) in state.series.items()}
+                self.series = {
+                    n: (s, e, v, unknown_times(len(s))) for n, (s, e, v) in state.series.items()
+                }
                 self.foreign = dict(state.damaged)
                 self.status = state.status or _PENDING
 
@@ -93,19 +113,23 @@ class TaskRecord:
         self.foreign.pop(s.name, None)  # a suffix replaces a series nobody could parse
         cols = self.series.get(s.name)
         if cols is None:
-            cols = self.series[s.name] = new_columns()
-        steps, epochs, values = cols
+            cols = self.series[s.name] = new_record_columns()
+        steps, epochs, values, times = cols
         for column in cols:
             del column[s.offset :]
         steps.extend(s.steps)
         epochs.extend(s.epochs)
         values.extend(s.values)
+        given = s.times
+        times.extend(
+            given if given is not None and len(given) == len(s.values) else unknown_times(len(s))
+        )
         if not steps:  # a series left with no points is removed, as the server does
             del self.series[s.name]
 
     def _series_update(self, name: str) -> SeriesUpdate:
-        steps, epochs, values = self.series[name]
-        return SeriesUpdate(name, 0, steps, epochs, values)
+        steps, epochs, values, _times = self.series[name]
+        return SeriesUpdate(name, 0, steps, epochs, values)  # the GET shape: no times
 
     def to_task(self) -> dict[str, Any] | None:
         """The task in the ``GET`` shape, or ``None`` when it does not exist."""

@@ -24,8 +24,17 @@ Layout (all integers little-endian)::
                            parse, kept exactly as read; a reader that does not
                            know the key drops them and reads the rest)}
     columns  = per series of the head, in order: count int64 steps,
-               count int32 epochs, count float64 values
+               count int32 epochs, count float64 values, and in a record of
+               version 2 count float64 times (seconds since the Unix epoch,
+               NaN: unknown)
     body of RUN = UTF-8 JSON object: {"job_id": ..., "task_id": ...}
+
+Version 2 added the times column (each point's wall-clock time, for
+``trainreport sync`` and journal recovery to send to a ``series-times-v1``
+service). The version is per record: an update whose series carry no times
+(and a record without series) is still written as version 1, byte for byte
+as before, and a version 1 record reads with unknown times; a reader of
+version 1 stops at the first version 2 record (``docs/engine.md``, "Format").
 
 A SNAPSHOT replaces the whole state: status, every detail, and each series
 from its offset (an offset above 0 means the points before it are held
@@ -49,8 +58,9 @@ from typing import Any
 
 import attrs
 
-from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, VALUES_TYPECODE
+from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, TIMES_TYPECODE, VALUES_TYPECODE
 from trainreport._sink import SeriesUpdate, Update
+from trainreport.sinks._record import unknown_times
 from trainreport.sinks._runlog_state import LogState
 
 __all__ = [
@@ -62,6 +72,8 @@ __all__ = [
     "MAGIC",
     "OPTIONAL_KINDS",
     "POINT_BYTES",
+    "TIMED_POINT_BYTES",
+    "TIMED_VERSION",
     "RecordKind",
     "append_record",
     "changed_details",
@@ -75,19 +87,23 @@ __all__ = [
 
 #: The first 16 bytes of every run log.
 MAGIC = b"trainreport-log\n"
-#: The record format this module writes and the newest it reads.
-FORMAT_VERSION = 1
+#: The newest record format this module writes and reads.
+FORMAT_VERSION = 2
+#: The first record format whose columns hold each point's time.
+TIMED_VERSION = 2
 #: Record header: version, kind, reserved, body length, body CRC-32, header CRC-32.
 HEADER = struct.Struct("<BBHQII")
 #: The header bytes its own CRC-32 covers (all but that CRC).
 HEADER_CRC_SPAN = HEADER.size - 4
 #: The length of an UPDATE or SNAPSHOT body's JSON head.
 HEAD_LENGTH = struct.Struct("<I")
-#: Bytes a point takes in the columns: int64 step, int32 epoch, float64 value.
+#: Bytes a point takes in a version 1 record's columns: int64 step, int32 epoch, float64 value.
 POINT_BYTES = 20
+#: ... and in a version 2 record's, with its float64 time.
+TIMED_POINT_BYTES = 28
 #: Items per piece when a long column is encoded (so no one copy holds the GIL for long).
 _CHUNK_ITEMS = 1 << 16
-#: A body of at most this many points (1.25 MB of columns) is joined into one piece.
+#: A body of at most this many points (1.8 MB of columns) is joined into one piece.
 _JOIN_POINTS = 1 << 16
 #: Columns are little-endian on disk; a big-endian machine swaps bytes.
 LITTLE_ENDIAN = sys.byteorder == "little"
@@ -134,16 +150,21 @@ def _column_pieces(column: array[Any], out: list[bytes]) -> None:
         out.append(part.tobytes())
 
 
-def _frame(kind: int, pieces: list[bytes]) -> list[bytes]:
-    """Prefix ``pieces`` (the body) with a record header; returns the record's pieces."""
+def _frame(kind: int, pieces: list[bytes], version: int = 1) -> list[bytes]:
+    """Prefix ``pieces`` (the body) with a record header of ``version``; the record's pieces."""
     crc = 0
     length = 0
     for piece in pieces:  # one piece (a body _body joined) is one CRC call
         crc = zlib.crc32(piece, crc)
         length += len(piece)
-    head = HEADER.pack(FORMAT_VERSION, kind, 0, length, crc, 0)
+    head = HEADER.pack(version, kind, 0, length, crc, 0)
     header = head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
     return [header, *pieces]
+
+
+def _timed(series: tuple[SeriesUpdate, ...] | None) -> bool:
+    """Whether a record of ``series`` carries the times column (version 2)."""
+    return any(s.times is not None for s in series or ())
 
 
 def _body(
@@ -152,7 +173,10 @@ def _body(
     series: tuple[SeriesUpdate, ...] | None,
     full_state: bool,
     foreign: Mapping[str, Any] | None = None,
+    *,
+    timed: bool = False,
 ) -> list[bytes]:
+    """An UPDATE or SNAPSHOT body; ``timed``: with each series' times (version 2)."""
     head: dict[str, Any] = {}
     if status is not None:
         head["status"] = status
@@ -165,20 +189,22 @@ def _body(
         head["foreign"] = dict(foreign)
     encoded = _dumps(head).encode("utf-8")
     pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
-    columns = [c for s in series or () for c in (s.steps, s.epochs, s.values)]
-    if LITTLE_ENDIAN and sum(map(len, columns[2::3])) <= _JOIN_POINTS:  # [2::3]: the values
+    columns: list[array[Any]] = []
+    for s in series or ():
+        columns += (s.steps, s.epochs, s.values)
+        if timed:
+            columns.append(unknown_times(len(s.values)) if s.times is None else s.times)
+    if LITTLE_ENDIAN and sum(len(s.values) for s in series or ()) <= _JOIN_POINTS:
         # The common case, a send's worth of points: one join straight from the
         # columns' buffers (no copy of each column first), so one body and one CRC.
         return [b"".join([*pieces, *columns])]
-    for s in series or ():
-        _column_pieces(s.steps, pieces)
-        _column_pieces(s.epochs, pieces)
-        _column_pieces(s.values, pieces)
+    for column in columns:
+        _column_pieces(column, pieces)
     return pieces
 
 
 def normalised(update: Update) -> Update:
-    """``update`` with every column in the log's types (int64, int32, float64).
+    """``update`` with every column in the log's types (int64, int32, float64, float64 times).
 
     Raises:
         ValueError: the columns differ in length, a value does not fit its type,
@@ -197,22 +223,25 @@ def normalised(update: Update) -> Update:
                 _column(s.epochs, EPOCHS_TYPECODE),
                 _column(s.values, VALUES_TYPECODE),
             )
+            times = None if s.times is None else _column(s.times, TIMES_TYPECODE)
         except (OverflowError, TypeError) as exc:
             raise ValueError(f"series {s.name!r}: {exc}") from exc
-        if not len(steps) == len(epochs) == len(values):
+        if not len(steps) == len(epochs) == len(values) == len(values if times is None else times):
             raise ValueError(f"series {s.name!r}: columns of different lengths")
         if s.offset < 0:
             raise ValueError(f"series {s.name!r}: negative offset")
-        if steps is s.steps and epochs is s.epochs and values is s.values:
+        if steps is s.steps and epochs is s.epochs and values is s.values and times is s.times:
             out.append(s)
         else:
-            out.append(SeriesUpdate(s.name, s.offset, steps, epochs, values))
+            out.append(SeriesUpdate(s.name, s.offset, steps, epochs, values, times))
             converted = True
     return attrs.evolve(update, series=tuple(out)) if converted else update
 
 
 def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[bytes]:
     """An UPDATE record for ``update`` (already :func:`normalised`), as pieces to write.
+
+    Version 2 (with a times column) when any series carries times, else version 1.
 
     Args:
         update: the update; its status is written when not ``None``.
@@ -222,8 +251,11 @@ def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[by
         ValueError: a detail is not strict JSON, or text is not encodable as UTF-8.
     """
     foreign = update.foreign_series if update.full_state else None
-    body = _body(update.status, changed_details, update.series, update.full_state, foreign)
-    return _frame(RecordKind.UPDATE, body)
+    timed = _timed(update.series)
+    body = _body(
+        update.status, changed_details, update.series, update.full_state, foreign, timed=timed
+    )
+    return _frame(RecordKind.UPDATE, body, TIMED_VERSION if timed else 1)
 
 
 def append_record(state: LogState, update: Update) -> list[bytes]:
@@ -260,16 +292,16 @@ def _snapshot_series(state: LogState) -> tuple[SeriesUpdate, ...]:
 
 
 def encode_snapshot(state: LogState) -> list[bytes]:
-    """A SNAPSHOT record of ``state`` (which must exist), as pieces to write.
+    """A SNAPSHOT record of ``state`` (which must exist), as pieces to write (version 2).
 
     Raises:
         ValueError: a detail is not strict JSON (never for a state built by replay).
     """
     task = state.task
-    return _frame(
-        RecordKind.SNAPSHOT,
-        _body(task.status, task.details, _snapshot_series(state), False, task.foreign),
+    body = _body(
+        task.status, task.details, _snapshot_series(state), False, task.foreign, timed=True
     )
+    return _frame(RecordKind.SNAPSHOT, body, TIMED_VERSION)
 
 
 def snapshot_bytes(state: LogState) -> int:
@@ -283,7 +315,7 @@ def snapshot_bytes(state: LogState) -> int:
         head_bytes = len(_dumps(head).encode("utf-8"))
     except ValueError:
         head_bytes = 0
-    return HEADER.size + HEAD_LENGTH.size + head_bytes + POINT_BYTES * state.point_count()
+    return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * state.point_count()
 
 
 def encode_run(run: Mapping[str, str]) -> list[bytes]:

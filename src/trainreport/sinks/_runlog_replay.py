@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, VALUES_TYPECODE
+from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, TIMES_TYPECODE, VALUES_TYPECODE
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.sinks._record import SeriesGapError
 from trainreport.sinks._runlog import (
@@ -37,6 +37,8 @@ from trainreport.sinks._runlog import (
     MAGIC,
     OPTIONAL_KINDS,
     POINT_BYTES,
+    TIMED_POINT_BYTES,
+    TIMED_VERSION,
     RecordKind,
 )
 from trainreport.sinks._runlog_state import LogState
@@ -150,8 +152,11 @@ def _decode_column(data: memoryview, typecode: str) -> array[Any]:
     return column
 
 
-def _decode_update(body: memoryview) -> Update:
-    """Parse an UPDATE or SNAPSHOT body. Raises :class:`_InvalidRecordError`."""
+def _decode_update(body: memoryview, version: int = 1) -> Update:
+    """Parse an UPDATE or SNAPSHOT body of ``version``. Raises :class:`_InvalidRecordError`.
+
+    A version 1 body has no times column: its series carry none (``times`` is ``None``).
+    """
     if len(body) < HEAD_LENGTH.size:
         raise _InvalidRecordError("the body is shorter than its head length")
     (head_length,) = HEAD_LENGTH.unpack_from(body)
@@ -183,6 +188,7 @@ def _decode_update(body: memoryview) -> Update:
         raise _InvalidRecordError("series is not a list")
     series = []
     position = end
+    timed = version >= TIMED_VERSION
     for entry in listed:
         if not (
             isinstance(entry, list)
@@ -192,13 +198,18 @@ def _decode_update(body: memoryview) -> Update:
         ):
             raise _InvalidRecordError("a series entry is not [name, offset, count]")
         name, offset, count = entry
-        stop = position + POINT_BYTES * count
+        stop = position + (TIMED_POINT_BYTES if timed else POINT_BYTES) * count
         if stop > len(body):
             raise _InvalidRecordError(f"series {name!r}: the columns run past the body")
         steps = _decode_column(body[position : position + 8 * count], STEPS_TYPECODE)
         epochs = _decode_column(body[position + 8 * count : position + 12 * count], EPOCHS_TYPECODE)
-        values = _decode_column(body[position + 12 * count : stop], VALUES_TYPECODE)
-        series.append(SeriesUpdate(name, offset, steps, epochs, values))
+        values = _decode_column(
+            body[position + 12 * count : position + 20 * count], VALUES_TYPECODE
+        )
+        times = (
+            _decode_column(body[position + 20 * count : stop], TIMES_TYPECODE) if timed else None
+        )
+        series.append(SeriesUpdate(name, offset, steps, epochs, values, times))
         position = stop
     if position != len(body):
         raise _InvalidRecordError("bytes after the last column")
@@ -252,8 +263,8 @@ def _skip_to_next(data: memoryview, position: int, detail: str) -> tuple[Damage,
 
 def _read(
     data: memoryview, position: int
-) -> tuple[int, memoryview, int] | tuple[Damage, int | None]:
-    """``(kind, body, end)`` for the record at ``position``, or ``(damage, where to go on)``."""
+) -> tuple[int, memoryview, int, int] | tuple[Damage, int | None]:
+    """``(kind, body, end, version)`` of the record at ``position``, or ``(damage, go on at)``."""
     size = len(data)
     if size - position < HEADER.size:
         return Damage(DamageKind.TORN_TAIL, position, size - position, "its header is cut"), None
@@ -273,7 +284,7 @@ def _read(
         # The header is intact, so its length is right: the next record starts at the end.
         damage = Damage(DamageKind.CORRUPT, position, length + HEADER.size, "in a record body")
         return damage, end
-    return kind, body, end
+    return kind, body, end, version
 
 
 def _start(data: memoryview, out: Replayed) -> int | None:
@@ -326,9 +337,9 @@ def replay(data: bytes | bytearray | memoryview) -> Replayed:
             out.damaged(read[0])
             position = read[1]
             continue
-        kind, body, end = read
+        kind, body, end, version = read
         try:
-            _apply(out, kind, body)
+            _apply(out, kind, body, version)
         except (_InvalidRecordError, SeriesGapError, ValueError, TypeError) as exc:
             detail = str(exc) or type(exc).__name__
             if isinstance(exc, _UnknownKindError):  # stops, as a newer version does
@@ -362,11 +373,11 @@ def _placeable(out: Replayed, update: Update) -> Update:
     return attrs.evolve(update, series=tuple(kept))
 
 
-def _apply(out: Replayed, kind: int, body: memoryview) -> None:
+def _apply(out: Replayed, kind: int, body: memoryview, version: int) -> None:
     if kind == RecordKind.UPDATE:
-        out.state.apply(_placeable(out, _decode_update(body)))
+        out.state.apply(_placeable(out, _decode_update(body, version)))
     elif kind == RecordKind.SNAPSHOT:
-        out.state.reset(_decode_update(body))
+        out.state.reset(_decode_update(body, version))
     elif kind == RecordKind.RUN:
         try:
             run = json.loads(bytes(body))

@@ -13,9 +13,8 @@ from typing import Any
 
 import attrs
 
-from trainreport._protocol import new_columns
 from trainreport._sink import SeriesUpdate, Update
-from trainreport.sinks._record import TaskRecord
+from trainreport.sinks._record import TaskRecord, new_record_columns
 
 __all__ = ["LogState"]
 
@@ -93,7 +92,7 @@ class LogState:
         """
         for s in series:
             if s.name not in self.task.series and s.offset + len(s) > 0:
-                self.task.series[s.name] = new_columns()
+                self.task.series[s.name] = new_record_columns()
 
     def reset(self, snapshot: Update) -> None:
         """Replace everything with ``snapshot`` (series at their offsets, details whole)."""

@@ -500,6 +500,11 @@
     if (Array.isArray(entry.times) && entry.times.some((t) => t !== null)) api.times = true;
     if (Array.isArray(entry.epochs) && entry.epochs.some((e) => e !== null)) api.epochs = true;
   }
+  // The listing's last point says whether the series carry times and epochs (x-axis choices).
+  function noteSummary(entry) {
+    if (entry.last_time !== null && entry.last_time !== undefined) api.times = true;
+    if (entry.last_epoch !== null && entry.last_epoch !== undefined) api.epochs = true;
+  }
   function normalise(entry) {
     const n = entry.steps.length;
     return {
@@ -1179,15 +1184,16 @@
     tables.replaceChildren(cols);
   }
 
-  // Every 2 s: the task's details and, per run, a listing of its series (4 points each:
-  // names and lengths); then only the new points of the charts drawn so far.
+  // Every 2 s: the task's details and, per run, the listing of its series (/series/summary:
+  // names, lengths and last points, read without any point columns); then only the new points
+  // of the charts drawn so far.
   async function refreshTask(parts) {
     const started = Date.now();
     const primary = view.runs[0];
     try {
       const [task, ...listings] = await Promise.all([
         getJson(primary.base + "?metrics=false"),
-        ...view.runs.map((run) => getJson(run.base + "/series?max_points=4").catch((error) => {
+        ...view.runs.map((run) => getJson(run.base + "/series/summary").catch((error) => {
           if (run === primary) throw error;
           run.error = describeError(error);
           return { series: {} };
@@ -1198,7 +1204,7 @@
       listings.forEach((listing, r) => {
         const run = view.runs[r];
         for (const [name, entry] of Object.entries(listing.series)) {
-          noteApi(entry);
+          noteSummary(entry);
           run.listing.set(name, entry.length);
           const chart = chartFor(groupOf(name));
           if (!chart.names.has(name)) { chart.names.add(name); added = true; if (chart.seen) pending.add(chart); }
