@@ -190,6 +190,25 @@ def test_demo_of_an_unreachable_url_exits_2_before_training(tmp_path: Path) -> N
     assert "trainreport serve" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("shape", "says"),
+    [
+        ("no scheme", "not an http:// or https:// URL"),
+        ("a path that is no service", "not a trainreport job-status service"),
+    ],
+)
+def test_demo_url_that_is_not_a_service_exits_2_before_training(
+    server: Any, tmp_path: Path, shape: str, says: str
+) -> None:
+    """A URL without its scheme, or one whose path is not the service's: one line, nothing
+    trains (it trained the whole demo, then failed to read the task back)."""
+    url = server.url.removeprefix("http://") if shape == "no scheme" else server.url + "/nonsense"
+    proc = run_demo_cli(tmp_path, "--url", url)
+
+    assert_refused_before_training(proc, tmp_path)
+    assert says in proc.stderr
+
+
 def test_demo_url_with_the_token_in_a_file_trains_and_reports(
     token_server: Any, server_token: str, tmp_path: Path
 ) -> None:

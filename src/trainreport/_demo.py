@@ -13,7 +13,6 @@ Needs the ``demo`` extra (numpy, scikit-learn, the server extra).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import math
 import time
@@ -176,10 +175,14 @@ def default_job_id() -> str:
 
 
 def check_service(url: str, job_id: str, token: str | None) -> None:
-    """Check that ``url`` answers and takes ``token``, before anything is trained.
+    """Check that ``url`` is a job-status service that takes ``token``, before anything is trained.
 
-    One ``GET`` of the task the demo will write, the read it makes after
-    training anyway: 200 (a job run again) and 404 (a new job) both pass.
+    ``GET /v1/capabilities`` (the reference server answers it; a plain job API
+    may answer 404), then one ``GET`` of the task the demo will write, the read
+    it makes after training anyway: 200 (a job run again) passes, and so does
+    404 (a new job) when the capabilities answered. Both 404: no service there
+    (a path it does not serve), refused. A URL that is not ``http(s)://host``
+    is refused before any request.
 
     Args:
         url: the service's base URL.
@@ -190,8 +193,24 @@ def check_service(url: str, job_id: str, token: str | None) -> None:
         UnreachableError, UnauthorizedError, ClientError: as
             :func:`trainreport.client.read_task`, except ``NotFoundError``.
     """
-    with contextlib.suppress(NotFoundError):
+    try:
+        client.read_capabilities(url, timeout_seconds=_CHECK_TIMEOUT_SECONDS)
+        answered = True
+    except NotFoundError:
+        answered = False
+    try:
         client.read_task(url, job_id, "train", token, timeout_seconds=_CHECK_TIMEOUT_SECONDS)
+    except NotFoundError as exc:
+        if not answered:
+            raise ClientError(
+                f"not a trainreport job-status service at {exc.url}: /v1/capabilities and "
+                "the task both answered 404; give the service's base URL (no path it does "
+                "not serve)",
+                url=exc.url,
+                job_id=job_id,
+                task_id="train",
+                status=404,
+            ) from exc
 
 
 #: Seconds the check before training may take (connect and read each).

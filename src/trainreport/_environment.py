@@ -22,7 +22,6 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
@@ -39,6 +38,7 @@ from trainreport._config import (
     lenient,
 )
 from trainreport._logging import get_logger
+from trainreport._protocol import base_url_problem
 from trainreport._selection import check_globs
 
 __all__ = [
@@ -284,12 +284,13 @@ def read_http_destination(environ: Mapping[str, str] | None = None) -> HttpDesti
     if not str(env.get(URL, "")).strip():
         return None
     destination = _structure(HttpDestination, _HTTP_VARIABLES, env)
-    if urllib.parse.urlsplit(destination.url).scheme not in ("http", "https"):
+    problem = base_url_problem(destination.url)
+    if problem is not None:
         _log.warning(
             "trainreport.config_field_invalid",
             field="url",
             variable=URL,
-            problem="not an http:// or https:// URL; sends will be rejected",
+            problem=f"{problem}; sends will be rejected",
         )
     return destination
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import re
 import sys
+import urllib.parse
 from array import array
 from base64 import b64decode
 from binascii import b2a_base64
@@ -22,6 +23,7 @@ from typing import Any, Final
 
 __all__ = [
     "API_PREFIX",
+    "BASE_URL_PROBLEM",
     "CAPABILITIES_PATH",
     "COLUMN_TYPECODES",
     "ENCODING_GZIP",
@@ -35,14 +37,15 @@ __all__ = [
     "MAX_SERIES_NAME_CHARS",
     "PAGE_PATH_TEMPLATE",
     "STEPS_TYPECODE",
+    "StrEnum",
     "TASK_PATH_TEMPLATE",
     "TASK_STATUSES",
     "TIMES_TYPECODE",
+    "TaskStatus",
     "UPDATES_PATH",
     "VALUES_TYPECODE",
     "WRITERS_PATH",
-    "StrEnum",
-    "TaskStatus",
+    "base_url_problem",
     "decode_column",
     "encode_column",
     "new_columns",
@@ -100,6 +103,28 @@ def split_api_prefix(base_url: str) -> tuple[str, bool]:
     if ("/" + path).endswith(API_PREFIX):
         return url[: -len(API_PREFIX)].rstrip("/"), True
     return url, False
+
+
+#: Why a base URL cannot be used: not ``http(s)://host[:port][/prefix]``.
+BASE_URL_PROBLEM: Final[str] = (
+    "not an http:// or https:// URL with a host: give the scheme, e.g. http://HOST:PORT"
+)
+
+
+def base_url_problem(base_url: str) -> str | None:
+    """Why ``base_url`` cannot be a service's base URL (:data:`BASE_URL_PROBLEM`), or ``None``.
+
+    The one rule for every client (``HttpSink``, ``TRAINREPORT_URL``,
+    ``trainreport.client`` and the CLI): the scheme is ``http`` or ``https``
+    and there is a host (``127.0.0.1:8321`` without its scheme is refused, not
+    guessed). Pure; never raises.
+    """
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # an unparsable port or IPv6 literal
+        usable = False
+    return None if usable else BASE_URL_PROBLEM
 
 
 def task_path(job_id: str, task_id: str, template: str = TASK_PATH_TEMPLATE) -> str:

@@ -711,6 +711,11 @@ def _explain_client_error(
     The one wording for ``show`` and ``demo`` alike; ``url_from`` names where the
     URL came from. Never raises.
     """
+    from trainreport._protocol import base_url_problem  # noqa: PLC0415
+
+    problem = base_url_problem(url)
+    if problem is not None:
+        return f"{_shown_url(url)} is {problem}"
     if isinstance(exc, UnreachableError):
         from trainreport.client import _unreachable_reason  # noqa: PLC0415
 

@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 import urllib3
 
-from trainreport._protocol import JOB_PATH_TEMPLATE, JOBS_PATH, task_path
+from trainreport._protocol import (
+    CAPABILITIES_PATH,
+    JOB_PATH_TEMPLATE,
+    JOBS_PATH,
+    base_url_problem,
+    task_path,
+)
 from trainreport.exceptions import (
     ClientError,
     NotFoundError,
@@ -42,7 +48,14 @@ from trainreport.sinks._http_transport import split_userinfo as _split_userinfo
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEFAULT_TIMEOUT_SECONDS", "list_jobs", "read_job", "read_task", "to_pandas"]
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "list_jobs",
+    "read_capabilities",
+    "read_job",
+    "read_task",
+    "to_pandas",
+]
 
 #: Seconds a read may take (connect and read each) unless the caller says otherwise.
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -112,6 +125,24 @@ def read_job(
     if not isinstance(job, dict):
         raise _error(ClientError, "the answer is not a job object", url, job_id, None, 200)
     return job
+
+
+def read_capabilities(
+    url: str, *, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+) -> dict[str, Any]:
+    """``GET /v1/capabilities`` (no token): what the reference server supports.
+
+    Returns:
+        ``{"extensions": [...], "encodings": [...], ...}`` (docs/protocol.md).
+
+    Raises:
+        UnreachableError, NotFoundError (a plain job API, or a path that is no
+            service), ClientError: as :func:`read_task`.
+    """
+    answer = _get(url, CAPABILITIES_PATH, None, timeout_seconds)
+    if not isinstance(answer, dict):
+        raise _error(ClientError, "the answer is not a capabilities object", url, None, None, 200)
+    return answer
 
 
 def list_jobs(
@@ -236,6 +267,9 @@ def _get(
     job_id: str | None = None,
     task_id: str | None = None,
 ) -> Any:
+    problem = base_url_problem(url)
+    if problem is not None:  # urllib3 would guess http:// with a FutureWarning
+        raise _error(UnreachableError, problem, url, job_id, task_id, None)
     base, userinfo = _split_userinfo(url.rstrip("/"))
     headers = {"Accept": "application/json", "User-Agent": "trainreport"}
     if token:

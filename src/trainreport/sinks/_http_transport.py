@@ -32,7 +32,7 @@ import attrs
 import urllib3
 
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._protocol import ENCODING_GZIP
+from trainreport._protocol import ENCODING_GZIP, base_url_problem
 from trainreport._sink import (
     Delivered,
     Opened,
@@ -351,11 +351,7 @@ class HttpTransport:
         parts = urllib.parse.urlsplit(self.url)
         self._prefix, self._netloc = parts.path, parts.netloc
         #: Why the base URL cannot be used, or ``None``.
-        self.url_problem = (
-            None
-            if parts.scheme in ("http", "https") and parts.hostname
-            else "the base URL is not http(s)://host[:port][/prefix]"
-        )
+        self.url_problem = base_url_problem(self.url)
         #: Compress bodies over :data:`GZIP_MIN_BYTES` (the server accepts gzip).
         self.gzip = False
         #: The gzip compressor (python-isal's when installed, see ``_gzip.py``).
