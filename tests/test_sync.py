@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from helpers import ScriptedSink, curve, run_cli
+from helpers import ScriptedSink, clean_env, curve, run_cli
 from trainreport import (
     FileSink,
     HttpSink,
@@ -264,6 +264,24 @@ def test_sync_uploads_a_log_and_a_second_sync_sends_nothing(
     assert 0 == second.returncode, second.stderr
     assert "nothing to send: the service holds everything in the log" in second.stdout
     assert after_first == stored(server)
+
+
+@pytest.mark.slow
+def test_sync_reads_the_url_from_trainreport_url_as_show_does(server: Any, tmp_path: Path) -> None:
+    """Without --url, ``$TRAINREPORT_URL`` names the service (as for ``show`` and ``demo``);
+    with neither, one line and exit 2."""
+    log = tmp_path / "run.log"
+    task = record_run(log, 10)
+
+    from_env = run_cli("sync", str(log), env=clean_env(TRAINREPORT_URL=server.url))
+    neither = run_cli("sync", str(log))
+
+    assert 0 == from_env.returncode, from_env.stderr
+    assert task == stored(server)
+    assert (2, "give --url URL (or set TRAINREPORT_URL)") == (
+        neither.returncode,
+        neither.stderr.strip().removeprefix("trainreport sync: "),
+    )
 
 
 def series_times(server: Any, name: str, job: str = "offline") -> list[float | None]:

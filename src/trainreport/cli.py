@@ -795,7 +795,9 @@ def _add_sync(subparsers: Any) -> None:
         ),
     )
     sync.add_argument("path", type=Path, help="the run log (.log) or task record (.json)")
-    sync.add_argument("--url", required=True, help="base URL of the job-status service")
+    sync.add_argument(
+        "--url", help="base URL of the job-status service (default: $TRAINREPORT_URL)"
+    )
     sync.add_argument(
         "--job", help="the job id (default: the one the log recorded, else the file's name)"
     )
@@ -850,7 +852,11 @@ def _sync(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"trainreport sync: cannot read the token file: {exc}", file=sys.stderr)
         return 2
-    url = _base_url("sync", args.url)
+    given = args.url or _environment.read_http_settings().url
+    if not given:
+        print("trainreport sync: give --url URL (or set TRAINREPORT_URL)", file=sys.stderr)
+        return 2
+    url = _base_url("sync", given)
     try:
         sink = HttpSink(
             url,
