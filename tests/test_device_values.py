@@ -262,6 +262,30 @@ def test_a_multi_element_cuda_tensor_is_dropped_as_today(torch: fake_cuda.FakeTo
     assert [] == torch.events
 
 
+def test_the_reporter_thread_queries_and_reads_each_copy_on_its_own_device(
+    torch: fake_cuda.FakeTorch,
+) -> None:
+    """With values on cuda:0 and cuda:1, each event query and read runs with its device current.
+
+    The reporter thread's current device is 0: a query of a cuda:1 event
+    there would create a CUDA context on GPU 0 from a rank that uses GPU 1.
+    """
+    reporter, sink, _ = make()
+    worker = drive(reporter)
+    metrics = {"loss": torch.tensor(1.0, device=1), "norm": torch.tensor(2.0, device=0)}
+    reporter.report_train_step(step=1, metrics=metrics)
+    on_thread("reporter", worker.cycle)  # queried while in flight
+    torch.complete()
+    on_thread("reporter", worker.cycle)  # queried and read
+    calls = [(name, d) for name, on, d in torch.calls if on == "reporter"]
+    assert {("query", 0), ("query", 1), ("tolist", 0), ("tolist", 1)} == {
+        (name, d["own"]) for name, d in calls if name in ("query", "tolist")
+    }
+    assert [] == [(n, d) for n, d in calls if n in ("query", "tolist") and d["current"] != d["own"]]
+    assert reporter.close(timeout=5)
+    assert [1.0] == [p[2] for p in curve(sink.task, "train_loss")]
+
+
 # --------------------------------------------------------------------------- real torch (CPU)
 
 real_torch = pytest.importorskip("torch")

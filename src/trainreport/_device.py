@@ -18,11 +18,14 @@ thread, per device:
 The report is queued as a :class:`DeviceReport`, whose device values are the
 placeholder :data:`ON_DEVICE` until the reporter thread finds every event
 complete (``event.query()``, which never waits) and fills them in
-(:meth:`PendingValues.fill`). The copies are ordered on each stream after the
-kernels that produced the values, and the stack is a new tensor, so a value
-changed in place after the call is recorded as it was at the call. A value
-produced on another stream must be synchronised to the current one by the
-caller, as for any use of it (torch's stream rule).
+(:meth:`PendingValues.fill`), each query and read with the copy's device
+current (``torch.cuda.device``: the reporter thread's own is 0, and a CUDA
+call there would create a context on GPU 0 from every rank). The copies are
+ordered on each stream after the kernels that produced the values, and the
+stack is a new tensor, so a value changed in place after the call is
+recorded as it was at the call. A value produced on another stream must be
+synchronised to the current one by the caller, as for any use of it
+(torch's stream rule).
 
 Nothing here imports torch: it is taken from ``sys.modules`` (a CUDA tensor
 exists, so torch is imported), through :func:`_torch`, the one seam the
@@ -94,14 +97,30 @@ def is_device_scalar(value: object) -> bool:
 
 
 class _Copy:
-    """One device's values on their way to host memory."""
+    """One device's values on their way to host memory.
 
-    __slots__ = ("event", "host", "keys")
+    ``index``: the device's index (``None`` when it has none), made current
+    around the reporter thread's query and read (:func:`_on_device`).
+    """
 
-    def __init__(self, keys: list[Any], host: Any, event: Any) -> None:
+    __slots__ = ("event", "host", "index", "keys")
+
+    def __init__(self, keys: list[Any], host: Any, event: Any, index: int | None) -> None:
         self.keys = keys
         self.host = host
         self.event = event
+        self.index = index
+
+
+def _on_device(index: int | None) -> Any:
+    """``torch.cuda.device(index)``: the copy's device current on the reporter thread.
+
+    That thread's current device is 0: a CUDA call there for an event of
+    ``cuda:1`` would create a context on GPU 0 (hundreds of MiB) from every
+    rank of a multi-GPU job. torch restores the thread's device on exit
+    without creating a context for it.
+    """
+    return _torch().cuda.device(index)
 
 
 class PendingValues:
@@ -135,10 +154,13 @@ class PendingValues:
         if self.error is not None:
             return True
         try:
-            return all(copy.event.query() for copy in self._copies)
+            for copy in self._copies:
+                with _on_device(copy.index):
+                    if not copy.event.query():
+                        return False
         except Exception as exc:  # a device error: the values are lost, never retried
             self.error = f"event query failed: {describe_exception(exc)}"
-            return True
+        return True
 
     def give_up(self, reason: str) -> None:
         """Lose the values that are not ready (close's deadline): :meth:`fill` drops them."""
@@ -155,7 +177,9 @@ class PendingValues:
         if self.error is None:
             try:
                 for copy in self._copies:
-                    for key, value in zip(copy.keys, copy.host.tolist(), strict=True):
+                    with _on_device(copy.index):
+                        values = copy.host.tolist()
+                    for key, value in zip(copy.keys, values, strict=True):
                         target[key] = value
             except Exception as exc:
                 self.error = f"reading the copy failed: {describe_exception(exc)}"
@@ -219,7 +243,7 @@ def gather_to_host(target: dict[Any, Any], keys: Sequence[Any]) -> PendingValues
             host.copy_(gathered, non_blocking=True)
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(device))
-            copies.append(_Copy(group, host, event))
+            copies.append(_Copy(group, host, event, getattr(device, "index", None)))
     except Exception as exc:
         return PendingValues(target, [], f"copy failed: {describe_exception(exc)}")
     return PendingValues(target, copies, None)
