@@ -53,14 +53,15 @@ __all__ = [
     "DeviceReport",
     "PendingValues",
     "await_device_values",
+    "device_head",
     "gather_to_host",
     "give_up_pending",
-    "head_is_pending",
     "is_device_scalar",
 ]
 
 #: How often (seconds) the reporter thread looks again at a device report at the
-#: head of the queue while something waits for it (a flush, close, the run's first point).
+#: head of the queue while something waits for it (a flush, close, the run's first
+#: point, an event report behind it, a journal record it kept points out of).
 DEVICE_POLL_SECONDS: Final = 0.002
 
 
@@ -249,13 +250,19 @@ def gather_to_host(target: dict[Any, Any], keys: Sequence[Any]) -> PendingValues
     return PendingValues(target, copies, None)
 
 
-def head_is_pending(queue: Sequence[object]) -> bool:
-    """Whether the queue's first report waits for device values (drained no further)."""
+def device_head(queue: Sequence[object]) -> DeviceReport | None:
+    """The queue's first report when it is a device report, else ``None``. Never raises.
+
+    After a drain of the reporter thread (the store seeded), a device report
+    at the head is one whose copy had not completed: the drain stopped
+    there, and what is behind it waits too. Its copy may have completed
+    since; the next drain takes it.
+    """
     try:
         head = queue[0]
     except IndexError:
-        return False
-    return type(head) is DeviceReport and not head.pending.ready()
+        return None
+    return head if type(head) is DeviceReport else None
 
 
 def give_up_pending(queue: Sequence[object], reason: str) -> None:
