@@ -6,12 +6,15 @@ made it, so a test can assert that the training thread never called
 (:meth:`FakeTorch.complete`). A stacked tensor takes its values at the call
 (as the stack kernel, ordered on the stream before any later in-place
 change, does); the host copy holds them, readable once its event completed.
+Each thread has a current device (0 until ``torch.cuda.device(i)`` sets it,
+as in CUDA); an event query and a read note it next to the copy's own device.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -82,17 +85,20 @@ class FakeHost:
         self.pin_memory = pin_memory
         self.values: list[float] | None = None
         self.event: FakeEvent | None = None
+        #: The device the copy came from (set by :meth:`copy_`).
+        self.device: FakeDevice | None = None
 
     def copy_(self, source: FakeTensor, non_blocking: bool = False) -> FakeHost:
         self._torch.note("copy_", non_blocking=non_blocking)
         if self._torch.fail_on == "copy_":
             raise RuntimeError("CUDA error: device-side assert triggered")
         self.values = list(source.values)
+        self.device = source.device
         self._torch.hosts.append(self)
         return self
 
     def tolist(self) -> list[float]:
-        self._torch.note("tolist")
+        self._torch.note("tolist", **self._torch.devices(self.device))
         assert self.values is not None
         return list(self.values)
 
@@ -104,14 +110,17 @@ class FakeEvent:
         self._torch = torch
         self.done = False
         self.stream: object = None
+        #: The device of the stream it was recorded on.
+        self.device: FakeDevice | None = None
 
-    def record(self, stream: object) -> None:
+    def record(self, stream: tuple[str, FakeDevice | None]) -> None:
         self._torch.note("record")
         self.stream = stream
+        self.device = stream[1]
         self._torch.events.append(self)
 
     def query(self) -> bool:
-        self._torch.note("query")
+        self._torch.note("query", **self._torch.devices(self.device))
         if self._torch.fail_on == "query":
             raise RuntimeError("CUDA error: unspecified launch failure")
         return self.done
@@ -128,9 +137,21 @@ class _Cuda:
     def Event(self) -> FakeEvent:  # noqa: N802 - torch's name
         return FakeEvent(self._torch)
 
-    def current_stream(self, device: object = None) -> tuple[str, object]:
+    def current_stream(self, device: FakeDevice | None = None) -> tuple[str, FakeDevice | None]:
         self._torch.note("current_stream")
         return ("stream", device)
+
+    @contextmanager
+    def device(self, index: int | None) -> Iterator[None]:
+        """``torch.cuda.device``: the calling thread's current device, for the block."""
+        local = self._torch.local
+        before = getattr(local, "device", 0)
+        if index is not None and index >= 0:
+            local.device = index
+        try:
+            yield
+        finally:
+            local.device = before
 
     def synchronize(self, device: object = None) -> None:
         self._torch.note("synchronize")
@@ -148,9 +169,16 @@ class FakeTorch:
         self.cuda = _Cuda(self)
         #: The name of a call that raises (a device error), or None.
         self.fail_on: str | None = None
+        #: Per thread: ``device``, the current device's index (0 until set).
+        self.local = threading.local()
 
     def note(self, name: str, **details: Any) -> None:
         self.calls.append((name, threading.current_thread().name, details))
+
+    def devices(self, own: FakeDevice | None) -> dict[str, int | None]:
+        """A call's details: the calling thread's current device and the object's own."""
+        current = getattr(self.local, "device", 0)
+        return {"current": current, "own": None if own is None else own.index}
 
     def calls_on(self, thread: str) -> list[str]:
         """The names of the calls made on ``thread``."""

@@ -13,15 +13,21 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import fake_cuda
-from helpers import curve, drive, held
-from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._device import DeviceReport, await_device_values, gather_to_host
+from helpers import ScriptedSink, curve, drive, held
+from trainreport import MemorySink, Reporter, ReportingConfig, read_task
+from trainreport._device import (
+    DEVICE_POLL_SECONDS,
+    DeviceReport,
+    await_device_values,
+    gather_to_host,
+)
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -260,6 +266,127 @@ def test_a_multi_element_cuda_tensor_is_dropped_as_today(torch: fake_cuda.FakeTo
     assert reporter.close(timeout=5)
     assert 1 == reporter.stats().drops["not_chartable"]
     assert [] == torch.events
+
+
+def _first_point_sent(**config: Any) -> tuple[Reporter, MemorySink, FakeClock, Any]:
+    """A reporter driven by the test whose first point (a plain float) was sent."""
+    reporter, sink, clock = make(**config)
+    worker = drive(reporter)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    worker.cycle()
+    assert [1] == [p[0] for p in curve(sink.task, "train_loss")]
+    return reporter, sink, clock, worker
+
+
+def test_an_event_behind_an_unfinished_copy_is_sent_once_the_copy_completes(
+    torch: fake_cuda.FakeTorch,
+) -> None:
+    """A checkpoint queued behind a CUDA step does not wait for the next send interval.
+
+    The drain stops at the step (its copy is in flight); the thread looks
+    again every ``DEVICE_POLL_SECONDS``, so once the device catches up the
+    checkpoint is applied and sent at once, as an event report is.
+    """
+    reporter, sink, clock, worker = _first_point_sent()
+    reporter.report_train_step(step=2, metrics={"loss": torch.tensor(0.5)})
+    reporter.report_checkpoint_saved(path="/ckpt/2", step=2)
+    try:
+        wait = worker.cycle()
+        assert DEVICE_POLL_SECONDS == wait
+        assert "checkpoint_path" not in held(sink)["status_details"]
+        torch.complete()
+        clock.advance(wait)
+        worker.cycle()
+        assert "/ckpt/2" == held(sink)["status_details"]["checkpoint_path"]
+    finally:
+        torch.complete()
+        reporter.close(timeout=5)
+
+
+def test_a_copy_in_flight_with_nothing_waiting_for_it_keeps_the_normal_cadence(
+    torch: fake_cuda.FakeTorch,
+) -> None:
+    """Training steps alone behind a copy: no 2 ms polling (the copy is done before the send)."""
+    reporter, _, _, worker = _first_point_sent()
+    reporter.report_train_step(step=2, metrics={"loss": torch.tensor(0.5)})
+    reporter.report_train_step(step=3, metrics={"loss": 0.25})
+    try:
+        assert 10.0 == pytest.approx(worker.cycle())
+    finally:
+        torch.complete()
+        reporter.close(timeout=5)
+
+
+class _KeyedSink(ScriptedSink):
+    """A sink with a job and a task: the reporter keeps a journal in front of it."""
+
+    job_id = "job-1"
+    task_id = "train"
+
+
+def _journaled_steps(path: Path) -> list[int]:
+    """The train_loss steps the journal at ``path`` holds."""
+    points = read_task(path)["status_details"].get("metrics", {}).get("train_loss", [])
+    return [p["step"] for p in points]
+
+
+def test_points_behind_an_unfinished_copy_are_journaled_once_it_completes(
+    torch: fake_cuda.FakeTorch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal record due while a copy is in flight is followed by one as soon as it completes.
+
+    The points behind the copy miss the journal window by the copy's latency
+    (and the thread's 2 ms look), never by a whole journal interval.
+    """
+    monkeypatch.delenv("TRAINREPORT_JOURNAL", raising=False)
+    clock = FakeClock()
+    config = ReportingConfig(
+        min_report_interval_seconds=60.0, journal_interval_seconds=1.0, journal_dir=str(tmp_path)
+    )
+    reporter = Reporter(_KeyedSink(), config, clock=clock, rank=0)
+    worker = drive(reporter)
+    path = tmp_path / "job-1" / "train.log"
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    worker.cycle()  # recorded, step 1 sent (and acknowledged: trimmed from the journal)
+    reporter.report_train_step(step=2, metrics={"loss": torch.tensor(0.5)})
+    reporter.report_train_step(step=3, metrics={"loss": 0.25})
+    clock.advance(1.0)
+    wait = worker.cycle()  # the record is due: 2 and 3 wait for the copy
+    try:
+        assert [] == _journaled_steps(path)
+        assert DEVICE_POLL_SECONDS == wait
+        torch.complete()
+        clock.advance(wait)
+        worker.cycle()
+        assert [2, 3] == _journaled_steps(path)
+        assert 1.0 == pytest.approx(worker.cycle())  # no polling; the next record, due in 1 s
+    finally:
+        torch.complete()
+        reporter.close(timeout=5)
+
+
+def test_the_reporter_thread_queries_and_reads_each_copy_on_its_own_device(
+    torch: fake_cuda.FakeTorch,
+) -> None:
+    """With values on cuda:0 and cuda:1, each event query and read runs with its device current.
+
+    The reporter thread's current device is 0: a query of a cuda:1 event
+    there would create a CUDA context on GPU 0 from a rank that uses GPU 1.
+    """
+    reporter, sink, _ = make()
+    worker = drive(reporter)
+    metrics = {"loss": torch.tensor(1.0, device=1), "norm": torch.tensor(2.0, device=0)}
+    reporter.report_train_step(step=1, metrics=metrics)
+    on_thread("reporter", worker.cycle)  # queried while in flight
+    torch.complete()
+    on_thread("reporter", worker.cycle)  # queried and read
+    calls = [(name, d) for name, on, d in torch.calls if on == "reporter"]
+    assert {("query", 0), ("query", 1), ("tolist", 0), ("tolist", 1)} == {
+        (name, d["own"]) for name, d in calls if name in ("query", "tolist")
+    }
+    assert [] == [(n, d) for n, d in calls if n in ("query", "tolist") and d["current"] != d["own"]]
+    assert reporter.close(timeout=5)
+    assert [1.0] == [p[2] for p in curve(sink.task, "train_loss")]
 
 
 # --------------------------------------------------------------------------- real torch (CPU)

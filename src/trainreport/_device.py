@@ -18,11 +18,14 @@ thread, per device:
 The report is queued as a :class:`DeviceReport`, whose device values are the
 placeholder :data:`ON_DEVICE` until the reporter thread finds every event
 complete (``event.query()``, which never waits) and fills them in
-(:meth:`PendingValues.fill`). The copies are ordered on each stream after the
-kernels that produced the values, and the stack is a new tensor, so a value
-changed in place after the call is recorded as it was at the call. A value
-produced on another stream must be synchronised to the current one by the
-caller, as for any use of it (torch's stream rule).
+(:meth:`PendingValues.fill`), each query and read with the copy's device
+current (``torch.cuda.device``: the reporter thread's own is 0, and a CUDA
+call there would create a context on GPU 0 from every rank). The copies are
+ordered on each stream after the kernels that produced the values, and the
+stack is a new tensor, so a value changed in place after the call is
+recorded as it was at the call. A value produced on another stream must be
+synchronised to the current one by the caller, as for any use of it
+(torch's stream rule).
 
 Nothing here imports torch: it is taken from ``sys.modules`` (a CUDA tensor
 exists, so torch is imported), through :func:`_torch`, the one seam the
@@ -50,14 +53,15 @@ __all__ = [
     "DeviceReport",
     "PendingValues",
     "await_device_values",
+    "device_head",
     "gather_to_host",
     "give_up_pending",
-    "head_is_pending",
     "is_device_scalar",
 ]
 
 #: How often (seconds) the reporter thread looks again at a device report at the
-#: head of the queue while something waits for it (a flush, close, the run's first point).
+#: head of the queue while something waits for it (a flush, close, the run's first
+#: point, an event report behind it, a journal record it kept points out of).
 DEVICE_POLL_SECONDS: Final = 0.002
 
 
@@ -94,14 +98,30 @@ def is_device_scalar(value: object) -> bool:
 
 
 class _Copy:
-    """One device's values on their way to host memory."""
+    """One device's values on their way to host memory.
 
-    __slots__ = ("event", "host", "keys")
+    ``index``: the device's index (``None`` when it has none), made current
+    around the reporter thread's query and read (:func:`_on_device`).
+    """
 
-    def __init__(self, keys: list[Any], host: Any, event: Any) -> None:
+    __slots__ = ("event", "host", "index", "keys")
+
+    def __init__(self, keys: list[Any], host: Any, event: Any, index: int | None) -> None:
         self.keys = keys
         self.host = host
         self.event = event
+        self.index = index
+
+
+def _on_device(index: int | None) -> Any:
+    """``torch.cuda.device(index)``: the copy's device current on the reporter thread.
+
+    That thread's current device is 0: a CUDA call there for an event of
+    ``cuda:1`` would create a context on GPU 0 (hundreds of MiB) from every
+    rank of a multi-GPU job. torch restores the thread's device on exit
+    without creating a context for it.
+    """
+    return _torch().cuda.device(index)
 
 
 class PendingValues:
@@ -135,10 +155,13 @@ class PendingValues:
         if self.error is not None:
             return True
         try:
-            return all(copy.event.query() for copy in self._copies)
+            for copy in self._copies:
+                with _on_device(copy.index):
+                    if not copy.event.query():
+                        return False
         except Exception as exc:  # a device error: the values are lost, never retried
             self.error = f"event query failed: {describe_exception(exc)}"
-            return True
+        return True
 
     def give_up(self, reason: str) -> None:
         """Lose the values that are not ready (close's deadline): :meth:`fill` drops them."""
@@ -155,7 +178,9 @@ class PendingValues:
         if self.error is None:
             try:
                 for copy in self._copies:
-                    for key, value in zip(copy.keys, copy.host.tolist(), strict=True):
+                    with _on_device(copy.index):
+                        values = copy.host.tolist()
+                    for key, value in zip(copy.keys, values, strict=True):
                         target[key] = value
             except Exception as exc:
                 self.error = f"reading the copy failed: {describe_exception(exc)}"
@@ -219,19 +244,25 @@ def gather_to_host(target: dict[Any, Any], keys: Sequence[Any]) -> PendingValues
             host.copy_(gathered, non_blocking=True)
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(device))
-            copies.append(_Copy(group, host, event))
+            copies.append(_Copy(group, host, event, getattr(device, "index", None)))
     except Exception as exc:
         return PendingValues(target, [], f"copy failed: {describe_exception(exc)}")
     return PendingValues(target, copies, None)
 
 
-def head_is_pending(queue: Sequence[object]) -> bool:
-    """Whether the queue's first report waits for device values (drained no further)."""
+def device_head(queue: Sequence[object]) -> DeviceReport | None:
+    """The queue's first report when it is a device report, else ``None``. Never raises.
+
+    After a drain of the reporter thread (the store seeded), a device report
+    at the head is one whose copy had not completed: the drain stopped
+    there, and what is behind it waits too. Its copy may have completed
+    since; the next drain takes it.
+    """
     try:
         head = queue[0]
     except IndexError:
-        return False
-    return type(head) is DeviceReport and not head.pending.ready()
+        return None
+    return head if type(head) is DeviceReport else None
 
 
 def give_up_pending(queue: Sequence[object], reason: str) -> None:

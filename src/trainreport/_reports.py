@@ -68,7 +68,8 @@ judged on the reporter thread.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
 import attrs
@@ -77,6 +78,7 @@ from trainreport._device import DeviceReport, PendingValues, gather_to_host, is_
 from trainreport._values import caller_value
 
 __all__ = [
+    "EVENT_KINDS",
     "HEADER_KEYS",
     "REPORT_BYTES",
     "Report",
@@ -96,11 +98,13 @@ __all__ = [
     "deferred",
     "dispatch",
     "epoch_end",
+    "event_queued",
     "failed",
     "hyperparameters",
     "kind_of",
     "metrics_report",
     "queued_bytes",
+    "queued_at",
     "queued_points",
     "train",
     "to_numbers",
@@ -143,6 +147,9 @@ REPORT_NAME = {
 }
 #: Kinds that end the run (the first one applied wins).
 TERMINAL_KINDS = frozenset({Kind.COMPLETED, Kind.CANCELLED, Kind.FAILED})
+#: The event reports: their call wakes the reporter thread, and once applied they are
+#: sent at once (``EventIngest``).
+EVENT_KINDS = frozenset({Kind.TRAINING_START, Kind.EPOCH_END, Kind.CHECKPOINT}) | TERMINAL_KINDS
 
 # Module constants: a global lookup is cheaper than an enum attribute on the hot path.
 _TRAIN = Kind.TRAIN
@@ -338,6 +345,32 @@ def kind_of(item: object) -> Kind | None:
     if type(item) is tuple and item and item[0] in _KINDS:
         return Kind(item[0])
     return None
+
+
+def queued_at(item: object) -> float:
+    """When a queued report (either form, or a device report) was made (the reporter's clock).
+
+    ``-inf`` for what no builder here makes. Never raises.
+    """
+    if type(item) is DeviceReport:
+        item = item.report
+    if type(item) is dict:
+        t = item.get(TRAIN_TIME)
+    elif type(item) is tuple and len(item) > 1:
+        t = item[1]
+    else:
+        return -math.inf
+    return t if type(t) is float else -math.inf
+
+
+def event_queued(queue: Sequence[object]) -> bool:
+    """Whether an event report (:data:`EVENT_KINDS`) is in ``queue``. Never raises.
+
+    Reads a copy (``list`` of a deque is one C call: the training thread may
+    append meanwhile); the reporter thread asks only while the queue's head
+    waits for device values (docs/design.md#device-values).
+    """
+    return any(kind_of(item) in EVENT_KINDS for item in list(queue))
 
 
 def _values_in(item: object) -> int | None:

@@ -41,13 +41,13 @@ from trainreport._destination import (
     settle_error,
     warn_if_unsent_old,
 )
-from trainreport._device import DEVICE_POLL_SECONDS, await_device_values, head_is_pending
+from trainreport._device import DEVICE_POLL_SECONDS, await_device_values, device_head
 from trainreport._dispatch import Dispatch
 from trainreport._flushing import FlushRequests
 from trainreport._journal_feed import JournalKeeper
 from trainreport._logging import describe_exception, get_logger
 from trainreport._recorder import Recorder
-from trainreport._reports import Report
+from trainreport._reports import Report, event_queued, queued_at
 from trainreport._resume import Resume
 from trainreport._sender import Sender
 from trainreport._sink import Sink
@@ -166,6 +166,9 @@ class Worker:
         self._closing = False
         #: The journal kept for this attempt, once claimed (``None``: no journal).
         self.journal: JournalKeeper | None = None
+        #: A journal record's ``at`` when reports queued before it were left behind a
+        #: copy in flight: recorded again once none is queued (:meth:`_record_journal`).
+        self._journal_owed: float | None = None
         #: The system stream's sampler (``system_metrics_seconds``), made on this thread.
         self.system: SystemSampler | None = None
 
@@ -266,9 +269,7 @@ class Worker:
                 sample = self.system.sample_if_due(now)
                 if sample:
                     self.recorder.record_system(now, sample)
-            journal = self.journal
-            if journal is not None and journal.due(drained_at):
-                journal.record(at=drained_at)
+            self._record_journal(drained_at)
             # flush() sends now, even during a backoff, and keeps sending while its
             # waiters wait and sends succeed (a short acknowledgement needs a resend).
             complete = flush.waiting
@@ -303,15 +304,55 @@ class Worker:
             journal_due=None if journal is None else journal.next_due(),
             seed_due=None if self.recorder.seeded else self._resume.seed_due(),
         )
-        if (
-            (self._flush.waiting or not self._had_point)
-            and self.recorder.seeded
-            and head_is_pending(self.queue)
-        ):  # device values block the drain, and a flush or the first point waits for them
+        if self._awaits_device_values():
             wait = min(wait, DEVICE_POLL_SECONDS)
         if self.system is not None:  # the next sample of the system stream
             wait = min(wait, max(self.system.next_due() - now, MIN_SAMPLE_WAIT_SECONDS))
         return wait
+
+    def _record_journal(self, drained_at: float) -> None:
+        """Record the journal when due, and again once copies that kept reports out are applied.
+
+        A record holds what the drain before it (at ``drained_at``) took: the
+        reports behind a device report whose copy is in flight are not in it.
+        Once no report queued before that record waits at the queue's head
+        (``DEVICE_POLL_SECONDS`` after the copies complete, at most), one more
+        record holds them: they miss the journal window by the copies'
+        latency, not by a whole interval (docs/design.md#device-values).
+        """
+        journal = self.journal
+        if journal is None:
+            return
+        owed = self._journal_owed
+        head = device_head(self.queue)
+        if journal.due(drained_at):
+            journal.record(at=drained_at)
+            if head is not None and queued_at(head) < drained_at:
+                self._journal_owed = drained_at
+        elif owed is not None and (head is None or queued_at(head) >= owed):
+            journal.record(at=drained_at)
+            self._journal_owed = None
+
+    def _awaits_device_values(self) -> bool:
+        """Whether the thread looks again in ``DEVICE_POLL_SECONDS`` for the queue's head.
+
+        The drain stopped at a device report whose copy was in flight, and
+        something waits for it: a flush (or close), the run's first point, an
+        event report behind it (sent at once once applied), or a journal
+        record it kept points out of (:meth:`_record_journal`). Training
+        reports alone wait for the next cycle: the copy completes long before
+        the next send is due. Never while the store is not seeded: the
+        reports wait in the queue then, and a look would be a busy loop.
+        """
+        head = device_head(self.queue)
+        if head is None or not self.recorder.seeded:
+            return False
+        return (
+            self._flush.waiting
+            or not self._had_point
+            or self._journal_owed is not None
+            or event_queued(self.queue)
+        )
 
     def _drain(self) -> None:
         """Move the queue into the recorder; while closing, journal it at once.
