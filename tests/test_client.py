@@ -121,7 +121,7 @@ def test_an_unreachable_service_names_the_url_and_the_job(closed_url: str) -> No
 
 
 def test_userinfo_in_the_url_is_redacted_from_every_message(closed_url: str) -> None:
-    """``user:password@`` never appears in an error; the URL does, masked."""
+    """``user:password@`` never appears in an error; the URL does, without it."""
     url = closed_url.replace("://", "://alice:hunter2@")
 
     with pytest.raises(UnreachableError) as raised:
@@ -129,7 +129,17 @@ def test_userinfo_in_the_url_is_redacted_from_every_message(closed_url: str) -> 
 
     assert "hunter2" not in str(raised.value)
     assert "alice" not in str(raised.value)
-    assert closed_url.replace("://", "://***@") in str(raised.value)
+    assert f"at {closed_url}:" in str(raised.value)
+    assert closed_url == raised.value.url
+
+
+def test_an_ambiguous_userinfo_is_refused_before_any_request() -> None:
+    """A raw ``/`` in the password: which host is meant is unclear, so nothing is sent."""
+    with pytest.raises(ClientError) as raised:
+        client.list_jobs("http://alice:hun/ter2@127.0.0.1:9", timeout_seconds=2.0)
+
+    assert "hun" not in str(raised.value)
+    assert "%2F" in str(raised.value)
 
 
 def test_no_token_a_wrong_token_and_another_jobs_token_are_unauthorized(

@@ -920,3 +920,15 @@ def test_a_refused_final_post_is_retried_within_the_close_budget(
         answers,
     )
     assert 5.0 <= elapsed < 15.0
+
+
+def test_describe_and_repr_show_no_userinfo_query_or_fragment(token_file: Path) -> None:
+    """A credential in the endpoint URL's userinfo, query or fragment is never printed."""
+    sink = KubeflowSink(
+        "https://u:s3cret-A@trainer.example/status?sig=s3cret-B#s3cret-C", token_file=token_file
+    )
+
+    shown = sink.describe() + repr(sink)
+
+    assert "s3cret" not in shown
+    assert "https://trainer.example/status" in sink.describe()

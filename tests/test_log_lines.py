@@ -195,6 +195,34 @@ def test_an_undelivered_close_to_a_service_names_the_sync_command_with_its_url(
     assert f"trainreport sync {journal} --url http://127.0.0.1:9" in warning["hint"]
 
 
+@pytest.mark.parametrize(
+    ("credentials", "flag"),
+    [
+        ({"base_url": "http://user:s3cret-PW@127.0.0.1:9"}, "--token-file TOKEN_FILE"),
+        ({"token": "s3cret-PW"}, "--token-file TOKEN_FILE"),
+        ({"token_file": "/run/secrets/s3cret-PW-file"}, "--token-file /run/secrets/"),
+    ],
+)
+def test_the_sync_hint_of_a_sink_with_credentials_is_copyable_and_names_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, credentials: dict[str, Any], flag: str
+) -> None:
+    """No ``***@`` to copy (it would send Basic ``***``): the bare URL and ``--token-file``."""
+    monkeypatch.delenv("TRAINREPORT_JOURNAL")
+    base_url = credentials.pop("base_url", "http://127.0.0.1:9")
+    sink = HttpSink(base_url, "job-sync", connect_timeout_seconds=0.2, **credentials)
+    config = ReportingConfig(journal_dir=str(tmp_path), close_unanswered_seconds=0.2)
+    with capture_events() as events:
+        reporter = Reporter(sink, config, rank=0).start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        assert not reporter.close(timeout=2.0)
+
+    (warning,) = _events(events, "close_undelivered")
+    journal = tmp_path / "job-sync" / "train.log"
+    assert f"trainreport sync {journal} --url http://127.0.0.1:9 {flag}" in warning["hint"]
+    assert "s3cret-PW" not in repr(events).replace("/run/secrets/s3cret-PW-file", "")
+    assert "***" not in warning["hint"]
+
+
 def test_an_undelivered_close_without_a_journal_says_what_is_lost() -> None:
     """No journal, no run log: the hint says the points reached nothing that keeps them."""
     sink = ScriptedSink()

@@ -435,6 +435,19 @@ def test_sync_of_an_unreadable_file_or_server_exits_1_with_a_reason(
     assert "cannot read the stored task" in unreachable.stderr
 
 
+def test_sync_never_prints_the_urls_credentials(tmp_path: Path) -> None:
+    """``sync --url http://user:PW@host/?token=T``: neither shows in what it prints."""
+    log = tmp_path / "run.log"
+    record_run(log, 3)
+
+    result = run_cli(
+        "sync", str(log), "--url", "http://u:s3cret-PW@127.0.0.1:9/?t=s3cret-T", "--timeout", "1"
+    )
+
+    assert "-> http://127.0.0.1:9 job" in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr
+
+
 @pytest.mark.slow
 def test_sync_of_a_damaged_log_uploads_the_intact_part_and_says_what_was_not(
     server: Any, tmp_path: Path

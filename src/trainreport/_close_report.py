@@ -48,9 +48,22 @@ def describe_destination(sink: Sink) -> str:
 
 
 def sync_command(path: str, sink: Sink) -> str:
-    """The command that uploads ``path`` to ``sink``'s service (its URL as shown: no secret)."""
-    url = sink.base_url if isinstance(sink, HttpSink) else "URL"
-    return f"trainreport sync {path} --url {url}"
+    """The command that uploads ``path`` to ``sink``'s service, ready to copy; never a secret.
+
+    The URL as shown (no userinfo, query or fragment: a ``***@`` copied into the
+    command would be sent as Basic ``***``); a sink with credentials adds
+    ``--token-file`` with its token file, else a ``TOKEN_FILE`` to fill in.
+    Never raises.
+    """
+    if not isinstance(sink, HttpSink):
+        return f"trainreport sync {path} --url URL"
+    transport = sink._transport
+    command = f"trainreport sync {path} --url {sink.base_url}"
+    if transport.token_file is not None:
+        return f"{command} --token-file {transport.token_file}"
+    if transport.has_credentials or transport.has_userinfo:
+        return f"{command} --token-file TOKEN_FILE"
+    return command
 
 
 def left_over_waiting(journal: JournalWatch | None) -> list[tuple[Path, str]]:

@@ -235,8 +235,8 @@ def run_demo(args: argparse.Namespace) -> DemoResult:
     if url is None:
         server = start_in_thread(db_path)
         url = server.url
-    print(f"trainreport demo: job {job_id}, reporting to {url}")
     sink = HttpSink(url, job_id, "train", token=args.token)
+    print(f"trainreport demo: job {job_id}, reporting to {sink.base_url}")
     config = ReportingConfig(min_report_interval_seconds=args.interval)
     reporter = Reporter(sink, config, rank=0)
     reporter.start()

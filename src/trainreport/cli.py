@@ -697,7 +697,7 @@ def _show_file(path: Path) -> int:
 
 
 def _shown_url(url: str) -> str:
-    """``url`` as shown to the user: any userinfo replaced by ``***``. Never raises."""
+    """``url`` as shown to the user: no userinfo, query or fragment. Never raises."""
     from trainreport.client import _redacted  # noqa: PLC0415
 
     return _redacted(url)
@@ -871,7 +871,7 @@ def _sync(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"trainreport sync: {'; '.join(exc.problems)}", file=sys.stderr)
         return 2
-    print(f"trainreport sync: {args.path} -> {url} job {job!r} task {task!r}")
+    print(f"trainreport sync: {args.path} -> {sink.base_url} job {job!r} task {task!r}")
     try:
         with _quiet_library_log():
             report = sync(

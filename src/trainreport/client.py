@@ -43,7 +43,9 @@ from trainreport.exceptions import (
     UnauthorizedError,
     UnreachableError,
 )
+from trainreport.sinks._http_transport import shown_url as _shown_url
 from trainreport.sinks._http_transport import split_userinfo as _split_userinfo
+from trainreport.sinks._http_transport import userinfo_problem as _userinfo_problem
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -227,9 +229,8 @@ def _quote(segment: str) -> str:
 
 
 def _redacted(url: str) -> str:
-    """The base URL as shown in messages: no trailing slash, userinfo replaced by ``***``."""
-    bare, userinfo = _split_userinfo(url.rstrip("/"))
-    return bare if userinfo is None else bare.replace("://", "://***@", 1)
+    """The base URL as shown in messages: no userinfo, query, fragment or trailing slash."""
+    return _shown_url(url)
 
 
 def _what(job_id: str | None, task_id: str | None) -> str:
@@ -267,6 +268,9 @@ def _get(
     job_id: str | None = None,
     task_id: str | None = None,
 ) -> Any:
+    problem = _userinfo_problem(url)
+    if problem is not None:  # never guess the host: the password could go to another one
+        raise _error(ClientError, problem, url, job_id, task_id, None)
     problem = base_url_problem(url)
     if problem is not None:  # urllib3 would guess http:// with a FutureWarning
         raise _error(UnreachableError, problem, url, job_id, task_id, None)

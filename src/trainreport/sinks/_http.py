@@ -70,7 +70,14 @@ from trainreport._sink import (
 from trainreport.exceptions import ConfigError, SinkError
 from trainreport.sinks._http_open import open_session
 from trainreport.sinks._http_send import SuffixSender, send_patch
-from trainreport.sinks._http_transport import HttpTransport, UnreachableError, parse_retry_after
+from trainreport.sinks._http_transport import (
+    AMBIGUOUS_USERINFO,
+    HttpTransport,
+    UnreachableError,
+    parse_retry_after,
+    shown_url,
+    userinfo_problem,
+)
 
 __all__ = ["DEFAULT_TASK_PATH", "HttpSink", "parse_retry_after"]
 
@@ -98,8 +105,10 @@ class HttpSink(Sink):
             ``trainreport.base_url_normalised`` warning
             (docs/configuration.md#the-base-url). Credentials
             in it (``https://user:password@host``) are sent as
-            ``Authorization: Basic`` unless a token is given, and shown as
-            ``***`` everywhere (``base_url``, ``repr()``, logs, reasons).
+            ``Authorization: Basic`` unless a token is given (percent-encode
+            ``/``, ``?``, ``#`` and ``@`` in them), and never shown: ``base_url``,
+            ``describe()``, ``repr()``, logs and hints show the URL without
+            userinfo, query or fragment (``shown_url``).
         job_id: the job's id (URL-quoted into ``task_path``).
         task_id: the task's id within the job (default ``"train"``).
         token: bearer token sent as ``Authorization: Bearer <token>``, or
@@ -132,8 +141,11 @@ class HttpSink(Sink):
             process's start time.
 
     Raises:
-        ConfigError: a non-positive timeout or request cap, or a ``task_path``
-            that does not format with ``job_id`` and ``task_id``.
+        ConfigError: a non-positive timeout or request cap, a ``task_path``
+            that does not format with ``job_id`` and ``task_id``, or a
+            ``base_url`` with an ``@`` after a raw ``/``, ``?`` or ``#``
+            (``https://user:s3/cret@host``: its host is ambiguous; write the
+            ``/`` in a password as ``%2F``).
     """
 
     def __init__(
@@ -171,6 +183,8 @@ class HttpSink(Sink):
         except (KeyError, IndexError, ValueError):
             problems.append("expected a template using only {job_id} and {task_id} @ $.task_path")
             path = ""
+        if userinfo_problem(base_url) is not None:  # never guess the host (a password's `/`)
+            problems.append(f"{AMBIGUOUS_USERINFO} @ $.base_url")
         if problems:
             raise ConfigError(problems)
         root, removed = split_api_prefix(base_url)
@@ -184,7 +198,7 @@ class HttpSink(Sink):
             read_timeout_seconds=read_timeout_seconds,
             ca_certs=ca_certs,
         )
-        #: The base URL as shown (repr, logs): any userinfo replaced by ``***``.
+        #: The base URL as shown (repr, logs, hints): no userinfo, query or fragment.
         self.base_url = self._transport.shown_url
         self.job_id = str(job_id)
         self.task_id = str(task_id)
@@ -214,9 +228,10 @@ class HttpSink(Sink):
 
     def __repr__(self) -> str:
         token = "'***'" if self._transport.has_credentials else "None"
+        userinfo = ", userinfo='***'" if self._transport.has_userinfo else ""
         return (
             f"HttpSink({self.base_url!r}, job_id={self.job_id!r}, task_id={self.task_id!r}, "
-            f"token={token})"
+            f"token={token}{userinfo})"
         )
 
     def describe(self) -> str:
@@ -256,7 +271,10 @@ class HttpSink(Sink):
     def from_destination(cls, settings: HttpDestination) -> HttpSink:
         """The sink for destination settings read from the environment (see :meth:`from_env`).
 
-        Never raises: a missing job id becomes a fresh run id (logged).
+        Never raises: a missing job id becomes a fresh run id (logged), and a URL
+        whose host is ambiguous (a raw ``/`` in its password, which the
+        constructor refuses) gives a sink that rejects every send, with one
+        ``trainreport.config_field_invalid`` event.
         """
         job_id = settings.job_id
         if job_id is None:
@@ -264,8 +282,16 @@ class HttpSink(Sink):
 
             job_id = new_run_id()
             _log.warning("trainreport.job_id_missing", job_id=job_id)
-        return cls(
-            settings.url,
+        problem = userinfo_problem(settings.url)
+        if problem is not None:
+            _log.warning(
+                "trainreport.config_field_invalid",
+                field="url",
+                variable=ENV_URL,
+                problem=f"{problem}; sends will be rejected",
+            )
+        sink = cls(
+            shown_url(settings.url) if problem is not None else settings.url,
             job_id,
             settings.task_id,
             settings.token,
@@ -274,6 +300,9 @@ class HttpSink(Sink):
             read_timeout_seconds=settings.read_timeout_seconds,
             ca_certs=settings.ca_certs,
         )
+        if problem is not None:  # the URL was refused: nothing of it is sent anywhere
+            sink._transport.url_problem = problem
+        return sink
 
     # --- the Sink interface -----------------------------------------------------------
 
@@ -385,5 +414,5 @@ class HttpSink(Sink):
         if isinstance(result, Opened) and session.generation is not None:
             # The series-suffix extension is the reference server's: it has the chart page.
             page = PAGE_PATH_TEMPLATE.format(job_id=self._quoted[0], task_id=self._quoted[1])
-            result = attrs.evolve(result, page_url=self._transport.url + page)
+            result = attrs.evolve(result, page_url=self._transport.shown_url + page)
         return result

@@ -22,6 +22,7 @@ import email.utils
 import json
 import math
 import os
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -46,6 +47,7 @@ from trainreport.exceptions import ProtocolError, SinkError, TransportError
 from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
 
 __all__ = [
+    "AMBIGUOUS_USERINFO",
     "GZIP_MIN_BYTES",
     "HttpTransport",
     "Response",
@@ -61,7 +63,9 @@ __all__ = [
     "proxy_for",
     "proxy_manager",
     "series_lengths",
+    "shown_url",
     "split_userinfo",
+    "userinfo_problem",
 ]
 
 #: Characters of a server's error message kept in a result's reason.
@@ -182,14 +186,70 @@ class UnreachableError(TransportError):
     the TLS handshake failed."""
 
 
-def split_userinfo(url: str) -> tuple[str, str | None]:
-    """``(url without userinfo, "user:password" percent-decoded or None)``. Never raises."""
+#: What ``scheme`` in ``scheme://`` may be (RFC 3986, section 3.1).
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+#: Why a URL with an ``@`` after its authority is refused (the one wording).
+AMBIGUOUS_USERINFO = (
+    "the URL has an '@' after a raw '/', '?' or '#', so its host is ambiguous: "
+    "percent-encode '/', '?', '#' and '@' in the user name and password "
+    "(%2F, %3F, %23, %40)"
+)
+
+
+def _authority(url: str) -> tuple[str, str, str]:
+    """``(scheme:// or "", authority, the rest)``: the authority ends at the first ``/``,
+    ``?`` or ``#`` after ``scheme://`` (RFC 3986, section 3.2). Never raises."""
     scheme, sep, rest = url.partition("://")
-    authority, slash, path = rest.partition("/")
+    if not (sep and _SCHEME.fullmatch(scheme)):
+        scheme, sep, rest = "", "", url
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    return scheme + sep, rest[:end], rest[end:]
+
+
+def userinfo_problem(url: str) -> str | None:
+    """Why ``url``'s userinfo cannot be told from its host, or ``None``. Never raises.
+
+    RFC 3986 ends the authority at the first ``/``, ``?`` or ``#``, so
+    ``https://user:s3/cret@host`` names host ``user`` and path ``/cret@host``,
+    though ``s3/cret`` was meant as the password. Rather than guess (a wrong
+    guess sends the password to another host, or shows it as a path), a URL
+    with an ``@`` after its authority is refused: a job-status service's base
+    URL has no ``@`` in its path, query or fragment.
+    """
+    return AMBIGUOUS_USERINFO if "@" in _authority(str(url))[2] else None
+
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``(url without userinfo, "user:password" percent-decoded or None)``. Never raises.
+
+    The userinfo is what precedes the last ``@`` of the authority (RFC 3986).
+    A URL :func:`userinfo_problem` refuses gives ``(shown_url(url), None)``:
+    no credentials, and nothing of them in the URL.
+    """
+    if userinfo_problem(url) is not None:
+        return shown_url(url), None
+    scheme, authority, rest = _authority(url)
     userinfo, at, host = authority.rpartition("@")
-    if not sep or not at:
+    if not at:
         return url, None
-    return f"{scheme}://{host}{slash}{path}", urllib.parse.unquote(userinfo)
+    return f"{scheme}{host}{rest}", urllib.parse.unquote(userinfo)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs, hints, errors and reprs show it: ``scheme://host[:port][/path]``.
+
+    The one display form of a URL (docs/configuration.md#the-base-url): no userinfo
+    (nor a ``***@`` that, copied into a command, would be sent as Basic ``***``),
+    no query and no fragment (either may hold a token), no trailing ``/``. A URL
+    whose host is ambiguous (:func:`userinfo_problem`) shows as ``scheme://<hidden>``.
+    Never raises.
+    """
+    scheme, authority, rest = _authority(str(url))
+    if "@" in rest:
+        return f"{scheme}<hidden>"
+    path = rest[: min((i for i in map(rest.find, "?#") if i >= 0), default=len(rest))]
+    return f"{scheme}{authority.rpartition('@')[2]}{path}".rstrip("/")
 
 
 def cause(exc: BaseException) -> str:
@@ -327,8 +387,8 @@ class HttpTransport:
         ca_certs: str | None = None,
     ) -> None:
         url, userinfo = split_userinfo(base_url.rstrip("/"))
-        #: The base URL as shown (repr, logs): any userinfo replaced by ``***``.
-        self.shown_url = url if userinfo is None else url.replace("://", "://***@", 1)
+        #: The base URL as shown (repr, logs, hints): :func:`shown_url`.
+        self.shown_url = shown_url(base_url)
         self.url = url  # what requests go to: the base URL without its userinfo
         self._userinfo = userinfo  # sent as Basic auth unless there is a token
         self.connect_timeout_seconds = float(connect_timeout_seconds)
@@ -351,7 +411,7 @@ class HttpTransport:
         parts = urllib.parse.urlsplit(self.url)
         self._prefix, self._netloc = parts.path, parts.netloc
         #: Why the base URL cannot be used, or ``None``.
-        self.url_problem = base_url_problem(self.url)
+        self.url_problem = userinfo_problem(base_url) or base_url_problem(self.url)
         #: Compress bodies over :data:`GZIP_MIN_BYTES` (the server accepts gzip).
         self.gzip = False
         #: The gzip compressor (python-isal's when installed, see ``_gzip.py``).
@@ -378,6 +438,11 @@ class HttpTransport:
     def has_credentials(self) -> bool:
         """A token or token file is configured (for ``repr``: never the token itself)."""
         return self.token is not None or self.token_file is not None
+
+    @property
+    def has_userinfo(self) -> bool:
+        """The base URL carried userinfo, sent as Basic auth (never the userinfo itself)."""
+        return self._userinfo is not None
 
     def close(self) -> None:
         """Drop the connection pool (closing its idle connections). Idempotent; never raises."""
@@ -535,8 +600,9 @@ class HttpTransport:
     def scrub(self, text: str) -> str:
         """``text`` without the token (defence in depth: reasons are logged)."""
         secrets = [self.token, self._token_cache[1] if self._token_cache else None]
-        if self._userinfo is not None:
-            secrets += self._userinfo.split(":", 1)
+        if self._userinfo is not None:  # the password; a user name alone is a token
+            user, colon, password = self._userinfo.partition(":")
+            secrets += [self._userinfo, password if colon else user]
         for secret in secrets:
             if secret:
                 text = text.replace(secret, "***")

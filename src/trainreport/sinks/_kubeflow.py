@@ -60,7 +60,7 @@ from trainreport._sink import (
 )
 from trainreport.exceptions import ConfigError, TransportError
 from trainreport.sinks._http_transport import cause as _cause
-from trainreport.sinks._http_transport import deadline_timeout, new_pool
+from trainreport.sinks._http_transport import deadline_timeout, new_pool, shown_url
 from trainreport.sinks._http_transport import error_fields as _error_fields
 from trainreport.sinks._http_transport import is_transient as _is_transient
 from trainreport.sinks._http_transport import parse_retry_after as _parse_retry_after
@@ -165,11 +165,12 @@ class KubeflowSink(Sink):
 
     def __repr__(self) -> str:
         secret = self._token is not None or self._token_file is not None
-        return f"KubeflowSink({self.url!r}, token={'***' if secret else None!r})"
+        return f"KubeflowSink({shown_url(self.url)!r}, token={'***' if secret else None!r})"
 
     def describe(self) -> str:
-        """``Kubeflow TrainJob status URL`` (never the token). Never raises."""
-        return f"Kubeflow TrainJob status {self.url}"
+        """``Kubeflow TrainJob status URL`` (never a token: the URL as
+        :func:`~trainreport.sinks._http_transport.shown_url` shows it). Never raises."""
+        return f"Kubeflow TrainJob status {shown_url(self.url)}"
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
