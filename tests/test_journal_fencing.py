@@ -357,7 +357,7 @@ def never_opened_journal(
 ) -> None:
     """A journal whose process never opened its service: local offsets, no writer generation.
 
-    Its attempt started at ``started``; its last record is stamped a minute later.
+    It was started at ``started``; its last record is stamped a minute later.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     run = {
@@ -368,6 +368,7 @@ def never_opened_journal(
         "journal_seq": "1",
         "attempt_number": "2",
         "attempt_started_at": str(started.timestamp()),
+        "journal_started_at": iso(started),
     }
     writer = RunLogWriter.open(path, run=run)
     later = iso(started + datetime.timedelta(minutes=1))
@@ -447,7 +448,10 @@ def never_opened_log(steps: list[int], *, updated_at: str) -> LogState:
 
 def held_task(status: str, updated_at: str, steps: list[int]) -> dict[str, Any]:
     series = [{"step": s, "epoch": 1, "value": 1.0} for s in steps]
-    return {"status": status, "status_details": {"updated_at": updated_at, "metrics": {"train_loss": series}}}
+    return {
+        "status": status,
+        "status_details": {"updated_at": updated_at, "metrics": {"train_loss": series}},
+    }
 
 
 @pytest.mark.parametrize("full_state", [False, True])
@@ -468,12 +472,15 @@ def test_plan_refuses_a_never_opened_journal_when_the_services_task_is_newer(
         )
 
 
-def test_plan_refuses_a_never_opened_journal_over_a_completed_task_whatever_the_clocks() -> None:
-    """The service's ``completed`` is a writer this journal never saw, even stamped earlier."""
-    run = {"journal": "1", "offsets": "local", "attempt_started_at": "1704153600.0"}
-    held = held_task("completed", "2024-01-01T00:00:00Z", list(range(1, 7)))
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_plan_refuses_a_never_opened_journal_without_a_start_over_a_terminal_task(
+    status: str,
+) -> None:
+    """No ``journal_started_at``: a terminal task is a writer it never saw, even stamped earlier."""
+    run = {"journal": "1", "offsets": "local"}
+    held = held_task(status, "2024-01-01T00:00:00Z", list(range(1, 7)))
 
-    with pytest.raises(StaleJournalError, match="completed"):
+    with pytest.raises(StaleJournalError, match=f"the task is {status}"):
         plan_recovery(
             never_opened_log([1, 2, 3], updated_at="2024-01-02T00:01:00Z"),
             run,
@@ -483,11 +490,9 @@ def test_plan_refuses_a_never_opened_journal_over_a_completed_task_whatever_the_
         )
 
 
-def test_plan_refuses_a_never_opened_journal_whose_attempt_started_before_the_services_write() -> (
-    None
-):
+def test_plan_refuses_a_never_opened_journal_started_before_the_services_write() -> None:
     """Its last record is later, but the service was written while it ran: another writer's."""
-    run = {"journal": "1", "offsets": "local", "attempt_started_at": "1704067200.0"}  # Jan 1
+    run = {"journal": "1", "offsets": "local", "journal_started_at": "2024-01-01T00:00:00Z"}
     held = held_task("running", "2024-01-02T00:00:00Z", list(range(1, 7)))
 
     with pytest.raises(StaleJournalError, match="started"):
@@ -500,13 +505,14 @@ def test_plan_refuses_a_never_opened_journal_whose_attempt_started_before_the_se
         )
 
 
+@pytest.mark.parametrize("status", ["failed", "completed"])
 @pytest.mark.parametrize("last_writer", [None, 7])
-def test_plan_replays_a_never_opened_journal_after_a_failed_attempt(
-    last_writer: int | None,
+def test_plan_replays_a_never_opened_journal_started_after_a_terminal_write(
+    last_writer: int | None, status: str
 ) -> None:
-    """A retry after ``failed`` (written before the journal's attempt started) is recovered."""
-    run = {"journal": "1", "offsets": "local", "attempt_started_at": "1704153600.0"}  # Jan 2
-    held = held_task("failed", "2024-01-01T00:00:00Z", [1, 2])
+    """A retry after ``failed``, a run resumed after ``completed``: recovered (written before)."""
+    run = {"journal": "1", "offsets": "local", "journal_started_at": "2024-01-02T00:00:00Z"}
+    held = held_task(status, "2024-01-01T00:00:00Z", [1, 2])
 
     plan = plan_recovery(
         never_opened_log([3, 4, 5], updated_at="2024-01-02T00:01:00Z"),
@@ -516,5 +522,19 @@ def test_plan_replays_a_never_opened_journal_after_a_failed_attempt(
         last_writer_generation=last_writer,
     )
 
-    assert plan.update is not None and plan.update.series is not None
+    assert plan.update is not None
+    assert plan.update.series is not None
     assert [(2, [3, 4, 5])] == [(s.offset, list(s.steps)) for s in plan.update.series]
+
+
+def test_a_journal_records_when_it_was_started_by_its_wall_clock(tmp_path: Path) -> None:
+    """``journal_started_at``: the claim's wall time, the order of a journal that never opened."""
+    journal = Journal.claim(
+        tmp_path, "job-s", "train", wall_clock=lambda: "2024-05-01T00:00:00.000Z"
+    )
+    assert journal is not None
+    journal.append(loss_update(0, [1], 1.0))
+    journal._release(remove_files=False)
+
+    owner = JournalOwner.of(load_run_file(tmp_path / "job-s" / "train.log").run)
+    assert "2024-05-01T00:00:00.000Z" == owner.journal_started_at
