@@ -103,7 +103,7 @@ def test_a_claimed_journal_lives_under_job_and_task_and_says_it_is_a_journal(
 
     And whose it is: its place among the task's journals and the attempt.
     """
-    journal = Journal.claim(tmp_path, "job-1", "train")
+    journal = Journal.claim(tmp_path, "job-1", "train", wall_clock=lambda: "2024-05-01T00:00:00Z")
     assert journal is not None
     journal.append(update("train_loss", 0, [1, 2]))
     journal.close(delivered=False)
@@ -117,6 +117,7 @@ def test_a_claimed_journal_lives_under_job_and_task_and_says_it_is_a_journal(
         "journal": "1",
         "offsets": "local",
         "journal_seq": "1",
+        "journal_started_at": "2024-05-01T00:00:00Z",
     } == run.run
     assert is_journal(run.run)
     assert [1, 2] == [p["step"] for p in run.task["status_details"]["metrics"]["train_loss"]]

@@ -337,3 +337,204 @@ def test_the_writers_answer_says_which_generation_wrote_the_task_last(
     patch = urllib3.request("PATCH", base, json={"status": "running"}, timeout=10.0)
     assert 200 == patch.status
     assert None is claim()["last_writer_generation"]
+
+
+def iso(when: datetime.datetime) -> str:
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def service_writes(url: str, job: str, steps: list[int], value: float, **details: Any) -> None:
+    """One writer claims the task (a generation) and sends ``steps`` with ``details``."""
+    sink = HttpSink(url, job, read_timeout_seconds=5.0)
+    assert isinstance(sink.open(timeout_seconds=5.0), Opened)
+    sent = sink.send(loss_update(0, steps, value, **details), timeout_seconds=5.0)
+    assert "Delivered" == type(sent).__name__
+    sink.close()
+
+
+def never_opened_journal(
+    path: Path, job: str, steps: list[int], value: float, *, started: datetime.datetime
+) -> None:
+    """A journal whose process never opened its service: local offsets, no writer generation.
+
+    It was started at ``started``; its last record is stamped a minute later.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run = {
+        "job_id": job,
+        "task_id": "train",
+        "journal": "1",
+        "offsets": "local",
+        "journal_seq": "1",
+        "attempt_number": "2",
+        "attempt_started_at": str(started.timestamp()),
+        "journal_started_at": iso(started),
+    }
+    writer = RunLogWriter.open(path, run=run)
+    later = iso(started + datetime.timedelta(minutes=1))
+    writer.append(loss_update(0, steps, value, step=steps[-1], updated_at=later))
+    writer.flush()
+    writer.close()
+
+
+def completed_elsewhere_after_a_never_opened_journal(url: str, journal_dir: Path) -> Path:
+    """Attempt 2 recorded steps 1-3 locally (service down) and died; attempt 3 completed 1-6.
+
+    Returns attempt 2's journal, as a later process on its node finds it.
+    """
+    now = datetime.datetime.now(datetime.timezone.utc)
+    kept = journal_dir / "job-g" / "train.log"
+    never_opened_journal(kept, "job-g", [1, 2, 3], 9.0, started=now - datetime.timedelta(hours=1))
+    service_writes(url, "job-g", list(range(1, 7)), 1.0, status="completed", updated_at=iso(now))
+    return kept
+
+
+def test_sync_refuses_a_never_opened_journal_older_than_the_services_completed_run(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """No writer generation, older than the task: exit 2, the 6 completed points kept."""
+    kept = completed_elsewhere_after_a_never_opened_journal(server.url, tmp_path)
+
+    refused = run_cli("sync", str(kept), "--url", server.url)
+
+    assert 2 == refused.returncode, refused.stdout + refused.stderr
+    assert "--force" in refused.stderr
+    task = stored(server.url, "job-g")
+    assert ("completed", [(s, 1.0) for s in range(1, 7)]) == (task["status"], points(task))
+
+
+def test_a_restart_sets_aside_a_never_opened_journal_older_than_the_services_run(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """Logged as superseded and kept in ``.left``; the completed run's curves untouched."""
+    completed_elsewhere_after_a_never_opened_journal(server.url, tmp_path)
+
+    with capture_events() as events:
+        reporter_for(server.url, tmp_path, "job-g").close(timeout=10.0)
+
+    task = stored(server.url, "job-g")
+    assert [(s, 1.0) for s in range(1, 7)] == points(task)
+    refused = [e for e in events if e["event"] == "trainreport.journal_superseded"]
+    assert 1 == len(refused)
+    assert "generation" in refused[0]["reason"]
+    assert [] == [e for e in events if e["event"] == "trainreport.journal_recovered"]
+    assert 1 == len(list((tmp_path / "job-g" / "train.left").iterdir()))
+
+
+def test_a_never_opened_journal_newer_than_the_services_last_writer_is_replayed_once(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """Attempt 1 wrote 1-50; attempt 2 (service down) recorded 51-100; attempt 3 sends them once."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    earlier = iso(now - datetime.timedelta(hours=1))
+    service_writes(server.url, "job-l", list(range(1, 51)), 1.0, updated_at=earlier)
+    kept = tmp_path / "job-l" / "train.log"
+    never_opened_journal(kept, "job-l", list(range(51, 101)), 2.0, started=now)
+
+    with capture_events() as events:
+        assert reporter_for(server.url, tmp_path, "job-l").close(timeout=10.0)
+
+    expected = [(s, 1.0) for s in range(1, 51)] + [(s, 2.0) for s in range(51, 101)]
+    assert expected == points(stored(server.url, "job-l"))
+    assert [50] == [e["points"] for e in events if e["event"] == "trainreport.journal_recovered"]
+    assert [] == [e for e in events if e["event"] == "trainreport.journal_superseded"]
+
+
+def never_opened_log(steps: list[int], *, updated_at: str) -> LogState:
+    log = LogState()
+    log.reset(loss_update(0, steps, 9.0, updated_at=updated_at))
+    return log
+
+
+def held_task(status: str, updated_at: str, steps: list[int]) -> dict[str, Any]:
+    series = [{"step": s, "epoch": 1, "value": 1.0} for s in steps]
+    return {
+        "status": status,
+        "status_details": {"updated_at": updated_at, "metrics": {"train_loss": series}},
+    }
+
+
+@pytest.mark.parametrize("full_state", [False, True])
+def test_plan_refuses_a_never_opened_journal_when_the_services_task_is_newer(
+    full_state: bool,
+) -> None:
+    """The reviewer's case, both wire modes: no run fields but the stamps say older."""
+    run = {"job_id": "j", "task_id": "t", "journal": "1", "offsets": "local", "journal_seq": "1"}
+    held = held_task("running", "2024-01-02T00:00:00Z", list(range(1, 7)))
+
+    with pytest.raises(StaleJournalError, match="generation 7"):
+        plan_recovery(
+            never_opened_log([1, 2, 3], updated_at="2024-01-01T00:00:00Z"),
+            run,
+            held,
+            full_state=full_state,
+            last_writer_generation=7,
+        )
+
+
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_plan_refuses_a_never_opened_journal_without_a_start_over_a_terminal_task(
+    status: str,
+) -> None:
+    """No ``journal_started_at``: a terminal task is a writer it never saw, even stamped earlier."""
+    run = {"journal": "1", "offsets": "local"}
+    held = held_task(status, "2024-01-01T00:00:00Z", list(range(1, 7)))
+
+    with pytest.raises(StaleJournalError, match=f"the task is {status}"):
+        plan_recovery(
+            never_opened_log([1, 2, 3], updated_at="2024-01-02T00:01:00Z"),
+            run,
+            held,
+            full_state=False,
+            last_writer_generation=7,
+        )
+
+
+def test_plan_refuses_a_never_opened_journal_started_before_the_services_write() -> None:
+    """Its last record is later, but the service was written while it ran: another writer's."""
+    run = {"journal": "1", "offsets": "local", "journal_started_at": "2024-01-01T00:00:00Z"}
+    held = held_task("running", "2024-01-02T00:00:00Z", list(range(1, 7)))
+
+    with pytest.raises(StaleJournalError, match="started"):
+        plan_recovery(
+            never_opened_log([1, 2, 3], updated_at="2024-01-03T00:00:00Z"),
+            run,
+            held,
+            full_state=False,
+            last_writer_generation=7,
+        )
+
+
+@pytest.mark.parametrize("status", ["failed", "completed"])
+@pytest.mark.parametrize("last_writer", [None, 7])
+def test_plan_replays_a_never_opened_journal_started_after_a_terminal_write(
+    last_writer: int | None, status: str
+) -> None:
+    """A retry after ``failed``, a run resumed after ``completed``: recovered (written before)."""
+    run = {"journal": "1", "offsets": "local", "journal_started_at": "2024-01-02T00:00:00Z"}
+    held = held_task(status, "2024-01-01T00:00:00Z", [1, 2])
+
+    plan = plan_recovery(
+        never_opened_log([3, 4, 5], updated_at="2024-01-02T00:01:00Z"),
+        run,
+        held,
+        full_state=False,
+        last_writer_generation=last_writer,
+    )
+
+    assert plan.update is not None
+    assert plan.update.series is not None
+    assert [(2, [3, 4, 5])] == [(s.offset, list(s.steps)) for s in plan.update.series]
+
+
+def test_a_journal_records_when_it_was_started_by_its_wall_clock(tmp_path: Path) -> None:
+    """``journal_started_at``: the claim's wall time, the order of a journal that never opened."""
+    journal = Journal.claim(
+        tmp_path, "job-s", "train", wall_clock=lambda: "2024-05-01T00:00:00.000Z"
+    )
+    assert journal is not None
+    journal.append(loss_update(0, [1], 1.0))
+    journal._release(remove_files=False)
+
+    owner = JournalOwner.of(load_run_file(tmp_path / "job-s" / "train.log").run)
+    assert "2024-05-01T00:00:00.000Z" == owner.journal_started_at

@@ -31,9 +31,12 @@ a run with trainreport sync"):
   writer, is never replayed over the newer writer's points and status
   (:class:`StaleJournalError`, unless ``force``); one whose writer claimed the
   task after its last write has its task fields sent whatever the clocks
-  say. A journal without these fields (an earlier version's), a service that
-  does not say (a plain job API, full-state mode) and a journal that was
-  never sent under a generation are planned as before.
+  say. A journal whose process never opened its service (``offsets: local``,
+  no generation) is stale where the service names a last writer and the
+  task was written after the journal was started (by the clocks:
+  :func:`stale_reason`). A journal without these fields (an
+  earlier version's) and a service that does not say (a plain job API,
+  full-state mode) are planned as before.
 - **Task fields.** The log's status and ``status_details`` are sent when they
   differ from the stored ones, unless the service looks newer: its
   ``updated_at`` is later than the log's, or it holds more points of a series
@@ -53,6 +56,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from trainreport._lifecycle import TERMINAL_STATUSES
 from trainreport._payloads import StoredState, finite_or_none, parse_stored_task
 from trainreport._protocol import new_columns
 from trainreport._sink import (
@@ -105,14 +109,32 @@ class StaleJournalError(SyncError):
     """
 
 
-def stale_reason(run: Mapping[str, str], last_writer_generation: int | None) -> str | None:
+def stale_reason(
+    run: Mapping[str, str],
+    last_writer_generation: int | None,
+    *,
+    log_details: Mapping[str, Any] | None = None,
+    stored_task: Mapping[str, Any] | None = None,
+) -> str | None:
     """Why the journal with RUN fields ``run`` must not be replayed, or ``None``.
+
+    A journal sent under a generation is judged by generations alone. One
+    whose process never opened its service (``offsets: local``, no
+    ``writer_generation``) is judged only where the service names a last
+    writer, whom that journal cannot have seen: it is stale when the task
+    was written after the journal was started (``journal_started_at``). A
+    journal without that stamp is stale when the task is terminal, or was
+    written after the journal's last record (its ``updated_at``). That order
+    compares two hosts' clocks; the generation rule does not
+    (``docs/engine.md``, "Recovery").
 
     Args:
         run: the journal's RUN fields (:class:`JournalOwner`).
         last_writer_generation: the generation whose update the task's last
             write was, as the service said before this process wrote
             (``None``: it does not say).
+        log_details: the journal's ``status_details`` (its ``updated_at``).
+        stored_task: what the service holds (``GET`` shape), or ``None``.
 
     Never raises.
     """
@@ -129,7 +151,39 @@ def stale_reason(run: Mapping[str, str], last_writer_generation: int | None) -> 
             f"newer than this journal's ({owner.describe()}): a later attempt or writer "
             "wrote it after this journal's"
         )
+    never_opened = mine is None and run.get("offsets") == LOCAL_OFFSETS
+    if never_opened and last_writer_generation is not None and stored_task is not None:
+        return _never_opened_reason(owner, log_details or {}, stored_task, last_writer_generation)
     return None
+
+
+def _never_opened_reason(
+    owner: JournalOwner, log_details: Mapping[str, Any], stored_task: Mapping[str, Any], last: int
+) -> str | None:
+    """:func:`stale_reason` for a journal whose process never opened its service."""
+    never = (
+        f"this journal ({owner.describe()}) never reached the service, so writer "
+        f"generation {last}, which wrote the task last, is a writer it never saw"
+    )
+    status = stored_task.get("status")
+    stored_details = stored_task.get("status_details")
+    stored_at = stored_details.get("updated_at") if isinstance(stored_details, Mapping) else None
+    theirs = _stamp(stored_at)
+    started = _stamp(owner.journal_started_at)
+    if started is not None:
+        # A terminal status written before the journal started ended its predecessor
+        # (a retry, a resumed run): only a write after the start is another writer's.
+        if theirs is None or theirs <= started:
+            return None
+        since = f"after this journal was started ({owner.journal_started_at})"
+        return f"{never}; it wrote at {stored_at}, {since}, by the two hosts' clocks"
+    if status in TERMINAL_STATUSES:
+        return f"the task is {status}: {never}, and it ended the run"
+    ours = _stamp(log_details.get("updated_at"))
+    if theirs is None or ours is None or theirs <= ours:
+        return None
+    since = f"after this journal's last record (updated_at {log_details['updated_at']})"
+    return f"{never}; it wrote at {stored_at}, {since}, by the two hosts' clocks"
 
 
 @attrs.frozen
@@ -313,7 +367,9 @@ def plan_recovery(
     newer = mine is not None and last_writer_generation is not None
     newer = newer and last_writer_generation < mine  # type: ignore[operator]
     plan = plan_sync(log, stored_task, full_state=full_state, prefer_log=True, log_is_newer=newer)
-    reason = stale_reason(run, last_writer_generation)
+    reason = stale_reason(
+        run, last_writer_generation, log_details=log.task.details, stored_task=stored_task
+    )
     if reason is not None and plan.update is not None and not force:
         raise StaleJournalError(reason)
     return plan

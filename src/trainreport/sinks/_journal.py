@@ -25,7 +25,8 @@ service's), ``"absolute"`` once it has. It also says whose the journal is
 (:class:`JournalOwner`): ``journal_seq``, its place among the task's journals
 on this node (one more than any journal already in the directory: left-overs
 are recovered in that order, never by a clock), the attempt
-(``attempt_number``, ``attempt_started_at``), and, appended as a new RUN
+(``attempt_number``, ``attempt_started_at``), ``journal_started_at`` (when it
+was claimed, by this host's wall clock), and, appended as a new RUN
 record when they change (a reader keeps the last one), ``writer_generation``
 (the latest writer generation its content was sent under: the process's own,
 or a recovering process's) and ``superseded: "1"`` once a later attempt or
@@ -104,6 +105,10 @@ class JournalOwner:
         attempt_number: the attempt number of the process that recorded it.
         attempt_started_at: that process's start time (seconds since the Unix
             epoch, as text: for inspection, never for ordering).
+        journal_started_at: when the journal was claimed (ISO 8601 UTC, this
+            host's wall clock): for a journal that never opened its service,
+            a write at the service after it was another writer's
+            (``trainreport._sync.stale_reason``; never orders journals).
         writer_generation: the latest writer generation its content was sent under.
         superseded: a later attempt or writer took the task from its writer.
     """
@@ -111,6 +116,7 @@ class JournalOwner:
     seq: int | None = None
     attempt_number: int | None = None
     attempt_started_at: str | None = None
+    journal_started_at: str | None = None
     writer_generation: int | None = None
     superseded: bool = False
 
@@ -121,6 +127,7 @@ class JournalOwner:
             seq=_int_or_none(run.get("journal_seq")),
             attempt_number=_int_or_none(run.get("attempt_number")),
             attempt_started_at=run.get("attempt_started_at"),
+            journal_started_at=run.get("journal_started_at"),
             writer_generation=_int_or_none(run.get("writer_generation")),
             superseded=run.get("superseded") == "1",
         )
@@ -393,6 +400,7 @@ class Journal:
         *,
         fsync_seconds: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], str] = utc_now_iso,
         refused: Callable[[str, str], None] | None = None,
     ) -> Journal | None:
         """Claim the journal of ``job_id``/``task_id`` under ``directory`` for this process.
@@ -444,6 +452,7 @@ class Journal:
                 JOURNAL_RUN_KEY: "1",
                 "offsets": LOCAL_OFFSETS,
                 "journal_seq": str(seq),
+                "journal_started_at": wall_clock(),
             }
             if attempt.number is not None:
                 run["attempt_number"] = str(attempt.number)
