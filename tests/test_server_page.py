@@ -1011,6 +1011,8 @@ def test_live_refresh_appends_only_the_new_points_and_keeps_the_zoom(
         appended = [u for u in seen if "after=100" in u]
         _drag(browser, "train_acc", 0.2, 0.4)
         browser.wait_for("window.trainreportPage.view().from !== null")
+        # the zoom's re-read lands after the view changes: wait until the chart shows it
+        browser.wait_for(f"{CHARTS}.find((c) => c.title === 'train_acc').x[0] > 1")
         zoomed = _chart(browser, "train_acc")["x"]
         last = list(range(151, 171))
         _send(pool, writer, 3, {"train_acc": (150, last, [s / 100 for s in last])})
