@@ -270,6 +270,7 @@ def plan_recovery(
     full_state: bool,
     last_writer_generation: int | None = None,
     force: bool = False,
+    after_older_journal: bool = False,
 ) -> SyncPlan:
     """:func:`plan_sync` for a file whose RUN record is ``run``: a journal gets its rules.
 
@@ -291,6 +292,10 @@ def plan_recovery(
         last_writer_generation: the generation whose update the task's last
             write was, before the recovering process wrote (``None``: unknown).
         force: replay a stale journal anyway (``trainreport sync --force``).
+        after_older_journal: the service's task fields were sent by this
+            recovery from a left-over recorded before this one (an earlier
+            ``journal_seq`` on this node): this journal's are newer, whatever
+            the wall clock stamped (it may have been stepped between the two).
 
     Raises:
         StaleJournalError: the journal is stale and would change what the service holds.
@@ -306,6 +311,7 @@ def plan_recovery(
     mine = JournalOwner.of(run).writer_generation
     newer = mine is not None and last_writer_generation is not None
     newer = newer and last_writer_generation < mine  # type: ignore[operator]
+    newer = newer or after_older_journal
     plan = plan_sync(log, stored_task, full_state=full_state, prefer_log=True, log_is_newer=newer)
     reason = stale_reason(run, last_writer_generation)
     if reason is not None and plan.update is not None and not force:
