@@ -17,6 +17,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import urllib3
 
@@ -352,3 +353,34 @@ def test_the_writers_answer_says_which_generation_wrote_the_task_last(
     patch = urllib3.request("PATCH", base, json={"status": "running"}, timeout=10.0)
     assert 200 == patch.status
     assert None is claim()["last_writer_generation"]
+
+
+@pytest.mark.parametrize("extension", [True, False], ids=["extension", "full-state"])
+def test_the_later_left_over_s_task_fields_win_though_its_clock_was_stepped_back(
+    tmp_path: Path, server: ServerHandle, extension: bool
+) -> None:
+    """Two left-overs (the service down for both), the later one stamped an hour earlier.
+
+    Recovery sends the first's fields, then the second's: they are newer
+    (recorded later on this node), whatever ``updated_at`` says. Before, the
+    stamp the first just delivered kept the second's ``step`` out in
+    full-state mode (found by the kill harness's stepped clock).
+    """
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamps = [now, now - datetime.timedelta(hours=1)]
+    steps = [list(range(1, 101)), list(range(31, 61))]  # the second resumed from step 31
+    for value, stamp, run in zip((1.0, 2.0), stamps, steps, strict=True):
+        journal = Journal.claim(tmp_path, "job-6", "train")
+        assert journal is not None
+        text = stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        journal.append(loss_update(0, run, value, step=run[-1], updated_at=text))
+        journal._release(remove_files=False)
+
+    sink = HttpSink(server.url, "job-6", read_timeout_seconds=5.0, use_extension=extension)
+    config = attrs.evolve(config_for(tmp_path), status_at_close="keep")
+    assert Reporter(sink, config, rank=0).start().close(timeout=10.0)
+
+    task = stored(server.url, "job-6")
+    assert 60 == task["status_details"]["step"]
+    expected = [(s, 1.0) for s in range(1, 31)] + [(s, 2.0) for s in range(31, 61)]
+    assert expected == points(task)
