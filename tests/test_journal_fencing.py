@@ -384,3 +384,38 @@ def test_the_later_left_over_s_task_fields_win_though_its_clock_was_stepped_back
     assert 60 == task["status_details"]["step"]
     expected = [(s, 1.0) for s in range(1, 31)] + [(s, 2.0) for s in range(31, 61)]
     assert expected == points(task)
+
+
+def test_a_journal_that_rewound_a_series_still_delivers_its_task_fields(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """The service holds steps 1-50; the journal went back to step 1 and saved a checkpoint.
+
+    Its series wins from the first differing index, so the service is not
+    "ahead" of it: its checkpoint path and status are sent too. Before, the
+    longer stored series kept every task field of the journal out (found by
+    the stateful fault machine with journals: a kill after a step went back).
+    """
+    sink = HttpSink(server.url, "job-7", read_timeout_seconds=5.0)
+    assert isinstance(sink.open(timeout_seconds=5.0), Opened)
+    sink.send(loss_update(0, list(range(1, 51)), 1.0, step=50), timeout_seconds=5.0)
+    sink.close()
+    journal = Journal.claim(tmp_path, "job-7", "train")
+    assert journal is not None
+    journal.reset(LogState(), absolute=True)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    stamp = now.replace("+00:00", "Z")
+    journal.append(
+        loss_update(
+            0, list(range(1, 11)), 2.0, step=10, checkpoint_path="ckpt/10", updated_at=stamp
+        )
+    )
+    journal._release(remove_files=False)
+
+    config = attrs.evolve(config_for(tmp_path), status_at_close="keep")
+    sink = HttpSink(server.url, "job-7", read_timeout_seconds=5.0)
+    assert Reporter(sink, config, rank=0).start().close(timeout=10.0)
+
+    task = stored(server.url, "job-7")
+    assert [(s, 2.0) for s in range(1, 11)] == points(task)
+    assert "ckpt/10" == task["status_details"].get("checkpoint_path")
