@@ -74,6 +74,7 @@ from hypothesis.stateful import (
 from faults import FaultProxy
 from helpers import drive
 from trainreport import AttemptIdentity, HttpSink, Reporter, ReportingConfig
+from trainreport._process_hooks import forget
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock
 
@@ -570,6 +571,7 @@ class StatefulFaults(RuleBasedStateMachine):
         assert worker is not None
         assert worker.journal is not None
         worker.journal.journal._release(remove_files=False)  # the kernel closes its files
+        forget(proc.reporter)  # nor does a killed process run its exit hook
         self.killed.append(proc.reporter)
         self.proc = None
         self.heal()
