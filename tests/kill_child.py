@@ -4,7 +4,8 @@ Run by ``tests/test_kill.py`` as ``python tests/kill_child.py SPEC`` where SPEC 
 JSON: ``{"sink": "http" | "file", "url", "job", "extension", "path",
 "journal_dir", "interval", "side", "steps", "step_seconds", "first_step",
 "send_interval", "connect_timeout", "read_timeout", "recover_only", "stop_file",
-"sigterm_hook"}``.
+"sigterm_hook", "attempt", "salt", "clock_offset", "disk_full_file",
+"compact_always", "rejected_backoff"}``.
 
 Each line of the side file is ``<step> <time.time() after the report call
 returned>``, written with one unbuffered ``os.write`` (the kernel has it
@@ -18,10 +19,28 @@ close: the restart that recovers a dead process's journal.
 ``<stop_file>.closing`` and calls ``close()`` (a kill during the close).
 ``sigterm_hook``: ``install_failure_hooks(reporter, sigterm=True)`` (a SIGTERM
 reports ``preempted`` and closes, within ``atexit_timeout_seconds``).
+
+Faults the child brings on itself (it is test code; the library is not patched
+elsewhere):
+
+- ``attempt``: the job system's attempt number (``TRAINREPORT_ATTEMPT``), for
+  two attempts on one node; ``salt`` is added to every value, so each process's
+  points are told apart from another's at the same step (:func:`value_of`).
+- ``clock_offset``: the wall clock stepped by this many seconds (an NTP
+  correction between restarts): ``time.time`` and the boot time the process
+  start time is computed from (``/proc/stat``'s ``btime`` moves with the clock),
+  so the journal's stamps, ``updated_at`` and the attempt's ``started_at``
+  all see the stepped clock. The side file keeps the real clock.
+- ``disk_full_file``: once this file exists, every write to a file under
+  ``journal_dir`` fails as on a full disk: the first one writes half its bytes
+  (a short write), every later one raises ``ENOSPC``.
+- ``compact_always``: the run log is compacted at every send (the compaction
+  that replaces the file a second ``FileSink`` may be about to lock).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -33,12 +52,66 @@ from trainreport import FileSink, HttpSink, Reporter, ReportingConfig
 METRICS = ("loss", "acc", "lr")
 
 
-def value_of(step: int, name: str) -> float:
-    """The value a child reports for ``name`` at ``step``."""
-    return {"loss": 10.0 / step, "acc": step / (step + 1.0), "lr": 1e-3 + step * 1e-9}[name]
+#: The real wall clock, kept before ``clock_offset`` steps ``time.time`` (the side file's).
+REAL_TIME = time.time
+#: The real ``os.write``, kept before ``disk_full_file`` wraps it (the side file's).
+REAL_WRITE = os.write
+
+
+def value_of(step: int, name: str, salt: float = 0.0) -> float:
+    """The value a child given ``salt`` reports for ``name`` at ``step``."""
+    base = {"loss": 10.0 / step, "acc": step / (step + 1.0), "lr": 1e-3 + step * 1e-9}[name]
+    return base + salt
+
+
+def step_the_wall_clock(offset: float) -> None:
+    """``time.time`` and the boot time read from ``/proc/stat`` run ``offset`` seconds off."""
+    from trainreport import _attempt  # noqa: PLC0415
+
+    real_boot = _attempt._boot_time
+    time.time = lambda: REAL_TIME() + offset
+
+    def boot_time() -> float | None:
+        boot = real_boot()
+        return None if boot is None else boot + offset
+
+    _attempt._boot_time = boot_time
+
+
+def fill_the_disk_when(trigger: str, directory: str) -> None:
+    """Writes to files under ``directory`` fail as on a full disk once ``trigger`` exists."""
+    root = os.path.realpath(directory) + os.sep
+    short_written: list[int] = []
+
+    def write(fd: int, data: bytes | bytearray | memoryview) -> int:
+        if os.path.exists(trigger):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                target = ""
+            if target.startswith(root):
+                view = memoryview(data)
+                if not short_written and len(view) > 1:
+                    short_written.append(fd)
+                    return REAL_WRITE(fd, view[: len(view) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return REAL_WRITE(fd, data)
+
+    os.write = write  # type: ignore[assignment]
 
 
 def main(spec: dict[str, object]) -> None:
+    if spec.get("attempt") is not None:
+        os.environ["TRAINREPORT_ATTEMPT"] = str(spec["attempt"])
+    if spec.get("clock_offset"):
+        step_the_wall_clock(float(spec["clock_offset"]))  # type: ignore[arg-type]
+    if spec.get("disk_full_file"):
+        fill_the_disk_when(str(spec["disk_full_file"]), str(spec["journal_dir"]))
+    if spec.get("compact_always"):
+        from trainreport.sinks._runlog_writer import RunLogWriter  # noqa: PLC0415
+
+        RunLogWriter.compaction_due = lambda self: True  # type: ignore[method-assign]
+    salt = float(spec.get("salt", 0.0))  # type: ignore[arg-type]
     interval = float(spec["interval"])  # type: ignore[arg-type]
     config = ReportingConfig(
         min_report_interval_seconds=float(spec.get("send_interval", 0.2)),  # type: ignore[arg-type]
@@ -46,6 +119,7 @@ def main(spec: dict[str, object]) -> None:
         journal_dir=str(spec.get("journal_dir") or "trainreport-runs/journal"),
         backoff_initial_seconds=0.05,
         backoff_max_seconds=0.3,
+        rejected_backoff_seconds=float(spec.get("rejected_backoff", 300.0)),  # type: ignore[arg-type]
         close_timeout_seconds=20.0,
         close_unanswered_seconds=20.0,
         atexit_timeout_seconds=20.0,
@@ -74,15 +148,15 @@ def main(spec: dict[str, object]) -> None:
     first = int(spec.get("first_step", 1))  # type: ignore[call-overload]
     for step in range(first, first + int(spec["steps"])):  # type: ignore[call-overload]
         reporter.report_train_step(
-            step=step, epoch=1, metrics={name: value_of(step, name) for name in METRICS}
+            step=step, epoch=1, metrics={name: value_of(step, name, salt) for name in METRICS}
         )
-        os.write(side, f"{step} {time.time():.6f}\n".encode())
+        REAL_WRITE(side, f"{step} {REAL_TIME():.6f}\n".encode())
         if stop is not None and os.path.exists(stop):
             break
         time.sleep(pause)
     if stop is not None:
         with open(f"{stop}.closing", "w") as marker:
-            marker.write(f"{time.time():.6f}\n")
+            marker.write(f"{REAL_TIME():.6f}\n")
     reporter.close()
 
 

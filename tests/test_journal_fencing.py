@@ -14,6 +14,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import urllib3
 
@@ -538,3 +539,69 @@ def test_a_journal_records_when_it_was_started_by_its_wall_clock(tmp_path: Path)
 
     owner = JournalOwner.of(load_run_file(tmp_path / "job-s" / "train.log").run)
     assert "2024-05-01T00:00:00.000Z" == owner.journal_started_at
+
+
+@pytest.mark.parametrize("extension", [True, False], ids=["extension", "full-state"])
+def test_the_later_left_over_s_task_fields_win_though_its_clock_was_stepped_back(
+    tmp_path: Path, server: ServerHandle, extension: bool
+) -> None:
+    """Two left-overs (the service down for both), the later one stamped an hour earlier.
+
+    Recovery sends the first's fields, then the second's: they are newer
+    (recorded later on this node), whatever ``updated_at`` says. Before, the
+    stamp the first just delivered kept the second's ``step`` out in
+    full-state mode (found by the kill harness's stepped clock).
+    """
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamps = [now, now - datetime.timedelta(hours=1)]
+    steps = [list(range(1, 101)), list(range(31, 61))]  # the second resumed from step 31
+    for value, stamp, run in zip((1.0, 2.0), stamps, steps, strict=True):
+        journal = Journal.claim(tmp_path, "job-6", "train")
+        assert journal is not None
+        text = stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        journal.append(loss_update(0, run, value, step=run[-1], updated_at=text))
+        journal._release(remove_files=False)
+
+    sink = HttpSink(server.url, "job-6", read_timeout_seconds=5.0, use_extension=extension)
+    config = attrs.evolve(config_for(tmp_path), status_at_close="keep")
+    assert Reporter(sink, config, rank=0).start().close(timeout=10.0)
+
+    task = stored(server.url, "job-6")
+    assert 60 == task["status_details"]["step"]
+    expected = [(s, 1.0) for s in range(1, 31)] + [(s, 2.0) for s in range(31, 61)]
+    assert expected == points(task)
+
+
+def test_a_journal_that_rewound_a_series_still_delivers_its_task_fields(
+    tmp_path: Path, server: ServerHandle
+) -> None:
+    """The service holds steps 1-50; the journal went back to step 1 and saved a checkpoint.
+
+    Its series wins from the first differing index, so the service is not
+    "ahead" of it: its checkpoint path and status are sent too. Before, the
+    longer stored series kept every task field of the journal out (found by
+    the stateful fault machine with journals: a kill after a step went back).
+    """
+    sink = HttpSink(server.url, "job-7", read_timeout_seconds=5.0)
+    assert isinstance(sink.open(timeout_seconds=5.0), Opened)
+    sink.send(loss_update(0, list(range(1, 51)), 1.0, step=50), timeout_seconds=5.0)
+    sink.close()
+    journal = Journal.claim(tmp_path, "job-7", "train")
+    assert journal is not None
+    journal.reset(LogState(), absolute=True)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    stamp = now.replace("+00:00", "Z")
+    journal.append(
+        loss_update(
+            0, list(range(1, 11)), 2.0, step=10, checkpoint_path="ckpt/10", updated_at=stamp
+        )
+    )
+    journal._release(remove_files=False)
+
+    config = attrs.evolve(config_for(tmp_path), status_at_close="keep")
+    sink = HttpSink(server.url, "job-7", read_timeout_seconds=5.0)
+    assert Reporter(sink, config, rank=0).start().close(timeout=10.0)
+
+    task = stored(server.url, "job-7")
+    assert [(s, 2.0) for s in range(1, 11)] == points(task)
+    assert "ckpt/10" == task["status_details"].get("checkpoint_path")

@@ -572,3 +572,44 @@ def test_a_bad_fsync_interval_is_a_config_error(tmp_path: Path, interval: Any) -
     """The interval is checked when the sink is built, where the caller can fix it."""
     with pytest.raises(ConfigError, match="fsync_interval_seconds"):
         FileSink(tmp_path / "job.log", fsync_interval_seconds=interval)
+
+
+def test_a_second_run_on_a_log_opens_it_once_the_first_is_gone_and_writes_its_points(
+    tmp_path: Path,
+) -> None:
+    """Refused while another process holds the log; tried again after the rejected backoff.
+
+    An open carries no data, and reports wait in the queue until one
+    succeeds, so "retry when there is new data" (the rule for a refused send)
+    never came: the second run waited until ``drain_queue_depth`` reports and
+    a kill lost them all (found by the kill harness's two ``FileSink``s on one
+    log).
+    """
+    from helpers import drive  # noqa: PLC0415
+
+    path = tmp_path / "job.log"
+    first = FileSink(path)
+    assert isinstance(first.open(), Opened)
+    clock = FakeClock()
+    config = ReportingConfig(rejected_backoff_seconds=5.0, min_report_interval_seconds=1.0)
+    reporter = Reporter(FileSink(path), config, clock=clock, rank=0)
+    worker = drive(reporter)
+    with capture_events() as events:
+        worker.cycle()
+    assert "trainreport.send_rejected" in [e["event"] for e in events]
+    for step in range(1, 11):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+    worker.cycle()
+    first.close()  # the first run is gone
+    clock.advance(6.0)
+    worker.cycle()
+    clock.advance(1.0)
+    worker.cycle()
+
+    assert list(range(1, 11)) == [p["step"] for p in curve_steps(read_task(path), "train_loss")]
+    assert reporter.close(timeout=5.0)
+
+
+def curve_steps(task: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    points: list[dict[str, Any]] = task["status_details"].get("metrics", {}).get(name, [])
+    return points

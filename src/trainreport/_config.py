@@ -312,7 +312,7 @@ class ReportingConfig:
         backoff_jitter: each delay is multiplied by a random factor in
             ``[1 - j, 1 + j]``. Fraction in [0, 1], default 0.2. docs/design.md#failure-handling.
         rejected_backoff_seconds: the long backoff after a rejection
-            (400/401/403/404/422); a retry also waits for new data. Seconds,
+            (400/401/403/404/422); a retry of a send also waits for new data. Seconds,
             default 300.0. docs/design.md#failure-handling.
         close_timeout_seconds: budget of ``Reporter.close()`` when no timeout
             is passed. Seconds, default 30.0. docs/design.md#shape, #failure-handling.

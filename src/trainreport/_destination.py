@@ -282,6 +282,8 @@ def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: 
     if not isinstance(result, Opened):
         dest.first_open_ended = True
         _failed(dest, result, now)
+        if not isinstance(result, RetryLater) and not is_superseded(result):
+            dest.scheduler.on_open_refused()
         return Settled(delivered=False)
     dest.opened = result
     dest.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities

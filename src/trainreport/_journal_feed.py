@@ -148,6 +148,7 @@ class JournalKeeper:
         #: task's last write before any of them wrote (recovery's baseline).
         self._own_generations: set[int] = set()
         self._last_writer: int | None = None
+        self._fields_from_older = False  # the service's task fields are an older left-over's
         #: Left-overs recovery gave up on (path, why): kept on disk for ``trainreport sync``.
         self.given_up: list[tuple[Path, str]] = []
         self._lengths: dict[str, int] = {}
@@ -234,6 +235,7 @@ class JournalKeeper:
             ``trainreport sync``. Never raises.
         """
         self.note_open(opened)
+        self._fields_from_older = False
         for path in list(self.journal.left_over):
             result = self._recover_one(sink, opened, path, timeout_seconds)
             if isinstance(result, Opened):
@@ -286,6 +288,7 @@ class JournalKeeper:
                     opened.stored_task,
                     full_state=full_state,
                     last_writer_generation=self._last_writer,
+                    after_older_journal=self._fields_from_older,
                 )
             except StaleJournalError as exc:
                 self._set_aside_stale(path, str(exc))
@@ -305,6 +308,8 @@ class JournalKeeper:
                 sent = sum(s.sent for s in plan.series)
                 _log.info("trainreport.journal_recovered", path=str(path), points=sent)
                 journal.delivered_left_over(path)
+                # The next left-over (recorded later here) is newer than these fields.
+                self._fields_from_older = plan.details_sent
                 return self.note_open(sink.open(timeout_seconds=timeout_seconds))
             if isinstance(result, RetryLater):
                 return result

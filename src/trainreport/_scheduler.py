@@ -208,6 +208,14 @@ class SendScheduler:
         self._retry_at = now + self.rejected_backoff
         return self.rejected_backoff
 
+    def on_open_refused(self) -> None:
+        """The refusal :meth:`on_rejected` noted was of an open: try again after the long delay.
+
+        An open carries no data, and reports wait for one to succeed, so no
+        new data would ever come to allow the retry that a refused send waits for.
+        """
+        self._new_since_rejection = True
+
     def on_superseded(self, now: float) -> None:
         """The destination said at ``now`` that a later attempt owns the task: stop for good.
 

@@ -41,9 +41,13 @@ a run with trainreport sync"):
   differ from the stored ones, unless the service looks newer: its
   ``updated_at`` is later than the log's, or it holds more points of a series
   (``updated_at`` from earlier versions has one-second resolution, so a tie is
-  decided by the points). Both stamps come from one writer's clock when the
-  journal's writer wrote the task last, so the comparison needs no two
-  hosts' clocks to agree; otherwise it does (a plain job API cannot do better).
+  decided by the points; a journal's series that replaces the service's from
+  where they differ is a rewind, not the service being ahead). The next of
+  several left-overs recovered in turn has its fields sent over those the
+  recovery just sent from an older one, whatever the stamps say. Both stamps
+  come from one writer's clock when the journal's writer wrote the task last,
+  so the comparison needs no two hosts' clocks to agree; otherwise it does (a
+  plain job API cannot do better).
 """
 
 from __future__ import annotations
@@ -237,8 +241,14 @@ def _details_decision(
     outcomes: list[SeriesOutcome],
     *,
     log_is_newer: bool = False,
+    prefer_log: bool = False,
 ) -> tuple[bool, str]:
-    """Whether the log's status and fields are sent, and why not (rules in the module doc)."""
+    """Whether the log's status and fields are sent, and why not (rules in the module doc).
+
+    With ``prefer_log`` (a journal), a series whose points replace the
+    service's from where they differ does not make the service "ahead": the
+    journal's shorter series is a rewind the service never received.
+    """
     details = log.task.details
     missing = object()
     if (
@@ -253,7 +263,11 @@ def _details_decision(
     ours, theirs = _stamp(details.get("updated_at")), _stamp(stored_at)
     if theirs is not None and (ours is None or theirs > ours):
         return False, f"not sent: the service's are newer (updated_at {stored_at})"
-    ahead = [o.name for o in outcomes if o.server_points > o.log_points]
+    ahead = [
+        o.name
+        for o in outcomes
+        if o.server_points > o.log_points and not (prefer_log and o.sent_from is not None)
+    ]
     if ahead:
         return False, f"not sent: the service is ahead of the log ({ahead[0]} has more points)"
     return True, "sent"
@@ -330,6 +344,7 @@ def plan_recovery(
     full_state: bool,
     last_writer_generation: int | None = None,
     force: bool = False,
+    after_older_journal: bool = False,
 ) -> SyncPlan:
     """:func:`plan_sync` for a file whose RUN record is ``run``: a journal gets its rules.
 
@@ -351,6 +366,10 @@ def plan_recovery(
         last_writer_generation: the generation whose update the task's last
             write was, before the recovering process wrote (``None``: unknown).
         force: replay a stale journal anyway (``trainreport sync --force``).
+        after_older_journal: the service's task fields were sent by this
+            recovery from a left-over recorded before this one (an earlier
+            ``journal_seq`` on this node): this journal's are newer, whatever
+            the wall clock stamped (it may have been stepped between the two).
 
     Raises:
         StaleJournalError: the journal is stale and would change what the service holds.
@@ -366,6 +385,7 @@ def plan_recovery(
     mine = JournalOwner.of(run).writer_generation
     newer = mine is not None and last_writer_generation is not None
     newer = newer and last_writer_generation < mine  # type: ignore[operator]
+    newer = newer or after_older_journal
     plan = plan_sync(log, stored_task, full_state=full_state, prefer_log=True, log_is_newer=newer)
     reason = stale_reason(
         run, last_writer_generation, log_details=log.task.details, stored_task=stored_task
@@ -429,7 +449,12 @@ def plan_sync(
         )
     details = log.task.details
     send_details, note = _details_decision(
-        log, stored, stored_task is not None, outcomes, log_is_newer=log_is_newer
+        log,
+        stored,
+        stored_task is not None,
+        outcomes,
+        log_is_newer=log_is_newer,
+        prefer_log=prefer_log,
     )
     series: tuple[SeriesUpdate, ...] | None = None
     foreign: dict[str, Any] = {}
