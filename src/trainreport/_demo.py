@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from trainreport import HttpSink, Reporter, ReportingConfig, client
+from trainreport._protocol import CAPABILITIES_PATH
 from trainreport._summary import describe_task
 from trainreport.exceptions import ClientError, NotFoundError
 
@@ -203,7 +204,7 @@ def check_service(url: str, job_id: str, token: str | None) -> None:
     except NotFoundError as exc:
         if not answered:
             raise ClientError(
-                f"not a trainreport job-status service at {exc.url}: /v1/capabilities and "
+                f"not a trainreport job-status service at {exc.url}: {CAPABILITIES_PATH} and "
                 "the task both answered 404; give the service's base URL (no path it does "
                 "not serve)",
                 url=exc.url,
