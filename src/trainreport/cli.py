@@ -698,9 +698,9 @@ def _show_file(path: Path) -> int:
 
 def _shown_url(url: str) -> str:
     """``url`` as shown to the user: no userinfo, query or fragment. Never raises."""
-    from trainreport.client import _redacted  # noqa: PLC0415
+    from trainreport.sinks._http_transport import shown_url  # noqa: PLC0415
 
-    return _redacted(url)
+    return shown_url(url)
 
 
 def _explain_client_error(

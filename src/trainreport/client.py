@@ -228,11 +228,6 @@ def _quote(segment: str) -> str:
     return urllib.parse.quote(str(segment), safe="")
 
 
-def _redacted(url: str) -> str:
-    """The base URL as shown in messages: no userinfo, query, fragment or trailing slash."""
-    return _shown_url(url)
-
-
 def _what(job_id: str | None, task_id: str | None) -> str:
     if job_id is None:
         return "the jobs"
@@ -249,7 +244,7 @@ def _error(
     task_id: str | None,
     status: int | None,
 ) -> ClientError:
-    shown = _redacted(url)
+    shown = _shown_url(url)
     return kind(
         f"reading {_what(job_id, task_id)} at {shown}: {reason}",
         url=shown,
