@@ -467,6 +467,7 @@ def test_a_second_ctrl_c_during_close_leaves_at_once_without_a_trainreport_trace
     assert "press Ctrl-C to stop waiting" in waiting
     assert "status='cancelled'" in waiting  # the first Ctrl-C: cancelled, interrupted
     assert str(tmp_path / "journal") in waiting
+    assert f"--url {url}" in waiting  # the upload command, ready to copy (sync_command)
     assert "trainreport.close_interrupted" in stderr
     frames = [line for line in lines if line.lstrip().startswith("File ")]
     assert [] == [f for f in frames if "trainreport" in f], stderr

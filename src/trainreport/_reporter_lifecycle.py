@@ -26,6 +26,7 @@ from trainreport._close_report import (
     describe_destination,
     left_over_waiting,
     log_closed,
+    sync_command,
     warn_undelivered,
 )
 from trainreport._closing import wait_for_close
@@ -161,12 +162,13 @@ def _log_close_progress(
                 or not (dest.finished_cleanly or recorder.all_delivered(dest.index))
             )
         ]
-        kept = stats.journal
+        kept, watch = stats.journal, reporter._journal_watch
         journal = kept.path if kept is not None and kept.state in ("recording", "kept") else None
         where = (
             f"unsent points stay in the journal at {journal}: the next run of this job and "
-            f"task sends them, or `trainreport sync {journal} --url URL` uploads them"
-            if journal is not None
+            f"task sends them, or `{sync_command(journal, reporter._sinks[watch.destination])}` "
+            "uploads them"
+            if journal is not None and watch is not None
             else "no journal holds the unsent points"
         )
         fields: dict[str, Any] = {
