@@ -21,6 +21,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,35 @@ __all__ = ["SqliteBackend"]
 _BUSY_TIMEOUT_SECONDS = 30.0
 #: Page cache of the writer connection, KiB: the points B-tree of many live tasks stays hot.
 _WRITER_CACHE_KIB = 32 * 1024
+
+
+def _enter_wal_mode(conn: sqlite3.Connection) -> None:
+    """Switch ``conn``'s database to WAL mode, waiting out other connections doing the same.
+
+    Changing the journal mode takes an exclusive lock after a shared one. When two
+    connections (two replicas, or two threads of one server) open a new file together,
+    each holds its shared lock and wants the exclusive one, and SQLite answers one of
+    them ``database is locked`` at once instead of calling its busy handler (it would
+    deadlock; https://www.sqlite.org/c3ref/busy_handler.html). The other one's change
+    lands, so retrying within the busy timeout always ends.
+
+    Raises:
+        sqlite3.OperationalError: the file stayed locked for ``_BUSY_TIMEOUT_SECONDS``.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_SECONDS
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            if time.monotonic() + pause > deadline:
+                raise
+        else:
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 class SqliteBackend:
@@ -62,7 +92,7 @@ class SqliteBackend:
             isolation_level=None,
             check_same_thread=False,  # only so that close() may close it from another thread
         )
-        conn.execute("PRAGMA journal_mode=WAL")
+        _enter_wal_mode(conn)
         conn.execute("PRAGMA synchronous=FULL")
         with self._connections_lock:
             if self._closed:
