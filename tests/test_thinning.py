@@ -99,9 +99,7 @@ def test_columns_are_thinned_alike_and_the_last_value_is_exact() -> None:
     epochs = array("i", (1 + i // 100 for i in range(n)))
     values = array("d", (float(i % 37) for i in range(n)))
     times = array("d", (1e9 + i for i in range(n)))
-    out_steps, out_epochs, out_values, out_times = thin_columns(
-        [steps, epochs, values, times], 50
-    )
+    out_steps, out_epochs, out_values, out_times = thin_columns([steps, epochs, values, times], 50)
     assert out_steps is not None and out_values is not None
     assert out_epochs is not None and out_times is not None
     assert len(out_steps) == len(out_epochs) == len(out_values) == len(out_times) <= 50
@@ -130,9 +128,10 @@ def test_budget_for_keeps_at_most_the_ratio_and_cuts_the_longest_first(
     """The budget keeps at most ``ratio`` of the points; ``None`` when under the minimum."""
     budget = budget_for(lengths, ratio)
     if budget is None:
-        assert sum(min(n, MIN_POINTS) for n in lengths) > ratio * sum(lengths) or max(
-            lengths
-        ) <= MIN_POINTS
+        assert (
+            sum(min(n, MIN_POINTS) for n in lengths) > ratio * sum(lengths)
+            or max(lengths) <= MIN_POINTS
+        )
         return
     assert MIN_POINTS <= budget < max(lengths)
     assert sum(min(n, budget) for n in lengths) <= ratio * sum(lengths)

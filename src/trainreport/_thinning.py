@@ -37,7 +37,7 @@ import math
 from array import array
 from collections.abc import Sequence
 
-__all__ = ["MIN_POINTS", "budget_for", "keep_indices", "thin_columns"]
+__all__ = ["MIN_POINTS", "budget_for", "keep_indices", "next_budget", "thin_columns"]
 
 #: The smallest budget that keeps a series' first and last point and one bucket's extremes.
 MIN_POINTS = 4
@@ -155,3 +155,31 @@ def budget_for(lengths: Sequence[int], ratio: float) -> int | None:
         else:
             high = mid - 1
     return low if low >= MIN_POINTS else None
+
+
+#: The share of a size known to fit that a resized body aims at (room for wider numbers).
+_MARGIN = 0.9
+
+
+def next_budget(
+    lengths: Sequence[int], body_bytes: int | None, limit_bytes: int | None
+) -> int | None:
+    """The points-per-series budget after a body of series ``lengths`` did not fit.
+
+    With a size known to fit (``limit_bytes``, under ``body_bytes``) the next
+    body aims at 90 % of it, the points cut in proportion; without one, the
+    points sent are halved (so each further refusal halves them again).
+
+    Args:
+        lengths: the points each series had in the refused body.
+        body_bytes: the refused body's size, bytes, or ``None``.
+        limit_bytes: a body size known to fit, bytes, or ``None``.
+
+    Returns:
+        The budget (:func:`budget_for`), or ``None`` when nothing is left to thin.
+        Never raises.
+    """
+    ratio = 0.5
+    if body_bytes and limit_bytes and limit_bytes < body_bytes:
+        ratio = _MARGIN * limit_bytes / body_bytes
+    return budget_for(lengths, ratio)
