@@ -1,4 +1,4 @@
-"""The thinning rule (``_thinning.py``): first, last, each bucket's extremes; exact below the budget.
+"""The thinning rule (``_thinning.py``): first, last, bucket extremes; exact below the budget.
 
 Properties over any series and budget (Hypothesis), plus the cases a chart
 user cares about by name: a spike survives, a NaN gap survives, the ends stay.
@@ -99,20 +99,19 @@ def test_columns_are_thinned_alike_and_the_last_value_is_exact() -> None:
     epochs = array("i", (1 + i // 100 for i in range(n)))
     values = array("d", (float(i % 37) for i in range(n)))
     times = array("d", (1e9 + i for i in range(n)))
-    out_steps, out_epochs, out_values, out_times = thin_columns([steps, epochs, values, times], 50)
-    assert out_steps is not None and out_values is not None
-    assert out_epochs is not None and out_times is not None
+    out_steps, out_epochs, out_values, out_times = thin_columns(steps, epochs, values, times, 50)
+    assert out_times is not None
     assert len(out_steps) == len(out_epochs) == len(out_values) == len(out_times) <= 50
     assert (1, n) == (out_steps[0], out_steps[-1])
     assert values[-1] == out_values[-1]
-    for s, e, v, t in zip(out_steps, out_epochs, out_values, out_times, strict=True):
-        assert (epochs[s - 1], values[s - 1], times[s - 1]) == (e, v, t)
+    for i, e, v, t in zip(out_steps, out_epochs, out_values, out_times, strict=True):
+        assert (epochs[i - 1], values[i - 1], times[i - 1]) == (e, v, t)
 
 
 def test_below_the_budget_columns_are_copied_unchanged() -> None:
     """Exact below the budget: equal columns (copies), ``None`` kept for an absent column."""
     steps, epochs, values = array("q", [1, 2, 3]), array("i", [1, 1, 1]), array("d", [3, 2, 1])
-    assert [steps, epochs, values, None] == thin_columns([steps, epochs, values, None], 4)
+    assert (steps, epochs, values, None) == thin_columns(steps, epochs, values, None, 4)
 
 
 def test_a_budget_below_the_minimum_is_refused() -> None:

@@ -120,7 +120,7 @@ class Delivery:
                         SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:], s.times[:])
                         if budget is None or len(s) <= budget
                         else SeriesUpdate(
-                            n, 0, *thin_columns((s.steps, s.epochs, s.values, s.times), budget)
+                            n, 0, *thin_columns(s.steps, s.epochs, s.values, s.times, budget)
                         )
                         for n, s in store_series.items()
                         if s
@@ -227,7 +227,7 @@ class Delivery:
         self._record.drops["metrics_too_large"] += 1
 
     def thin_metrics(self, d: int, budget: int) -> int | None:
-        """Send ``d``'s full-state curves thinned to ``budget`` points a series; the budget before."""
+        """Thin ``d``'s full-state curves to ``budget`` points a series; returns the last budget."""
         held = self._held[d]
         before, held.thinned_to = held.thinned_to, budget
         return before

@@ -23,7 +23,6 @@ from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import StoredState, parse_stored_task
 from trainreport._recorder import Build, Recorder
 from trainreport._scheduler import SendScheduler
-from trainreport._thinning import next_budget
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -36,6 +35,7 @@ from trainreport._sink import (
     Sink,
     Split,
 )
+from trainreport._thinning import next_budget
 
 __all__ = [
     "MAX_FLOOR_SECONDS",

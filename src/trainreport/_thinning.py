@@ -36,8 +36,9 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Sequence
+from typing import TypeAlias
 
-__all__ = ["MIN_POINTS", "budget_for", "keep_indices", "next_budget", "thin_columns"]
+__all__ = ["MIN_POINTS", "Columns", "budget_for", "keep_indices", "next_budget", "thin_columns"]
 
 #: The smallest budget that keeps a series' first and last point and one bucket's extremes.
 MIN_POINTS = 4
@@ -90,44 +91,50 @@ def _extremes(chunk: Sequence[float]) -> tuple[int, int]:
     if not math.isnan(sum(chunk)):
         low, high = min(chunk), max(chunk)
         return chunk.index(low), chunk.index(high)
-    gap = next((j for j, v in enumerate(chunk) if v != v), -1)
-    numbers = [(v, j) for j, v in enumerate(chunk) if v == v]
+    gap = next((j for j, v in enumerate(chunk) if math.isnan(v)), -1)
+    numbers = [(v, j) for j, v in enumerate(chunk) if not math.isnan(v)]
     if gap < 0:  # inf - inf, no NaN
         return min(numbers)[1], max(numbers, key=lambda p: (p[0], -p[1]))[1]
     low = min(numbers)[1] if numbers else gap
     return low, gap
 
 
+#: One series' columns: steps, epochs, values and wall-clock times (``None``: none kept).
+Columns: TypeAlias = "tuple[array[int], array[int], array[float], array[float] | None]"
+
+
 def thin_columns(
-    columns: Sequence[array[int] | array[float] | None], budget: int
-) -> list[array[int] | array[float] | None]:
-    """Each column of one series (``steps``, ``epochs``, ``values``, ``times``) thinned alike.
+    steps: array[int],
+    epochs: array[int],
+    values: array[float],
+    times: array[float] | None,
+    budget: int,
+) -> Columns:
+    """One series' columns thinned alike: the points :func:`keep_indices` keeps.
 
     Args:
-        columns: the series' columns, all of one length, the values third;
-            ``None`` for a column the series does not carry (no times).
+        steps: the series' steps, in order.
+        epochs: its epochs, one a point.
+        values: its values, one a point.
+        times: its wall-clock times (seconds since the Unix epoch), or ``None``.
         budget: the most points to keep (>= :data:`MIN_POINTS`).
 
     Returns:
-        New arrays holding the kept points (copies of the whole columns when
-        the series fits the budget); ``None`` stays ``None``.
+        New arrays (``steps, epochs, values, times``) holding the kept points:
+        copies of the whole columns when the series fits the budget.
 
     Raises:
         ValueError: ``budget`` is below :data:`MIN_POINTS`.
     """
-    values = columns[2]
-    assert values is not None
     keep = keep_indices(values, budget)
     if isinstance(keep, range):
-        return [None if c is None else c[:] for c in columns]
-    out: list[array[int] | array[float] | None] = []
-    for column in columns:
-        if column is None:
-            out.append(None)
-        else:
-            get = column.__getitem__
-            out.append(array(column.typecode, map(get, keep)))  # type: ignore[arg-type]
-    return out
+        return steps[:], epochs[:], values[:], None if times is None else times[:]
+    return (
+        array(steps.typecode, map(steps.__getitem__, keep)),
+        array(epochs.typecode, map(epochs.__getitem__, keep)),
+        array(values.typecode, map(values.__getitem__, keep)),
+        None if times is None else array(times.typecode, map(times.__getitem__, keep)),
+    )
 
 
 def budget_for(lengths: Sequence[int], ratio: float) -> int | None:
