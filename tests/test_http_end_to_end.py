@@ -434,6 +434,8 @@ def test_baseline_mode_thins_the_curves_over_a_413_and_they_cover_the_whole_run(
     )
     assert "series-suffix" in thinned["hint"]
     assert "metrics_too_large" not in reporter.stats().drops
+    [closed] = [e for e in events if e["event"] == "trainreport.closed"]
+    assert f"(curves thinned to {budget} points a series)" in closed["destinations"][0]
 
 
 @pytest.mark.slow
