@@ -25,6 +25,7 @@ from trainreport import (
     Reporter,
     ReportingConfig,
     RetryLater,
+    Split,
 )
 from trainreport._destination import Destination, Job, settle_send, warn_if_unsent_old
 from trainreport._recorder import Recorder
@@ -324,3 +325,37 @@ def test_the_unsent_data_warning_names_each_destination_once_per_period() -> Non
 
     warned = [(e["destination"], e["age_seconds"]) for e in events]
     assert [("stuck", 60.0), ("stuck", 120.0)] == warned
+
+
+def test_a_full_state_split_without_sizes_halves_the_points_sent_each_time_and_logs_once() -> None:
+    """Any sink's 413 (no sizes said): each refusal halves the points; one event; stats say so.
+
+    Driven without a thread: a scripted full-state sink refuses twice, then takes
+    the curves, which cover the run (first and last step, the spike, the latest value).
+    """
+    sink = ScriptedSink(MemorySink())
+    sink.fail_sends.extend([Split("too large"), Split("too large")])
+    clock = FakeClock()
+    reporter = Reporter(sink, ReportingConfig(backoff_jitter=0.0), clock=clock, rank=0)
+    for step in range(1, 1001):
+        loss = 50.0 if step == 500 else 1.0 / step
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": loss, "lr": 0.1})
+    with capture_events() as events:
+        worker = drive(reporter)
+        for _ in range(5):
+            worker.cycle()
+        assert reporter.close(timeout=5)
+    sent = [u.point_count for u in sink.sent if u.series]
+    assert 2000 == sent[0]
+    assert sent[1] <= sent[0] // 2
+    assert sent[2] <= sent[1] // 2
+    kept = curve(sink.inner.task, "train_loss")
+    assert (1, 1000) == (kept[0][0], kept[-1][0])
+    assert (500, 1, 50.0) in kept
+    assert 1.0 / 1000 == kept[-1][2]
+    budget = reporter.stats().destinations[0].thinned_to
+    assert budget is not None
+    assert len(kept) <= budget < 500
+    assert ["trainreport.metrics_thinned"] == [
+        e["event"] for e in events if e["event"].startswith("trainreport.metrics_")
+    ]

@@ -355,14 +355,18 @@ def test_a_plain_server_without_capabilities_gets_complete_curves(
 # --- size limits -----------------------------------------------------------------------
 
 
-def _queue_long_run(reporter: Reporter, steps: int) -> None:
-    """Report a long run before ``start()``, so the first update carries all of it."""
+def _queue_long_run(reporter: Reporter, steps: int, spike_at: int | None = None) -> None:
+    """Report a long run before ``start()``, so the first update carries all of it.
+
+    ``train_loss`` is ``1 / step``, but 50.0 at ``spike_at``.
+    """
     reporter.report_training_start(max_steps=steps, num_epochs=1)
     for step in range(1, steps + 1):
+        loss = 50.0 if step == spike_at else 1.0 / step
         reporter.report_train_step(
             step=step,
             epoch=1,
-            metrics={"loss": 1.0 / step, "lr": 1e-3 + step * 1e-9, "grad_norm": step * 0.37},
+            metrics={"loss": loss, "lr": 1e-3 + step * 1e-9, "grad_norm": step * 0.37},
         )
     reporter.report_completed()
 
@@ -385,23 +389,125 @@ def test_suffix_mode_splits_a_large_update_under_the_servers_limit(
     assert all(len(r.body) <= 64 * 1024 for r in updates)
 
 
+def _thinned_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == "trainreport.metrics_thinned"]
+
+
+def _assert_covers_the_run(task: Any, name: str, steps: int, spike: tuple[int, float]) -> None:
+    """The stored curve starts at step 1, ends at ``steps``, is thinned, and keeps ``spike``."""
+    points = task["status_details"]["metrics"][name]
+    kept = [p["step"] for p in points]
+    assert (1, steps) == (kept[0], kept[-1])
+    assert sorted(set(kept)) == kept
+    assert len(kept) < steps
+    assert spike in [(p["step"], p["value"]) for p in points]
+
+
 @pytest.mark.slow
-def test_baseline_mode_stops_sending_metrics_after_a_413_and_logs_once(
+def test_baseline_mode_thins_the_curves_over_a_413_and_they_cover_the_whole_run(
     start_server: Callable[..., ServerHandle],
 ) -> None:
-    """A plain PATCH cannot be split: the reporter keeps sending everything but metrics."""
+    """A plain PATCH over the body limit: the curves are thinned, never frozen (issue 23).
+
+    First and last step, the loss spike, the status, the step and every current
+    value exact; one ``trainreport.metrics_thinned`` event; ``stats()`` says so;
+    close() is True (the destination holds its latest thinned state).
+    """
     server = start_server(max_body_bytes=64 * 1024)
     reporter = Reporter(HttpSink(server.url, JOB, use_extension=False), CONFIG, rank=0)
-    _queue_long_run(reporter, 4000)
+    _queue_long_run(reporter, 4000, spike_at=2345)
+    with capture_events() as events:
+        reporter.start()
+        assert reporter.close(timeout=20)
+    task = stored(server.url)
+    assert ("completed", 4000) == (task["status"], task["status_details"]["step"])
+    assert 1.0 / 4000 == task["status_details"]["train_loss"]
+    _assert_covers_the_run(task, "train_loss", 4000, (2345, 50.0))
+    assert 1.0 / 4000 == task["status_details"]["metrics"]["train_loss"][-1]["value"]
+    [thinned] = _thinned_events(events)
+    budget = reporter.stats().destinations[0].thinned_to
+    assert budget is not None
+    assert len(task["status_details"]["metrics"]["train_loss"]) <= budget
+    assert (thinned["destination"], budget) == (
+        reporter.stats().destinations[0].destination,
+        thinned["points_per_series"],
+    )
+    assert "series-suffix" in thinned["hint"]
+    assert "metrics_too_large" not in reporter.stats().drops
+    [closed] = [e for e in events if e["event"] == "trainreport.closed"]
+    assert f"(curves thinned to {budget} points a series)" in closed["destinations"][0]
+
+
+@pytest.mark.slow
+def test_a_growing_baseline_run_keeps_sending_thinned_curves_after_the_first_413(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """Live sends past the limit: every later send still covers the run to its last step."""
+    server = start_server(max_body_bytes=32 * 1024)
+    reporter = reporter_for(server.url, use_extension=False)
+    with capture_events() as events:
+        for step in range(1, 3001):
+            loss = 50.0 if step == 777 else 1.0 / step
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": loss, "lr": 0.1})
+            if step % 250 == 0:
+                assert reporter.flush(timeout=10)
+                task = stored(server.url)
+                assert step == steps_of(task, "train_loss")[-1]
+        reporter.report_completed()
+        assert reporter.close(timeout=10)
+    task = stored(server.url)
+    _assert_covers_the_run(task, "train_loss", 3000, (777, 50.0))
+    assert 1 == len(_thinned_events(events))
+
+
+def test_below_the_body_limit_the_curves_are_stored_exactly(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """Under the limit nothing is thinned: the server holds every point, no event."""
+    server = start_server(max_body_bytes=64 * 1024)
+    reporter = Reporter(HttpSink(server.url, JOB, use_extension=False), CONFIG, rank=0)
+    _queue_long_run(reporter, 300, spike_at=123)
+    with capture_events() as events:
+        reporter.start()
+        assert reporter.close(timeout=10)
+    assert_server_holds(server.url, reporter)
+    assert list(range(1, 301)) == steps_of(stored(server.url), "train_loss")
+    assert [] == _thinned_events(events)
+    assert reporter.stats().destinations[0].thinned_to is None
+
+
+def test_a_configured_max_body_bytes_thins_without_a_413(
+    server: ServerHandle, proxy: FaultProxy
+) -> None:
+    """``HttpSink(max_body_bytes=...)``: no body over it is sent, none is refused."""
+    limit = 24 * 1024
+    sink = HttpSink(proxy.url, JOB, use_extension=False, max_body_bytes=limit)
+    reporter = Reporter(sink, CONFIG, rank=0)
+    _queue_long_run(reporter, 2000, spike_at=1500)
+    with capture_events() as events:
+        reporter.start()
+        assert reporter.close(timeout=10)
+    patches = [r for r in proxy.requests if r.method == "PATCH"]
+    assert patches
+    assert all(len(r.body) <= limit for r in patches)
+    _assert_covers_the_run(stored(server.url), "train_loss", 2000, (1500, 50.0))
+    assert limit == _thinned_events(events)[0]["body_limit_bytes"]
+
+
+def test_metrics_that_do_not_fit_even_thinned_are_left_out_and_logged_once(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """900 series cannot fit 16 KiB at 4 points each: the reporter goes on without metrics."""
+    server = start_server(max_body_bytes=16 * 1024)
+    reporter = Reporter(HttpSink(server.url, JOB, use_extension=False), CONFIG, rank=0)
+    _queue_too_many_series(reporter)
     with capture_events() as events:
         reporter.start()
         assert wait_until(lambda: (stored(server.url) or {}).get("status") == "completed")
-        reporter.report_metrics(step=4000, metrics={"loss": 0.5}, phase="test")
         reporter.close(timeout=2)
     task = stored(server.url)
     assert "metrics" not in task["status_details"]
-    assert 4000 == task["status_details"]["step"]
-    assert 1.0 / 4000 == task["status_details"]["train_loss"]
+    assert 6 == task["status_details"]["step"]
     too_large = [e for e in events if e["event"] == "trainreport.metrics_too_large"]
     assert 1 == len(too_large)
     assert 1 == reporter.stats().drops["metrics_too_large"]
@@ -433,39 +539,69 @@ def test_a_field_too_large_for_any_request_is_dropped_and_never_holds_back_the_c
     assert ["hyperparameters"] == [e["field"] for e in dropped]
 
 
+def _queue_too_many_series(reporter: Reporter) -> None:
+    """900 series of random values: over a 16 KiB body even at 4 points each, gzipped."""
+    rng = random.Random(0)  # random digits: gzip cannot shrink them under the limit
+    reporter.report_training_start(max_steps=6, num_epochs=1)
+    for step in range(1, 7):
+        metrics = {f"m{i:03d}": rng.random() for i in range(900)}
+        reporter.report_train_step(step=step, epoch=1, metrics=metrics)
+    reporter.report_completed()
+
+
+#: (the run, the server's body limit, what close() says): thinned curves are delivered;
+#: curves too large even thinned are not.
+OVER_THE_LIMIT = pytest.mark.parametrize(
+    ("queue", "limit", "delivered"),
+    [
+        (lambda reporter: _queue_long_run(reporter, 4000), 64 * 1024, True),
+        (_queue_too_many_series, 16 * 1024, False),
+    ],
+    ids=["thinned", "too-large"],
+)
+
+
 @contextlib.contextmanager
-def _completed_with_metrics_too_large(
-    start_server: Callable[..., ServerHandle],
+def _completed_over_the_limit(
+    start_server: Callable[..., ServerHandle], queue: Callable[[Reporter], None], limit: int
 ) -> Iterator[tuple[Reporter, FaultProxy]]:
-    """A baseline run whose metrics the server refused (413), completed, behind a proxy."""
-    server = start_server(max_body_bytes=64 * 1024)
+    """A baseline run over the server's body limit (413), completed, behind a proxy."""
+    server = start_server(max_body_bytes=limit)
     with FaultProxy.for_url(server.url) as proxy:
         reporter = Reporter(HttpSink(proxy.url, JOB, use_extension=False), CONFIG, rank=0)
-        _queue_long_run(reporter, 4000)
+        queue(reporter)
         reporter.start()
         assert wait_until(lambda: (stored(server.url) or {}).get("status") == "completed")
         yield reporter, proxy
 
 
-def test_close_after_metrics_too_large_returns_at_once_without_resending(
+@OVER_THE_LIMIT
+def test_close_over_the_body_limit_returns_at_once_without_resending(
     start_server: Callable[..., ServerHandle],
+    queue: Callable[[Reporter], None],
+    limit: int,
+    delivered: bool,
 ) -> None:
-    """Nothing more can be delivered: close returns at once (False), with at most one request."""
-    with _completed_with_metrics_too_large(start_server) as (reporter, proxy):
+    """Thinned: close is True; too large even thinned: False; at once, at most one request."""
+    with _completed_over_the_limit(start_server, queue, limit) as (reporter, proxy):
         before = proxy.requests_seen
         started = time.monotonic()
-        delivered = reporter.close(timeout=1.5)
+        closed = reporter.close(timeout=1.5)
         elapsed = time.monotonic() - started
         during_close = proxy.requests_seen - before
-    assert not delivered
+    assert delivered == closed
     assert (True, True) == (elapsed < 0.75, during_close <= 1)
 
 
-def test_an_idle_reporter_after_metrics_too_large_sends_only_heartbeats(
+@OVER_THE_LIMIT
+def test_an_idle_reporter_over_the_body_limit_sends_only_heartbeats(
     start_server: Callable[..., ServerHandle],
+    queue: Callable[[Reporter], None],
+    limit: int,
+    delivered: bool,
 ) -> None:
     """With nothing new recorded, no request goes out before the heartbeat (30 s here)."""
-    with _completed_with_metrics_too_large(start_server) as (reporter, proxy):
+    with _completed_over_the_limit(start_server, queue, limit) as (reporter, proxy):
         assert wait_until(lambda: reporter.stats().queue_depth == 0)
         before = proxy.requests_seen
         threading.Event().wait(0.5)  # a quiet period: what is measured is the absence of sends

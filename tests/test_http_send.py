@@ -8,6 +8,7 @@ updates and read the stored task are test_http_sink.py's.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 import urllib3
@@ -15,9 +16,10 @@ import urllib3
 from faults import FaultProxy
 from test_http_sink import decoded, points, steps_of, stored, update
 from trainreport import Delivered, Rejected, Resynchronise, RetryLater, Split
-from trainreport._sink import Update
+from trainreport._sink import SeriesUpdate, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._http import HttpSink
+from trainreport.sinks._http_send import BodyLimit
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -182,3 +184,54 @@ def test_cancel_requested_is_reported_in_both_modes(server: ServerHandle) -> Non
         second = sink.send(Update("running", {"step": 2}, None, not use_extension))
         assert isinstance(second, Delivered)
         assert second.cancel_requested
+
+
+# --- baseline mode: the body limit (docs/engine.md, "Thinning under a body limit") --------
+
+
+def _full_state(*series: SeriesUpdate) -> Update:
+    return Update("running", {"step": 1}, tuple(series), True)
+
+
+def test_a_full_state_body_over_max_body_bytes_is_a_split_without_a_request(
+    server: ServerHandle,
+) -> None:
+    """Over the configured limit nothing is sent: a Split with the size and the limit."""
+    with FaultProxy.for_url(server.url) as proxy:
+        sink = HttpSink(proxy.url, "job-1", use_extension=False, max_body_bytes=2048)
+        sink.open()
+        before = proxy.requests_seen
+        result = sink.send(_full_state(points("a", 0, range(1, 200))))
+        assert before == proxy.requests_seen
+        assert isinstance(sink.send(_full_state(points("a", 0, range(1, 20)))), Delivered)
+    assert isinstance(result, Split)
+    assert result.body_bytes is not None
+    assert result.body_bytes > 2048
+    assert 2048 == result.limit_bytes
+
+
+def test_a_413_says_the_size_refused_and_the_largest_body_taken(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """A plain 413 teaches the sink: the refused body's size, and what fitted before."""
+    server = start_server(max_body_bytes=16 * 1024)
+    sink = HttpSink(server.url, "job-1", use_extension=False)
+    sink.open()
+    small = _full_state(points("a", 0, range(1, 50)))
+    assert isinstance(sink.send(small), Delivered)
+    taken = sink._body_limit.fitted
+    result = sink.send(_full_state(points("a", 0, range(1, 5000))))
+    assert isinstance(result, Split)
+    assert result.body_bytes is not None
+    assert result.body_bytes > 16 * 1024
+    assert (True, taken) == (0 < taken < 16 * 1024, result.limit_bytes)
+
+
+def test_a_413_below_what_fitted_before_forgets_it() -> None:
+    """The limit went down: a body the size of one taken before is no longer known to fit."""
+    limit = BodyLimit(None)
+    limit.fitted = 10_000
+    assert 10_000 == limit.refused(20_000)
+    assert limit.refused(9_000) is None
+    assert 0 == limit.fitted
+    assert 5_000 == BodyLimit(5_000).refused(8_000)

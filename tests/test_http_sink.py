@@ -195,6 +195,14 @@ def test_bad_arguments_raise_one_config_error_listing_each() -> None:
     assert 2 == len(info.value.problems)
 
 
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "1024"])
+def test_max_body_bytes_is_a_positive_whole_number_or_none(limit: object) -> None:
+    """A body limit that is not a positive int is a configuration error naming the field."""
+    with pytest.raises(ConfigError, match="max_body_bytes"):
+        HttpSink("http://h:1", "j", max_body_bytes=limit)  # type: ignore[arg-type]
+    assert HttpSink("http://h:1", "j").max_body_bytes is None
+
+
 def test_from_env_reads_every_variable(tmp_path: Path) -> None:
     """URL, ids, token file, timeouts and CA bundle come from the environment."""
     token_file = tmp_path / "token"
@@ -208,8 +216,10 @@ def test_from_env_reads_every_variable(tmp_path: Path) -> None:
             "TRAINREPORT_CONNECT_TIMEOUT_SECONDS": "1.5",
             "TRAINREPORT_READ_TIMEOUT_SECONDS": "7",
             "TRAINREPORT_CA_CERTS": "/etc/ssl/ca.pem",
+            "TRAINREPORT_MAX_BODY_BYTES": "1048576",
         }
     )
+    assert 1 << 20 == sink.max_body_bytes
     assert ("https://jobs.example:8443/api", "job-7", "eval") == (
         sink.base_url,
         sink.job_id,
@@ -232,12 +242,14 @@ def test_from_env_is_lenient_about_bad_numbers_and_a_missing_job_id() -> None:
                 "TRAINREPORT_TOKEN": TOKEN,
                 "TRAINREPORT_CONNECT_TIMEOUT_SECONDS": "soon",
                 "TRAINREPORT_READ_TIMEOUT_SECONDS": "-1",
+                "TRAINREPORT_MAX_BODY_BYTES": "1MiB",
             }
         )
     assert (5.0, 10.0) == (sink.connect_timeout_seconds, sink.read_timeout_seconds)
+    assert sink.max_body_bytes is None
     assert sink.job_id.startswith("run-")
     names = [e["event"] for e in events]
-    assert 2 == names.count("trainreport.config_field_invalid")
+    assert 3 == names.count("trainreport.config_field_invalid")
     assert 1 == names.count("trainreport.job_id_missing")
     assert TOKEN not in repr(events)
 

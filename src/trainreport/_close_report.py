@@ -106,6 +106,11 @@ def log_closed(
             destinations=[
                 f"{describe_destination(sink)}: {figures.points_delivered} points delivered, "
                 f"{figures.points_unsent} unsent"
+                + (
+                    ""
+                    if figures.thinned_to is None
+                    else f" (curves thinned to {figures.thinned_to} points a series)"
+                )
                 for sink, figures in zip(sinks, stats.destinations, strict=True)
             ],
             **({"timed_out": True} if timed_out else {}),

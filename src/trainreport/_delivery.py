@@ -3,8 +3,9 @@
 For each destination ``d`` (its position in ``Reporter(sinks=[...])``) this
 keeps what ``d`` is known to hold beside its series lengths (those live in
 the store): which sticky fields in which version, the change count of the
-last delivered update, whether ``d`` refused the full-state curves for size,
-and (full-state mode) series ``d`` holds that this run does not.
+last delivered update, whether ``d`` refused the full-state curves for size
+or takes them thinned (docs/engine.md, "Thinning under a body limit"), and
+(full-state mode) series ``d`` holds that this run does not.
 Updates are series suffixes from what ``d`` holds, or the full state
 (docs/design.md#wire-modes).
 
@@ -24,6 +25,7 @@ from trainreport._payloads import StoredState, encode_details
 from trainreport._run_record import RunRecord
 from trainreport._seeding import points_json
 from trainreport._sink import SeriesUpdate, Update
+from trainreport._thinning import thin_columns
 
 __all__ = ["Build", "Delivery"]
 
@@ -40,6 +42,9 @@ class _Held:
     sticky: dict[str, int] = attrs.field(factory=dict)
     #: The destination refused full-state ``metrics`` for size (it goes on without them).
     too_large: bool = False
+    #: Full-state mode over the destination's body limit: the most points a series
+    #: is sent with (``_thinning.py``), or ``None`` (every point).
+    thinned_to: int | None = None
     #: Full-state mode: series the destination holds that this run does not (as
     #: stored), sent back inside ``metrics`` so that a wholesale replace keeps them.
     foreign: dict[str, Any] = attrs.field(factory=dict)
@@ -110,8 +115,13 @@ class Delivery:
         if include_metrics and any(s.needs_send(d) for s in store_series.values()):
             if full_state:
                 if record.seeded and not held.too_large:
+                    budget = held.thinned_to
                     series_updates = tuple(
                         SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:], s.times[:])
+                        if budget is None or len(s) <= budget
+                        else SeriesUpdate(
+                            n, 0, *thin_columns(s.steps, s.epochs, s.values, s.times, budget)
+                        )
                         for n, s in store_series.items()
                         if s
                     )
@@ -215,6 +225,16 @@ class Delivery:
         """``d`` cannot take the full-state ``metrics`` (413): go on without them."""
         self._held[d].too_large = True
         self._record.drops["metrics_too_large"] += 1
+
+    def thin_metrics(self, d: int, budget: int) -> int | None:
+        """Thin ``d``'s full-state curves to ``budget`` points a series; returns the last budget."""
+        held = self._held[d]
+        before, held.thinned_to = held.thinned_to, budget
+        return before
+
+    def thinned_to(self, d: int) -> int | None:
+        """The most points a series is sent to ``d`` with, or ``None`` (every point)."""
+        return self._held[d].thinned_to
 
     def metrics_refused(self, d: int) -> bool:
         """Whether ``d`` refused the full-state ``metrics`` for size."""

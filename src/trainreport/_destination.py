@@ -35,6 +35,7 @@ from trainreport._sink import (
     Sink,
     Split,
 )
+from trainreport._thinning import next_budget
 
 __all__ = [
     "MAX_FLOOR_SECONDS",
@@ -58,6 +59,17 @@ _log = get_logger()
 #: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
 #: to compare the curves with a large field when the destination refuses a size.
 _POINT_JSON_BYTES = 45
+#: What a thinned destination holds (``trainreport.metrics_thinned``).
+_THINNED = (
+    "its curves still cover the whole run (first and last point, each bucket's lowest"
+    " and highest value; every status field and current value exact), at reduced resolution"
+)
+_THINNED_HINT = (
+    "to send every point, use the reference server (the series-suffix extension,"
+    " `trainreport serve`) or raise the job API's body limit; a FileSink beside the"
+    " HttpSink keeps every point on disk, and `trainreport sync RUN.log --url ...`"
+    " uploads it to a service that takes it"
+)
 #: A field smaller than this (bytes) is never dropped for size: leaving it out cannot help.
 _MIN_DROPPED_FIELD_BYTES = 1024
 #: A sink's ``min_interval_seconds`` at or past this (a day) is ignored as unusable.
@@ -425,9 +437,12 @@ def _too_large(
     A once-sent field (``hyperparameters``, ...) larger than the curves is
     dropped (counted, logged once) and the rest is resent at once; it never
     holds back the curves. Otherwise, in full-state mode, ``metrics`` is what
-    does not fit: it cannot be split under a shallow merge, so the reporter
-    goes on without it (for this destination). With nothing left to leave
-    out, the refusal is a rejection.
+    does not fit: it cannot be split under a shallow merge, so the curves are
+    resent at once thinned to fewer points a series (``_thinning.py``, sized
+    by what the ``Split`` says; one ``trainreport.metrics_thinned`` the first
+    time), and only when even the thinnest do not fit does the reporter go on
+    without them (for this destination). With nothing left to leave out, the
+    refusal is a rejection.
     """
     update = build.update
     metrics_bytes = update.point_count * _POINT_JSON_BYTES if update.full_state else 0
@@ -437,6 +452,22 @@ def _too_large(
         return
     if update.series is not None and update.full_state:
         dest.requests_failed += 1
+        lengths = [len(s) for s in update.series]
+        budget = next_budget(lengths, result.body_bytes, result.limit_bytes)
+        if budget is not None:
+            if recorder.thin_metrics(dest.index, budget) is None:
+                _log.warning(
+                    "trainreport.metrics_thinned",
+                    destination=dest.label,
+                    points_per_series=budget,
+                    refused_body_bytes=result.body_bytes,
+                    body_limit_bytes=result.limit_bytes,
+                    reason=result.reason[:300],
+                    consequence=_THINNED,
+                    hint=_THINNED_HINT,
+                )
+            dest.scheduler.note_change(now, urgent=True)
+            return
         recorder.refuse_metrics(dest.index)
         _log.warning(
             "trainreport.metrics_too_large",

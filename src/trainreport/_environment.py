@@ -53,6 +53,7 @@ __all__ = [
     "KUBEFLOW_METRICS",
     "KUBEFLOW_TOKEN",
     "KUBEFLOW_URL",
+    "MAX_BODY_BYTES",
     "READ_TIMEOUT",
     "SERVER_TOKEN",
     "TASK_ID",
@@ -92,6 +93,8 @@ CA_CERTS: Final = "TRAINREPORT_CA_CERTS"
 CONNECT_TIMEOUT: Final = "TRAINREPORT_CONNECT_TIMEOUT_SECONDS"
 #: HTTP read timeout, seconds.
 READ_TIMEOUT: Final = "TRAINREPORT_READ_TIMEOUT_SECONDS"
+#: The largest full-state body the job API takes, bytes (``HttpSink(max_body_bytes=...)``).
+MAX_BODY_BYTES: Final = "TRAINREPORT_MAX_BODY_BYTES"
 #: ``1``/``true``/``yes``/``on``: every reporter does nothing.
 DISABLED: Final = "TRAINREPORT_DISABLED"
 #: ``0``/``false``/``no``/``off``: no reporter of the process keeps a journal, whatever
@@ -116,6 +119,7 @@ KUBEFLOW_METRICS: Final = "TRAINREPORT_KUBEFLOW_METRICS"
 #: ``ReportingConfig.from_env`` names the replacement of).
 KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
     {URL, JOB_ID, TASK_ID, TOKEN, TOKEN_FILE, CA_CERTS, CONNECT_TIMEOUT, READ_TIMEOUT}
+    | {MAX_BODY_BYTES}
     | {DISABLED, SERVER_TOKEN, DB, KUBEFLOW_METRICS}
     | {env_variable(field.name) for field in attrs.fields(ReportingConfig)}
     | {name for name in ATTEMPT_VARIABLES if name.startswith(ENV_PREFIX)}
@@ -134,6 +138,14 @@ def _positive_seconds(value: object, _type: object) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError("expected a positive number of seconds")
     return seconds
+
+
+def _positive_bytes(value: object, _type: object) -> int:
+    """A size from its text: a whole number of bytes > 0. Raises ValueError."""
+    text = str(value).strip()
+    if not (text.isdecimal() and int(text) > 0):
+        raise ValueError("expected a positive whole number of bytes")
+    return int(text)
 
 
 def _text(value: object, _type: object) -> str:
@@ -166,6 +178,8 @@ class HttpDestination:
         ca_certs: ``TRAINREPORT_CA_CERTS``, a PEM bundle path.
         connect_timeout_seconds: ``TRAINREPORT_CONNECT_TIMEOUT_SECONDS``, seconds > 0.
         read_timeout_seconds: ``TRAINREPORT_READ_TIMEOUT_SECONDS``, seconds > 0.
+        max_body_bytes: ``TRAINREPORT_MAX_BODY_BYTES``, bytes > 0, or ``None``
+            (``HttpSink(max_body_bytes=...)``).
     """
 
     url: str = ""
@@ -176,6 +190,7 @@ class HttpDestination:
     ca_certs: str | None = None
     connect_timeout_seconds: float = 5.0
     read_timeout_seconds: float = 10.0
+    max_body_bytes: int | None = None
 
 
 @attrs.frozen
@@ -223,6 +238,7 @@ _HTTP_VARIABLES: Final[Mapping[str, str]] = {
     "ca_certs": CA_CERTS,
     "connect_timeout_seconds": CONNECT_TIMEOUT,
     "read_timeout_seconds": READ_TIMEOUT,
+    "max_body_bytes": MAX_BODY_BYTES,
 }
 _KUBEFLOW_VARIABLES: Final[Mapping[str, str]] = {
     "url": KUBEFLOW_URL,
@@ -238,6 +254,8 @@ def _register(cls: type[Any]) -> None:
     for field in attrs.fields(cls):
         if field.type in ("float", float):
             hooks[field.name] = override(struct_hook=_positive_seconds)
+        elif field.type == "int | None":
+            hooks[field.name] = override(struct_hook=_positive_bytes)
         elif field.type in ("str", str):
             hooks[field.name] = override(struct_hook=_text)
         elif field.type == "tuple[str, ...]":

@@ -58,6 +58,8 @@ class RecorderCounts:
         drops: dropped items by reason.
         rewinds: reports (and resume cuts) whose step went back in some series.
         points_replaced_by_rewinds: the points those rewinds removed.
+        thinned_to: per destination, the most points a series is sent with
+            (full-state mode over its body limit), or ``None`` (every point).
     """
 
     points_recorded: int
@@ -66,6 +68,7 @@ class RecorderCounts:
     drops: Mapping[str, int]
     rewinds: int
     points_replaced_by_rewinds: int
+    thinned_to: tuple[int | None, ...] = ()
 
 
 #: The status each terminal report kind ends an attempt with.
@@ -253,6 +256,15 @@ class Recorder:
         with self._lock:
             return self._delivery.adopt(d, state, full_state)
 
+    def thin_metrics(self, d: int, budget: int) -> int | None:
+        """Send ``d``'s full-state curves thinned to ``budget`` points a series (``_thinning.py``).
+
+        Returns:
+            the budget before (``None``: ``d`` was sent every point).
+        """
+        with self._lock:
+            return self._delivery.thin_metrics(d, budget)
+
     def metrics_refused(self, d: int) -> bool:
         """Whether ``d`` refused the full-state ``metrics`` for size."""
         with self._lock:
@@ -277,6 +289,7 @@ class Recorder:
                 drops=dict(self._record.drops),
                 rewinds=store.rewinds,
                 points_replaced_by_rewinds=store.points_replaced_by_rewinds,
+                thinned_to=tuple(self._delivery.thinned_to(d) for d in range(n)),
             )
 
     def unsent_points(self, d: int) -> int:

@@ -40,6 +40,12 @@ class DestinationStats:
         superseded: it said a later attempt (or a later writer) owns the task
             (HTTP 409 ``stale_attempt``/``stale_writer``): nothing more is sent
             to it, and ``flush()`` and ``close()`` do not wait for it.
+        thinned_to: full-state mode over its body limit (a 413, or
+            ``HttpSink(max_body_bytes=...)``): the most points a series is sent
+            to it with, the curves thinned to cover the whole run
+            (docs/engine.md, "Thinning under a body limit"); ``None``: every
+            point. Its ``points_delivered`` then counts the points its curves
+            cover, not the points it holds.
     """
 
     destination: str
@@ -52,6 +58,7 @@ class DestinationStats:
     last_error: str | None
     last_success_at: str | None
     superseded: bool = False
+    thinned_to: int | None = None
 
 
 @attrs.frozen
@@ -221,12 +228,14 @@ def assemble_stats(
     drops: dict[str, int] = {}
     recorded = rewinds = replaced = 0
     delivered, unsent = (0,) * destinations, (0,) * destinations
+    thinned: tuple[int | None, ...] = (None,) * destinations
     if recorder is not None:
         counts = recorder.counts()
         drops.update(counts.drops)
         recorded, rewinds = counts.points_recorded, counts.rewinds
         replaced = counts.points_replaced_by_rewinds
         delivered, unsent = counts.delivered, counts.unsent
+        thinned = counts.thinned_to or thinned
     points_queued = sum(map(queued_points, queued))
     recorded += points_queued
     drops.update((reason, n) for reason, n in caller_drops.items() if n)
@@ -242,6 +251,7 @@ def assemble_stats(
             last_error=dest.last_error,
             last_success_at=dest.last_success_at,
             superseded=dest.superseded,
+            thinned_to=thinned[dest.index],
         )
         for dest in (worker.destinations if worker is not None else ())
     )

@@ -205,13 +205,26 @@ class Rejected:
 
 @attrs.frozen
 class Split:
-    """The update is too large for the destination (HTTP 413).
+    """The update is too large for the destination (HTTP 413, or over a configured limit).
 
     In full-state mode ``metrics`` cannot be split (shallow merge), so the
-    reporter goes on sending everything but ``metrics`` (docs/design.md#wire-modes).
+    reporter sends the curves thinned to fewer points a series (the rule of
+    ``_thinning.py``), sized by what the sink says here; when even the
+    thinnest curves do not fit, it goes on sending everything but ``metrics``
+    (docs/design.md#wire-modes).
+
+    Args:
+        reason: short description for logs.
+        body_bytes: the size of the body that did not fit, bytes as sent (after
+            compression, if compressed), or ``None`` when unknown.
+        limit_bytes: a body size known to fit, bytes (a configured
+            ``max_body_bytes``, or the largest body the destination took), or
+            ``None`` when unknown: the reporter then halves the points it sends.
     """
 
     reason: str
+    body_bytes: int | None = None
+    limit_bytes: int | None = None
 
 
 @attrs.frozen

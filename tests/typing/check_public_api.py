@@ -78,6 +78,7 @@ def check_reporter(path: Path) -> None:
     assert_type(reporter.close(timeout=5.0), bool)
     assert_type(reporter.stats(), ReporterStats)
     assert_type(reporter.stats().destinations, tuple[DestinationStats, ...])
+    assert_type(reporter.stats().destinations[0].thinned_to, int | None)
     assert_type(reporter.stats().journal, JournalStats | None)
     assert_type(reporter.sinks, tuple[Sink, ...])
     assert_type(reporter.snapshot(), dict[str, Any])
@@ -93,6 +94,9 @@ def check_reporter(path: Path) -> None:
 
 def check_sinks_and_values(path: Path) -> None:
     http = HttpSink("https://jobs.example", "job-1", "train", token_file=path / "token")
+    assert_type(
+        HttpSink("https://jobs.example", "j", max_body_bytes=1 << 20).max_body_bytes, int | None
+    )
     assert_type(http, HttpSink)
     assert_type(HttpSink.from_env({}), HttpSink)
     assert_type(default_sink_from_env({}), Sink)

@@ -69,7 +69,7 @@ from trainreport._sink import (
 )
 from trainreport.exceptions import ConfigError, SinkError
 from trainreport.sinks._http_open import open_session
-from trainreport.sinks._http_send import SuffixSender, send_patch
+from trainreport.sinks._http_send import BodyLimit, SuffixSender, send_patch
 from trainreport.sinks._http_transport import (
     AMBIGUOUS_USERINFO,
     HttpTransport,
@@ -127,6 +127,12 @@ class HttpSink(Sink):
         max_request_bytes: cap on one request's body in series-suffix mode,
             bytes before compression (also bounded by the server's advertised
             limits); larger updates are split per series and per run of points.
+        max_body_bytes: the largest full-state (baseline ``PATCH``) body the job
+            API takes, bytes before compression, or ``None`` (the default: only a
+            413 says). A body whose curves would exceed it is not sent: the
+            reporter sends them thinned to fit (docs/engine.md, "Thinning under a
+            body limit"), as it does after a 413. Series-suffix sends are capped
+            by ``max_request_bytes`` instead.
         ca_certs: a CA bundle file to verify the server with; TLS verification
             is always on (the system's CAs when ``None``).
         use_extension: ``False`` forces the baseline ``PATCH`` mode even when
@@ -141,7 +147,7 @@ class HttpSink(Sink):
             process's start time.
 
     Raises:
-        ConfigError: a non-positive timeout or request cap, a ``task_path``
+        ConfigError: a non-positive timeout, request cap or body limit, a ``task_path``
             that does not format with ``job_id`` and ``task_id``, or a
             ``base_url`` with an ``@`` after a raw ``/``, ``?`` or ``#``
             (``https://user:s3/cret@host``: its host is ambiguous; write the
@@ -162,6 +168,7 @@ class HttpSink(Sink):
         connect_timeout_seconds: float = 5.0,
         read_timeout_seconds: float = 10.0,
         max_request_bytes: int = 1 << 20,
+        max_body_bytes: int | None = None,
         ca_certs: str | None = None,
         use_extension: bool = True,
         attempt: AttemptIdentity | None = None,
@@ -174,6 +181,12 @@ class HttpSink(Sink):
         ):
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 problems.append(f"expected a positive number @ $.{name}")
+        if max_body_bytes is not None and not (
+            isinstance(max_body_bytes, int)
+            and not isinstance(max_body_bytes, bool)
+            and max_body_bytes > 0
+        ):
+            problems.append("expected a positive whole number of bytes or None @ $.max_body_bytes")
         self._quoted = (
             urllib.parse.quote(str(job_id), safe=""),
             urllib.parse.quote(str(task_id), safe=""),
@@ -206,6 +219,9 @@ class HttpSink(Sink):
         self.connect_timeout_seconds = float(connect_timeout_seconds)
         self.read_timeout_seconds = float(read_timeout_seconds)
         self.max_request_bytes = int(max_request_bytes)
+        self.max_body_bytes = max_body_bytes
+        # What the job API's full-state body limit is known to be (configured, 413s).
+        self._body_limit = BodyLimit(max_body_bytes)
         self.ca_certs = ca_certs
         self.use_extension = use_extension
         self.attempt = attempt
@@ -248,7 +264,8 @@ class HttpSink(Sink):
         unique run id is used and ``trainreport.job_id_missing`` logged),
         ``TRAINREPORT_TASK_ID`` (default ``"train"``), ``TRAINREPORT_TOKEN`` or
         else ``TRAINREPORT_TOKEN_FILE``, ``TRAINREPORT_CONNECT_TIMEOUT_SECONDS``,
-        ``TRAINREPORT_READ_TIMEOUT_SECONDS`` and ``TRAINREPORT_CA_CERTS``, through
+        ``TRAINREPORT_READ_TIMEOUT_SECONDS``, ``TRAINREPORT_MAX_BODY_BYTES`` and
+        ``TRAINREPORT_CA_CERTS``, through
         the one reader of the environment (``trainreport._environment``).
 
         Args:
@@ -298,6 +315,7 @@ class HttpSink(Sink):
             token_file=None if settings.token else settings.token_file,
             connect_timeout_seconds=settings.connect_timeout_seconds,
             read_timeout_seconds=settings.read_timeout_seconds,
+            max_body_bytes=settings.max_body_bytes,
             ca_certs=settings.ca_certs,
         )
         if problem is not None:  # the URL was refused: nothing of it is sent anywhere
@@ -360,7 +378,7 @@ class HttpSink(Sink):
             if not self._times or self._generation is None:
                 update = without_times(update)  # times travel in suffix mode only
             if self._generation is None:
-                result = send_patch(self._transport, self._path, update, deadline)
+                result = send_patch(self._transport, self._path, update, deadline, self._body_limit)
             else:
                 result = self._suffix.send(update, self._generation, deadline)
             return self._hinted(self._transport.scrubbed(result))

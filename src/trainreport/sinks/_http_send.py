@@ -1,7 +1,9 @@
 """Sending one update over HTTP, and what the answer means to the protocol.
 
 Two wire modes (``docs/protocol.md``): :func:`send_patch` is the baseline
-``PATCH`` of the task with the full-state body; :class:`SuffixSender` is the
+``PATCH`` of the task with the full-state body (a body over the destination's
+limit, configured or met as a 413, is a ``Split`` that says by how much:
+:class:`BodyLimit`); :class:`SuffixSender` is the
 ``series-suffix-v1`` ``POST .../updates``: it numbers every request (a strictly
 increasing sequence, never reused), keeps the request cap a 413 lowers, and
 splits an update larger than the cap into requests (``_http_plan.py``), each
@@ -27,7 +29,7 @@ from trainreport._payloads import (
     structure_response,
     suffix_details,
 )
-from trainreport._sink import Delivered, Resynchronise, RetryLater, SendResult, Update
+from trainreport._sink import Delivered, Resynchronise, RetryLater, SendResult, Split, Update
 from trainreport.sinks._http_plan import (
     Members,
     Part,
@@ -37,7 +39,7 @@ from trainreport.sinks._http_plan import (
 )
 from trainreport.sinks._http_transport import HttpTransport, classify_failure
 
-__all__ = ["MIN_SPLIT_BYTES", "SuffixSender", "send_patch"]
+__all__ = ["MIN_SPLIT_BYTES", "BodyLimit", "SuffixSender", "send_patch"]
 
 #: The smallest request cap (bytes) a 413 halves down to before giving up with ``Split``.
 MIN_SPLIT_BYTES = 16 * 1024
@@ -47,16 +49,56 @@ _MAX_413 = 8
 _log = get_logger()
 
 
+class BodyLimit:
+    """What a full-state destination's body limit is known to be (docs/engine.md, "Thinning").
+
+    A plain job API says nothing of its limit but a 413; ``HttpSink(max_body_bytes=...)``
+    states one. The reporter thins the curves to fit (``_thinning.py``); this says by
+    how much: a :class:`Split` carries the size that did not fit and a size known to
+    fit (the configured limit, or the largest body the destination took when it is
+    smaller than the refused one), else none (the reporter then halves).
+
+    Driven by the sink's one thread; kept across opens.
+
+    Args:
+        configured: the largest body to send, bytes before compression, or ``None``.
+    """
+
+    __slots__ = ("configured", "fitted")
+
+    def __init__(self, configured: int | None) -> None:
+        self.configured = configured
+        #: The largest body (as sent) the destination took, bytes (0: none yet).
+        self.fitted = 0
+
+    def refused(self, body_bytes: int) -> int | None:
+        """A body of ``body_bytes`` (as sent) was refused: a size known to fit, or ``None``."""
+        if body_bytes <= self.fitted:  # the limit went down: what fitted is no evidence now
+            self.fitted = 0
+        known = [n for n in (self.configured, self.fitted or None) if n is not None]
+        fits = min(known, default=None)
+        return fits if fits is not None and fits < body_bytes else None
+
+
 def send_patch(
-    transport: HttpTransport, path: str, update: Update, deadline: float | None
+    transport: HttpTransport,
+    path: str,
+    update: Update,
+    deadline: float | None,
+    limit: BodyLimit | None = None,
 ) -> SendResult:
     """``PATCH`` the task at ``path`` with the full-state body of ``update`` (baseline mode).
+
+    A body with ``metrics`` over ``limit.configured`` is not sent: it is a
+    :class:`Split` at once, as a 413 is, each saying what did not fit and what
+    is known to fit (:class:`BodyLimit`), so the reporter thins the curves.
 
     Args:
         transport: the sink's transport.
         path: the task resource below the base URL.
         update: the state the server should hold after this call.
         deadline: ``time.monotonic()`` bound of the request, or ``None``.
+        limit: what the destination's body limit is known to be (``None``: no limit known).
 
     Returns:
         :class:`Delivered` (with the answer's ``cancel_requested`` when it is a
@@ -66,10 +108,23 @@ def send_patch(
     Raises:
         SinkError: the request failed (``_http_transport.py``).
     """
-    response = transport.request("PATCH", path, encode_patch_body(update), deadline)
+    limit = BodyLimit(None) if limit is None else limit
+    body = encode_patch_body(update)
+    if limit.configured is not None and len(body) > limit.configured and update.series:
+        return Split(
+            f"the body ({len(body)} bytes) is over max_body_bytes ({limit.configured})",
+            body_bytes=len(body),
+            limit_bytes=limit.configured,
+        )
+    response = transport.request("PATCH", path, body, deadline)
     sent = transport.last_bytes
     if not 200 <= response.status < 300:
-        return classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
+        result = classify_failure(response, datetime.datetime.now(datetime.timezone.utc))
+        if isinstance(result, Split):
+            refused = transport.last_body_bytes
+            result = Split(result.reason, refused, limit.refused(refused))
+        return result
+    limit.fitted = max(limit.fitted, transport.last_body_bytes)
     cancel = False
     try:
         doc = json.loads(response.data) if response.data else None

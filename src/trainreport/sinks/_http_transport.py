@@ -418,6 +418,8 @@ class HttpTransport:
         self.compress = compressor()
         #: Bytes the last request put on the wire (head and body as sent).
         self.last_bytes = 0
+        #: The body of the last request as sent (compressed, if it was), bytes.
+        self.last_body_bytes = 0
         # Connection state: created on first use, never pickled. A pool of one connection
         # to the base URL's host (requests name a path), or a ProxyManager when a proxy
         # applies (requests name the whole URL: ``_origin`` + path).
@@ -466,7 +468,7 @@ class HttpTransport:
             TransportError: connection refused/reset, timeout, TLS or proxy error.
             ProtocolError: the response could not be read as HTTP.
         """
-        self.last_bytes = 0
+        self.last_bytes = self.last_body_bytes = 0
         timeout = self._no_deadline if deadline is None else self.timeout(deadline)
         pool = self.pool_for_this_process()
         headers = self.request_headers()
@@ -476,6 +478,7 @@ class HttpTransport:
                 body = self.compress(body)
                 headers["Content-Encoding"] = ENCODING_GZIP
             headers["Content-Length"] = str(len(body))
+            self.last_body_bytes = len(body)
         target = self._prefix + resource
         self.last_bytes = (
             (len(body) if body is not None else 0)
