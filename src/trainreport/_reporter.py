@@ -424,7 +424,7 @@ class Reporter:
         Never raises, never blocks on I/O; bad values are dropped with one log event each.
         """
         # The hot path: :meth:`_put` and ``_reports``' short form, inlined (a call to a
-        # builder there costs 9-18 % of this call's CPU: docs/performance.md).
+        # builder there costs 9-18 % of this call's CPU: docs/engine.md, "The hot path").
         self._train_calls = (calls := self._train_calls) + 1  # one line: no switch inside
         t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()  # one call in TIMED_EVERY
         try:  # one copy, one append, no lock, no Event.set
