@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import busy, calibrate
 from _workload import metrics_for
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport import _report_calls as calls_module
+from trainreport import _reporter as calls_module
 
 _SAMPLED = "t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()"
 _TIMED_END = "if t0:\n        self._sampled.append(perf_counter_ns() - t0)"
@@ -62,7 +62,7 @@ def compile_variants(reporter: Reporter) -> list[tuple[str, Callable[..., None]]
     Raises:
         RuntimeError: a part to leave out is no longer in the source.
     """
-    source = textwrap.dedent(inspect.getsource(calls_module.ReportCalls.report_train_step))
+    source = textwrap.dedent(inspect.getsource(calls_module.Reporter.report_train_step))
     out: list[tuple[str, Callable[..., None]]] = []
     for name, replacements in VARIANTS:
         text = source

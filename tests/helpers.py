@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainreport import MemorySink
-from trainreport._reporter_lifecycle import RANK_VARIABLES
+from trainreport._reporter import RANK_VARIABLES
 from trainreport._sink import OpenResult, SendResult, Sink, Update
 from trainreport.sinks._runlog import HEADER, MAGIC
 

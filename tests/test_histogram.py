@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainreport import MemorySink, Reporter, _report_calls, _report_queue
+from trainreport import MemorySink, Reporter, _reporter
 from trainreport._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram, bucket_of
 from trainreport.testing import FakeClock
 
@@ -87,15 +87,20 @@ def test_refused_report_calls_keep_the_unfolded_durations_bounded() -> None:
 
 
 class _TimingClock:
-    """A ``perf_counter_ns`` stand-in: each read ``step_ns`` after the last; counts its reads."""
+    """A ``perf_counter_ns`` stand-in: each read ``step_ns`` after the last; counts its reads.
+
+    ``step_ns`` may be changed between calls: a timed call then lasts the new step.
+    """
 
     def __init__(self, step_ns: int = 1_000_000) -> None:
         self.reads = 0
         self.step_ns = step_ns
+        self.now_ns = 0
 
     def __call__(self) -> int:
         self.reads += 1
-        return self.reads * self.step_ns
+        self.now_ns += self.step_ns
+        return self.now_ns
 
 
 def test_the_first_training_step_then_one_in_timed_every_reads_the_timing_clock(
@@ -103,7 +108,7 @@ def test_the_first_training_step_then_one_in_timed_every_reads_the_timing_clock(
 ) -> None:
     """report_train_step times its first call, then calls 17, 33, ...: two clock reads each."""
     timing = _TimingClock()
-    monkeypatch.setattr(_report_calls, "perf_counter_ns", timing)
+    monkeypatch.setattr(_reporter, "perf_counter_ns", timing)
     reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
     reads_after = {}
     for step in range(1, 10 * TIMED_EVERY + 1):
@@ -121,13 +126,15 @@ def test_a_sampled_training_step_stands_for_timed_every_calls_and_others_for_one
     """Training steps (1 ms each, sampled) and validations (3 ms each, every one timed),
     made in a fixed pattern: both kinds are timed, and the weighted histogram counts,
     sums and ranks them as if every call had been timed."""
-    monkeypatch.setattr(_report_calls, "perf_counter_ns", _TimingClock(1_000_000))
-    monkeypatch.setattr(_report_queue, "perf_counter_ns", _TimingClock(3_000_000))
+    timing = _TimingClock()
+    monkeypatch.setattr(_reporter, "perf_counter_ns", timing)
     reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
     steps = 2 * TIMED_EVERY
     for step in range(1, steps + 1):
+        timing.step_ns = 1_000_000
         reporter.report_train_step(step=step, metrics={"loss": 1.0})
         if step % 8 == 0:  # a period that divides TIMED_EVERY: a shared count would alias
+            timing.step_ns = 3_000_000
             reporter.report_validation(step=step, metrics={"loss": 1.0})
     validations = steps // 8
     stats = reporter.stats()
@@ -141,7 +148,7 @@ def test_a_sampled_training_step_stands_for_timed_every_calls_and_others_for_one
 def test_refused_training_steps_are_counted_and_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
     """After close() each call is refused: still counted, still timed one call in TIMED_EVERY."""
     timing = _TimingClock()
-    monkeypatch.setattr(_report_calls, "perf_counter_ns", timing)
+    monkeypatch.setattr(_reporter, "perf_counter_ns", timing)
     reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
     reporter.close(timeout=1)
     for step in range(1, 2 * TIMED_EVERY + 1):

@@ -225,14 +225,14 @@ def test_integrations_use_only_the_public_api() -> None:
 def test_the_outcome_rule_is_written_once() -> None:
     """Only ``Reporter`` maps an exception to a terminal report (no adapter re-derives it).
 
-    Outside ``_terminal_reports.py`` (a base of ``Reporter``) no module of the package tests for
+    Outside ``_reporter.py`` (``Reporter.report_error``) no module of the package tests for
     ``KeyboardInterrupt`` to choose a status (the server's foreground loop in
     ``server/_run.py``, the CLI and the demo catch it to stop a server, and
     ``close()``'s wait in ``_closing.py`` to stop waiting, which is no run outcome).
     """
     copies = []
     for path in sorted(SRC.rglob("*.py")):
-        if path.name in ("_terminal_reports.py", "cli.py", "_demo.py", "_closing.py", "_run.py"):
+        if path.name in ("_reporter.py", "cli.py", "_demo.py", "_closing.py", "_run.py"):
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

@@ -21,9 +21,19 @@ from trainreport import (
     ReportingConfig,
     RetryLater,
     TransitionError,
+    _reporter,
 )
+from trainreport._histogram import LatencyHistogram
 from trainreport._payloads import decode_column
-from trainreport._reports import REPORT_BYTES, queued_bytes
+from trainreport._reporter_stats import assemble_stats
+from trainreport._reports import (
+    REPORT_BYTES,
+    TRAIN_EPOCH,
+    TRAIN_STEP,
+    TRAIN_TIME,
+    completed,
+    queued_bytes,
+)
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -1149,6 +1159,24 @@ def test_the_byte_estimate_of_every_report_kind_returns_to_zero_once_drained() -
     assert 0 == reporter._queued_bytes
 
 
+def test_a_drain_during_a_report_calls_byte_estimate_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reporter thread may subtract what it drained while a report call sizes its report
+    (a call is where CPython switches threads): the call's sum keeps that subtraction."""
+    reporter, _, _ = make()
+    reporter.report_epoch_end(epoch=1)  # one report queued: REPORT_BYTES
+    assert REPORT_BYTES == reporter._queued_bytes
+
+    def sized_while_draining(item: object) -> int:
+        reporter._drained(REPORT_BYTES, True)  # the reporter thread took the first report
+        return queued_bytes(item)
+
+    monkeypatch.setattr(_reporter, "queued_bytes", sized_while_draining)
+    reporter.report_validation(step=1, metrics={"loss": 1.0})
+    assert queued_bytes(reporter._queue[-1]) == reporter._queued_bytes
+
+
 class _Item:
     """A 0-d tensor stand-in: a value with ``.item()``."""
 
@@ -1189,3 +1217,29 @@ def test_a_resumed_process_keeps_the_stored_epochs_continuous(
     epochs = {step: epoch for step, epoch, _ in curve(sink.task, "train_loss")}
     assert {1} == {epochs[s] for s in range(1, 101)}
     assert {2} == {epochs[s] for s in range(101, 201)}
+
+
+def test_stats_are_assembled_alone_from_the_queue_before_any_driver_exists() -> None:
+    """assemble_stats needs no Worker: before start() (no driver, no recorder) the values the
+    queued reports carry count as recorded and unsent, and zero caller drops are left out."""
+    short_form = {"a": 1.0, "b": 2.0, TRAIN_TIME: 0.0, TRAIN_STEP: 1, TRAIN_EPOCH: None}
+    stats = assemble_stats(
+        state="new",
+        destinations=2,
+        driver=None,
+        recorder=None,
+        histogram=LatencyHistogram(),
+        report_calls=2,
+        queued=[completed(0.0), short_form],
+        queued_bytes=-5,  # an estimate a racing drain took below zero reads as 0
+        caller_drops={"queue_full": 0, "after_close": 3},
+    )
+    assert (2, 0, 2, 2, 0) == (
+        stats.points_recorded,
+        stats.points_delivered,
+        stats.points_unsent,
+        stats.queue_depth,
+        stats.queue_bytes,
+    )
+    assert {"after_close": 3} == dict(stats.drops)
+    assert ((), None, 2) == (stats.destinations, stats.journal, stats.report_calls)

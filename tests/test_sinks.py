@@ -26,6 +26,7 @@ from trainreport import (
     ConfigError,
     Delivered,
     FileSink,
+    HttpSink,
     MemorySink,
     Opened,
     Rejected,
@@ -613,3 +614,24 @@ def test_a_second_run_on_a_log_opens_it_once_the_first_is_gone_and_writes_its_po
 def curve_steps(task: dict[str, Any], name: str) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = task["status_details"].get("metrics", {}).get(name, [])
     return points
+
+
+def test_a_sink_names_the_command_that_uploads_a_run_log_to_it(tmp_path: Path) -> None:
+    """Sink.upload_command: the service's URL as shown and the token file, never the token;
+    a sink that sends to no service leaves the URL to fill in."""
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret")
+    with_file = HttpSink("https://u:pw@jobs.example/?q=1", "j", "t", token_file=token_file)
+    with_token = HttpSink("https://jobs.example", "j", "t", token="s3cret")
+    plain = HttpSink("https://jobs.example", "j", "t")
+    assert (
+        f"trainreport sync run.log --url https://jobs.example --token-file {token_file}"
+        == with_file.upload_command("run.log")
+    )
+    assert (
+        "trainreport sync run.log --url https://jobs.example --token-file TOKEN_FILE"
+        == with_token.upload_command("run.log")
+    )
+    assert "trainreport sync run.log --url https://jobs.example" == plain.upload_command("run.log")
+    assert "trainreport sync run.log --url URL" == MemorySink().upload_command("run.log")
+    assert all("s3cret" not in s.upload_command("x") for s in (with_file, with_token))

@@ -1,36 +1,43 @@
 """What ``close()`` tells whoever reads the log: what was delivered, where the rest is kept.
 
-One ``trainreport.closed`` INFO line per reporter (each destination in words,
-with the points it holds and lacks, the run's status and the seconds
-``close()`` took), and one ``trainreport.close_undelivered`` warning per
-destination that does not hold everything, whose ``hint`` says where its
-points are kept (the journal, or a run log that holds them) with the exact
-``trainreport sync`` command that uploads them, or that nothing keeps them;
-and one per journal a dead process left that is not delivered
-(:func:`left_over_waiting`: ``close()`` is never True while one waits).
-The destinations name themselves (``Sink.describe()``); these functions only
-read ``stats()`` and the worker's state (docs/engine.md, "Log events").
+While ``close()`` waits: one ``trainreport.close_waiting`` warning when the
+wait gets long, or ``trainreport.close_interrupted`` at a Ctrl-C
+(:func:`log_close_progress`). Then one ``trainreport.closed`` INFO line per
+reporter (each destination in words, with the points it holds and lacks, the
+run's status and the seconds ``close()`` took), and one
+``trainreport.close_undelivered`` warning per destination that does not hold
+everything, whose ``hint`` says where its points are kept (the journal, or a
+run log that holds them) with the exact ``trainreport sync`` command that
+uploads them, or that nothing keeps them; and one per journal a dead process
+left that is not delivered (:func:`left_over_waiting`: ``close()`` is never True while one waits).
+The destinations name themselves (``Sink.describe()``) and the command that
+uploads to them (``Sink.upload_command()``); these functions only read
+``stats()`` and the driver's destinations (docs/engine.md, "Log events").
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from trainreport._journal_feed import JournalWatch
 from trainreport._logging import get_logger
 from trainreport._reporter_stats import ReporterStats
 from trainreport._sink import Sink
-from trainreport._worker import Worker
 from trainreport.sinks._file import FileSink
-from trainreport.sinks._http import HttpSink
+
+if TYPE_CHECKING:
+    from trainreport._worker import Worker
 
 __all__ = [
     "describe_destination",
     "left_over_waiting",
+    "log_close_progress",
     "log_closed",
     "sync_command",
     "warn_undelivered",
@@ -48,22 +55,11 @@ def describe_destination(sink: Sink) -> str:
 
 
 def sync_command(path: str, sink: Sink) -> str:
-    """The command that uploads ``path`` to ``sink``'s service, ready to copy; never a secret.
-
-    The URL as shown (no userinfo, query or fragment: a ``***@`` copied into the
-    command would be sent as Basic ``***``); a sink with credentials adds
-    ``--token-file`` with its token file, else a ``TOKEN_FILE`` to fill in.
-    Never raises.
-    """
-    if not isinstance(sink, HttpSink):
+    """``sink.upload_command(path)``, or the command with a ``URL`` to fill in. Never raises."""
+    try:
+        return str(sink.upload_command(path))[:1000]
+    except Exception:
         return f"trainreport sync {path} --url URL"
-    transport = sink._transport
-    command = f"trainreport sync {path} --url {sink.base_url}"
-    if transport.token_file is not None:
-        return f"{command} --token-file {transport.token_file}"
-    if transport.has_credentials or transport.has_userinfo:
-        return f"{command} --token-file TOKEN_FILE"
-    return command
 
 
 def left_over_waiting(journal: JournalWatch | None) -> list[tuple[Path, str]]:
@@ -75,6 +71,74 @@ def left_over_waiting(journal: JournalWatch | None) -> list[tuple[Path, str]]:
         return keeper.waiting()
     except Exception:
         return []
+
+
+def log_close_progress(
+    event: str,
+    sinks: Sequence[Sink],
+    worker: Worker,
+    stats: ReporterStats,
+    journal: JournalWatch | None,
+    seconds_left: float | None,
+) -> None:
+    """Say what ``close()`` waits for (``close_waiting``) or left unsent (``close_interrupted``).
+
+    One event naming the destinations that do not hold everything yet, the
+    points they lack, the status being sent, the deadline (``close_waiting``:
+    seconds left and the wall-clock time) and the journal where the unsent
+    points stay, with the command that uploads them (docs/engine.md#decisions-the-design-left-open).
+
+    Args:
+        event: ``trainreport.close_waiting`` or ``trainreport.close_interrupted``.
+        sinks: the reporter's destinations, in order.
+        worker: the reporter thread's driver.
+        stats: ``Reporter.stats()`` now.
+        journal: the reporter's journal, or ``None``.
+        seconds_left: seconds to the deadline, or ``None`` after a Ctrl-C.
+
+    Never raises.
+    """
+    with contextlib.suppress(Exception):  # a log line must never break close()
+        recorder = worker.recorder
+        waiting = [
+            (dest.label, figures.points_unsent)
+            for dest, figures in zip(worker.destinations, stats.destinations, strict=True)
+            if not dest.superseded
+            and (
+                stats.queue_depth
+                or not (dest.finished_cleanly or recorder.all_delivered(dest.index))
+            )
+        ]
+        kept = stats.journal
+        path = kept.path if kept is not None and kept.state in ("recording", "kept") else None
+        where = (
+            f"unsent points stay in the journal at {path}: the next run of this job and "
+            f"task sends them, or `{sync_command(path, sinks[journal.destination])}` "
+            "uploads them"
+            if path is not None and journal is not None
+            else "no journal holds the unsent points"
+        )
+        where = f"{where[:1].upper()}{where[1:]}"
+        fields: dict[str, Any] = {
+            "destinations": ", ".join(label for label, _ in waiting),
+            "unsent_points": sum(points for _, points in waiting),
+            "status": (recorder.final_status(worker.queue) or recorder.status).value,
+            "journal": path,
+        }
+        if seconds_left is None:
+            _log.warning(event, **fields, hint=f"close() stopped waiting at Ctrl-C. {where}")
+            return
+        until = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=seconds_left)
+        _log.warning(
+            event,
+            **fields,
+            seconds_left=round(seconds_left, 1),
+            until=until.isoformat(timespec="seconds"),
+            hint=(
+                "close() waits until then for the destinations to take the points and "
+                f"the status; press Ctrl-C to stop waiting. {where}"
+            ),
+        )
 
 
 def log_closed(

@@ -3,24 +3,44 @@
 The frozen values (:class:`ReporterStats`, one :class:`DestinationStats`
 per destination, :class:`JournalStats` for the journal) and
 :func:`assemble_stats`, which builds them from the recorder's counters, the
-worker's destinations, the reports still queued, the caller-side counters and
-latency histogram, and what the reporter thread keeps about the journal.
+driver's destinations (read only: no ``Worker`` is imported here), the
+reports still queued, the caller-side counters and latency histogram, and
+what the reporter thread keeps about the journal.
 Reading only: nothing here changes the reporter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
 from trainreport._histogram import LatencyHistogram
 from trainreport._journal_feed import JournalWatch
-from trainreport._recorder import Recorder
 from trainreport._reports import Report, queued_points
-from trainreport._worker import Worker
 
-__all__ = ["DestinationStats", "JournalStats", "ReporterStats", "assemble_stats", "journal_stats"]
+if TYPE_CHECKING:
+    from trainreport._destination import Destination
+    from trainreport._recorder import Recorder
+
+__all__ = [
+    "DestinationStats",
+    "Driver",
+    "JournalStats",
+    "ReporterStats",
+    "assemble_stats",
+    "journal_stats",
+]
+
+
+class Driver(Protocol):
+    """What :func:`assemble_stats` reads of the reporter thread's driver (``Worker``)."""
+
+    @property
+    def destinations(self) -> Sequence[Destination]:
+        """Each destination's state, in ``Reporter(sinks=[...])`` order."""
+        ...
 
 
 @attrs.frozen
@@ -197,7 +217,7 @@ def assemble_stats(
     *,
     state: str,
     destinations: int,
-    worker: Worker | None,
+    driver: Driver | None,
     recorder: Recorder | None,
     histogram: LatencyHistogram,
     report_calls: int,
@@ -211,8 +231,8 @@ def assemble_stats(
     Args:
         state: the lifecycle state's value (``running``, ...).
         destinations: how many sinks the reporter has (before ``start()`` there
-            is no worker to ask).
-        worker: the reporter thread's driver, or None before ``start()``.
+            is no driver to ask).
+        driver: the reporter thread's driver, or None before ``start()``.
         recorder: the store's owner, or None before ``start()``.
         histogram: the report calls' latency histogram (training steps by
             weighted sample: ``_histogram``).
@@ -253,7 +273,7 @@ def assemble_stats(
             superseded=dest.superseded,
             thinned_to=thinned[dest.index],
         )
-        for dest in (worker.destinations if worker is not None else ())
+        for dest in (driver.destinations if driver is not None else ())
     )
     successes = [d.last_success_at for d in per if d.last_success_at is not None]
     h = histogram

@@ -279,6 +279,21 @@ class Sink(abc.ABC):
         except Exception:
             return f"<{type(self).__name__}>"
 
+    def upload_command(self, path: str) -> str:
+        """The ``trainreport sync`` command that uploads the run log at ``path`` to this sink.
+
+        ``close()`` names it when points stay in a journal or a run log
+        (``trainreport.close_undelivered``, ``trainreport.close_waiting``),
+        ready to copy. A sink that sends to a job-status service overrides it
+        with the service's URL (``HttpSink`` does); it must not do I/O or name
+        a secret. The default leaves the URL to fill in:
+        ``trainreport sync PATH --url URL``. Never raises.
+
+        Args:
+            path: the journal or run-log file to upload.
+        """
+        return f"trainreport sync {path} --url URL"
+
     @abc.abstractmethod
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
         """Connect, learn the destination's capabilities and read the stored task.

@@ -254,6 +254,22 @@ class HttpSink(Sink):
         """``job-status service URL job 'J' task 'T'`` (never the token). Never raises."""
         return f"job-status service {self.base_url} job {self.job_id!r} task {self.task_id!r}"
 
+    def upload_command(self, path: str) -> str:
+        """``trainreport sync PATH --url URL`` with this service's URL; never a secret.
+
+        The URL as shown (no userinfo, query or fragment: a ``***@`` copied into
+        the command would be sent as Basic ``***``); a sink with credentials adds
+        ``--token-file`` with its token file, else a ``TOKEN_FILE`` to fill in.
+        Never raises.
+        """
+        transport = self._transport
+        command = f"trainreport sync {path} --url {self.base_url}"
+        if transport.token_file is not None:
+            return f"{command} --token-file {transport.token_file}"
+        if transport.has_credentials or transport.has_userinfo:
+            return f"{command} --token-file TOKEN_FILE"
+        return command
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> HttpSink:
         """The sink a job system's environment describes.
