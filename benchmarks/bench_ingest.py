@@ -11,13 +11,14 @@ thread two million points a second; the queue's memory guard
   (``time.thread_time``). No sends: the work a drain does;
 - **loops**: a real ``Reporter`` writing the embedded default's run log
   (``FileSink``), fed by a loop that reports ``width`` metrics a step, either
-  paced (one step every ``pace`` µs, spun in pure Python so that it holds the
-  interpreter as a training step's Python does) or tight (no work between
-  calls). Per loop: the reports dropped by the guard, the reporter thread's
-  CPU (its own clock, ``pthread_getcpuclockid``) and the points it recorded
-  per second of it, the deepest queue seen (reports, and the guard's
-  estimate in MiB), the report call's p50, the loop's achieved µs per step,
-  and the time ``close()`` took.
+  paced (one step every ``pace`` µs on average: step n starts ``n * pace``
+  µs after the first, spun in pure Python so that it holds the interpreter
+  as a training step's Python does) or tight (no work between calls).
+  Per loop: the reports dropped by the guard, the reporter thread's CPU (its
+  own clock, ``pthread_getcpuclockid``) and the points it recorded per
+  second of it, the deepest queue seen (reports, and the guard's estimate in
+  MiB), the report call's p50, the loop's achieved µs per step, and the time
+  ``close()`` took.
 
 Run:
 
@@ -129,6 +130,8 @@ def measure_loop(
         start = clock()
         for step in range(1, steps + 1):
             if pace_ns:
+                # The loop holds its rate: step n starts at start + n * pace (one that
+                # waited for the interpreter is made up for by the steps after it).
                 until = start + step * pace_ns
                 while clock() < until:  # the step's own work, holding the interpreter
                     pass

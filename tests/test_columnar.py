@@ -286,8 +286,9 @@ def test_a_long_run_is_cut_into_batches_of_bounded_size() -> None:
 
     Its checks and copies are single C calls that hold the interpreter, so a
     drain of a deep queue of wide reports is cut into pieces the training
-    thread can interleave with (docs/engine.md, "Columnar ingest"); the record
-    is the per-point path's.
+    thread can interleave with
+    (docs/performance.md#reporter-ingest-throughput-issue-23); the record is
+    the per-point path's.
     """
     width = 500
     rows = BATCH_VALUES // width

@@ -630,7 +630,7 @@ def test_the_default_guard_holds_two_seconds_of_100_metrics_every_50_us() -> Non
     """The default ``max_queue_bytes`` queues 40,000 reports of 100 metrics (2 s at 50 µs a step).
 
     The headroom a fast loop needs while the reporter thread sends or waits for
-    the interpreter (docs/performance.md, "Reporter ingest throughput"): the
+    the interpreter (docs/performance.md#reporter-ingest-throughput-issue-23): the
     guard drops none of them.
     """
     reporter, _, _ = make()
