@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from trainreport import ReportingConfig
+from trainreport._columnar import BATCH_VALUES
 from trainreport._payloads import StoredState
 from trainreport._recorder import Build, Recorder
 from trainreport._reports import (
@@ -278,3 +279,55 @@ def test_like_training_reports_are_applied_as_batches(
     assert per_point[:3] == batched[:3]
     assert list(range(1, 51)) == batched[0]["series"]["train_loss"][0]
     assert 49 == batched[3]  # all but the first training step (the purge decision)
+
+
+def test_a_long_run_is_cut_into_batches_of_bounded_size() -> None:
+    """A batch takes at most ``BATCH_VALUES`` values; the rest of the run is the next batch's.
+
+    Its checks and copies are single C calls that hold the interpreter, so a
+    drain of a deep queue of wide reports is cut into pieces the training
+    thread can interleave with
+    (docs/performance.md#reporter-ingest-throughput-issue-23); the record is
+    the per-point path's.
+    """
+    width = 500
+    rows = BATCH_VALUES // width
+    keys = [f"m{i}" for i in range(width)]
+    items: list[Report] = [
+        short_form(float(s), s, 1, {k: s + i / 1000 for i, k in enumerate(keys)})
+        for s in range(1, 3 * rows + 2)
+    ]
+    per_point = _run(items, [], [], ReportingConfig(), batch=False)
+    recorder = Recorder(ReportingConfig(), wall_offset=1_767_225_000.25)
+    recorder.start_attempt()
+    recorder.apply_all(deque(dict(item) for item in items if isinstance(item, dict)))
+    columnar = recorder._ingest._columnar
+    assert 3 * rows == columnar.rows  # all but the first step (the purge decision)
+    assert 3 == columnar.batches
+    points = {name: s[:4] for name, s in _state(recorder)["series"].items()}
+    assert {name: s[:4] for name, s in per_point[0]["series"].items()} == points
+
+
+@pytest.mark.parametrize(
+    ("odd_key", "batched"),
+    [("bad\x00name", True), ("loss", False)],
+    ids=["under a refused key: batched", "under a recorded key: per point"],
+)
+def test_a_value_of_another_type_sends_a_run_per_point_only_where_it_is_recorded(
+    odd_key: str, batched: bool
+) -> None:
+    """A text value under a refused name is never read: the run still batches.
+
+    Under a recorded name it sends the whole run through the per-point path,
+    which drops and logs it; either way the record is the per-point path's.
+    """
+    items: list[Report] = []
+    for s in range(1, 41):
+        metrics: dict[str, object] = {"loss": 1.0 / s, "lr": 2, "bad\x00name": 0.5}
+        if s == 20:
+            metrics[odd_key] = "1.5"
+        items.append(short_form(float(s), s, 1, metrics))
+    per_point = _run(items, [], [], ReportingConfig(), batch=False)
+    batch = _run(items, [], [], ReportingConfig(), batch=True)
+    assert per_point[:3] == batch[:3]
+    assert (39 if batched else 0) == batch[3]

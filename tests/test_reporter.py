@@ -636,6 +636,44 @@ def test_the_memory_guard_counts_bytes_not_reports() -> None:
     reporter.close(timeout=1)
 
 
+def test_the_default_guard_holds_two_seconds_of_100_metrics_every_50_us() -> None:
+    """The default ``max_queue_bytes`` queues 40,000 reports of 100 metrics (2 s at 50 µs a step).
+
+    The headroom a fast loop needs while the reporter thread sends or waits for
+    the interpreter (docs/performance.md#reporter-ingest-throughput-issue-23): the
+    guard drops none of them.
+    """
+    reporter, _, _ = make()
+    reporter.report_train_step(step=1, metrics={f"m{i}": 1.0 for i in range(100)})
+    report = reporter._queue[0]  # as the hot path queued it
+    assert 40_000 <= ReportingConfig().max_queue_bytes // queued_bytes(report)
+    reporter.close(timeout=1)
+
+
+def test_a_producer_faster_than_the_thread_is_counted_per_report_and_logged_once() -> None:
+    """Drops past the guard are counted one by one and logged once, however often it fills.
+
+    The guard fills, the thread drains it, a faster loop fills it again: every
+    refused report is counted (``queue_full``), one ``trainreport.queue_full``
+    event in all.
+    """
+    reporter, _, _ = make(max_queue_bytes=2**20)
+    drive(reporter)
+    metrics = {f"m{i}": 1.0 for i in range(100)}
+    fits = 2**20 // (REPORT_BYTES + 48 * 100) + 1  # the guard refuses at or past its budget
+    step = 0
+    with capture_events() as events:
+        for _ in range(3):
+            for _ in range(fits + 50):
+                step += 1
+                reporter.report_train_step(step=step, metrics=metrics)
+            cycle(reporter)
+    stats = reporter.stats()
+    assert 3 * 50 == stats.drops["queue_full"]
+    assert 1 == sum(e["event"] == "trainreport.queue_full" for e in events)
+    assert not reporter.close(timeout=5)
+
+
 def test_the_byte_guard_frees_what_the_reporter_thread_drained() -> None:
     """Reports the thread has applied no longer count: a long run under a small guard loses none."""
     reporter, sink, _ = make(max_queue_bytes=2**20)

@@ -4,7 +4,8 @@ The common case on the reporter thread is a queue of ``report_train_step``
 reports with the same metric keys every step (docs/design.md#performance). Applied
 one point at a time that is a Python loop per point; here a run of such
 reports is gathered, its values transposed with C-level builtins
-(``zip(*rows)``, one ``struct`` pack per column, ``array.frombytes``) and
+(one ``struct`` pack of the run's values row after row, columns cut from it
+by strided slices of the packed array) and
 appended column by column, using one cached :class:`_Plan` per key set
 (which keys are series, which scalars, which are refused, and the series
 themselves).
@@ -65,12 +66,16 @@ _NUMBERS = frozenset({float, int})
 _MISSING: Any = object()
 #: Cached plans per name-table version (key sets seen); past it the cache starts afresh.
 _MAX_PLANS = 64
+#: Values one batch takes at most: its checks, pack and column copies are single C
+#: calls that hold the interpreter, so a batch is cut to about a millisecond of them
+#: (the training thread waits no longer for its turn); past it the next batch starts.
+BATCH_VALUES = 2**16
 
 
 class _Plan:
     """How the reports with one key sequence are applied: per column, a series or a scalar."""
 
-    __slots__ = ("getter", "scalars", "series", "used", "width")
+    __slots__ = ("getter", "rows", "scalars", "series", "used", "width")
 
     def __init__(
         self,
@@ -79,6 +84,8 @@ class _Plan:
         scalars: list[tuple[int, str]],
     ) -> None:
         self.width = len(keys)
+        #: Reports one batch takes at most (``BATCH_VALUES``).
+        self.rows = max(1, BATCH_VALUES // max(1, self.width))
         if len(keys) == 1:
             key = keys[0]
             self.getter: Callable[[dict[Any, Any]], tuple[Any, ...]] = lambda m: (m[key],)
@@ -124,7 +131,7 @@ class ColumnarIngest:
         epochs: the attempt's epoch resolver.
     """
 
-    __slots__ = ("_epochs", "_names", "_plans", "_plans_version", "_record", "rows")
+    __slots__ = ("_epochs", "_names", "_plans", "_plans_version", "_record", "batches", "rows")
 
     def __init__(self, record: RunRecord, names: NameTables, epochs: EpochResolver) -> None:
         self._record = record
@@ -132,8 +139,9 @@ class ColumnarIngest:
         self._epochs = epochs
         self._plans: dict[tuple[object, ...], _Plan | None] = {}
         self._plans_version = -1
-        #: Reports applied as batches (for tests: the batch path is taken).
+        #: Reports applied as batches, and the batches (for tests: the batch path is taken).
         self.rows = 0
+        self.batches = 0
 
     def plan_for(self, item: Report) -> _Plan | None:
         """The plan a run starting with ``item`` would use, or None (per-point path)."""
@@ -190,7 +198,8 @@ class ColumnarIngest:
             plan: :meth:`plan_for` of ``first``.
             first: the report that starts the run (already taken off the queue).
             popleft: takes the next report off the queue.
-            remaining: how many more reports may be taken.
+            remaining: how many more reports may be taken (a batch takes at
+                most ``plan.rows`` in all: the rest is the next batch's).
             per_point: applies one report the per-point way.
 
         Returns:
@@ -216,10 +225,12 @@ class ColumnarIngest:
         steps: list[int] = []
         epochs: list[int] = []
         times: list[float] = []
-        rows: list[tuple[Any, ...]] = []
+        flat: list[Any] = []  # the values, row after row (the order they lie in memory)
+        add_row = flat.extend
         items: list[Report] = []
         item: Report | None = first
         taken = 0
+        room = min(remaining, plan.rows - 1)  # more reports this batch may take
         while item is not None:
             try:
                 if type(item) is dict:  # the short form: same keys = same length, all found
@@ -249,7 +260,7 @@ class ColumnarIngest:
                     if resolved_before is None:
                         break
                     row_epoch = resolved_before
-                rows.append(getter(metrics))
+                add_row(getter(metrics))
             except Exception:  # a key missing, or a hostile one: this report goes per point
                 break
             epoch = row_epoch
@@ -259,10 +270,10 @@ class ColumnarIngest:
             times.append(t)
             items.append(item)
             item = None
-            if taken < remaining:
+            if taken < room:
                 item = popleft()
                 taken += 1
-        if not self._apply(plan, items, rows, steps, epochs, times, epoch):
+        if not self._apply(plan, items, flat, steps, epochs, times, epoch):
             for report in items:  # a value the batch does not take: the per-point path
                 per_point(report)
         return taken, len(items) * (REPORT_BYTES + VALUE_BYTES * width), item
@@ -271,28 +282,36 @@ class ColumnarIngest:
         self,
         plan: _Plan,
         items: list[Report],
-        rows: list[tuple[Any, ...]],
+        flat: list[Any],
         steps: list[int],
         epochs: list[int],
         times: list[float],
         epoch: int | None,
     ) -> bool:
-        """Append the gathered run; False (nothing changed) if a value needs the per-point path."""
+        """Append the gathered run; False (nothing changed) if a value needs the per-point path.
+
+        ``flat``: the run's values row after row, ``plan.width`` a row.
+        """
         if not items:
             return True
-        columns = list(zip(*rows, strict=True))
-        # Each column packed as native doubles (the bytes ``array('d')`` holds) before
-        # anything changes: ints are converted as float() converts them.
-        pack = Struct(f"{len(items)}d").pack
-        values: dict[int, bytes] = {}
-        for i in plan.used:
-            column = columns[i]
-            if not _NUMBERS.issuperset(map(type, column)):
-                return False
-            try:
-                values[i] = pack(*column)
-            except (OverflowError, error):  # an int too large for a float: per point
-                return False
+        width = plan.width
+        # Checked and packed row after row, in the order the values lie in memory (a
+        # report's values were allocated together), then cut into columns by strided
+        # slices of the packed doubles: ints are converted as float() converts them.
+        try:
+            if _NUMBERS.issuperset(map(type, flat)):
+                packed = array("d", Struct(f"{len(flat)}d").pack(*flat))
+                values = {i: packed[i::width] for i in plan.used}
+            else:  # a value of another type: only the recorded columns must be numbers
+                pack = Struct(f"{len(items)}d").pack
+                values = {}
+                for i in plan.used:
+                    column = flat[i::width]
+                    if not _NUMBERS.issuperset(map(type, column)):
+                        return False
+                    values[i] = array("d", pack(*column))
+        except (OverflowError, error):  # an int too large for a float: per point
+            return False
         record = self._record
         store = record.store
         step_column = array("q", steps)
@@ -302,10 +321,10 @@ class ColumnarIngest:
         for i, s in plan.series:
             s.steps.extend(step_column)
             s.epochs.extend(epoch_column)
-            s.values.frombytes(values[i])
+            s.values.extend(values[i])
             s.times.extend(time_column)
         for i, name in plan.scalars:
-            store.scalars[name] = float(columns[i][-1])
+            store.scalars[name] = values[i][-1]
         store.points_recorded += len(items) * len(plan.series)
         store.max_step = steps[-1]
         record.at_epoch = epoch
@@ -317,4 +336,5 @@ class ColumnarIngest:
             record.last_step_time = final[1]
         record.changes += len(items)
         self.rows += len(items)
+        self.batches += 1
         return True
