@@ -26,6 +26,7 @@ from trainreport import FileSink, Opened, Reporter, ReportingConfig
 from trainreport._payloads import ColumnTask, StoredState, parse_stored_task, read_stored_columns
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.server import ServerHandle
+from trainreport.sinks import _http_open
 from trainreport.sinks._http import HttpSink
 from trainreport.sinks._record import TaskRecord
 
@@ -72,10 +73,15 @@ def whole_task(url: str) -> dict[str, Any]:
     return task
 
 
+@pytest.mark.parametrize(("per_read", "reads"), [(200_000, 1), (30, 3)])
 def test_the_writer_reads_the_stored_series_as_columns_and_equals_the_whole_get(
-    server: ServerHandle,
+    server: ServerHandle, monkeypatch: pytest.MonkeyPatch, per_read: int, reads: int
 ) -> None:
-    """POST .../writers?metrics=false, then one GET .../series a series: the same task."""
+    """POST .../writers?metrics=false, then GET .../series in groups of points: the same task.
+
+    Stored lengths 40, 40, 4 and 3: in groups of 30 points, three reads.
+    """
+    monkeypatch.setattr(_http_open, "_POINTS_PER_READ", per_read)
     store_task(server.url)
     with FaultProxy.for_url(server.url) as proxy:
         opened = HttpSink(proxy.url, JOB).open(timeout_seconds=10)
@@ -83,7 +89,7 @@ def test_the_writer_reads_the_stored_series_as_columns_and_equals_the_whole_get(
     assert isinstance(opened, Opened)
     assert isinstance(opened.stored_task, ColumnTask)
     assert any(p.endswith("/writers?metrics=false") for p in paths)
-    assert 4 == sum("/series?name=" in p for p in paths)
+    assert reads == sum("/series?name=" in p for p in paths)
     assert not any(p.endswith("/tasks/train") for p in paths)  # never the whole task
     whole = whole_task(server.url)
     assert whole == opened.stored_task

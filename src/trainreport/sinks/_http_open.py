@@ -197,6 +197,27 @@ def _curves_left_out(task: Mapping[str, Any], lengths: Mapping[str, int]) -> boo
     )
 
 
+#: About how many stored points one ``GET .../series`` of a resume asks for: the
+#: series are read in groups this large (a longer series alone), so a resume holds
+#: about this many points of JSON at a time (~130 bytes each) in a few requests.
+_POINTS_PER_READ = 200_000
+
+
+def _groups(lengths: Mapping[str, int]) -> list[list[str]]:
+    """The stored series with points, in stored order, in groups of about ``_POINTS_PER_READ``."""
+    groups: list[list[str]] = []
+    held = _POINTS_PER_READ
+    for name, length in lengths.items():
+        if not (type(length) is int and length > 0):
+            continue
+        if held + length > _POINTS_PER_READ:
+            groups.append([])
+            held = 0
+        groups[-1].append(name)
+        held += length
+    return groups
+
+
 def _read_series(
     transport: HttpTransport,
     task_resource: str,
@@ -205,22 +226,21 @@ def _read_series(
     caps: frozenset[str],
     deadline: float | None,
 ) -> Mapping[str, Any] | RetryLater | Rejected | None:
-    """The stored curves, one ``GET {task}/series?name=`` a series, as columns.
+    """The stored curves as columns, from ``GET {task}/series?name=...``, a group at a time.
 
-    A resume then holds one series' JSON at a time, never the whole task as
-    one document of a dictionary per point (``docs/engine.md``, "Resuming").
-    A series whose length is not the one the writer's answer gave (someone
-    wrote between the two reads), or a server without the endpoint (404,
-    405, 501), falls back to the whole task from ``GET {task}``.
+    A resume then holds one group's JSON at a time (:data:`_POINTS_PER_READ`
+    points), never the whole task as one document of a dictionary per point
+    (``docs/engine.md``, "Resuming"). A series whose length is not the one
+    the writer's answer gave (someone wrote between the two reads), or a
+    server without the endpoint (404, 405, 501), falls back to the whole task
+    from ``GET {task}``.
     """
     state = parse_stored_task(dict(task))
     if isinstance(state, str):
         return task  # the seed says why it is unreadable
-    for name, length in lengths.items():
-        if not (type(length) is int and length > 0):
-            continue
-        resource = f"{task_resource}/series?name={urllib.parse.quote(name, safe='')}"
-        response = transport.request("GET", resource, None, deadline)
+    for names in _groups(lengths):
+        query = "&".join(f"name={urllib.parse.quote(n, safe='')}" for n in names)
+        response = transport.request("GET", f"{task_resource}/series?{query}", None, deadline)
         if not 200 <= response.status < 300:
             if response.status in (404, 405, 501):
                 return _read_whole_task(transport, task_resource, caps, deadline)
@@ -233,16 +253,18 @@ def _read_series(
             raise ProtocolError("malformed response: GET .../series is not JSON") from exc
         del response
         found = doc.get("series") if isinstance(doc, dict) else None
-        column = found.get(name) if isinstance(found, dict) else None
-        if not (
-            isinstance(column, dict)
-            and column.get("length") == length
-            and column.get("first_index", 0) == 0
-        ):
-            return _read_whole_task(transport, task_resource, caps, deadline)
-        del doc, found
-        state = read_stored_columns(state, name, column)
-        del column
+        del doc
+        for name in names:
+            column = found.pop(name, None) if isinstance(found, dict) else None
+            if not (
+                isinstance(column, dict)
+                and column.get("length") == lengths[name]
+                and column.get("first_index", 0) == 0
+            ):
+                return _read_whole_task(transport, task_resource, caps, deadline)
+            state = read_stored_columns(state, name, column)
+            del column  # each series' JSON goes as soon as it is columns
+        del found
     return ColumnTask(state)
 
 
