@@ -28,8 +28,8 @@ import json
 import math
 import operator
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import attrs
 import cattrs
@@ -41,6 +41,7 @@ from trainreport._protocol import new_columns
 from trainreport._sink import SeriesUpdate, Update
 
 __all__ = [
+    "ColumnPoints",
     "ColumnTask",
     "StoredState",
     "UpdateResponse",
@@ -290,6 +291,57 @@ class StoredState:
     damaged: Mapping[str, Any] = attrs.field(factory=dict)
     damage_reasons: Mapping[str, str] = attrs.field(factory=dict)
     problems: tuple[str, ...] = ()
+
+
+class ColumnPoints(Sequence[dict[str, Any]]):
+    """A series' points read as columns that look like the ``GET`` shape's list of points.
+
+    ``trainreport show`` summarises a long run from its columns (28 bytes a
+    point) without building a dictionary per point (about 240 bytes): an item
+    is built when it is read, and :meth:`values` gives the values for a
+    sparkline straight from the column.
+
+    Args:
+        steps: the steps column.
+        epochs: the epochs column (an item ``None`` where unknown).
+        values: the values column (``None``, or a non-finite float, for ``null``).
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[int],
+        epochs: Sequence[int | None],
+        values: Sequence[float | None],
+    ) -> None:
+        self._steps, self._epochs, self._values = steps, epochs, values
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        value = self._values[index]
+        finite = value is not None and _isfinite(value)
+        return {
+            "step": self._steps[index],
+            "epoch": self._epochs[index],
+            "value": value if finite else None,
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def values(self) -> list[float | None]:
+        """The values, ``None`` where not finite. Never raises."""
+        return [v if v is not None and _isfinite(v) else None for v in self._values]
 
 
 class ColumnTask(Mapping[str, Any]):

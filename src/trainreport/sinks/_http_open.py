@@ -47,7 +47,7 @@ from trainreport._sink import (
 from trainreport.exceptions import ProtocolError
 from trainreport.sinks._http_transport import HttpTransport, classify_failure, is_transient
 
-__all__ = ["Capabilities", "Session", "open_session", "read_capabilities"]
+__all__ = ["Capabilities", "Session", "open_session", "read_capabilities", "series_groups"]
 
 _log = get_logger()
 _once = OnceLogger()
@@ -203,14 +203,22 @@ def _curves_left_out(task: Mapping[str, Any], lengths: Mapping[str, int]) -> boo
 _POINTS_PER_READ = 200_000
 
 
-def _groups(lengths: Mapping[str, int]) -> list[list[str]]:
-    """The stored series with points, in stored order, in groups of about ``_POINTS_PER_READ``."""
+def series_groups(lengths: Mapping[str, int], per_read: int | None = None) -> list[list[str]]:
+    """The series with points, in stored order, in groups of about ``per_read`` points.
+
+    A series longer than ``per_read`` is a group of its own. Never raises.
+
+    Args:
+        lengths: points per series, in stored order.
+        per_read: points a group holds at most (``None``: ``_POINTS_PER_READ``).
+    """
+    limit = _POINTS_PER_READ if per_read is None else per_read
     groups: list[list[str]] = []
-    held = _POINTS_PER_READ
+    held = limit
     for name, length in lengths.items():
         if not (type(length) is int and length > 0):
             continue
-        if held + length > _POINTS_PER_READ:
+        if held + length > limit:
             groups.append([])
             held = 0
         groups[-1].append(name)
@@ -238,7 +246,7 @@ def _read_series(
     state = parse_stored_task(dict(task))
     if isinstance(state, str):
         return task  # the seed says why it is unreadable
-    for names in _groups(lengths):
+    for names in series_groups(lengths):
         query = "&".join(f"name={urllib.parse.quote(n, safe='')}" for n in names)
         response = transport.request("GET", f"{task_resource}/series?{query}", None, deadline)
         if not 200 <= response.status < 300:
