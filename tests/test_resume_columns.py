@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from faults import FaultProxy
 from helpers import curve
 from trainreport import FileSink, Opened, Reporter, ReportingConfig
 from trainreport._payloads import ColumnTask, StoredState, parse_stored_task, read_stored_columns
+from trainreport._protocol import new_columns
 from trainreport._sink import SeriesUpdate, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks import _http_open
@@ -267,13 +269,16 @@ def test_a_task_records_stored_state_equals_parsing_its_get_shape(
     """TaskRecord.stored_state() == parse_stored_task(to_task()) (finite values)."""
     updates = []
     for name, points in series.items():
-        steps = sorted(step for step, _ in points)
-        values = [v for _, v in points]
-        updates.append(SeriesUpdate(name, 0, steps, [1] * len(steps), values))
+        steps, epochs, values = new_columns()
+        steps.extend(sorted(step for step, _ in points))
+        epochs.extend([1] * len(points))
+        values.extend(v for _, v in points)
+        updates.append(SeriesUpdate(name, 0, steps, epochs, values))
     raw = {"x": [{"step": 2, "epoch": 1, "value": 1.0}, {"step": 1, "epoch": 1, "value": 2.0}]}
     record = TaskRecord(None)
     record.apply(
         Update("running", {"val_datasets": ["v"]}, tuple(updates), True, raw if foreign else {})
     )
     assert parse_stored_task(record.to_task()) == record.stored_state()
-    assert record.to_task() == ColumnTask(record.stored_state(copy=True))
+    task: Mapping[str, Any] | None = record.to_task()
+    assert task == ColumnTask(record.stored_state(copy=True))
