@@ -357,10 +357,14 @@ class ColumnTask(Mapping[str, Any]):
 
     Args:
         state: the stored task, parsed; its columns must not change afterwards.
+        task: the stored task as read without its curves (its other top-level
+            keys, a server's ``stale`` say, are kept), or ``None``: ``status``
+            and ``status_details`` from ``state``.
     """
 
-    def __init__(self, state: StoredState) -> None:
+    def __init__(self, state: StoredState, task: Mapping[str, Any] | None = None) -> None:
         self.state = state
+        self._without_curves = task
         self._task: dict[str, Any] | None = None
 
     def _built(self) -> dict[str, Any]:
@@ -378,7 +382,10 @@ class ColumnTask(Mapping[str, Any]):
                 }
                 metrics.update(state.damaged)
                 details["metrics"] = metrics
-            task = self._task = {"status": state.status, "status_details": details}
+            base = self._without_curves
+            task = {"status": state.status} if base is None else dict(base)
+            task["status_details"] = details
+            self._task = task
         return task
 
     def __getitem__(self, key: str) -> Any:

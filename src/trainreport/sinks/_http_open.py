@@ -273,7 +273,7 @@ def _read_series(
             state = read_stored_columns(state, name, column)
             del column  # each series' JSON goes as soon as it is columns
         del found
-    return ColumnTask(state)
+    return ColumnTask(state, task)
 
 
 def _read_whole_task(
