@@ -73,7 +73,7 @@ if kind.startswith("resume"):
 elif kind == "read-http":
     base = rss_kib()
     t0 = time.perf_counter()
-    task = client.read_task(url, job, "train")
+    task = client.read_task(url, job, "train", timeout_seconds=600)
     points = sum(len(p) for p in task["status_details"]["metrics"].values())
 else:
     base = rss_kib()
@@ -152,9 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--compare-with", type=Path, default=None, help="an older checkout")
     args = parser.parse_args(argv)
+    # This tree first: an older tree's whole-task reads leave the server with
+    # gigabytes of its own to give back, which would slow what follows.
     trees = [("this tree", _SRC.parent)]
     if args.compare_with is not None:
-        trees.insert(0, ("old tree", args.compare_with.resolve()))
+        trees.append(("old tree", args.compare_with.resolve()))
     sys.path.insert(0, str(_SRC))
     from trainreport.server import start_subprocess  # noqa: PLC0415
 
