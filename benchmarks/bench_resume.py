@@ -183,5 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def test_resume_and_reads_run_at_a_small_size(capsys: Any) -> None:
+    """A short run of every figure (``pytest benchmarks/bench_resume.py``): each one completes."""
+    assert main(["--points", "2000"]) == 0
+    table = capsys.readouterr().out
+    assert "not delivered" not in table
+    assert (
+        sum(
+            kind in table
+            for kind in ("resume-http", "resume-file", "read-http", "read-file", "show-file")
+        )
+        == 5
+    )
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
