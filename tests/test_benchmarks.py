@@ -180,6 +180,7 @@ def test_report_keeps_the_hand_written_sections_of_the_previous_document() -> No
         "## The journal's cost on HttpSink, three sittings (issue 12)",
         "## What limits the missed targets (issue 14)",
         "## Reporter ingest throughput (issue 23)",
+        "## Resuming and reading a long run (issue 23)",
     ]
 
 

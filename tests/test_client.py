@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import urllib3
 
+from faults import FaultProxy
 from trainreport import (
     ClientError,
     HttpSink,
@@ -32,6 +33,7 @@ from trainreport import (
 )
 from trainreport._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
+from trainreport.sinks import _http_open
 
 ADMIN = "client-admin-token"
 SECRET = b"client-test-secret-0123456789abcdef0123"
@@ -77,6 +79,83 @@ def test_read_task_returns_what_get_returns(server: ServerHandle) -> None:
 
     assert raw == task
     assert 20 == len(task["status_details"]["metrics"]["train_loss"])
+
+
+@pytest.mark.parametrize(("per_read", "reads"), [(200_000, 1), (15, 2)])
+def test_read_task_reads_the_curves_as_columns_and_equals_the_plain_get(
+    server: ServerHandle, monkeypatch: pytest.MonkeyPatch, per_read: int, reads: int
+) -> None:
+    """?metrics=false, the summary, then GET .../series in groups: never the whole task's GET.
+
+    train_loss holds 20 points and val_loss 2: in groups of 15 points, two reads.
+    """
+    monkeypatch.setattr(_http_open, "_POINTS_PER_READ", per_read)
+    _run(server.url, "columns")
+    raw = json.loads(urllib3.request("GET", f"{server.url}/v1/jobs/columns/tasks/train").data)
+    with FaultProxy.for_url(server.url) as proxy:
+        task = client.read_task(proxy.url, "columns", "train")
+        paths = [r.path for r in proxy.requests]
+
+    assert raw == task
+    assert [
+        "/v1/jobs/columns/tasks/train?metrics=false",
+        "/v1/jobs/columns/tasks/train/series/summary",
+    ] == paths[:2]
+    assert reads == len(paths) - 2
+    assert all("/series?name=" in p for p in paths[2:])
+
+
+def test_read_task_without_the_series_endpoints_is_the_plain_get(server: ServerHandle) -> None:
+    """A 404 from .../series/summary (a service without it): the whole task's GET, equal."""
+    _run(server.url, "plain")
+    raw = json.loads(urllib3.request("GET", f"{server.url}/v1/jobs/plain/tasks/train").data)
+    with FaultProxy.for_url(server.url) as proxy:
+        proxy.fail_next(1, 404, path="/series/summary")
+        task = client.read_task(proxy.url, "plain", "train")
+        paths = [r.path for r in proxy.requests]
+
+    assert raw == task
+    assert "/v1/jobs/plain/tasks/train" == paths[-1]
+
+
+#: What the plain job API of ``plain_api`` answers to every GET.
+PLAIN_TASK = {"status": "running", "status_details": {"metrics": {"a": [{"step": 1}]}}}
+
+
+@pytest.fixture
+def plain_api() -> Iterator[tuple[str, list[str]]]:
+    """A plain job API that answers every GET with ``PLAIN_TASK``: its URL and the paths read."""
+    paths: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            body = json.dumps(PLAIN_TASK).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", paths
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_read_task_from_a_job_api_that_ignores_the_query_is_one_get(
+    plain_api: tuple[str, list[str]],
+) -> None:
+    """A plain job API answers ?metrics=false with every point: that answer, one request."""
+    url, paths = plain_api
+
+    assert PLAIN_TASK == client.read_task(url, "j", "train")
+    assert ["/v1/jobs/j/tasks/train?metrics=false"] == paths
 
 
 def test_list_jobs_and_read_job_return_the_jobs_with_their_tasks(server: ServerHandle) -> None:

@@ -10,9 +10,14 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers import curve, record_ends
 from trainreport import FileSink, Reporter, RunLogError, read_task
+from trainreport._payloads import ColumnPoints
+from trainreport._protocol import new_columns
+from trainreport._summary import describe_task
 from trainreport.sinks._runfile import load_run_file
 from trainreport.sinks._runlog import MAGIC, encode_record
 from trainreport.testing import capture_events
@@ -200,3 +205,56 @@ def test_points_after_a_damaged_record_that_cannot_be_placed_are_counted_not_mis
     assert run.unplaced.get("train_loss", 0) > 0
     damaged = [e for e in events if e["event"] == "trainreport.run_log_damaged"]
     assert "train_loss" in damaged[0]["lost"]
+
+
+def test_show_summarises_a_run_log_from_its_columns_exactly_as_from_its_task(
+    tmp_path: Path,
+) -> None:
+    """``shown_task()`` keeps the points in columns; its summary equals the GET shape's."""
+    path = tmp_path / "job.log"
+    reporter = Reporter(FileSink(path), rank=0).start()
+    for step in range(1, 301):
+        loss = math.nan if step == 7 else (50.0 if step == 150 else 1.0 / step)
+        reporter.report_train_step(step=step, metrics={"loss": loss, "lr": 0.1})
+    reporter.report_validation(step=300, metrics={"loss": math.inf})
+    assert reporter.close(timeout=5)
+    run = load_run_file(path)
+
+    shown = run.shown_task()
+
+    assert all(
+        isinstance(points, ColumnPoints) for points in shown["status_details"]["metrics"].values()
+    )
+    assert describe_task(run.task) == describe_task(shown)
+    assert run.task == read_task(path)
+
+
+@given(
+    points=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 9), st.floats()), max_size=12),
+    index=st.integers(-15, 15),
+    start=st.one_of(st.none(), st.integers(-15, 15)),
+    stop=st.one_of(st.none(), st.integers(-15, 15)),
+)
+def test_column_points_read_as_the_get_shapes_list_of_points(
+    points: list[tuple[int, int, float]], index: int, start: int | None, stop: int | None
+) -> None:
+    """Length, items, slices and iteration equal the point dictionaries (non-finite: None)."""
+    expected = [
+        {"step": s, "epoch": e, "value": v if math.isfinite(v) else None} for s, e, v in points
+    ]
+    steps, epochs, values = new_columns()
+    for s, e, v in points:
+        steps.append(s)
+        epochs.append(e)
+        values.append(v)
+    view = ColumnPoints(steps, epochs, values)
+
+    assert expected == list(view)
+    assert len(expected) == len(view)
+    assert expected[start:stop] == view[start:stop]
+    assert [p["value"] for p in expected] == view.values()
+    if -len(expected) <= index < len(expected):
+        assert expected[index] == view[index]
+    else:
+        with pytest.raises(IndexError):
+            view[index]

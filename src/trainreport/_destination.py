@@ -20,7 +20,7 @@ import attrs
 
 from trainreport._config import ReportingConfig
 from trainreport._logging import OnceLogger, describe_exception, get_logger
-from trainreport._payloads import StoredState, parse_stored_task
+from trainreport._payloads import ColumnTask, StoredState, parse_stored_task
 from trainreport._recorder import Build, Recorder
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import (
@@ -272,7 +272,9 @@ def _note_answer(dest: Destination, result: object) -> None:
 
 
 def _stored_state(opened: Opened) -> StoredState:
-    state = parse_stored_task(opened.stored_task)
+    stored = opened.stored_task
+    # Already columns (a run log's replay): never through the GET shape's points.
+    state = stored.state if isinstance(stored, ColumnTask) else parse_stored_task(stored)
     if isinstance(state, str):
         _log.warning("trainreport.stored_task_malformed", reason=state[:300])
         return StoredState(series={})

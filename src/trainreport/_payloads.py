@@ -23,11 +23,13 @@ kept as stored (never overwritten), the rest resume.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import operator
 from array import array
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import attrs
 import cattrs
@@ -39,6 +41,8 @@ from trainreport._protocol import new_columns
 from trainreport._sink import SeriesUpdate, Update
 
 __all__ = [
+    "ColumnPoints",
+    "ColumnTask",
     "StoredState",
     "UpdateResponse",
     "WriterResponse",
@@ -51,6 +55,7 @@ __all__ = [
     "finite_or_none",
     "join_suffix_body",
     "parse_stored_task",
+    "read_stored_columns",
     "structure_response",
     "suffix_details",
     "suffix_member",
@@ -288,6 +293,114 @@ class StoredState:
     problems: tuple[str, ...] = ()
 
 
+class ColumnPoints(Sequence[dict[str, Any]]):
+    """A series' points read as columns that look like the ``GET`` shape's list of points.
+
+    ``trainreport show`` summarises a long run from its columns (28 bytes a
+    point) without building a dictionary per point (about 240 bytes): an item
+    is built when it is read, and :meth:`values` gives the values for a
+    sparkline straight from the column.
+
+    Args:
+        steps: the steps column.
+        epochs: the epochs column (an item ``None`` where unknown).
+        values: the values column (``None``, or a non-finite float, for ``null``).
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[int],
+        epochs: Sequence[int | None],
+        values: Sequence[float | None],
+    ) -> None:
+        self._steps, self._epochs, self._values = steps, epochs, values
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        value = self._values[index]
+        finite = value is not None and _isfinite(value)
+        return {
+            "step": self._steps[index],
+            "epoch": self._epochs[index],
+            "value": value if finite else None,
+        }
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def values(self) -> list[float | None]:
+        """The values, ``None`` where not finite. Never raises."""
+        return [v if v is not None and _isfinite(v) else None for v in self._values]
+
+
+class ColumnTask(Mapping[str, Any]):
+    """A stored task held as columns that reads as the ``GET`` shape only when someone looks.
+
+    A sink that already holds the stored task as columns (a run log's
+    replay) hands this to ``Opened.stored_task``: the engine seeds from
+    :attr:`state` directly (``_destination``), so a resume of a long run never
+    builds a point dictionary per stored point (about 300 bytes each, against
+    28 in the columns: ``docs/engine.md``, "Resuming"). Reading it as a mapping
+    (a test, a user calling ``sink.open()``) builds the ``GET`` shape once, on
+    first access; it compares equal to that dictionary.
+
+    Args:
+        state: the stored task, parsed; its columns must not change afterwards.
+        task: the stored task as read without its curves (its other top-level
+            keys, a server's ``stale`` say, are kept), or ``None``: ``status``
+            and ``status_details`` from ``state``.
+    """
+
+    def __init__(self, state: StoredState, task: Mapping[str, Any] | None = None) -> None:
+        self.state = state
+        self._without_curves = task
+        self._task: dict[str, Any] | None = None
+
+    def _built(self) -> dict[str, Any]:
+        task = self._task
+        if task is None:
+            state = self.state
+            details = dict(state.details)
+            if state.series or state.damaged:
+                metrics: dict[str, Any] = {
+                    name: [
+                        {"step": st, "epoch": ep, "value": v}
+                        for st, ep, v in zip(steps, epochs, finite_or_none(values), strict=True)
+                    ]
+                    for name, (steps, epochs, values) in state.series.items()
+                }
+                metrics.update(state.damaged)
+                details["metrics"] = metrics
+            base = self._without_curves
+            task = {"status": state.status} if base is None else dict(base)
+            task["status_details"] = details
+            self._task = task
+        return task
+
+    def __getitem__(self, key: str) -> Any:
+        return self._built()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+    def __repr__(self) -> str:
+        return f"ColumnTask(series={len(self.state.series)})"
+
+
 class _MalformedError(ValueError):
     pass
 
@@ -336,6 +449,80 @@ def _strict_json(value: Any) -> Any:
         return None
 
 
+def read_stored_columns(state: StoredState, name: str, column: object) -> StoredState:
+    """``state`` with one more stored series, read as columns (``GET .../series``, one series).
+
+    The rules are those of a series in the ``GET`` shape (:func:`parse_stored_task`):
+    steps non-negative integers, never going backwards; an epoch a non-negative
+    integer (``null``: 1); a value a number (``null``: NaN). A series that
+    breaks them is kept in ``damaged`` as points in the ``GET`` shape, as stored.
+    Reading one series at a time keeps a resume from building the whole task
+    as one JSON document (``docs/engine.md``, "Resuming"). Never raises.
+
+    Args:
+        state: what was read so far (a task read with ``?metrics=false``, plus
+            the series read before this one).
+        name: the series.
+        column: the decoded ``{"steps": [...], "epochs": [...], "values": [...]}``
+            (``times`` and the rest ignored).
+    """
+    steps_raw = epochs_raw = values_raw = None
+    try:
+        reason = check_name(name)
+        if reason is not None:
+            raise _MalformedError(f"series[{name!r}]: the name is unusable ({reason})")
+        if not isinstance(column, dict):
+            raise _MalformedError(f"series[{name!r}] is not an object")
+        steps_raw, epochs_raw, values_raw = (column.get(k) for k in ("steps", "epochs", "values"))
+        if not (
+            isinstance(steps_raw, list)
+            and isinstance(epochs_raw, list)
+            and isinstance(values_raw, list)
+            and len(steps_raw) == len(epochs_raw) == len(values_raw)
+        ):
+            raise _MalformedError(
+                f"series[{name!r}]: steps, epochs and values are not lists of one length"
+            )
+        parsed = _parse_columns(name, steps_raw, epochs_raw, values_raw)
+    except _PARSE_ERRORS as exc:
+        raw = (
+            [
+                {"step": st, "epoch": ep, "value": v}
+                for st, ep, v in zip(steps_raw, epochs_raw, values_raw, strict=True)
+            ]
+            if isinstance(steps_raw, list)
+            and isinstance(epochs_raw, list)
+            and isinstance(values_raw, list)
+            and len(steps_raw) == len(epochs_raw) == len(values_raw)
+            else column
+        )
+        damaged = {**state.damaged, name: _strict_json(raw)}
+        reasons = {**state.damage_reasons, name: (str(exc) or type(exc).__name__)[:300]}
+        return attrs.evolve(state, damaged=damaged, damage_reasons=reasons)
+    return attrs.evolve(state, series={**state.series, name: parsed})
+
+
+def _parse_columns(
+    name: str, steps_raw: list[Any], epochs_raw: list[Any], values_raw: list[Any]
+) -> tuple[array[int], array[int], array[float]]:
+    """Columns of a series as stored, checked (C-level loops: a long series costs little)."""
+    steps, epochs, values = new_columns()
+    if any(type(v) is bool for v in steps_raw):
+        raise _MalformedError(f"series[{name!r}]: a step is not an integer")
+    steps.extend(steps_raw)  # TypeError for anything but an integer
+    if steps and min(steps) < 0:
+        raise _MalformedError(f"series[{name!r}]: a step is negative")
+    if any(map(operator.gt, steps, itertools.islice(steps, 1, None))):
+        raise _MalformedError(f"series[{name!r}] steps go backwards")
+    epochs.extend([1 if e is None else e for e in epochs_raw])
+    if epochs and min(epochs) < 0:
+        raise _MalformedError(f"series[{name!r}]: an epoch is negative")
+    if any(type(v) not in (int, float) for v in values_raw if v is not None):
+        raise _MalformedError(f"series[{name!r}]: a value is not a number")
+    values.extend([math.nan if v is None else v for v in values_raw])
+    return steps, epochs, values
+
+
 def parse_stored_task(task: object) -> StoredState | str:
     """Parse a stored task (the ``GET`` shape) for resuming.
 
@@ -352,6 +539,8 @@ def parse_stored_task(task: object) -> StoredState | str:
     """
     if task is None:
         return StoredState(series={})
+    if isinstance(task, ColumnTask):
+        return task.state
     try:
         if not isinstance(task, dict):
             raise _MalformedError("the task is not an object")

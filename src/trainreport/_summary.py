@@ -15,6 +15,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trainreport._payloads import ColumnPoints
+
 __all__ = [
     "describe_jobs",
     "describe_task",
@@ -22,6 +24,14 @@ __all__ = [
     "shown_phase",
     "sparkline",
 ]
+
+
+def _values_of(points: Sequence[Mapping[str, Any]]) -> list[float | None]:
+    """A series' values for a sparkline (from the column when it is one)."""
+    if isinstance(points, ColumnPoints):
+        return points.values()
+    return [p.get("value") for p in points]
+
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -164,7 +174,7 @@ def describe_task(task: Mapping[str, Any]) -> str:
     Never raises for a well-formed task; missing fields are shown as ``-``.
     """
     details: Mapping[str, Any] = task.get("status_details") or {}
-    metrics: Mapping[str, list[Mapping[str, Any]]] = details.get("metrics") or {}
+    metrics: Mapping[str, Sequence[Mapping[str, Any]]] = details.get("metrics") or {}
     lines = [_status_line(task, details)]
     if "checkpoint_path" in details:
         lines.append(f"checkpoint {_text(details['checkpoint_path'])}")
@@ -185,8 +195,8 @@ def describe_task(task: Mapping[str, Any]) -> str:
     lines.append("")
     lines += _aligned(rows, right=(1,), indent="  ")
     width = len(max(names, key=len, default=""))
-    charts = [(n, sparkline([p.get("value") for p in metrics[n]])) for n in names]
-    charts = [(n, chart) for n, chart in charts if chart and n.endswith("_loss")]
+    charts = [(n, sparkline(_values_of(metrics[n]))) for n in names if n.endswith("_loss")]
+    charts = [(n, chart) for n, chart in charts if chart]
     if charts:
         lines.append("")
         lines += [f"  {name.ljust(width)}  {chart}" for name, chart in charts]

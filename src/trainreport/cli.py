@@ -550,13 +550,25 @@ def _show(args: argparse.Namespace) -> int:
                 f"\nshow a task: trainreport show --url {_shown_url(url)} JOB_ID [--task TASK_ID]"
             )
             return 0
-        task = client.read_task(url, args.job_id, args.task, token)
+        task = _read_shown_task(url, args.job_id, args.task, token)
     except ClientError as exc:
         explained = _explain_client_error(exc, url, token, url_from="--url or $TRAINREPORT_URL")
         print(f"trainreport show: {explained}", file=sys.stderr)
         return 1
     print(describe_task(task))
     return 0
+
+
+def _read_shown_task(url: str, job_id: str, task_id: str, token: str | None) -> dict[str, Any]:
+    """``client.read_task`` with each series kept as columns (no dict per point) for ``show``.
+
+    Raises:
+        ClientError: as ``client.read_task``.
+    """
+    from trainreport import client  # noqa: PLC0415
+
+    timeout = client.DEFAULT_TIMEOUT_SECONDS
+    return client._read_task(url, job_id, task_id, token, timeout, client._column_points)
 
 
 #: What clears a terminal and puts the cursor at its top left (ANSI: home, erase display).
@@ -618,20 +630,19 @@ def _follow(
 
 def _url_task(url: str, job_id: str, task_id: str, token: str | None) -> dict[str, Any] | None:
     """One read of ``show --url --follow``; ``None`` after printing why it failed."""
-    from trainreport import client  # noqa: PLC0415
 
     try:
-        return client.read_task(url, job_id, task_id, token)
+        return _read_shown_task(url, job_id, task_id, token)
     except ClientError as exc:
         explained = _explain_client_error(exc, url, token, url_from="--url or $TRAINREPORT_URL")
         print(f"trainreport show: {explained}", file=sys.stderr, flush=True)
         return None
 
 
-def _file_task(path: Path) -> dict[str, Any] | None:
+def _file_task(path: Path) -> Mapping[str, Any] | None:
     """One read of ``show --file --follow``; ``None`` after printing why it failed."""
     run = _load("show", path)
-    return None if run is None else dict(run.task)
+    return None if run is None else run.shown_task()
 
 
 @contextlib.contextmanager
@@ -680,7 +691,7 @@ def _show_file(path: Path) -> int:
     run = _load("show", path)
     if run is None:
         return 1
-    print(describe_task(run.task))
+    print(describe_task(run.shown_task()))  # the columns, never a dict per point
     if run.trimmed:
         print(
             f"note: a trimmed journal: {len(run.trimmed)} series start past their first point "

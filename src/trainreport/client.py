@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import urllib3
 
+from trainreport._payloads import ColumnPoints
 from trainreport._protocol import (
     CAPABILITIES_PATH,
     JOB_PATH_TEMPLATE,
@@ -43,6 +44,7 @@ from trainreport.exceptions import (
     UnauthorizedError,
     UnreachableError,
 )
+from trainreport.sinks._http_open import series_groups
 from trainreport.sinks._http_transport import shown_url as _shown_url
 from trainreport.sinks._http_transport import split_userinfo as _split_userinfo
 from trainreport.sinks._http_transport import userinfo_problem as _userinfo_problem
@@ -72,7 +74,16 @@ def read_task(
     *,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> dict[str, Any]:
-    """``GET /v1/jobs/{job_id}/tasks/{task_id}``: the stored task with every point.
+    """The stored task with every point (``GET /v1/jobs/{job_id}/tasks/{task_id}``).
+
+    From the reference server the curves are read as columns
+    (``?metrics=false``, then ``GET .../series/summary`` and ``GET .../series``
+    for groups of about 200,000 points), so reading a long run costs what is
+    returned, never one JSON document of the whole task on top of it; from
+    a plain job API (which answers the first ``GET`` with every point, or
+    has no ``/series``) it is that one ``GET``. The answer is the same
+    either way; of a task still being written, each group of series is
+    as of its own read (docs/protocol.md).
 
     Args:
         url: the service's base URL, e.g. ``http://127.0.0.1:8321`` (a
@@ -92,11 +103,97 @@ def read_task(
         NotFoundError: 404 (no such task, or no such job).
         ClientError: another error status, or an answer that is not a JSON object.
     """
+    return _read_task(url, job_id, task_id, token, timeout_seconds, _points)
+
+
+def _points(column: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A ``GET .../series`` column as the ``GET`` shape's points."""
+    return [
+        {"step": st, "epoch": ep, "value": v}
+        for st, ep, v in zip(column["steps"], column["epochs"], column["values"], strict=True)
+    ]
+
+
+def _column_points(column: Mapping[str, Any]) -> ColumnPoints:
+    """A ``GET .../series`` column kept as columns (``trainreport show``)."""
+    return ColumnPoints(column["steps"], column["epochs"], column["values"])
+
+
+def _read_task(
+    url: str,
+    job_id: str,
+    task_id: str,
+    token: str | None,
+    timeout_seconds: float,
+    points: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
+) -> dict[str, Any]:
+    """:func:`read_task`, each series' points made by ``points`` from its column.
+
+    Raises:
+        as :func:`read_task`.
+    """
     path = task_path(_quote(job_id), _quote(task_id))
-    task = _get(url, path, token, timeout_seconds, job_id=job_id, task_id=task_id)
+    ids = {"job_id": job_id, "task_id": task_id}
+    try:
+        task = _get(url, path + "?metrics=false", token, timeout_seconds, **ids)
+    except ClientError as exc:
+        if exc.status != 400:  # a service that refuses the query: the plain GET
+            raise
+        task = None
+    details = task.get("status_details") if isinstance(task, dict) else None
+    if isinstance(task, dict) and isinstance(details, dict) and "metrics" not in details:
+        metrics = _read_series(url, path, token, timeout_seconds, points, ids)
+        if metrics is not None:
+            if metrics:
+                details["metrics"] = metrics
+            return task
+    elif isinstance(task, dict):
+        return task  # the query was ignored: every point is there
+    task = _get(url, path, token, timeout_seconds, **ids)
     if not isinstance(task, dict):
         raise _error(ClientError, "the answer is not a task object", url, job_id, task_id, 200)
     return task
+
+
+def _read_series(
+    url: str,
+    path: str,
+    token: str | None,
+    timeout_seconds: float,
+    points: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
+    ids: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """The task's series from ``GET .../series``, in groups; ``None``: not offered here."""
+    try:
+        summary = _get(url, path + "/series/summary", token, timeout_seconds, **ids)
+    except ClientError as exc:
+        if exc.status in (404, 405, 501):  # no such endpoint (or the task went: GET says)
+            return None
+        raise
+    listed = summary.get("series") if isinstance(summary, dict) else None
+    if not isinstance(listed, dict):
+        return None
+    lengths: dict[str, int] = {
+        str(name): entry["length"]
+        for name, entry in listed.items()
+        if isinstance(entry, dict) and type(entry.get("length")) is int
+    }
+    metrics: dict[str, Any] = {}
+    for names in series_groups(lengths):
+        query = "&".join(f"name={_quote(n)}" for n in names)
+        doc = _get(url, f"{path}/series?{query}", token, timeout_seconds, **ids)
+        columns = doc.get("series") if isinstance(doc, dict) else None
+        del doc
+        if not isinstance(columns, dict):
+            return None
+        for name in names:
+            column = columns.pop(name, None)
+            if column is None:
+                continue  # removed between the reads (a rewind emptied it)
+            if not isinstance(column, dict) or column.get("first_index", 0) != 0:
+                return None
+            metrics[name] = points(column)
+    return metrics
 
 
 def read_job(

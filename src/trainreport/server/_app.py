@@ -410,13 +410,16 @@ class _Api:
 
     async def open_writer(self, request: Request) -> Response:
         job_id, task_id = _task_ids(request)
+        # ?metrics=false: the task without its curves (a resuming client reads them
+        # series by series from GET .../series, never as one giant document).
+        include = METRICS.read_bool(request.query_params)
         async with held_body(request, self._limits, self._budget) as body:
             claim = validate_writer_claim(
                 check_text(parse_json(body), body) if body.strip() else None
             )
 
         def open_writer() -> Response:
-            opened = self._db.tasks.open_writer(job_id, task_id, claim)
+            opened = self._db.tasks.open_writer(job_id, task_id, claim, include_metrics=include)
             if isinstance(opened, StaleAttempt):
                 raise ApiError(
                     409,
@@ -438,7 +441,7 @@ class _Api:
             )
 
         return await self._budgeted(
-            lambda: self._db.tasks.point_count(job_id, task_id), open_writer
+            lambda: self._db.tasks.point_count(job_id, task_id) if include else 0, open_writer
         )
 
     async def post_update(self, request: Request) -> Response:

@@ -213,7 +213,12 @@ class TaskStore:
     # -- series-suffix-v1 -------------------------------------------------------------
 
     def open_writer(
-        self, job_id: str, task_id: str, claim: WriterClaim | None = None
+        self,
+        job_id: str,
+        task_id: str,
+        claim: WriterClaim | None = None,
+        *,
+        include_metrics: bool = True,
     ) -> WriterOpened | StaleAttempt:
         """Issue the task's next writer generation, unless the claim is of an older attempt.
 
@@ -227,6 +232,8 @@ class TaskStore:
             job_id: a validated job id.
             task_id: a validated task id.
             claim: the writer's attempt identity (``None``: no identity).
+            include_metrics: the task's ``metrics`` in the answer (``False``:
+                ``?metrics=false``, the series read from ``GET .../series``).
         """
         claim = claim if claim is not None else WriterClaim()
         with self.backend.write(job_id) as conn:
@@ -257,7 +264,7 @@ class TaskStore:
         with self.backend.read() as conn:
             return WriterOpened(
                 generation=generation,
-                task=task_document(conn, job_id, task_id, include_metrics=True),
+                task=task_document(conn, job_id, task_id, include_metrics=include_metrics),
                 series_lengths=series_lengths_of(conn, job_id, task_id),
                 cancel_requested=job_cancel_requested(conn, job_id),
                 last_writer_generation=None if applied is None else int(applied),

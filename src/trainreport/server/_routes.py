@@ -118,12 +118,13 @@ _FALSE_WORDS = ("0", "false", "no")
 
 #: ``GET /v1/jobs?limit=``.
 LIMIT = Query("limit", Integer(1, 1000), 100, "the most jobs returned, newest first")
-#: ``GET .../tasks/{task_id}?metrics=``.
+#: ``GET .../tasks/{task_id}?metrics=`` and ``POST .../writers?metrics=``.
 METRICS = Query(
     "metrics",
     Enum(_TRUE_WORDS + _FALSE_WORDS),
     True,
-    "false leaves status_details.metrics out (the page's poll); case-insensitive",
+    "false leaves status_details.metrics out (the page's poll; a resuming writer, which reads "
+    "the series from GET .../series); case-insensitive",
 )
 #: ``GET .../series?names=``.
 NAMES = Query("names", Text(), None, "comma-separated series names to return")
@@ -356,6 +357,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         request="WriterOpen",
         replies=(Reply(200, "the generation, stored task and lengths", "WriterOpened"), _INVALID),
         tags=(EXTENSION_SERIES_SUFFIX,),
+        query=(METRICS,),
     ),
     Endpoint(
         "POST",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainreport._logging import OnceLogger, describe_exception, get_logger
+from trainreport._payloads import ColumnTask
 from trainreport._sink import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -141,7 +142,7 @@ class FileSink(Sink):
             created or read. Never raises.
         """
         if self._writer is not None:
-            return Opened(capabilities=_CAPABILITIES, stored_task=self._writer.state.to_task())
+            return Opened(capabilities=_CAPABILITIES, stored_task=_stored(self._writer))
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             writer = RunLogWriter.open(self.log_path, run=self._run)
@@ -153,7 +154,7 @@ class FileSink(Sink):
         self.bytes_written += writer.bytes_written
         if not writer.state.exists:
             self._resume_from_record(writer)
-        return Opened(capabilities=_CAPABILITIES, stored_task=writer.state.to_task())
+        return Opened(capabilities=_CAPABILITIES, stored_task=_stored(writer))
 
     def _resume_from_record(self, writer: RunLogWriter) -> None:
         """A log with no task yet, beside a task record (an older FileSink's): start from it."""
@@ -261,3 +262,16 @@ class FileSink(Sink):
             _write_failed(self.record_path, exc)
             return
         self.bytes_written += written
+
+
+def _stored(writer: RunLogWriter) -> ColumnTask | None:
+    """The task the log holds, as columns (copied: the log goes on), or ``None`` when none yet.
+
+    The engine seeds from the columns; the ``GET`` shape is built only if
+    someone reads ``Opened.stored_task`` as a mapping (``docs/engine.md``,
+    "Resuming"). Never raises.
+    """
+    record = writer.state.task
+    if not record.exists:
+        return None
+    return ColumnTask(record.stored_state(copy=True))

@@ -18,8 +18,16 @@ from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeAlias
 
+import attrs
+
 from trainreport._lifecycle import forget_running_only_details
-from trainreport._payloads import encode_details, encode_points, finite_or_none, parse_stored_task
+from trainreport._payloads import (
+    StoredState,
+    encode_details,
+    encode_points,
+    finite_or_none,
+    parse_stored_task,
+)
 from trainreport._protocol import TIMES_TYPECODE, TaskStatus, new_columns
 from trainreport._sink import SeriesUpdate, Update
 
@@ -148,6 +156,33 @@ class TaskRecord:
             metrics.update(self.foreign)
             details["metrics"] = metrics
         return {"status": self.status, "status_details": details}
+
+    def stored_state(self, *, copy: bool = False) -> StoredState:
+        """What a resume seeds from, straight from the columns: no ``GET``-shape points built.
+
+        Equal to ``parse_stored_task(self.to_task())`` except that a non-finite
+        value stays what it is (the ``GET`` shape turns it into ``null``, read
+        back as NaN). Series nobody could parse (:attr:`foreign`) are parsed as
+        stored, so they stay damaged exactly as before. Never raises.
+
+        Args:
+            copy: copy the columns (28 bytes a point) rather than share them,
+                for a record that goes on changing while the state is held.
+        """
+        if not self.exists:
+            return StoredState(series={})
+        details = dict(self.details)
+        if self.foreign:
+            details["metrics"] = dict(self.foreign)
+        parsed = parse_stored_task({"status": self.status, "status_details": details})
+        assert not isinstance(parsed, str)  # status_details is an object
+        series = {
+            name: (cols[0][:], cols[1][:], cols[2][:]) if copy else cols[:3]
+            for name, cols in self.series.items()
+            if cols[0]
+        }
+        series.update(parsed.series)
+        return attrs.evolve(parsed, series=series)
 
     def encode_chunks(self) -> Iterator[str]:
         """The ``GET`` shape as JSON text, in pieces (one per series), for writing to a file."""
