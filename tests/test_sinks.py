@@ -167,7 +167,7 @@ def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Pa
     compacted several times; a reader must never see it vanish or shrink.
     """
     path = tmp_path / "job.log"
-    sink = FileSink(path)
+    sink = FileSink(path, write_record=True)  # every point held: the log is compacted
     reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.0), rank=0).start()
     stop = threading.Event()
     bad: list[str] = []
@@ -569,7 +569,7 @@ def test_a_failed_compaction_does_not_fail_the_send_and_is_not_retried_every_sen
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """os.replace refused (as on Windows, with the log open): the append stands, logged once."""
-    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=math.inf)
+    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=math.inf, write_record=True)
     sink.open()
     replaced: list[str] = []
 

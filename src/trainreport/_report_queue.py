@@ -5,7 +5,8 @@ Every report call appends one tuple (built by ``_reports``) to a
 (docs/design.md#shape). This module owns what that append is checked and
 followed by: the byte-budgeted memory guard (``max_queue_bytes``), the wake
 rule (the run's first point at once, then one wake per ``drain_queue_depth``
-reports, none again until the thread drained), the counters of refused and
+reports, or fewer when that many would hold more than :data:`DRAIN_WAKE_BYTES`;
+none again until the thread drained), the counters of refused and
 failed reports, the count of report calls and their timing for the latency
 histogram (``_histogram``).
 """
@@ -30,6 +31,12 @@ from trainreport._worker import Worker
 
 __all__ = ["ReportQueue", "report_call", "safe_str"]
 
+
+#: The reporter thread is woken to drain once about this many bytes (the memory
+#: guard's estimate) are queued, even before ``drain_queue_depth`` reports: what
+#: waits in the queue between drains is the training process's memory beside the
+#: store's (``docs/engine.md``, "Memory").
+DRAIN_WAKE_BYTES = 4 * 2**20
 _log = get_logger()
 
 #: A ``report_train_step`` whose count has none of these bits set is timed (``_histogram``).
@@ -98,6 +105,10 @@ class ReportQueue:
     _after_close_drops: int
     _caller_drops: int
     _once: OnceLogger
+    #: Report calls made, and bytes left queued, when the thread last drained (the
+    #: wake depth in bytes: how wide the reports queued since are).
+    _calls_at_drain: int = 0
+    _queued_at_drain: int = 0
 
     def _init_queue(self, config: ReportingConfig, clock: Callable[[], float]) -> None:
         """Set up the queue's state (``Reporter.__init__``)."""
@@ -160,10 +171,20 @@ class ReportQueue:
         """The reporter thread took reports of ``nbytes`` (estimated) off the queue.
 
         ``deep_only``: wake it again only at ``drain_queue_depth`` (else at the
-        next report: the run's first point is still to come).
+        next report: the run's first point is still to come), or at fewer
+        reports when that many, as wide as those drained, would be estimated
+        past :data:`DRAIN_WAKE_BYTES` (100 metrics a report: about 800).
         """
+        # Bytes and report calls queued since the last drain: how wide the reports are.
+        added = self._queued_bytes - self._queued_at_drain
         self._queued_bytes -= nbytes
-        self._wake_depth = self._drain_depth if deep_only else 1
+        self._queued_at_drain = self._queued_bytes
+        calls = self._calls + self._train_calls
+        reports, self._calls_at_drain = calls - self._calls_at_drain, calls
+        depth = self._drain_depth
+        if added > 0 and reports > 0:  # wide reports: wake before they hold much memory
+            depth = max(1, min(depth, DRAIN_WAKE_BYTES * reports // added))
+        self._wake_depth = depth if deep_only else 1
         self._histogram.fold()  # the report calls' durations, off the training thread
 
     def _wake_for_depth(self) -> None:

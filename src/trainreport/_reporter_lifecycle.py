@@ -43,6 +43,7 @@ from trainreport._terminal_reports import TerminalReports
 from trainreport._worker import Worker, utc_now_iso
 from trainreport.exceptions import TransitionError
 from trainreport.sinks._journal import Journal, JournalPaths
+from trainreport.sinks._memory import MemorySink
 
 __all__ = ["RANK_VARIABLES", "ReporterLifecycle"]
 
@@ -265,6 +266,9 @@ class ReporterLifecycle(TerminalReports):
             series_default=self._series_default,
             wall_offset=wall_offset,
         )
+        for d, sink in enumerate(self._sinks):
+            if isinstance(sink, MemorySink):  # it holds the run in memory: so does the store
+                recorder.keep_every_point(d)
         self._recorder = recorder
         options, self._journal_watch = journal_options(self._config, self._sinks, self._clock)
         self._worker = Worker(
@@ -496,7 +500,12 @@ class ReporterLifecycle(TerminalReports):
         ``{"status": ..., "status_details": {..., "metrics": {name: [{"step", "epoch",
         "value"}]}}}``, the same shape as ``MemorySink.task``. It reflects the
         reports the reporter thread has applied; call :meth:`flush` (or
-        :meth:`close`) first for an up-to-date view. Never raises.
+        :meth:`close`) first for an up-to-date view. A series' points that
+        every destination holds leave memory in a long run (``docs/engine.md``,
+        "Memory"): such a series is here from its first point still in memory
+        on (the destinations, ``read_task`` of the run log, hold it whole);
+        with a ``MemorySink`` or a full-state destination every point stays.
+        Never raises.
         """
         recorder = self._recorder
         if recorder is None:

@@ -169,7 +169,18 @@ class FileSink(Sink):
         self.bytes_written += writer.bytes_written
         if not writer.state.exists:
             self._resume_from_record(writer)
-        return Opened(capabilities=_CAPABILITIES, stored_task=writer.state.to_task())
+        opened = Opened(capabilities=_CAPABILITIES, stored_task=writer.state.to_task())
+        self._release(writer)
+        return opened
+
+    def _release(self, writer: RunLogWriter) -> None:
+        """Let the points the log holds leave memory (unless the record is written at close).
+
+        The state keeps each series' length (its base) and the task fields, all
+        that the next record needs; the points are in the file.
+        """
+        if not self.write_record:
+            writer.state.trim(writer.state.lengths())
 
     def _resume_from_record(self, writer: RunLogWriter) -> None:
         """A log with no task yet, beside a task record (an older FileSink's): start from it."""
@@ -232,7 +243,10 @@ class FileSink(Sink):
         except OSError as exc:
             self.bytes_written += writer.bytes_written - before
             return RetryLater(f"cannot write {self.log_path}: {exc.strerror or exc}")
-        if writer.compaction_due():
+        self._release(writer)
+        # A state whose points left memory is not compacted: a snapshot of it would
+        # drop them from the file, the record (the log stays linear in what was sent).
+        if not writer.state.bases and writer.compaction_due():
             try:
                 writer.compact()
             except OSError as exc:  # the records are written; the log is only longer
