@@ -109,6 +109,8 @@ class ReportQueue:
     #: wake depth in bytes: how wide the reports queued since are).
     _calls_at_drain: int = 0
     _queued_at_drain: int = 0
+    #: Estimated bytes of one report, as wide as those queued before the last drain.
+    _report_width: int = 1
 
     def _init_queue(self, config: ReportingConfig, clock: Callable[[], float]) -> None:
         """Set up the queue's state (``Reporter.__init__``)."""
@@ -181,9 +183,10 @@ class ReportQueue:
         self._queued_at_drain = self._queued_bytes
         calls = self._calls + self._train_calls
         reports, self._calls_at_drain = calls - self._calls_at_drain, calls
-        depth = self._drain_depth
-        if added > 0 and reports > 0:  # wide reports: wake before they hold much memory
-            depth = max(1, min(depth, DRAIN_WAKE_BYTES * reports // added))
+        if added > 0 and reports > 0:
+            self._report_width = max(1, added // reports)
+        # Wide reports: wake before they hold much memory.
+        depth = max(1, min(self._drain_depth, DRAIN_WAKE_BYTES // self._report_width))
         self._wake_depth = depth if deep_only else 1
         self._histogram.fold()  # the report calls' durations, off the training thread
 
