@@ -231,6 +231,31 @@ def test_a_run_log_closes_without_writing_a_record_unless_asked(tmp_path: Path) 
     )
 
 
+def test_a_run_log_keeps_no_points_in_memory_unless_it_writes_the_record(tmp_path: Path) -> None:
+    """Beside its file, the log's state holds lengths, not points; a rewind still replays right.
+
+    ``write_record=True`` keeps every point (the JSON record is written from them).
+    """
+    held_points = []
+    for name, write in (("lean.log", False), ("whole.log", True)):
+        sink = FileSink(tmp_path / name, write_record=write)
+        assert isinstance(sink.open(), Opened)
+        for k in range(10):
+            steps = list(range(100 * k + 1, 100 * k + 101))
+            assert isinstance(
+                sink.send(Update(None, {}, (suffix("a", 100 * k, steps),), False)), Delivered
+            )
+        result = sink.send(Update(None, {}, (suffix("a", 499, [500, 501]),), False))  # a rewind
+        assert isinstance(result, Delivered)
+        assert {"a": 501} == result.series_lengths
+        writer = sink._writer
+        assert writer is not None
+        held_points.append(writer.state.point_count())
+        sink.close()
+        assert list(range(1, 502)) == [p[0] for p in curve(read_task(sink.log_path), "a")]
+    assert [0, 501] == held_points
+
+
 def test_file_sink_treats_a_corrupt_file_as_empty(tmp_path: Path) -> None:
     """A file that is not JSON is logged and the run starts from an empty state."""
     path = tmp_path / "job.json"
