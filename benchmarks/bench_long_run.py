@@ -27,6 +27,13 @@ its own, so its baseline and growth are its own:
   loop's (the same work, no reporter), measured in the same child; ``--step-us 0``
   is the tight loop (no slowdown figure).
 
+The store keeps what a destination has not acknowledged: with ``http`` the
+figure holds only while the server keeps up. The reference server takes
+about 95,000 points/s on 2 shared cores (docs/performance.md, "Reference
+server ingest"), and 100 metrics every 200 µs are 500,000 points/s; measure
+``http`` at a rate it takes (``--step-us 2000``), or against a server on
+another machine.
+
 Run:
 
     python benchmarks/bench_long_run.py                    # 2 M points, every configuration
@@ -197,6 +204,7 @@ def measure(
         try:
             for config in only:
                 results.append(run_config(config, points, metrics, step_us, url, timeout))
+                print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each ends
         finally:
             if server_cm is not None:
                 server_cm.__exit__(None, None, None)
