@@ -297,7 +297,11 @@ def test_a_long_run_is_cut_into_batches_of_bounded_size() -> None:
         short_form(float(s), s, 1, {k: s + i / 1000 for i, k in enumerate(keys)})
         for s in range(1, 3 * rows + 2)
     ]
-    per_point = _run(items, [], [], ReportingConfig(), batch=False)
+    # Nothing delivered on either side: every point is still in memory to compare.
+    per_point = Recorder(ReportingConfig(), wall_offset=1_767_225_000.25)
+    per_point.start_attempt()
+    for item in items:
+        per_point.apply(dict(item) if isinstance(item, dict) else item)
     recorder = Recorder(ReportingConfig(), wall_offset=1_767_225_000.25)
     recorder.start_attempt()
     recorder.apply_all(deque(dict(item) for item in items if isinstance(item, dict)))
@@ -305,7 +309,8 @@ def test_a_long_run_is_cut_into_batches_of_bounded_size() -> None:
     assert 3 * rows == columnar.rows  # all but the first step (the purge decision)
     assert 3 == columnar.batches
     points = {name: s[:4] for name, s in _state(recorder)["series"].items()}
-    assert {name: s[:4] for name, s in per_point[0]["series"].items()} == points
+    assert {name: s[:4] for name, s in _state(per_point)["series"].items()} == points
+    assert 3 * rows + 1 == len(points["train_m0"][0])
 
 
 @pytest.mark.parametrize(

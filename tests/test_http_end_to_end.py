@@ -18,6 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ import urllib3
 
 from faults import FaultProxy, black_hole_server, closed_port
 from helpers import without_updated_at
-from trainreport import AttemptIdentity, Reporter, ReportingConfig
+from trainreport import AttemptIdentity, FileSink, Reporter, ReportingConfig, read_task
 from trainreport.server import ServerHandle
 from trainreport.sinks._http import HttpSink
 from trainreport.testing import FakeClock, capture_events
@@ -83,8 +84,26 @@ def stored(url: str, job: str = JOB, token: str | None = None) -> Any:
 
 
 def assert_server_holds(url: str, reporter: Reporter, job: str = JOB) -> None:
-    """The server's task equals the reporter's record, ``updated_at`` aside."""
-    assert without_updated_at(reporter.snapshot()) == without_updated_at(stored(url, job))
+    """The server's task equals the reporter's record, ``updated_at`` aside.
+
+    A series whose older points left memory (the server holds them:
+    ``docs/engine.md``, "Memory") is in ``snapshot()`` from its first point in
+    memory on: the server's curve ends with exactly those points.
+    """
+    snapshot, task = without_updated_at(reporter.snapshot()), without_updated_at(stored(url, job))
+    assert snapshot is not None
+    assert task is not None
+    ours = snapshot["status_details"].get("metrics", {})
+    theirs = task["status_details"].get("metrics", {})
+    assert set(ours) == set(theirs)
+    recorder = reporter._recorder
+    assert recorder is not None
+    store = recorder._record.store
+    for name, points in ours.items():
+        base = store.series[name].base if name in store.series else 0
+        assert points == theirs[name][base:], name
+        theirs[name] = points
+    assert snapshot == task
 
 
 def steps_of(task: Any, name: str) -> list[int]:
@@ -167,6 +186,44 @@ def test_a_resume_from_an_earlier_checkpoint_rewinds(
     assert [2.0 / s for s in range(1, 21)] + [5.0 / s for s in range(21, 51)] == values
     assert [10, 20, 30, 40, 50] == steps_of(task, "val_loss")
     assert 5.0 / 30 + 0.1 == task["status_details"]["metrics"]["val_loss"][2]["value"]
+
+
+def test_a_rewind_after_old_points_left_memory_replaces_the_right_tail(
+    server: ServerHandle, tmp_path: Path
+) -> None:
+    """Points both destinations hold leave memory; a rewind past them still cuts right.
+
+    An HttpSink (series suffixes) and a FileSink run log: after 3,000 flushed
+    steps the store keeps only a tail (``docs/engine.md``, "Memory"), then
+    the step goes back to 500: the server's ``GET`` and the run log's replay
+    both hold steps 1 to 700 with the new values from 500 on.
+    """
+    log = tmp_path / "run.log"
+    sinks = [HttpSink(server.url, JOB, read_timeout_seconds=5.0), FileSink(log)]
+    reporter = Reporter(sinks=sinks, config=CONFIG, rank=0).start()
+    for step in range(1, 3001):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step, "lr": 0.1})
+        if step % 500 == 0:
+            assert reporter.flush(timeout=10)
+    recorder = reporter._recorder
+    assert recorder is not None
+    retained = recorder.retained_points()
+    for step in range(500, 701):
+        reporter.report_train_step(step=step, epoch=2, metrics={"loss": -1.0 * step, "lr": 0.2})
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+    assert retained < 2 * 1000, retained  # of 6,000 points recorded
+    expected = [1.0 / s for s in range(1, 500)] + [-1.0 * s for s in range(500, 701)]
+    server_task, log_task = stored(server.url), read_task(log)
+    for task in (server_task, log_task):
+        assert list(range(1, 701)) == steps_of(task, "train_loss")
+        assert expected == [p["value"] for p in task["status_details"]["metrics"]["train_loss"]]
+        assert [1] * 499 + [2] * 201 == [
+            p["epoch"] for p in task["status_details"]["metrics"]["train_loss"]
+        ]
+    assert server_task["status_details"]["metrics"] == log_task["status_details"]["metrics"]
+    assert 1 == reporter.stats().rewinds
 
 
 @MODES

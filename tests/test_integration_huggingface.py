@@ -30,7 +30,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport import MemorySink, Reporter, ReportingConfig, read_task
 from trainreport.integrations.huggingface import (
     CANCEL_REASON,
     TrainReportCallback,
@@ -314,7 +314,7 @@ def test_reporting_adds_a_callback_from_env_when_the_trainer_has_none(
         trainer.train()
     added = [c for c in trainer.callback_handler.callbacks if isinstance(c, TrainReportCallback)]
     assert 1 == len(added)
-    assert (tmp_path / "trainreport-runs" / "hf-job.json").is_file()
+    assert "completed" == read_task(tmp_path / "trainreport-runs" / "hf-job.log")["status"]
 
 
 def test_reporting_reports_keyboard_interrupt_as_interrupted(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport import MemorySink, Reporter, ReportingConfig, read_task
 from trainreport.integrations.nemo_rl import OTHER_PHASE, TrainReportNemoLogger, phase_of_prefix
 from trainreport.testing import capture_events
 
@@ -188,7 +188,7 @@ def test_reporter_is_built_from_env_on_first_use(
     assert logger.reporter is None
     logger.log_metrics({"loss": 1.0}, 1, prefix="train")
     assert logger.finish(10.0)
-    assert (tmp_path / "trainreport-runs" / "grpo-job.json").is_file()
+    assert "completed" == read_task(tmp_path / "trainreport-runs" / "grpo-job.log")["status"]
 
 
 def test_rank_1_environment_makes_the_logger_inert(monkeypatch: pytest.MonkeyPatch) -> None:

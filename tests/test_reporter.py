@@ -607,6 +607,31 @@ def test_deep_queue_wakes_the_thread_to_drain_without_sending() -> None:
     reporter.close(timeout=5)
 
 
+def test_wide_reports_wake_the_thread_to_drain_before_they_hold_4_mib() -> None:
+    """Reports of 1,000 metrics (~48 KB each, estimated) wake it at ~86, not drain_queue_depth.
+
+    What waits in the queue between drains is the process's memory beside the
+    store's (docs/engine.md, "Memory").
+    """
+    reporter, _, _ = make()
+    drive(reporter)
+    worker = reporter._worker
+    assert worker is not None
+    metrics = {f"m{i}": 1.0 for i in range(1000)}
+    reporter.report_train_step(step=1, metrics=metrics)  # the first point wakes it at once
+    cycle(reporter)
+    worker.wake.clear()
+    woken_at = None
+    for step in range(2, 400):
+        reporter.report_train_step(step=step, metrics=metrics)
+        if worker.wake.is_set():
+            woken_at = step - 1
+            break
+    assert woken_at is not None
+    assert 60 <= woken_at <= 120, woken_at
+    reporter.close(timeout=5)
+
+
 def test_memory_guard_drops_with_a_counter_and_close_says_false() -> None:
     """Beyond max_queue_bytes of queued reports, reports are dropped, counted, close() False."""
     reporter, _, _ = make(max_queue_bytes=2**20)

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def a_run(path: Path, steps: int = 3, job_id: str | None = None) -> dict[str, object]:
-    """A real run through FileSink; returns the task record written at close."""
-    reporter = Reporter(FileSink(path, job_id=job_id), rank=0).start()
+    """A real run through FileSink (``write_record=True``); returns the record written at close."""
+    reporter = Reporter(FileSink(path, job_id=job_id, write_record=True), rank=0).start()
     reporter.report_training_start(max_steps=steps)
     for step in range(1, steps + 1):
         reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
@@ -56,7 +56,7 @@ def test_a_file_sink_runs_log_keeps_each_points_time_and_read_task_keeps_the_get
     """
     path = tmp_path / "run.log"
     before = time.time()
-    reporter = Reporter(FileSink(path), rank=0).start()
+    reporter = Reporter(FileSink(path, write_record=True), rank=0).start()
     for step in range(1, 21):
         reporter.report_train_step(step=step, metrics={"loss": 1.0 / step})
     assert reporter.close(timeout=10)

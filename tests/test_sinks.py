@@ -129,7 +129,7 @@ def test_a_series_a_rewind_empties_is_dropped_by_the_run_log_its_record_and_a_re
         first.report_train_step(step=step, metrics={"loss": float(step)})
     first.report_validation(step=10, metrics={"loss": 0.5})
     assert first.close(timeout=5)
-    second = Reporter(FileSink(path), rank=0).start()
+    second = Reporter(FileSink(path, write_record=True), rank=0).start()
     second.report_train_step(step=1, metrics={"loss": 7.0})
     assert second.close(timeout=5)
 
@@ -168,7 +168,7 @@ def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Pa
     compacted several times; a reader must never see it vanish or shrink.
     """
     path = tmp_path / "job.log"
-    sink = FileSink(path)
+    sink = FileSink(path, write_record=True)  # every point held: the log is compacted
     reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.0), rank=0).start()
     stop = threading.Event()
     bad: list[str] = []
@@ -204,8 +204,57 @@ def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Pa
     assert [] == bad
     assert reads[0] > 0
     assert compactions >= 2
-    assert 3000 == len(curve(json.loads(path.with_suffix(".json").read_text()), "train_loss"))
+    assert 3000 == len(curve(read_task(path), "train_loss"))
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
+
+
+def test_a_run_log_closes_without_writing_a_record_unless_asked(tmp_path: Path) -> None:
+    """``FileSink("run.log")`` leaves only the log (the record); ``write_record=True`` adds JSON.
+
+    The record is written from memory at ``close()`` (its cost grows with the
+    run), so the embedded default's ``.log`` path does not write it; a path
+    ending in ``.json`` (older code) still does.
+    """
+    tasks = []
+    for name, write in (("plain.log", None), ("asked.log", True), ("old.json", None)):
+        sink = FileSink(tmp_path / name, write_record=write)
+        reporter = Reporter(sink, rank=0).start()
+        reporter.report_train_step(step=1, metrics={"loss": 1.0})
+        reporter.report_completed()
+        assert reporter.close(timeout=5)
+        tasks.append(read_task(sink.log_path))
+        assert (write is True or name.endswith(".json")) == sink.record_path.exists(), name
+        if sink.record_path.exists():
+            assert read_task(sink.log_path) == json.loads(sink.record_path.read_text())
+    assert [(1, 1, 1.0)] * 3 == [curve(t, "train_loss")[0] for t in tasks]
+    assert ["asked.json", "asked.log", "old.json", "old.log", "plain.log"] == sorted(
+        p.name for p in tmp_path.iterdir()
+    )
+
+
+def test_a_run_log_keeps_no_points_in_memory_unless_it_writes_the_record(tmp_path: Path) -> None:
+    """Beside its file, the log's state holds lengths, not points; a rewind still replays right.
+
+    ``write_record=True`` keeps every point (the JSON record is written from them).
+    """
+    held_points = []
+    for name, write in (("lean.log", False), ("whole.log", True)):
+        sink = FileSink(tmp_path / name, write_record=write)
+        assert isinstance(sink.open(), Opened)
+        for k in range(10):
+            steps = list(range(100 * k + 1, 100 * k + 101))
+            assert isinstance(
+                sink.send(Update(None, {}, (suffix("a", 100 * k, steps),), False)), Delivered
+            )
+        result = sink.send(Update(None, {}, (suffix("a", 499, [500, 501]),), False))  # a rewind
+        assert isinstance(result, Delivered)
+        assert {"a": 501} == result.series_lengths
+        writer = sink._writer
+        assert writer is not None
+        held_points.append(writer.state.point_count())
+        sink.close()
+        assert list(range(1, 502)) == [p[0] for p in curve(read_task(sink.log_path), "a")]
+    assert [0, 501] == held_points
 
 
 def test_file_sink_treats_a_corrupt_file_as_empty(tmp_path: Path) -> None:
@@ -274,7 +323,7 @@ def test_file_sink_paths_a_json_name_is_the_record_anything_else_the_log(
     tmp_path: Path, given: str, log: str, record: str
 ) -> None:
     """FileSink('x.json') keeps older code working: x.json is the record, x.log the log."""
-    sink = FileSink(tmp_path / given)
+    sink = FileSink(tmp_path / given, write_record=True)
     assert (tmp_path / log, tmp_path / record) == (sink.log_path, sink.record_path)
     reporter = Reporter(sink, rank=0).start()
     reporter.report_train_step(step=1, metrics={"loss": 1.0})
@@ -373,7 +422,7 @@ def test_bytes_written_grow_linearly_with_the_run(tmp_path: Path) -> None:
     """
 
     def run(steps: int) -> tuple[int, int]:
-        sink = FileSink(tmp_path / f"{steps}.log")
+        sink = FileSink(tmp_path / f"{steps}.log", write_record=True)
         reporter = Reporter(
             sink, ReportingConfig(min_report_interval_seconds=3600.0), rank=0
         ).start()
@@ -395,7 +444,8 @@ def test_bytes_written_grow_linearly_with_the_run(tmp_path: Path) -> None:
 
 def test_a_second_process_on_the_same_log_is_rejected_not_interleaved(tmp_path: Path) -> None:
     """Two runs given the same job id: the second gets Rejected until the first closes."""
-    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
+    first = FileSink(tmp_path / "job.log", write_record=True)
+    second = FileSink(tmp_path / "job.log", write_record=True)
     assert isinstance(first.open(), Opened)
     refused = second.open()
     assert isinstance(refused, Rejected)
@@ -416,7 +466,8 @@ def _compact_first_before_the_second_locks(
     """
     from trainreport.sinks import _runlog_writer  # noqa: PLC0415
 
-    first, second = FileSink(tmp_path / "job.log"), FileSink(tmp_path / "job.log")
+    first = FileSink(tmp_path / "job.log", write_record=True)
+    second = FileSink(tmp_path / "job.log", write_record=True)
     assert isinstance(first.open(), Opened)
     assert isinstance(
         first.send(Update("running", {}, (suffix("loss", 0, [1, 2]),), False)), Delivered
@@ -544,7 +595,7 @@ def test_a_failed_compaction_does_not_fail_the_send_and_is_not_retried_every_sen
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """os.replace refused (as on Windows, with the log open): the append stands, logged once."""
-    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=math.inf)
+    sink = FileSink(tmp_path / "job.log", fsync_interval_seconds=math.inf, write_record=True)
     sink.open()
     replaced: list[str] = []
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainreport._store import MetricStore, Series
+from trainreport._store import RELEASE_MIN_POINTS, MetricStore, Series
 
 
 def steps(series: Series) -> list[int]:
@@ -99,3 +99,109 @@ def test_current_values_include_series_tails_and_scalars() -> None:
     store.record("a", 2, 1, 2.0)
     store.record("b", 2, 1, 7.0)
     assert {"a": 2.0, "b": 7.0} == dict(store.current_values())
+
+
+# --- memory bounded by what is not yet held everywhere (docs/engine.md, "Memory") ---------
+
+
+def _acknowledge_all(store: MetricStore) -> None:
+    """Every destination says it holds every series as the store holds it now."""
+    for d in range(store.destinations):
+        sent = {name: len(s) for name, s in store.series.items()}
+        store.mark_built(d, list(sent))
+        store.acknowledge(d, sent, dict(sent))
+
+
+def _long_store(points: int, destinations: int = 2, every: int = 100) -> MetricStore:
+    """``points`` steps of ``a`` and, every 10 steps, of ``v``; acknowledged every ``every``."""
+    store = MetricStore(destinations=destinations)
+    store.admit("a", as_series=True)
+    store.admit("v", as_series=True)
+    for step in range(1, points + 1):
+        store.record("a", step, 1 + step // 1000, step * 0.5)
+        if step % 10 == 0:
+            store.record("v", step, 1, -step * 1.0)
+        if step % every == 0:
+            _acknowledge_all(store)
+    return store
+
+
+def test_points_every_destination_holds_leave_memory_and_the_lengths_stay_absolute() -> None:
+    """After acknowledgements the store keeps a bounded tail; lengths count the whole series."""
+    store = _long_store(50_000)
+
+    a = store.series["a"]
+    assert 50_000 == len(a)
+    assert [50_000, 50_000] == a.delivered
+    assert store.retained_points() <= 2 * (RELEASE_MIN_POINTS + 100)
+    assert 1 == len(a.runs)  # one step a point: one run remembers where every step was
+    assert 50_000 == a.last_step
+    assert [("a", 25_000.0), ("v", -50_000.0)] == list(store.current_values())
+    assert 0 == store.unsent_points(0)
+    assert 55_000 == store.delivered_points(1)
+
+
+def test_the_retained_tail_stays_bounded_over_a_long_run() -> None:
+    """Retained points do not grow with the run (structural: no RSS involved)."""
+    bound = 2 * (RELEASE_MIN_POINTS + 100)  # two series: a batch not yet released + a send
+    retained = [_long_store(points).retained_points() for points in (5_000, 20_000, 100_000)]
+    assert [True] * 3 == [0 < n <= bound for n in retained], retained
+
+
+def test_nothing_leaves_memory_until_every_destination_holds_it() -> None:
+    """Points one destination has not acknowledged stay, and so do those of a kept destination."""
+    store = MetricStore(destinations=2)
+    store.admit("a", as_series=True)
+    for step in range(1, 2001):
+        store.record("a", step, 1, float(step))
+    store.acknowledge(0, {"a": 2000}, {"a": 2000})
+    assert 2000 == store.retained_points()
+    store.keep_every_point(1)
+    store.acknowledge(1, {"a": 2000}, {"a": 2000})
+    assert 2000 == store.retained_points()
+
+
+def test_a_rewind_to_a_step_that_left_memory_cuts_at_its_absolute_index() -> None:
+    """Stepping back before the retained base truncates there; the next suffix starts there."""
+    store = _long_store(10_000, destinations=1)
+    a = store.series["a"]
+    assert a.base > 5_000
+
+    store.record("a", 4_000, 1, -1.0)
+
+    assert 4_000 == len(a)  # steps 1 .. 3999 and the new 4000
+    assert 3_999 == a.base
+    assert [4_000] == list(a.steps)
+    assert [3_999] == a.delivered
+    assert [("a", 10_000, 6_001)] == store.end_report()
+    store.record("a", 4_001, 1, -2.0)
+    assert 4_000 == a.index_left(4_001)
+    assert 1_000 == a.index_left(1_001)
+    assert 0 == a.index_left(-5)
+
+
+def test_a_rewind_finds_steps_reported_at_a_stride_and_irregularly() -> None:
+    """Every 10 steps, then irregular steps: each forgotten step's index is still found."""
+    s = Series()
+    given = [10 * i for i in range(1, 301)] + [3001, 3007, 3008, 3020, 3500, 3501, 3502, 3600]
+    for step in given:
+        s.append(step, 1, float(step))
+    s.forget(len(given) - 1)
+    assert 3 <= len(s.runs) <= 6
+    for i, step in enumerate(given):
+        assert i == s.index_left(step), step
+        assert i == s.index_left(step - 1 if i == 0 else given[i - 1] + 1), step
+    assert len(given) - 1 == s.index_left(3599)
+
+
+def test_a_purge_after_a_step_that_left_memory_keeps_the_right_prefix() -> None:
+    """The run-wide purge (resume from a checkpoint) cuts forgotten points at the right index."""
+    store = _long_store(3_000, destinations=1)
+    cut = store.purge_after(1_500)
+    assert [("a", 3_000, 1_500), ("v", 3_000, 150)] == cut
+    assert 1_500 == len(store.series["a"])
+    assert 150 == len(store.series["v"])
+    assert 1_500 == store.series["a"].last_step
+    store.record("a", 1_500, 1, 7.0)  # the purged step itself is replaced, not duplicated
+    assert 1_500 == len(store.series["a"])
+    assert [7.0] == list(store.series["a"].values)

@@ -336,7 +336,9 @@ class ReportingConfig:
             (>= 1 MiB; a smaller value falls back to the default in lenient
             parsing, with a warning), default 256 MiB.
         drain_queue_depth: the reporter thread wakes to drain (not send) when
-            this many reports are queued. Count (>= 1), default 10_000.
+            this many reports are queued, or sooner when the reports queued
+            are estimated past 4 MiB (wide reports: about 800 of 100 metrics).
+            Count (>= 1), default 10_000.
             docs/design.md#shape, #failure-handling.
         unsent_warning_seconds: warn (rate-limited) when undelivered data is
             older than this. Seconds, default 300.0. docs/design.md#failure-handling.

@@ -25,6 +25,7 @@ from trainreport._payloads import StoredState, encode_details
 from trainreport._run_record import RunRecord
 from trainreport._seeding import points_json
 from trainreport._sink import SeriesUpdate, Update
+from trainreport._store import Series
 from trainreport._thinning import thin_columns
 
 __all__ = ["Build", "Delivery"]
@@ -67,6 +68,27 @@ class Build:
     sticky: Mapping[str, int]
     changes: int
     details: Mapping[str, Any]
+
+
+def _suffix(name: str, s: Series, d: int, record: RunRecord) -> SeriesUpdate:
+    """``s`` from what ``d`` holds on (its points from ``delivered[d]``, an absolute index)."""
+    start = s.delivered[d]
+    if start < s.base:
+        # d lost points it had acknowledged (a restored backup), and they left memory
+        # once every destination held them: what is in memory goes, from the base.
+        record.once.warning(
+            ("points_not_retained", d),
+            "trainreport.points_not_retained",
+            series=name,
+            destination=d,
+            held=start,
+            first_in_memory=s.base,
+            hint="the destination lost points it had acknowledged; upload the run log "
+            "with trainreport sync to restore them",
+        )
+        start = s.base
+    i = start - s.base
+    return SeriesUpdate(name, start, s.steps[i:], s.epochs[i:], s.values[i:], s.times[i:])
 
 
 class Delivery:
@@ -114,6 +136,7 @@ class Delivery:
         store_series = record.store.series
         if include_metrics and any(s.needs_send(d) for s in store_series.values()):
             if full_state:
+                record.store.keep_every_point(d)  # the whole state goes every time
                 if record.seeded and not held.too_large:
                     budget = held.thinned_to
                     series_updates = tuple(
@@ -127,16 +150,7 @@ class Delivery:
                     )
             else:
                 series_updates = tuple(
-                    SeriesUpdate(
-                        n,
-                        s.delivered[d],
-                        s.steps[s.delivered[d] :],
-                        s.epochs[s.delivered[d] :],
-                        s.values[s.delivered[d] :],
-                        s.times[s.delivered[d] :],
-                    )
-                    for n, s in store_series.items()
-                    if s.needs_send(d)
+                    _suffix(n, s, d, record) for n, s in store_series.items() if s.needs_send(d)
                 )
             if series_updates is not None:
                 sent = (

@@ -124,7 +124,10 @@ class DetailsView:
         self.last_updated_at = wall
 
     def snapshot(self) -> dict[str, Any]:
-        """The task record the destinations should now hold (the ``GET`` shape)."""
+        """The task record the destinations should now hold (the ``GET`` shape).
+
+        Each series from its first point in memory on (``Series.base``).
+        """
         record = self._record
         details = dict(record.stored_details)
         details.update(self.delivered_details)
@@ -152,7 +155,8 @@ class DetailsView:
         Each series is taken from the least of ``lengths`` (what the journal
         holds) and the first index a rewind changed since the last view, so a
         rewind is one suffix in the next record. Marks every series as given
-        to the journal up to its length (:attr:`Series.journaled`).
+        to the journal up to its length (:attr:`Series.journaled`), then lets
+        what every destination holds leave memory (``MetricStore.release``).
         """
         record = self._record
         store = record.store
@@ -161,26 +165,24 @@ class DetailsView:
         rewrite = current != version
         series = []
         for name, s in store.series.items():
-            length = len(s.steps)
+            length = len(s)
             held = lengths.get(name, 0)
             start = acknowledged[name] if rewrite else min(held, s.journaled, length)
+            # Points before the base left memory: every destination acknowledged them.
+            start = max(start, s.base)
             if rewrite or start < length or start < held:
+                i = start - s.base
                 series.append(
-                    SeriesUpdate(
-                        name,
-                        start,
-                        s.steps[start:],
-                        s.epochs[start:],
-                        s.values[start:],
-                        s.times[start:],
-                    )
+                    SeriesUpdate(name, start, s.steps[i:], s.epochs[i:], s.values[i:], s.times[i:])
                 )
             s.journaled = length
+        store.journal_fed = True
+        store.release()
         return JournalView(
             current,
             record.machine.status.value,
             self.details(wall, record.sticky.values),
             tuple(series),
-            {n: len(s.steps) for n, s in store.series.items()},
+            {n: len(s) for n, s in store.series.items()},
             acknowledged,
         )

@@ -265,6 +265,16 @@ class Recorder:
         with self._lock:
             return self._delivery.thin_metrics(d, budget)
 
+    def keep_every_point(self, d: int) -> None:
+        """Destination ``d`` needs every point kept in memory (a ``MemorySink``).
+
+        Otherwise a point leaves memory once every destination holds it and
+        the journal was given it (``docs/engine.md``, "Memory"); a full-state
+        destination is marked at its first full-state build.
+        """
+        with self._lock:
+            self._record.store.keep_every_point(d)
+
     def metrics_refused(self, d: int) -> bool:
         """Whether ``d`` refused the full-state ``metrics`` for size."""
         with self._lock:

@@ -12,7 +12,8 @@ builds; ``flush()`` and ``close()`` hand it a deadline.
 What the training thread touches is the ``Reporter``'s own attributes: the
 deque, the memory guard (``max_queue_bytes`` against the estimated
 ``_queued_bytes``) and the wake rule (the run's first point at once, then one
-wake per ``drain_queue_depth`` reports, none again until the thread drained:
+wake per ``drain_queue_depth`` reports, or fewer when that many would hold
+more than :data:`DRAIN_WAKE_BYTES`; none again until the thread drained:
 ``_wake_depth``), the call counters and the latency histogram's buffers. The
 pieces that are concepts of their own are composed: the report protocol
 (``_reports``), the lifecycle table (``_lifecycle.ReporterMachine``), the
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INTERRUPTED",
     "PREEMPTED",
+    "DRAIN_WAKE_BYTES",
     "RANK_VARIABLES",
     "DestinationStats",
     "Reporter",
@@ -88,6 +90,12 @@ __all__ = [
 _log = get_logger()
 
 #: Environment variables read, in order, for the global rank (docs/design.md#guarantees).
+#: The reporter thread is woken to drain once about this many bytes (the memory
+#: guard's estimate) are queued, even before ``drain_queue_depth`` reports: what
+#: waits in the queue between drains is the training process's memory beside the
+#: store's (``docs/engine.md``, "Memory").
+DRAIN_WAKE_BYTES = 4 * 2**20
+
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 #: The cancel reason of a run stopped by an interrupt (``KeyboardInterrupt``, Ctrl-C).
 INTERRUPTED = "interrupted"
@@ -229,6 +237,12 @@ class Reporter:
         # until the run's first point was drained (the first point goes at once),
         # then drain_queue_depth; past a wake, no more until the thread drained.
         self._wake_depth = 1
+        # Report calls made, and bytes left queued, when the thread last drained, and
+        # the estimated bytes of one report as wide as those queued before it: the
+        # wake depth in bytes (_drained).
+        self._calls_at_drain = 0
+        self._queued_at_drain = 0
+        self._report_width = 1
         self._histogram = LatencyHistogram()
         # Report calls record their durations here (the histogram's buffers): every
         # other report call in _latencies, one report_train_step in TIMED_EVERY in _sampled.
@@ -366,7 +380,12 @@ class Reporter:
         ``{"status": ..., "status_details": {..., "metrics": {name: [{"step", "epoch",
         "value"}]}}}``, the same shape as ``MemorySink.task``. It reflects the
         reports the reporter thread has applied; call :meth:`flush` (or
-        :meth:`close`) first for an up-to-date view. Never raises.
+        :meth:`close`) first for an up-to-date view. A series' points that
+        every destination holds leave memory in a long run (``docs/engine.md``,
+        "Memory"): such a series is here from its first point still in memory
+        on (the destinations, ``read_task`` of the run log, hold it whole);
+        with a ``MemorySink`` or a full-state destination every point stays.
+        Never raises.
         """
         recorder = self._recorder
         if recorder is None:
@@ -736,10 +755,21 @@ class Reporter:
 
         The worker's ``on_drained``, called on the reporter thread. ``deep_only``:
         wake it again only at ``drain_queue_depth`` (else at the next report:
-        the run's first point is still to come).
+        the run's first point is still to come), or at fewer reports when that
+        many, as wide as those drained, would be estimated past
+        :data:`DRAIN_WAKE_BYTES` (100 metrics a report: about 800).
         """
+        # Bytes and report calls queued since the last drain: how wide the reports are.
+        added = self._queued_bytes - self._queued_at_drain
         self._queued_bytes -= nbytes
-        self._wake_depth = self._drain_depth if deep_only else 1
+        self._queued_at_drain = self._queued_bytes
+        calls = self._calls + self._train_calls
+        reports, self._calls_at_drain = calls - self._calls_at_drain, calls
+        if added > 0 and reports > 0:
+            self._report_width = max(1, added // reports)
+        # Wide reports: wake before they hold much memory.
+        depth = max(1, min(self._drain_depth, DRAIN_WAKE_BYTES // self._report_width))
+        self._wake_depth = depth if deep_only else 1
         self._histogram.fold()  # the report calls' durations, off the training thread
 
     def _wake_for_depth(self) -> None:
@@ -828,6 +858,9 @@ class Reporter:
             series_default=self._series_default,
             wall_offset=wall_offset,
         )
+        for d, sink in enumerate(self._sinks):
+            if sink.keeps_every_point:  # it holds the run in memory: so does the store
+                recorder.keep_every_point(d)
         options, self._journal_watch = journal_options(self._config, self._sinks, self._clock)
         self._worker = worker = Worker(
             recorder=recorder,

@@ -261,9 +261,14 @@ class Sink(abc.ABC):
             debounce interval when the config's is shorter, and the least gap
             between any two attempts (events, retries, ``flush()``) while
             the run lives; only the first send of ``close()`` goes at once.
+        keeps_every_point: the destination holds the run in the training
+            process's memory (``MemorySink``), so the store keeps every point
+            too instead of letting acknowledged points leave memory
+            (``docs/engine.md``, "Memory"). False for every real destination.
     """
 
     min_interval_seconds: float = 0.0
+    keeps_every_point: bool = False
 
     def describe(self) -> str:
         """Where this sink sends, in words, for the log lines of ``start()`` and ``close()``.

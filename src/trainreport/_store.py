@@ -21,6 +21,19 @@ and what the journal holds: ``journaled``, the length of the prefix last given
 to the journal exactly as held here (a rewind lowers it, so the journal gets a
 suffix from there: one record, never a rewrite).
 
+Memory is bounded by what is not yet held everywhere (``docs/engine.md``,
+"Memory"): once every destination holds a series' points (and the journal
+was given them), :meth:`MetricStore.release` lets them leave memory. A
+series keeps its columns from ``base`` (the absolute index of the first point
+in memory) on, always at least its newest point, and, for the points that
+left, only where each step was: runs of evenly spaced steps (first index,
+first step, stride), one run for the usual one point a step. Its length,
+the lengths above and every offset count from index 0 of the whole series, so
+a rewind to a step that left memory still cuts at the right absolute index
+and the next suffix starts there. A destination that takes only the full
+state (or a ``MemorySink``) is marked :meth:`MetricStore.keep_every_point`,
+and then nothing leaves.
+
 A series needs sending to ``d`` when either of the first two differs from its
 length. The payload builder sends each series from ``delivered[d]`` on (0 in
 full-state mode), which makes every send an idempotent suffix
@@ -36,7 +49,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
 
-__all__ = ["UNKNOWN_TIME", "MetricStore", "Rewound", "Series"]
+__all__ = ["RELEASE_MIN_POINTS", "UNKNOWN_TIME", "MetricStore", "Rewound", "Series"]
 
 #: The time of a point whose wall-clock time is not known (seeded from a destination
 #: that keeps none): NaN in the times column, ``null`` on the wire.
@@ -45,19 +58,26 @@ UNKNOWN_TIME = float("nan")
 #: One series a rewind cut: (qualified name, its last step before, points removed).
 Rewound: TypeAlias = "tuple[str, int, int]"
 
+#: Points leave memory in batches of at least this many a series (``MetricStore.release``).
+RELEASE_MIN_POINTS = 256
+
 
 class Series:
     """One metric's history, as columns. Steps are non-decreasing and unique.
 
     ``times`` holds each point's wall-clock time (seconds since the Unix epoch,
-    :data:`UNKNOWN_TIME` where unknown), as long as the other columns.
+    :data:`UNKNOWN_TIME` where unknown), as long as the other columns. The
+    columns hold the points from absolute index :attr:`base` on (the earlier
+    ones left memory, :meth:`forget`); ``len()`` is the whole series' length.
     """
 
     __slots__ = (
+        "base",
         "delivered",
         "epochs",
         "journaled",
         "low",
+        "runs",
         "server_length",
         "steps",
         "times",
@@ -73,9 +93,27 @@ class Series:
         self.server_length = [0] * destinations
         self.low = [0] * destinations
         self.journaled = 0
+        #: The absolute index of ``steps[0]``: the points before it left memory.
+        self.base = 0
+        #: Where the steps before :attr:`base` were: runs of evenly spaced steps.
+        self.runs = _StepRuns()
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return self.base + len(self.steps)
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the newest point (in memory or not), or ``None`` for no known point."""
+        if self.steps:
+            return self.steps[-1]
+        return self.runs.step_at(self.base - 1) if self.base else None
+
+    def index_left(self, step: int) -> int:
+        """The absolute index of the first point with a step at or after ``step``."""
+        steps = self.steps
+        if steps and step >= steps[0]:
+            return self.base + bisect_left(steps, step)
+        return self.runs.index_left(step, self.base)
 
     def append(self, step: int, epoch: int, value: float, time: float = UNKNOWN_TIME) -> int:
         """Add a point; a point at or before the last step replaces the tail from it on.
@@ -85,9 +123,10 @@ class Series:
         """
         steps = self.steps
         discarded = 0
-        if steps and steps[-1] >= step:
-            cut = bisect_left(steps, step)
-            discarded = len(steps) - cut
+        last = steps[-1] if steps else self.last_step
+        if last is not None and last >= step:
+            cut = self.index_left(step)
+            discarded = len(self) - cut
             self.truncate(cut)
         steps.append(step)
         self.epochs.append(epoch)
@@ -96,12 +135,17 @@ class Series:
         return discarded
 
     def truncate(self, length: int) -> None:
-        """Keep only the first ``length`` points."""
-        if length < len(self.steps):
-            del self.steps[length:]
-            del self.epochs[length:]
-            del self.values[length:]
-            del self.times[length:]
+        """Keep only the first ``length`` points (an absolute count)."""
+        if length < len(self):
+            cut = length - self.base
+            if cut < 0:  # into the points that left memory: none of those in memory stays
+                self.runs.truncate(length)
+                self.base = length
+                cut = 0
+            del self.steps[cut:]
+            del self.epochs[cut:]
+            del self.values[cut:]
+            del self.times[cut:]
             for d, held in enumerate(self.delivered):
                 self.delivered[d] = min(held, length)
                 self.low[d] = min(self.low[d], length)
@@ -109,20 +153,115 @@ class Series:
 
     def discard_after(self, step: int) -> int:
         """Discard every point with a step later than ``step``; returns how many."""
-        cut = bisect_right(self.steps, step)
-        discarded = len(self.steps) - cut
+        cut = self.index_left(step + 1)
+        discarded = len(self) - cut
         self.truncate(cut)
         return discarded
 
+    def forget(self, upto: int) -> int:
+        """Let the points before absolute index ``upto`` leave memory (the newest stays).
+
+        Their steps are kept as runs (:class:`_StepRuns`), so that a rewind
+        still finds its index. Returns how many points left.
+        """
+        count = min(upto, len(self) - 1) - self.base
+        if count <= 0:
+            return 0
+        self.runs.extend(self.base, self.steps[:count])
+        del self.steps[:count]
+        del self.epochs[:count]
+        del self.values[:count]
+        del self.times[:count]
+        self.base += count
+        return count
+
     def needs_send(self, d: int) -> bool:
         """True when destination ``d`` does not hold exactly this series."""
-        n = len(self.steps)
+        n = len(self)
         return self.delivered[d] != n or self.server_length[d] != n
 
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated capacity is slightly more)."""
         columns = (self.steps, self.epochs, self.values, self.times)
         return sum(a.itemsize * len(a) for a in columns)
+
+
+class _StepRuns:
+    """Where the steps of points that left memory were: runs of evenly spaced steps.
+
+    Run ``i`` starts at absolute index ``index[i]`` with step ``step[i]`` and
+    goes up by ``stride[i]`` a point, up to the next run (or the series'
+    base). A series reported every step (or every ``k`` steps) needs one run;
+    irregular steps need more (at worst one a point, 24 bytes, as before).
+    """
+
+    __slots__ = ("index", "step", "stride")
+
+    def __init__(self) -> None:
+        self.index: array[int] = array("q")
+        self.step: array[int] = array("q")
+        self.stride: array[int] = array("q")
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def step_at(self, i: int) -> int | None:
+        """The step of the point at absolute index ``i`` (``None``: not known)."""
+        r = bisect_right(self.index, i) - 1
+        if r < 0:
+            return None
+        return self.step[r] + (i - self.index[r]) * self.stride[r]
+
+    def index_left(self, step: int, base: int) -> int:
+        """The first absolute index below ``base`` with a step at or after ``step``, or ``base``."""
+        if not self.index:
+            return base
+        r = bisect_right(self.step, step) - 1
+        if r < 0:
+            return self.index[0]
+        end = self.index[r + 1] if r + 1 < len(self.index) else base
+        k = -((self.step[r] - step) // self.stride[r])  # ceil((step - first) / stride)
+        return min(self.index[r] + k, end)
+
+    def extend(self, start: int, steps: array[int]) -> None:
+        """Record ``steps``, the points from absolute index ``start`` on, leaving memory."""
+        n = len(steps)
+        i = 0
+        while i < n:
+            first = steps[i]
+            if self.index:  # continue the last run when the step fits it
+                r = len(self.index) - 1
+                count = start + i - self.index[r]
+                stride = self.stride[r]
+                if count == 1:  # a one-point run takes any stride
+                    stride = first - self.step[r]
+                if stride > 0 and first == self.step[r] + count * stride:
+                    self.stride[r] = stride
+                    i += self._run_length(steps, i, first, stride)
+                    continue
+            self.index.append(start + i)
+            self.step.append(first)
+            stride = steps[i + 1] - first if i + 1 < n else 1
+            self.stride.append(stride if stride > 0 else 1)
+            i += self._run_length(steps, i, first, self.stride[-1])
+
+    @staticmethod
+    def _run_length(steps: array[int], i: int, first: int, stride: int) -> int:
+        """How many points from ``i`` on go ``first``, ``first + stride``, ... (at least 1)."""
+        n = len(steps)
+        if steps[i:] == array("q", range(first, first + stride * (n - i), stride)):
+            return n - i  # the usual case: one comparison in C
+        j = i + 1  # irregular steps: point by point, to where the run ends
+        while j < n and steps[j] == steps[j - 1] + stride:
+            j += 1
+        return j - i
+
+    def truncate(self, length: int) -> None:
+        """Forget the runs' points from absolute index ``length`` on."""
+        keep = bisect_left(self.index, length)
+        del self.index[keep:]
+        del self.step[keep:]
+        del self.stride[keep:]
 
 
 class MetricStore:
@@ -151,6 +290,12 @@ class MetricStore:
         self.rewound: list[Rewound] = []
         self.points_recorded = 0
         self.points_discarded = 0
+        #: Per destination: it needs every point kept (full state, MemorySink).
+        self.keeps_every_point = [False] * destinations
+        #: A journal is fed (:meth:`journaled_up_to`): points it was not given stay.
+        self.journal_fed = False
+        #: Points that left memory (:meth:`release`), over the run.
+        self.points_released = 0
 
     def __contains__(self, name: str) -> bool:
         return name in self.series or name in self.scalar_names
@@ -197,8 +342,8 @@ class MetricStore:
             self.scalars[name] = value
             return
         steps = s.steps
-        if steps and steps[-1] > step:  # a rewind: noted for end_report()
-            last = steps[-1]
+        last = steps[-1] if steps else s.last_step
+        if last is not None and last > step:  # a rewind: noted for end_report()
             discarded = s.append(step, epoch, value, time)
             self.points_replaced_by_rewinds += discarded
             self.rewound.append((name, last, discarded))
@@ -235,9 +380,9 @@ class MetricStore:
         """
         cut: list[Rewound] = []
         for name, s in self.series.items():
-            last = s.steps[-1] if s.steps else step
+            last = s.last_step
             discarded = s.discard_after(step)
-            if discarded:
+            if discarded and last is not None:
                 cut.append((name, last, discarded))
         discarded = sum(n for _, _, n in cut)
         self.points_discarded += discarded
@@ -276,6 +421,8 @@ class MetricStore:
             s = self.series[name] = Series(self.destinations)
         new_steps, new_epochs, new_values, new_times = s.steps, s.epochs, s.values, s.times
         # mutate in place: callers may hold the Series object
+        s.base = 0
+        s.runs = _StepRuns()
         s.steps = steps[:keep]
         s.epochs = epochs[:keep]
         s.values = values[:keep]
@@ -308,8 +455,33 @@ class MetricStore:
         return sum(s.delivered[d] for s in self.series.values())
 
     def retained_points(self) -> int:
-        """Points held in memory."""
-        return sum(len(s) for s in self.series.values())
+        """Points held in memory (the rest left it: :meth:`release`)."""
+        return sum(len(s.steps) for s in self.series.values())
+
+    def keep_every_point(self, d: int) -> None:
+        """Destination ``d`` needs every point kept in memory (full state, ``MemorySink``)."""
+        self.keeps_every_point[d] = True
+
+    def release(self) -> int:
+        """Let the points every destination holds (and the journal was given) leave memory.
+
+        A series keeps at least its newest point; nothing leaves while a
+        destination :meth:`keep_every_point`. Points leave in batches of at
+        least :data:`RELEASE_MIN_POINTS` a series, so the columns' prefix is
+        not moved at every acknowledgement. Returns how many left.
+        """
+        if any(self.keeps_every_point):
+            return 0
+        released = 0
+        journal = self.journal_fed
+        for s in self.series.values():
+            upto = min(s.delivered)
+            if journal and s.journaled < upto:
+                upto = s.journaled
+            if upto - s.base >= RELEASE_MIN_POINTS:
+                released += s.forget(upto)
+        self.points_released += released
+        return released
 
     def mark_built(self, d: int, names: Iterator[str] | list[str]) -> None:
         """An update to ``d`` carrying these series was built: their ``low`` mark starts afresh."""
@@ -337,8 +509,12 @@ class MetricStore:
             s.server_length[d] = held
             # A rewind while the request was on the wire: only the prefix kept since holds.
             s.delivered[d] = min(held, length, s.low[d], len(s))
-        if lengths is None:
-            return
+        if lengths is not None:
+            self._confirm(d, sent, lengths)
+        self.release()
+
+    def _confirm(self, d: int, sent: Mapping[str, int], lengths: Mapping[str, int]) -> None:
+        """Apply ``lengths`` for the series ``d`` holds that the update did not carry."""
         # The destination's answer covers every series it holds (docs/protocol.md): one
         # it says holds fewer points than we thought (e.g. restored from a backup) is
         # resent from there.
@@ -379,10 +555,20 @@ class MetricStore:
 
 
 def _common_prefix(s: Series, steps: array[int], epochs: array[int], values: array[float]) -> int:
+    """The longest prefix ``s`` shares with the stored columns.
+
+    Points that left memory were held by every destination, so they are
+    taken as shared; the comparison starts at the series' base.
+    """
     n = min(len(s), len(steps))
-    if s.steps[:n] == steps[:n] and s.epochs[:n] == epochs[:n] and s.values[:n] == values[:n]:
+    b = s.base
+    if n <= b:
         return n
-    for i in range(n):
-        if s.steps[i] != steps[i] or s.epochs[i] != epochs[i] or s.values[i] != values[i]:
-            return i
+    m = n - b
+    if s.steps[:m] == steps[b:n] and s.epochs[:m] == epochs[b:n] and s.values[:m] == values[b:n]:
+        return n
+    for i in range(m):
+        j = b + i
+        if s.steps[i] != steps[j] or s.epochs[i] != epochs[j] or s.values[i] != values[j]:
+            return j
     return n

@@ -1,4 +1,4 @@
-"""FileSink: the embedded default, a run log on local disk plus the task record at close."""
+"""FileSink: the embedded default, a run log on local disk (and, if asked, a record at close)."""
 
 from __future__ import annotations
 
@@ -40,26 +40,37 @@ def _write_failed(path: Path, exc: Exception) -> None:
 
 
 class FileSink(Sink):
-    """Keeps a run on local disk: an append-only run log, and the task record at close.
+    """Keeps a run on local disk: an append-only run log (and, if asked, a task record at close).
 
     Every send appends one record to the run log (the series' new points and
     the task fields that changed) with one ``write()``, so bytes written grow
     linearly with the run and a killed process loses nothing the kernel has.
     The log is ``fsync``-ed every ``fsync_interval_seconds`` and at
-    :meth:`close`, compacted atomically when it grows past about twice the
-    snapshot it describes, and replayed by :meth:`open` to resume. At
-    :meth:`close`, the task record in the ``GET`` shape a job-status service
-    would return is written atomically beside the log; during the run (or
-    after a crash) :func:`trainreport.read_task` and ``trainreport show
-    --file`` produce it from the log. Format, repairs and guarantees:
+    :meth:`close`, and replayed by :meth:`open` to resume. The log is the
+    record: :func:`trainreport.read_task` and ``trainreport show --file``
+    produce the task in the ``GET`` shape a job-status service would return
+    from it, during the run, after it or after a crash. Points the log holds
+    leave memory (the engine's and this sink's: ``docs/engine.md``, "Memory"),
+    so neither grows with the run. Format, repairs and guarantees:
     ``docs/engine.md``, "The run log".
+
+    With ``write_record`` the task record is also written atomically beside
+    the log at :meth:`close`, in the ``GET`` shape, as JSON; that keeps every
+    point in memory (the record is written from it) and costs ``close()``
+    time in proportion to the run (about 1 s a few million points), so it is
+    off unless asked for, or the path given ends in ``.json``. While every
+    point is held the log is compacted atomically when it grows past about
+    twice the snapshot it describes.
 
     Paths (:attr:`log_path`, :attr:`record_path`):
 
     - ``FileSink("run.json")``: the task record is ``run.json`` (as older
-      versions wrote, which rewrote it at every send) and the log ``run.log``;
-      an existing ``run.json`` with no log beside it is resumed from;
-    - ``FileSink("run.log")``: the log is ``run.log``, the record ``run.json``;
+      versions wrote, which rewrote it at every send; written at close, as
+      ``write_record`` defaults to true for such a path) and the log
+      ``run.log``; an existing ``run.json`` with no log beside it is resumed
+      from;
+    - ``FileSink("run.log")``: the log is ``run.log``, the record (with
+      ``write_record=True``) ``run.json``;
     - any other name is the log, and the record is ``<name>.json``.
 
     The log is locked (``flock``) while open: a second process opening the
@@ -75,6 +86,8 @@ class FileSink(Sink):
             during the run, seconds (``0``: every send; ``math.inf``: only at
             close). Between them, a power loss (not a killed process) can
             lose the last records.
+        write_record: write the task record (JSON) at :meth:`close`; ``None``
+            (the default): only when ``path`` ends in ``.json``.
         clock: monotonic clock for the fsync interval (seconds); injectable.
 
     Raises:
@@ -83,7 +96,8 @@ class FileSink(Sink):
     Attributes:
         path: the path given.
         log_path: the run log (a :class:`pathlib.Path`).
-        record_path: the task record written at :meth:`close`.
+        record_path: the task record written at :meth:`close` with ``write_record``.
+        write_record: whether it is written.
         bytes_written: bytes written so far by this sink (log appends,
             compactions, repairs and the task record).
 
@@ -98,9 +112,11 @@ class FileSink(Sink):
         job_id: str | None = None,
         task_id: str | None = None,
         fsync_interval_seconds: float = 10.0,
+        write_record: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = Path(path)
+        self.write_record = self.path.suffix == ".json" if write_record is None else write_record
         self.log_path, self.record_path = log_and_record_paths(path)
         interval = fsync_interval_seconds
         if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval >= 0:
@@ -154,7 +170,18 @@ class FileSink(Sink):
         self.bytes_written += writer.bytes_written
         if not writer.state.exists:
             self._resume_from_record(writer)
-        return Opened(capabilities=_CAPABILITIES, stored_task=_stored(writer))
+        opened = Opened(capabilities=_CAPABILITIES, stored_task=_stored(writer))
+        self._release(writer)
+        return opened
+
+    def _release(self, writer: RunLogWriter) -> None:
+        """Let the points the log holds leave memory (unless the record is written at close).
+
+        The state keeps each series' length (its base) and the task fields, all
+        that the next record needs; the points are in the file.
+        """
+        if not self.write_record:
+            writer.state.trim(writer.state.lengths())
 
     def _resume_from_record(self, writer: RunLogWriter) -> None:
         """A log with no task yet, beside a task record (an older FileSink's): start from it."""
@@ -217,7 +244,10 @@ class FileSink(Sink):
         except OSError as exc:
             self.bytes_written += writer.bytes_written - before
             return RetryLater(f"cannot write {self.log_path}: {exc.strerror or exc}")
-        if writer.compaction_due():
+        self._release(writer)
+        # A state whose points left memory is not compacted: a snapshot of it would
+        # drop them from the file, the record (the log stays linear in what was sent).
+        if not writer.state.bases and writer.compaction_due():
             try:
                 writer.compact()
             except OSError as exc:  # the records are written; the log is only longer
@@ -233,7 +263,7 @@ class FileSink(Sink):
         return Delivered(series_lengths=writer.state.lengths(), bytes_sent=written)
 
     def close(self) -> None:
-        """``fsync`` and close the log, then write the task record atomically. Idempotent.
+        """``fsync`` and close the log (then, with ``write_record``, write the record). Idempotent.
 
         Never raises: a failure is logged (``trainreport.run_log_write_failed``);
         the log still holds the run.
@@ -252,7 +282,7 @@ class FileSink(Sink):
             except OSError as exc:
                 _write_failed(self.log_path, exc)
         self.bytes_written += writer.bytes_written - before
-        if not writer.state.task.exists or writer.state.bases:
+        if not self.write_record or not writer.state.task.exists or writer.state.bases:
             return
         try:
             _, written = replace_file(

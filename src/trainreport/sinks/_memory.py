@@ -39,7 +39,11 @@ class MemorySink(Sink):
         opens: how many times :meth:`open` was called.
 
     Thread-safe for reading ``requests`` and ``task`` while a reporter sends.
+    Its reporter's store keeps every point (``keeps_every_point``), so
+    ``Reporter.snapshot()`` equals ``task`` however long the run.
     """
+
+    keeps_every_point = True
 
     def __init__(
         self, stored_task: Mapping[str, Any] | None = None, *, series_suffix: bool = False
