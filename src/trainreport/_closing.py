@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from trainreport._destination import Destination, in_flight, is_open, settle_error
+from trainreport._destination import Destination, settle_error
 from trainreport._dispatch import Dispatch
 from trainreport._recorder import Recorder
 from trainreport._reports import Report
@@ -224,12 +224,7 @@ class CloseSequence:
             self._drain()
 
     def _holds_everything(self, dest: Destination) -> bool:
-        return (
-            dest.opened is not None
-            and dest.known
-            and not self._recorder.has_changes(dest.index)
-            and not self._queue
-        )
+        return dest.in_step and not self._recorder.has_changes(dest.index) and not self._queue
 
     def _step(self, dest: Destination, state: CloseState) -> None:
         """Move one destination's close along: settle, decide, attempt; set ``next_at``/``done``."""
@@ -268,9 +263,9 @@ class CloseSequence:
             except Exception as exc:  # a raising sink gets the backoff, as while running
                 settle_error(dest, exc, self._clock())
                 ended = False
-            if in_flight(dest):
+            if dest.in_flight:
                 continue  # in flight on its sender: settled above when it ends
-            if is_open(dest) and not dest.known:
+            if dest.is_open and not dest.in_step:  # seeding (the attempt may have opened it)
                 state.next_at = time.monotonic()  # opened; the resume is decided after this pass
                 return
             self._after_attempt(dest, state, ended)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from trainreport._destination import (
     Destination,
     Job,
-    is_open,
     settle_error,
     settle_open,
     settle_send,
@@ -102,14 +101,14 @@ class Dispatch:
         """
         if dest.superseded:
             return False
-        if dest.opened is None:
+        if not dest.is_open:
             dest.requests_sent += 1  # reading the stored task is a request too
             job = Job(None, closing=closing, timeout=_timeout(dest, deadline))
             self._submit(dest, job)
-            if dest.job is not None or not is_open(dest):  # failed, or in flight
+            if dest.in_flight or not dest.is_open:  # failed, or in flight
                 return False
         recorder = self._recorder
-        if not recorder.seeded or not dest.known:
+        if not recorder.seeded or not dest.in_step:
             return False  # a destination earlier in the list has not answered its first open
         include = dest.scheduler.carries_metrics(
             now, full_state=dest.full_state, closing=closing, complete=complete
@@ -136,7 +135,7 @@ class Dispatch:
         dest.job = None
         now = self._clock()
         if job.error is not None:
-            settle_error(dest, job.error, now)
+            settle_error(dest, job.error, now, opening=job.build is None)
             self.open_failed = self.open_failed or job.build is None
             return False
         result = job.result

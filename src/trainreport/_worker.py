@@ -45,6 +45,7 @@ from trainreport._device import DEVICE_POLL_SECONDS, await_device_values, device
 from trainreport._dispatch import Dispatch
 from trainreport._flushing import FlushRequests
 from trainreport._journal_feed import JournalKeeper
+from trainreport._lifecycle import DestinationInput
 from trainreport._logging import describe_exception, get_logger
 from trainreport._recorder import Recorder
 from trainreport._reports import Report, event_queued, queued_at
@@ -450,12 +451,8 @@ class Worker:
                 self._drain()  # what was reported while closing goes into the journal
             queue_empty = not self.queue
             for dest in self.destinations:
-                dest.finished_cleanly = (
-                    dest.opened is not None
-                    and dest.known
-                    and queue_empty
-                    and self.recorder.all_delivered(dest.index)
-                )
+                if dest.in_step and queue_empty and self.recorder.all_delivered(dest.index):
+                    dest.apply(DestinationInput.CLOSED_HOLDING_ALL)
             self.recorder.finish()
             for dest in self.destinations:
                 dest.once.summarize()
