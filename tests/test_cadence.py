@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport import MemorySink
-from trainreport._cadence import MIN_JOURNAL_WAIT_SECONDS, next_wait
+from trainreport._core import MIN_JOURNAL_WAIT_SECONDS, next_wait
 from trainreport._destination import Destination, Job
 from trainreport._lifecycle import DestinationInput
 from trainreport._scheduler import SendScheduler

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport import MemorySink
+from trainreport._core import FlushRequests
 from trainreport._destination import Destination, Job
-from trainreport._flushing import FlushRequests
 from trainreport._lifecycle import DestinationInput
 from trainreport._scheduler import SendScheduler
 

@@ -102,6 +102,8 @@ class Job:
     build: Build | None
     include_metrics: bool = True
     closing: bool = False
+    #: A ``flush()`` waited when it was made (its attempt's send carries the curves).
+    complete: bool = False
     timeout: float | None = None
     result: OpenResult | SendResult | None = None
     error: Exception | None = None
