@@ -248,9 +248,15 @@ class Sink(abc.ABC):
             debounce interval when the config's is shorter, and the least gap
             between any two attempts (events, retries, ``flush()``) while
             the run lives; only the first send of ``close()`` goes at once.
+        local_run_log: the sink itself keeps the run on local disk as it goes
+            (``FileSink``'s run log), so it is its own journal: no journal is
+            kept in front of it, and it is sent to every
+            ``journal_interval_seconds`` when that is shorter than the
+            debounce interval. ``False`` for a remote destination.
     """
 
     min_interval_seconds: float = 0.0
+    local_run_log: bool = False
 
     def describe(self) -> str:
         """Where this sink sends, in words, for the log lines of ``start()`` and ``close()``.

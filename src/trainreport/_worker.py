@@ -53,7 +53,6 @@ from trainreport._system import (
     load_nvml,
     load_psutil,
 )
-from trainreport.sinks._file import FileSink
 
 __all__ = ["Worker", "utc_now_iso"]
 
@@ -121,7 +120,12 @@ class Worker:
         self.wake = threading.Event()
         local = local_log_interval_seconds
         self.destinations = [
-            new_destination(i, sink, config, interval=local if isinstance(sink, FileSink) else None)
+            new_destination(
+                i,
+                sink,
+                config,
+                interval=local if getattr(sink, "local_run_log", False) is True else None,
+            )
             for i, sink in enumerate(sinks)
         ]
         self._resume = Resume(open_journal, interval=config.min_report_interval_seconds)
