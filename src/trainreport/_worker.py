@@ -273,6 +273,9 @@ class Worker:
 
     def _settle(self, dest: Destination, *, within_attempt: bool = False) -> None:
         """Hand the core the answer of ``dest``'s request, if it ended, and do what it asks."""
+        job = dest.job
+        if job is None or not job.done:
+            return  # nothing ended: no clock read
         answer = self.core.settle(
             dest,
             self.clock(),
