@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from trainreport._lifecycle import (
+    DESTINATION_TRANSITIONS,
     PHASE_TRANSITIONS,
     REPORTER_TRANSITIONS,
     TASK_TRANSITIONS,
     TERMINAL_STATUSES,
+    DestinationInput,
+    DestinationState,
     Phase,
     ReporterInput,
     ReporterState,
@@ -41,9 +44,9 @@ _HEADER = """\
      src/trainreport/_lifecycle.py. Do not edit by hand: change the tables, then run
      `python scripts/make_lifecycle_diagrams.py`. -->
 
-# Lifecycle: task status, phase and reporter
+# Lifecycle: task status, phase, reporter and destination
 
-trainreport tracks three small state machines, each one explicit table of
+trainreport tracks four small state machines, each one explicit table of
 `(state, input) -> next state` in `trainreport._lifecycle`
 ([design.md#lifecycle](design.md#lifecycle)). A pair that is missing from a
 table is refused. The diagrams and tables below are generated from those tables.
@@ -143,6 +146,25 @@ input is logged as `trainreport.reporter_transition_refused` (fields `state`,
 """
 
 
+_DESTINATION_INTRO = """\
+## Destination
+
+The life of one destination of a reporter (`Reporter(sinks=[...])`), applied by
+the engine to each sink's answers (`_destination.py`). A destination is `new`
+until an open of it ends; `unreachable` while nothing answered its opens (such
+a destination gets `close_unanswered_seconds` at close, not the whole
+deadline), `refused` once one was answered without opening it. Its first
+successful open keeps the stored task (`seeding`) until the store is seeded,
+from it (the first in list order that holds the task) or from another, when it
+is brought up to date from its own lengths (`seeded`); only then is it `open`
+and sent updates. A resynchronise without lengths reads the task again
+(`reopening`). `superseded` (a later attempt or writer owns the task) takes
+nothing more; `delivered` is `close()` having ended with it holding everything.
+A request is in flight on its own (at most one per destination), beside the
+state. A missing pair is an engine bug and raises `TransitionError`.
+"""
+
+
 def _name(member: enum.Enum) -> str:
     return str(member.value)
 
@@ -218,7 +240,7 @@ def _section(
 
 
 def render() -> str:
-    """Render ``docs/lifecycle.md`` from the three transition tables.
+    """Render ``docs/lifecycle.md`` from the four transition tables.
 
     Returns:
         The whole Markdown document, ``\\n`` line endings, ending in one newline.
@@ -256,6 +278,15 @@ def render() -> str:
         table=REPORTER_TRANSITIONS,
         initial=ReporterState.NEW,
         refused_header="Refused (state unchanged; logged once per pair)",
+    )
+    lines += _section(
+        _DESTINATION_INTRO,
+        state_header="state",
+        states=list(DestinationState),
+        inputs=list(DestinationInput),
+        table=DESTINATION_TRANSITIONS,
+        initial=DestinationState.NEW,
+        refused_header="Never given (an engine bug: `TransitionError`)",
     )
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -1,4 +1,4 @@
-"""How long the reporter thread sleeps between cycles (``_cadence.next_wait``, pure: ``now`` in).
+"""How long the reporter thread sleeps between cycles (``_core.next_wait``, pure: ``now`` in).
 
 It wakes at least once per debounce interval (report calls do not signal it),
 never spins on a zero interval, never waits past a day, wakes when a send or
@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport import MemorySink
-from trainreport._cadence import MIN_JOURNAL_WAIT_SECONDS, next_wait
+from trainreport._core import MIN_JOURNAL_WAIT_SECONDS, next_wait
 from trainreport._destination import Destination, Job
+from trainreport._lifecycle import DestinationInput
 from trainreport._scheduler import SendScheduler
-from trainreport._sink import Opened
 
 
 def destination(index: int = 0, *, interval: float = 10.0) -> Destination:
@@ -74,7 +74,7 @@ def test_a_destination_waiting_for_another_first_open_waits_for_the_seed_decisio
     """
     hanging, opened = destination(0), destination(1)
     hanging.job = Job(None)  # its first open hangs
-    opened.opened = Opened()
+    opened.apply(DestinationInput.OPENED)
     opened.scheduler.note_change(0.0, urgent=True, first_point=True)
     dests = [hanging, opened]
 
@@ -82,7 +82,7 @@ def test_a_destination_waiting_for_another_first_open_waits_for_the_seed_decisio
     assert 7.0 == next_wait(
         3.0, dests, interval=10.0, flush_now=False, journal_due=None, seed_due=10.0
     )
-    opened.known = True  # seeded: its send is due at once again
+    opened.apply(DestinationInput.SEEDED)  # seeded: its send is due at once again
     assert 0.0 == next_wait(3.0, dests, interval=10.0, flush_now=False, journal_due=None)
 
 

@@ -24,12 +24,8 @@ from hypothesis import strategies as st
 from faults import black_hole_server, closed_port
 from helpers import ScriptedSink, curve, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
-from trainreport._closing import (
-    CLOSE_NOTICE_SECONDS,
-    LAST_ATTEMPT_LEAD_SECONDS,
-    close_wait,
-    wait_for_close,
-)
+from trainreport._closing import CLOSE_NOTICE_SECONDS, wait_for_close
+from trainreport._core import LAST_ATTEMPT_LEAD_SECONDS, close_wait
 from trainreport._scheduler import SendScheduler
 from trainreport._sink import SendResult, Update
 from trainreport.testing import FakeClock, capture_events

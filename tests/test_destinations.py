@@ -21,13 +21,25 @@ from trainreport import (
     Delivered,
     HttpSink,
     MemorySink,
+    Opened,
     Rejected,
     Reporter,
     ReportingConfig,
+    Resynchronise,
     RetryLater,
     Split,
 )
-from trainreport._destination import Destination, Job, settle_send, warn_if_unsent_old
+from trainreport._destination import (
+    Destination,
+    Job,
+    adopt,
+    seed_source,
+    settle_error,
+    settle_open,
+    settle_send,
+    warn_if_unsent_old,
+)
+from trainreport._lifecycle import DestinationState
 from trainreport._recorder import Recorder
 from trainreport._scheduler import SendScheduler
 from trainreport.server import ServerHandle
@@ -298,6 +310,70 @@ def test_settling_a_send_is_a_function_of_the_destination_and_now() -> None:
     assert not recorder.all_delivered(0)  # the other destination holds nothing yet
     settle_send(dest, recorder, job, Rejected("no", 403), 140.0, wall="w2", queue_empty=True)
     assert dest.scheduler.due_at() is None  # nothing new: the same data is not retried
+
+
+def test_a_destination_moves_through_its_table_as_its_answers_settle() -> None:
+    """No thread, no clock: unreachable, then answered, then opened, seeded, reopened, superseded.
+
+    Each answer moves the one state, and what the engine reads off it (answered,
+    first open ended, open, in step) follows from that state alone.
+    """
+    recorder = Recorder(ReportingConfig(), destinations=1)
+    recorder.start_attempt()
+    dest = Destination(index=0, sink=MemorySink(), scheduler=SendScheduler(backoff_jitter=0.0))
+    seen = [dest.state]
+    settle_open(dest, recorder, RetryLater("refused", unreachable=True), 1.0)
+    seen.append(dest.state)
+    assert (False, True) == (dest.answered, dest.first_open_ended)
+    settle_open(dest, recorder, RetryLater("busy"), 2.0)
+    seen.append(dest.state)
+    assert dest.answered
+    settle_open(dest, recorder, Opened(stored_task=None), 3.0)
+    seen.append(dest.state)
+    assert (True, False, False) == (dest.is_open, dest.in_step, dest is seed_source([dest]))
+    source = seed_source([dest])
+    recorder.seed(_stored_nothing())
+    assert source is None  # a new task: seeded from nothing
+    adopt(dest, recorder)
+    seen.append(dest.state)
+    build = recorder.build_update(0, wall="w", full_state=True)
+    settle_send(dest, recorder, Job(build), Resynchronise("gone"), 4.0, wall="w", queue_empty=True)
+    seen.append(dest.state)
+    settle_open(dest, recorder, Opened(stored_task=None), 5.0)
+    seen.append(dest.state)
+    settle_send(
+        dest, recorder, Job(build), Rejected("stale_writer", 409), 6.0, wall="w", queue_empty=True
+    )
+    seen.append(dest.state)
+
+    ds = DestinationState
+    assert [
+        ds.NEW,
+        ds.UNREACHABLE,
+        ds.REFUSED,
+        ds.SEEDING,
+        ds.OPEN,
+        ds.REOPENING,
+        ds.OPEN,
+        ds.SUPERSEDED,
+    ] == seen
+    assert (True, None) == (dest.superseded, dest.scheduler.due_at())
+
+
+def test_an_open_that_raised_ends_the_first_open() -> None:
+    """A sink whose open raised answered (something ran) and ended its first open, so the
+    resume rule does not wait for it as for an open still in flight."""
+    recorder = Recorder(ReportingConfig(), destinations=2)
+    recorder.start_attempt()
+    broken, fine = (
+        Destination(index=i, sink=MemorySink(), scheduler=SendScheduler(backoff_jitter=0.0))
+        for i in range(2)
+    )
+    settle_open(fine, recorder, Opened(stored_task=None), 1.0)
+    settle_error(broken, RuntimeError("bug"), 1.0, opening=True)
+
+    assert (DestinationState.REFUSED, True) == (broken.state, broken.answered)
+    assert None is seed_source([broken, fine])  # decided: no waiting for the broken one
 
 
 def _stored_nothing() -> Any:

@@ -1,4 +1,4 @@
-"""flush() on the reporter thread: the sends it forces and who it wakes (``_flushing.py``).
+"""flush() on the reporter thread: the sends it forces and who it wakes (``_core.FlushRequests``).
 
 A flush sends now, even inside the debounce, but never before a delay the
 destination asked for (Retry-After) nor inside the destination's own floor;
@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport import MemorySink
+from trainreport._core import FlushRequests
 from trainreport._destination import Destination, Job
-from trainreport._flushing import FlushRequests
+from trainreport._lifecycle import DestinationInput
 from trainreport._scheduler import SendScheduler
-from trainreport._sink import Opened
 
 
 def destination(index: int = 0, *, gap: float = 0.0) -> Destination:
@@ -86,12 +86,12 @@ def test_a_destination_waiting_for_the_seed_decision_is_not_forced() -> None:
     """
     flush = FlushRequests(1)
     dest = destination()
-    dest.opened = Opened()
+    dest.apply(DestinationInput.OPENED)
     flush.request()
 
     assert not flush.wants_a_send(dest, 0.0, lambda _d: True)
     assert not flush.wants_any_send([dest], 0.0, lambda _d: True)
-    dest.known = True  # seeded
+    dest.apply(DestinationInput.SEEDED)  # seeded
     assert flush.wants_a_send(dest, 0.0, lambda _d: True)
 
 

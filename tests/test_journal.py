@@ -23,7 +23,7 @@ import urllib3
 from faults import closed_port
 from helpers import ScriptedSink, curve, drive, held
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
-from trainreport._journal_feed import JournalKeeper
+from trainreport._journal_feed import JournalKeeper, journal_identity
 from trainreport._sink import SendResult, SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._journal import Journal, is_journal
@@ -1019,3 +1019,26 @@ def test_close_says_false_while_a_left_over_over_the_body_limit_waits_and_says_w
     assert f"trainreport sync {kept} --url {server.url}" in warned[0]["hint"]
     assert "HTTP 413" in warned[0]["reason"]
     assert left != kept
+
+
+class _LocalLog(MemorySink):
+    """A custom sink that says it keeps the run on local disk itself (``Sink.local_run_log``)."""
+
+    local_run_log = True
+    job_id = "job-1"
+    task_id = "train"
+
+
+class _Remote(MemorySink):
+    """A custom sink with a job and a task, remote (the default ``local_run_log``)."""
+
+    job_id = "job-1"
+    task_id = "train"
+
+
+def test_a_sink_that_is_its_own_run_log_gets_no_journal_whatever_its_class() -> None:
+    """The engine asks the Sink interface (``local_run_log``), not for a FileSink: any sink
+    that keeps the run on disk itself needs no journal; a remote one with ids gets one."""
+    assert journal_identity(_LocalLog()) is None
+    assert journal_identity(FileSink("run.log")) is None
+    assert ("job-1", "train") == journal_identity(_Remote())

@@ -1,4 +1,4 @@
-"""Tests for trainreport._lifecycle: the task, phase and reporter tables.
+"""Tests for trainreport._lifecycle: the task, phase, reporter and destination tables.
 
 See docs/design.md#lifecycle.
 """
@@ -21,10 +21,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport._lifecycle import (
+    DESTINATION_TRANSITIONS,
     PHASE_TRANSITIONS,
     REPORTER_TRANSITIONS,
     TASK_TRANSITIONS,
     TERMINAL_STATUSES,
+    DestinationInput,
+    DestinationState,
     Outcome,
     Phase,
     ReporterInput,
@@ -33,6 +36,7 @@ from trainreport._lifecycle import (
     TaskEvent,
     TaskMachine,
     TaskStatus,
+    destination_next,
 )
 from trainreport.exceptions import TransitionError
 from trainreport.testing import capture_events
@@ -578,6 +582,83 @@ def test_reporter_strict_mode_raises() -> None:
     assert R.RUNNING == machine.state
 
 
+# --- the destination machine ----------------------------------------------------------------------
+
+D, DI = DestinationState, DestinationInput
+_NEVER_OPENED = (D.NEW, D.UNREACHABLE, D.REFUSED)
+
+# Written out independently of the module: the tests pin the contract, not the code.
+EXPECTED_DESTINATION: dict[tuple[DestinationState, DestinationInput], DestinationState] = {
+    **{(s, DI.OPENED): D.SEEDING for s in _NEVER_OPENED},
+    **{(s, DI.SUPERSEDED): D.SUPERSEDED for s in (*_NEVER_OPENED, D.OPEN, D.REOPENING)},
+    **{(s, DI.OPEN_FAILED): D.REFUSED for s in _NEVER_OPENED},
+    **{(s, DI.ERROR): D.REFUSED for s in _NEVER_OPENED},
+    (D.NEW, DI.OPEN_UNREACHABLE): D.UNREACHABLE,
+    (D.UNREACHABLE, DI.OPEN_UNREACHABLE): D.UNREACHABLE,
+    (D.REFUSED, DI.OPEN_UNREACHABLE): D.REFUSED,
+    (D.SEEDING, DI.SEEDED): D.OPEN,
+    (D.SEEDING, DI.ERROR): D.SEEDING,
+    (D.OPEN, DI.ERROR): D.OPEN,
+    (D.OPEN, DI.NEEDS_OPEN): D.REOPENING,
+    (D.OPEN, DI.CLOSED_HOLDING_ALL): D.DELIVERED,
+    **{(D.REOPENING, i): D.REOPENING for i in (DI.OPEN_UNREACHABLE, DI.OPEN_FAILED, DI.ERROR)},
+    (D.REOPENING, DI.OPENED): D.OPEN,
+    (D.SUPERSEDED, DI.ERROR): D.SUPERSEDED,
+}
+
+
+def test_destination_table_is_exactly_the_documented_one() -> None:
+    """Every allowed (state, input) pair and its next state, as docs/lifecycle.md says."""
+    assert EXPECTED_DESTINATION == dict(DESTINATION_TRANSITIONS)
+
+
+@pytest.mark.parametrize(
+    ("state", "event"),
+    [
+        (s, i)
+        for s in DestinationState
+        for i in DestinationInput
+        if (s, i) not in EXPECTED_DESTINATION
+    ],
+)
+def test_destination_input_missing_from_the_table_raises(
+    state: DestinationState, event: DestinationInput
+) -> None:
+    """A pair the engine must never apply (an open's answer while open, anything after the
+    end) raises TransitionError naming both, rather than guessing a state."""
+    with pytest.raises(TransitionError) as info:
+        destination_next(state, event)
+
+    assert f"{event.value!r} refused in state {state.value!r}" in str(info.value)
+
+
+def test_destination_ends_take_nothing_but_a_counted_error() -> None:
+    """delivered takes no input at all; superseded only the cycle's counted error."""
+    assert set() == {i for (s, i) in DESTINATION_TRANSITIONS if s is D.DELIVERED}
+    assert {DI.ERROR} == {i for (s, i) in DESTINATION_TRANSITIONS if s is D.SUPERSEDED}
+
+
+def test_only_an_open_leaves_the_never_opened_states_for_seeding() -> None:
+    """Nothing is sent before the store is seeded: open is reached only through seeding
+    (or, once it was open, through reopening)."""
+    into_open = {s for (s, _), t in DESTINATION_TRANSITIONS.items() if t is D.OPEN and s is not t}
+    assert {D.SEEDING, D.REOPENING} == into_open
+
+
+@given(st.lists(st.sampled_from(list(DestinationInput)), max_size=30))
+def test_any_input_sequence_never_returns_to_new(events: list[DestinationInput]) -> None:
+    """Once an open ended, a destination is never new again (seeding may stop waiting for it)."""
+    state = D.NEW
+    seen_other = False
+    for event in events:
+        try:
+            state = destination_next(state, event)
+        except TransitionError:
+            continue
+        seen_other = seen_other or state is not D.NEW
+        assert not (seen_other and state is D.NEW)
+
+
 # --- the generated document -----------------------------------------------------------
 
 
@@ -602,7 +683,12 @@ def test_render_does_not_depend_on_table_order(
 ) -> None:
     """The output is sorted: reversing every table's insertion order renders the same bytes."""
     expected = script.render()
-    for name in ("TASK_TRANSITIONS", "PHASE_TRANSITIONS", "REPORTER_TRANSITIONS"):
+    for name in (
+        "TASK_TRANSITIONS",
+        "PHASE_TRANSITIONS",
+        "REPORTER_TRANSITIONS",
+        "DESTINATION_TRANSITIONS",
+    ):
         table = getattr(script, name)
         monkeypatch.setattr(script, name, MappingProxyType(dict(reversed(table.items()))))
 
@@ -613,8 +699,13 @@ def test_diagrams_draw_every_table_entry(script: ModuleType) -> None:
     """Each transition appears on an arrow of its machine's Mermaid diagram."""
     text = script.render()
     blocks = text.split("```mermaid\n")[1:]
-    tables: list[Mapping[Any, Any]] = [TASK_TRANSITIONS, PHASE_TRANSITIONS, REPORTER_TRANSITIONS]
-    assert 3 == len(blocks)
+    tables: list[Mapping[Any, Any]] = [
+        TASK_TRANSITIONS,
+        PHASE_TRANSITIONS,
+        REPORTER_TRANSITIONS,
+        DESTINATION_TRANSITIONS,
+    ]
+    assert 4 == len(blocks)
     for block, table in zip(blocks, tables, strict=True):
         diagram = block.split("```")[0]
         for (source, event), target in table.items():

@@ -536,7 +536,7 @@ class StatefulFaults(RuleBasedStateMachine):
         """
         worker = proc.reporter._worker
         assert worker is not None
-        if worker.destinations[0].opened is None:
+        if not worker.destinations[0].is_open:
             return False
         task = self.stored()
         stored = {} if task is None else task["status_details"].get("metrics", {})
@@ -584,7 +584,7 @@ class StatefulFaults(RuleBasedStateMachine):
             self.suffix_mode
             and self.proc is not None
             and self.proc.reporter._worker is not None
-            and self.proc.reporter._worker.destinations[0].opened is not None
+            and self.proc.reporter._worker.destinations[0].is_open
         )
     )
     @rule(n=st.integers(1, 20))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import attrs
 
 from trainreport._config import ReportingConfig
+from trainreport._lifecycle import DestinationInput, DestinationState, destination_next
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._payloads import ColumnTask, StoredState, parse_stored_task
 from trainreport._recorder import Build, Recorder
@@ -44,8 +45,6 @@ __all__ = [
     "Settled",
     "describe_sink",
     "floor_of",
-    "in_flight",
-    "is_open",
     "is_superseded",
     "new_destination",
     "seed_source",
@@ -56,6 +55,7 @@ __all__ = [
 ]
 
 _log = get_logger()
+_IN = DestinationInput
 #: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
 #: to compare the curves with a large field when the destination refuses a size.
 _POINT_JSON_BYTES = 45
@@ -114,6 +114,8 @@ class Job:
     build: Build | None
     include_metrics: bool = True
     closing: bool = False
+    #: A ``flush()`` waited when it was made (its attempt's send carries the curves).
+    complete: bool = False
     timeout: float | None = None
     result: OpenResult | SendResult | None = None
     error: Exception | None = None
@@ -149,16 +151,13 @@ class Destination:
     sink: Sink
     scheduler: SendScheduler
     label: str = ""
-    opened: Opened | None = None
-    #: Its first open attempt has ended (successfully or not): seeding may go on without it.
-    first_open_ended: bool = False
-    #: Its first successful open was taken into account (seeded from, or adopted).
-    known: bool = False
-    #: Its stored task, as read by its first successful open (until the store is seeded).
+    #: Where it is in its life (``DESTINATION_TRANSITIONS``, docs/lifecycle.md#destination).
+    state: DestinationState = DestinationState.NEW
+    #: Its stored task, as read by its first successful open (while ``seeding``).
     stored: StoredState | None = None
+    #: Its first successful open found the task stored there (it can seed a resume).
+    holds_task: bool = False
     suffix_mode: bool = False
-    #: It answered at least once (anything but a refused or unresolvable connection).
-    answered: bool = False
     requests_sent: int = 0
     requests_failed: int = 0
     bytes_sent: int = 0
@@ -166,7 +165,6 @@ class Destination:
     last_success_at: str | None = None
     resyncs: int = 0
     job: Job | None = None
-    finished_cleanly: bool = False
     last_unsent_warning: float | None = None
     #: When its current run of failed requests began (scheduling clock, seconds), or ``None``.
     failing_since: float | None = None
@@ -176,10 +174,48 @@ class Destination:
         if not self.label:
             self.label = describe_sink(self.sink)
 
+    def apply(self, event: DestinationInput) -> None:
+        """Move to the state ``DESTINATION_TRANSITIONS`` gives for ``event``.
+
+        Raises:
+            TransitionError: the input is not allowed in this state (an engine bug).
+        """
+        self.state = destination_next(self.state, event)
+
+    @property
+    def is_open(self) -> bool:
+        """Opened (``seeding`` or ``open``): the next request is a send, not an open."""
+        return self.state in _OPENED
+
+    @property
+    def in_step(self) -> bool:
+        """Open and in step with the store: an update can be built and sent to it."""
+        return self.state is DestinationState.OPEN
+
+    @property
+    def first_open_ended(self) -> bool:
+        """An open of it has ended (successfully or not): seeding may go on without it."""
+        return self.state is not DestinationState.NEW
+
+    @property
+    def answered(self) -> bool:
+        """It answered at least once (anything but a refused or unresolvable connection)."""
+        return self.state not in _UNANSWERED
+
     @property
     def superseded(self) -> bool:
         """A later attempt owns the task at this destination: nothing more is sent to it."""
-        return self.scheduler.superseded
+        return self.state is DestinationState.SUPERSEDED
+
+    @property
+    def finished_cleanly(self) -> bool:
+        """``close()`` ended with it open and holding everything recorded."""
+        return self.state is DestinationState.DELIVERED
+
+    @property
+    def in_flight(self) -> bool:
+        """A request to it is in flight (a property, so a type checker does not narrow it)."""
+        return self.job is not None
 
     @property
     def waits_for_seed(self) -> bool:
@@ -188,7 +224,7 @@ class Destination:
         Another destination's first open is still in flight (``_resume.py``);
         its due send sets no wake and a ``flush()`` cannot force it.
         """
-        return self.opened is not None and not self.known
+        return self.state is DestinationState.SEEDING
 
     @property
     def full_state(self) -> bool:
@@ -196,14 +232,8 @@ class Destination:
         return not self.suffix_mode
 
 
-def is_open(dest: Destination) -> bool:
-    """Whether ``dest`` is open now (a call, so a type checker does not narrow it for good)."""
-    return dest.opened is not None
-
-
-def in_flight(dest: Destination) -> bool:
-    """Whether a request to ``dest`` is in flight (see :func:`is_open`)."""
-    return dest.job is not None
+_OPENED = frozenset({DestinationState.SEEDING, DestinationState.OPEN})
+_UNANSWERED = frozenset({DestinationState.NEW, DestinationState.UNREACHABLE})
 
 
 def new_destination(
@@ -255,20 +285,15 @@ def seed_source(
         the destination to seed from; ``None`` when none holds the task (a new
         task: seed from nothing); ``False`` when it cannot be decided yet.
     """
-    opened = [d for d in destinations if d.opened is not None and d.stored is not None]
+    opened = [d for d in destinations if d.waits_for_seed]
     if not opened:
         return False
     if not stop_waiting and not all(d.first_open_ended for d in destinations):
         return False
     for dest in opened:
-        if dest.opened is not None and dest.opened.stored_task is not None:
+        if dest.holds_task:
             return dest
     return None
-
-
-def _note_answer(dest: Destination, result: object) -> None:
-    if not (isinstance(result, RetryLater) and result.unreachable):
-        dest.answered = True
 
 
 def _stored_state(opened: Opened) -> StoredState:
@@ -292,18 +317,19 @@ def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: 
     lengths (:meth:`Recorder.adopt`); a later open (after a resynchronise)
     resends from the lengths it reports and every sticky field.
     """
-    _note_answer(dest, result)
     if not isinstance(result, Opened):
-        dest.first_open_ended = True
+        if not is_superseded(result):  # superseded: _failed applies it
+            unreachable = isinstance(result, RetryLater) and result.unreachable
+            dest.apply(_IN.OPEN_UNREACHABLE if unreachable else _IN.OPEN_FAILED)
         _failed(dest, result, now)
         if not isinstance(result, RetryLater) and not is_superseded(result):
             dest.scheduler.on_open_refused()
         return Settled(delivered=False)
-    dest.opened = result
+    first = dest.state is not DestinationState.REOPENING
+    dest.apply(_IN.OPENED)
     dest.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities
     state = _stored_state(result)
-    dest.first_open_ended = True
-    if not dest.known and dest.stored is None:
+    if first:
         _log.info(
             "trainreport.destination_opened",
             destination=dest.label,
@@ -312,9 +338,10 @@ def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: 
             **({"page": result.page_url} if result.page_url else {}),
         )
         dest.stored = state
+        dest.holds_task = result.stored_task is not None
         if recorder.seeded:
             adopt(dest, recorder)
-    elif dest.known:
+    else:
         recorder.resynchronise(dest.index, {n: len(s[0]) for n, s in state.series.items()})
     return Settled(delivered=True)
 
@@ -329,7 +356,7 @@ def adopt(dest: Destination, recorder: Recorder) -> None:
             destination=dest.label,
             stored_points_replaced=replaced,
         )
-    dest.known = True
+    dest.apply(_IN.SEEDED)
     dest.stored = None
 
 
@@ -377,7 +404,7 @@ def settle_send(
         dest.resyncs += 1
         _log.info("trainreport.resynchronise", reason=result.reason[:300], destination=dest.label)
         if result.series_lengths is None:
-            dest.opened = None
+            dest.apply(_IN.NEEDS_OPEN)
         recorder.resynchronise(d, result.series_lengths)
         if dest.resyncs == 1:  # resend from the server's state at once, once
             scheduler.note_change(now, urgent=True)
@@ -415,12 +442,17 @@ def _recovered(
     dest.failing_since = None
 
 
-def settle_error(dest: Destination, exc: Exception, now: float) -> None:
-    """The sink (or the engine) raised: log it once per type, count it, and back off."""
+def settle_error(dest: Destination, exc: Exception, now: float, *, opening: bool = False) -> None:
+    """The sink (or the engine) raised: log it once per type, count it, and back off.
+
+    Something ran, so the destination is not known to be a wrong URL: an open
+    that raised is a failed open (``opening``), any other error keeps the state
+    (from ``new`` or ``unreachable``, it counts as an answer).
+    """
     if dest.failing_since is None:
         dest.failing_since = now
     dest.requests_failed += 1
-    dest.answered = True  # something ran: not known to be a wrong URL
+    dest.apply(_IN.OPEN_FAILED if opening else _IN.ERROR)
     dest.once.warning(
         ("cycle", type(exc).__name__),
         "trainreport.reporter_error",
@@ -490,7 +522,8 @@ def _failed(dest: Destination, result: object, now: float) -> None:
     if is_superseded(result):
         assert isinstance(result, Rejected)
         dest.last_error = result.reason[:300]
-        if not scheduler.superseded:
+        if not dest.superseded:
+            dest.apply(_IN.SUPERSEDED)
             scheduler.on_superseded(now)
             _log.warning(
                 "trainreport.destination_superseded",

@@ -16,7 +16,8 @@ The reporter thread and the journal's destination drive it (``docs/engine.md``,
   open (on whichever thread runs that destination's requests), before the
   stored task seeds the store and before the first send: the journals a
   dead process left are planned against the stored task
-  (:func:`trainreport._sync.plan_recovery`) and sent, oldest first.
+  (:func:`trainreport.sinks._runlog_plan.plan_recovery`, shared with
+  ``trainreport sync``) and sent, oldest first.
 - :meth:`JournalKeeper.close` at the end: the journal is removed when every
   destination holds everything, ``fsync``-ed and kept otherwise.
 
@@ -45,10 +46,10 @@ from trainreport._sink import (
     Sink,
     Update,
 )
-from trainreport._sync import StaleJournalError, SyncError, plan_recovery
 from trainreport.exceptions import RunLogError
 from trainreport.sinks._journal import Journal, mark_sent_under
 from trainreport.sinks._runfile import load_run_file
+from trainreport.sinks._runlog_plan import StaleJournalError, SyncError, plan_recovery
 from trainreport.sinks._runlog_replay import DamageKind, replay
 from trainreport.sinks._runlog_state import LogState
 
@@ -71,13 +72,12 @@ def _recorded_nothing(path: Path) -> bool:
 def journal_identity(sink: Sink) -> tuple[str, str] | None:
     """The job and task a journal for ``sink`` is kept under, or ``None`` for no journal.
 
-    A sink that is itself a local file (``FileSink``) needs none, and one
+    A sink that keeps the run on local disk itself (``Sink.local_run_log``:
+    ``FileSink``) needs none, and one
     without a ``job_id`` and ``task_id`` (``MemorySink``, ``KubeflowSink``)
     has nothing to key it by. Never raises.
     """
-    from trainreport.sinks._file import FileSink  # noqa: PLC0415 - sinks import the engine
-
-    if isinstance(sink, FileSink):
+    if getattr(sink, "local_run_log", False) is True:
         return None
     job, task = getattr(sink, "job_id", None), getattr(sink, "task_id", None)
     if isinstance(job, str) and isinstance(task, str) and job and task:

@@ -6,7 +6,7 @@ task's status or phase lives in one of the three tables below, and
 ``scripts/make_lifecycle_diagrams.py``. A ``(state, input)`` pair missing from a
 table is refused. The module is pure: no threads, no clock, no I/O.
 
-Three machines:
+Four machines:
 
 1. The task status (``TASK_TRANSITIONS``): ``pending -> running -> completed |
    failed | cancelled``, per attempt. ``ATTEMPT_START`` begins a new attempt at
@@ -22,6 +22,13 @@ Three machines:
    the phase and is logged, but the report itself is still recorded.
 3. The reporter object (``REPORTER_TRANSITIONS``): ``new -> running -> closing
    -> closed``, or ``inert`` (disabled, another rank, a forked child).
+4. One destination of a reporter (``DESTINATION_TRANSITIONS``): ``new ->
+   seeding -> open``, through ``unreachable`` or ``refused`` while its opens
+   fail, ``reopening`` after a resynchronise that needs a new open, and the
+   ends ``superseded`` (a later attempt owns the task) and ``delivered`` (it
+   held everything when ``close()`` ended). The engine applies it
+   (``_destination.py``); an input missing from that table is an engine bug and
+   always raises :class:`~trainreport.exceptions.TransitionError`.
 
 Refused transitions are log events, never exceptions, unless a machine is built
 with ``strict=True`` (for tests), in which case they raise
@@ -45,6 +52,7 @@ from trainreport.exceptions import TransitionError
 __all__ = [
     "PHASE_TRANSITIONS",
     "REPORTER_TRANSITIONS",
+    "DESTINATION_TRANSITIONS",
     "RUNNING_ONLY_DETAILS",
     "TASK_TRANSITIONS",
     "TERMINAL_STATUSES",
@@ -55,7 +63,10 @@ __all__ = [
     "ReporterState",
     "TaskEvent",
     "TaskMachine",
+    "DestinationInput",
+    "DestinationState",
     "TaskStatus",
+    "destination_next",
     "forget_running_only_details",
 ]
 
@@ -295,6 +306,112 @@ REPORTER_TRANSITIONS: Mapping[tuple[ReporterState, ReporterInput], ReporterState
 ``START`` is accepted only on ``new`` (a reporter is never restarted); a fork
 leaves a closed or inert reporter as it is.
 """
+
+
+class DestinationState(_StrEnum):
+    """Where one destination of a reporter is in its life (docs/lifecycle.md#destination)."""
+
+    NEW = "new"
+    """No open of it has ended yet (the first one is due, or in flight)."""
+    UNREACHABLE = "unreachable"
+    """Its opens ended without an answer (refused or unresolvable connection); never opened."""
+    REFUSED = "refused"
+    """An open of it was answered without opening it (or raised); never opened."""
+    SEEDING = "seeding"
+    """Opened; its stored task is kept until the store is seeded (nothing is sent yet)."""
+    OPEN = "open"
+    """Opened, and in step with the store: updates are sent to it."""
+    REOPENING = "reopening"
+    """It was open; a resynchronise without lengths needs a new open before the next send."""
+    SUPERSEDED = "superseded"
+    """A later attempt (or writer) owns the task there: nothing more is sent to it."""
+    DELIVERED = "delivered"
+    """``close()`` ended with it open and holding everything recorded."""
+
+
+class DestinationInput(enum.Enum):
+    """What happens to one destination (the answers of its sink, and the engine's steps)."""
+
+    OPEN_UNREACHABLE = "open_unreachable"
+    """An open ended with ``RetryLater(unreachable=True)``: nothing answered."""
+    OPEN_FAILED = "open_failed"
+    """An open was answered without opening (``RetryLater``, ``Rejected``), or it raised."""
+    OPENED = "opened"
+    """An open returned ``Opened``."""
+    SEEDED = "seeded"
+    """The store was seeded from it, or it was brought up to date from its own lengths."""
+    NEEDS_OPEN = "needs_open"
+    """A send was answered ``Resynchronise`` without lengths: the task is read again."""
+    SUPERSEDED = "superseded"
+    """An answer said a later attempt owns the task (``Rejected`` with status 409)."""
+    ERROR = "error"
+    """The sink or the engine raised outside an open: counted, backed off, state kept."""
+    CLOSED_HOLDING_ALL = "closed_holding_all"
+    """``close()`` ended with it open and holding everything recorded."""
+
+
+_D = DestinationState
+_DI = DestinationInput
+
+DESTINATION_TRANSITIONS: Mapping[tuple[DestinationState, DestinationInput], DestinationState] = (
+    MappingProxyType(
+        {
+            # Before it ever opened: an answer without an open is remembered (a
+            # destination that never answered gets close()'s short deadline).
+            (_D.NEW, _DI.OPEN_UNREACHABLE): _D.UNREACHABLE,
+            (_D.NEW, _DI.OPEN_FAILED): _D.REFUSED,
+            (_D.NEW, _DI.ERROR): _D.REFUSED,
+            (_D.NEW, _DI.OPENED): _D.SEEDING,
+            (_D.NEW, _DI.SUPERSEDED): _D.SUPERSEDED,
+            (_D.UNREACHABLE, _DI.OPEN_UNREACHABLE): _D.UNREACHABLE,
+            (_D.UNREACHABLE, _DI.OPEN_FAILED): _D.REFUSED,
+            (_D.UNREACHABLE, _DI.ERROR): _D.REFUSED,
+            (_D.UNREACHABLE, _DI.OPENED): _D.SEEDING,
+            (_D.UNREACHABLE, _DI.SUPERSEDED): _D.SUPERSEDED,
+            (_D.REFUSED, _DI.OPEN_UNREACHABLE): _D.REFUSED,
+            (_D.REFUSED, _DI.OPEN_FAILED): _D.REFUSED,
+            (_D.REFUSED, _DI.ERROR): _D.REFUSED,
+            (_D.REFUSED, _DI.OPENED): _D.SEEDING,
+            (_D.REFUSED, _DI.SUPERSEDED): _D.SUPERSEDED,
+            # Opened: nothing is sent until the store is seeded (from it or another).
+            (_D.SEEDING, _DI.SEEDED): _D.OPEN,
+            (_D.SEEDING, _DI.ERROR): _D.SEEDING,
+            # Open: sends; a resynchronise may need the task read again.
+            (_D.OPEN, _DI.ERROR): _D.OPEN,
+            (_D.OPEN, _DI.NEEDS_OPEN): _D.REOPENING,
+            (_D.OPEN, _DI.SUPERSEDED): _D.SUPERSEDED,
+            (_D.OPEN, _DI.CLOSED_HOLDING_ALL): _D.DELIVERED,
+            (_D.REOPENING, _DI.OPEN_UNREACHABLE): _D.REOPENING,
+            (_D.REOPENING, _DI.OPEN_FAILED): _D.REOPENING,
+            (_D.REOPENING, _DI.ERROR): _D.REOPENING,
+            (_D.REOPENING, _DI.OPENED): _D.OPEN,
+            (_D.REOPENING, _DI.SUPERSEDED): _D.SUPERSEDED,
+            # Superseded takes nothing more; a cycle's error still counts against it.
+            (_D.SUPERSEDED, _DI.ERROR): _D.SUPERSEDED,
+        }
+    )
+)
+"""``(destination state, input) -> next state``. A missing pair is an engine bug.
+
+Requests run one at a time per destination, so an open's answer never meets an
+open destination, and nothing follows ``delivered`` (the reporter thread has
+ended). :func:`destination_next` raises for a missing pair.
+"""
+
+
+def destination_next(state: DestinationState, event: DestinationInput) -> DestinationState:
+    """The state ``DESTINATION_TRANSITIONS`` gives for ``(state, event)``.
+
+    Raises:
+        TransitionError: the pair is missing (the engine applied an input the
+            destination cannot be given in that state: a bug, never a sink's fault).
+    """
+    try:
+        return DESTINATION_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise TransitionError(
+            f"destination input {event.value!r} refused in state {state.value!r}"
+        ) from None
 
 
 @attrs.define(eq=False)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from trainreport._destination import Destination, adopt, seed_source
 from trainreport._journal_feed import JournalKeeper
+from trainreport._lifecycle import DestinationInput
 from trainreport._logging import describe_exception, get_logger
 from trainreport._payloads import StoredState
 from trainreport._recorder import Recorder
@@ -134,7 +135,7 @@ class Resume:
             stopping: ``close()`` began: wait for no other first open.
             patient: wait for every first open (right after one ended).
         """
-        if self._first_opened_at is None and any(d.opened for d in destinations):
+        if self._first_opened_at is None and any(d.is_open for d in destinations):
             self._first_opened_at = now
         waited = self._first_opened_at is not None and (
             now - self._first_opened_at >= self._interval
@@ -155,12 +156,7 @@ class Resume:
             )
         for dest in destinations:
             if dest is source:
-                dest.known = True
+                dest.apply(DestinationInput.SEEDED)
                 dest.stored = None
-            elif dest.opened is not None:
-                adopt(dest, recorder)
-        if not isinstance(source, Destination):
-            # Nothing stored anywhere: every opened destination starts from nothing.
-            for dest in destinations:
-                if dest.opened is not None:
-                    dest.known = True
+            elif dest.waits_for_seed:
+                adopt(dest, recorder)  # nothing stored anywhere: from nothing

@@ -265,10 +265,16 @@ class Sink(abc.ABC):
             process's memory (``MemorySink``), so the store keeps every point
             too instead of letting acknowledged points leave memory
             (``docs/engine.md``, "Memory"). False for every real destination.
+        local_run_log: the sink itself keeps the run on local disk as it goes
+            (``FileSink``'s run log), so it is its own journal: no journal is
+            kept in front of it, and it is sent to every
+            ``journal_interval_seconds`` when that is shorter than the
+            debounce interval. ``False`` for a remote destination.
     """
 
     min_interval_seconds: float = 0.0
     keeps_every_point: bool = False
+    local_run_log: bool = False
 
     def describe(self) -> str:
         """Where this sink sends, in words, for the log lines of ``start()`` and ``close()``.

@@ -1,29 +1,30 @@
-"""The reporter thread: a driver that owns the thread and nothing else.
+"""The reporter thread: the driver, the only code that owns threads and reads the clocks.
 
 Each cycle (:meth:`Worker.cycle`) drains everything queued into the recorder,
-settles the answers of requests that ended, and, for each destination whose
-scheduler says a send is due, has the destination's request started
-(docs/design.md#shape). The decisions live elsewhere, each in a module of its
-own: when to send and whether a send carries the curves (``_scheduler.py``),
-what an answer does (``_destination.py``), how a request is opened, built,
-sent and settled (``_dispatch.py``, on a ``_sender.py`` sender), which stored
-task seeds a resume and the journal (``_resume.py``), what a ``flush()`` forces
-(``_flushing.py``), the close sequence (``_closing.py``), what an update holds
-(``_recorder.py``). Waits are ``Event.wait(remaining)``, never ``time.sleep``.
+records the journal when due, and asks the engine core (``_core.py``) what to
+do for each destination: it settles the answers of requests that ended and
+starts the requests the core hands out, through the destination's sink
+(``_sender.py``), then waits as long as the core says (docs/design.md#shape).
+Every decision is the core's: when to send and whether a send carries the
+curves, what a ``flush()`` forces, the close's retries within its deadline
+(its three regimes: running, flushing, closing); what an answer does
+(``_destination.py``); which stored task seeds a resume (``_resume.py``); what
+an update holds (``_recorder.py``). Waits are ``Event.wait(remaining)``, never
+``time.sleep``.
 
 Several destinations share the one store, queue and reporter thread; each has
-its own scheduler, opened state, wire mode and request in flight. With more
-than one, or with a journal, each destination's requests run on a small sender
-thread of its own, so one that hangs never holds up the others nor the journal
+its own scheduler, state, wire mode and request in flight. With more than one,
+or with a journal, each destination's requests run on a small sender thread of
+its own, so one that hangs never holds up the others nor the journal
 (``docs/engine.md``); only one destination without a journal (a ``FileSink``,
 a ``MemorySink``) is sent to from the reporter thread itself.
 
-Closing: drain, send the tail to every destination (retrying with backoff
-while the shared real-time deadline allows), log never-matched
-``time_series_metrics`` patterns, close the sinks.
+Closing: drain, send the tail to every destination (the core's closing
+regime, within the shared real-time deadline), close the journal and the sinks.
 
 Tests drive the same code without a thread: ``Worker(..., threaded=False)``,
-then :meth:`Worker.cycle` as often as they like and :meth:`Worker.finish`.
+then :meth:`Worker.cycle` as often as they like and :meth:`Worker.finish`; the
+core's decisions are tested on the core itself (``tests/test_core.py``).
 """
 
 from __future__ import annotations
@@ -33,18 +34,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from trainreport._cadence import next_wait
-from trainreport._closing import CloseSequence
 from trainreport._config import ReportingConfig
-from trainreport._destination import (
-    new_destination,
-    settle_error,
-    warn_if_unsent_old,
-)
+from trainreport._core import Answer, EngineCore
+from trainreport._destination import Destination, Job, new_destination, warn_if_unsent_old
 from trainreport._device import DEVICE_POLL_SECONDS, await_device_values, device_head
-from trainreport._dispatch import Dispatch
-from trainreport._flushing import FlushRequests
 from trainreport._journal_feed import JournalKeeper
+from trainreport._lifecycle import DestinationInput
 from trainreport._logging import describe_exception, get_logger
 from trainreport._recorder import Recorder
 from trainreport._reports import Report, event_queued, queued_at
@@ -58,7 +53,6 @@ from trainreport._system import (
     load_nvml,
     load_psutil,
 )
-from trainreport.sinks._file import FileSink
 
 __all__ = ["Worker", "utc_now_iso"]
 
@@ -126,7 +120,12 @@ class Worker:
         self.wake = threading.Event()
         local = local_log_interval_seconds
         self.destinations = [
-            new_destination(i, sink, config, interval=local if isinstance(sink, FileSink) else None)
+            new_destination(
+                i,
+                sink,
+                config,
+                interval=local if getattr(sink, "local_run_log", False) is True else None,
+            )
             for i, sink in enumerate(sinks)
         ]
         self._resume = Resume(open_journal, interval=config.min_report_interval_seconds)
@@ -144,17 +143,15 @@ class Worker:
             )
             for i, d in enumerate(self.destinations)
         ]
-        self._dispatch = Dispatch(
+        self._senders = senders
+        self._cancel_requested = cancel_requested
+        self.core = EngineCore(
             recorder=recorder,
-            queue=queue,
-            clock=clock,
+            destinations=self.destinations,
+            config=config,
+            resume=self._resume,
             wall_clock=self.wall_clock,
-            cancel_requested=cancel_requested,
-            senders=senders,
-            drain=self._drain,
-            after_open=lambda: self._seed_if_decided(patient=True),
         )
-        self._flush = FlushRequests(len(sinks))
         self.thread = threading.Thread(target=self._run, name="trainreport-reporter", daemon=True)
         self._stopping = False
         self._deadline = float("inf")
@@ -190,7 +187,7 @@ class Worker:
 
     def request_flush(self) -> threading.Event:
         """Ask for an immediate send of everything; the event is set once all is delivered."""
-        done = self._flush.request()
+        done = self.core.flush.request()
         self.wake.set()
         return done
 
@@ -201,19 +198,11 @@ class Worker:
 
     def everything_delivered(self) -> bool:
         """True when nothing queued or recorded is undelivered, to any destination."""
-        recorder = self.recorder
-        return not self.queue and all(recorder.all_delivered(d.index) for d in self.destinations)
+        return self.core.everything_delivered(queue_empty=not self.queue)
 
     def finished_cleanly(self) -> bool:
         """After :meth:`finish`: every destination was opened and holds everything."""
         return all(d.finished_cleanly for d in self.destinations)
-
-    def _nothing_left_to_send(self) -> bool:
-        recorder = self.recorder
-        # A superseded destination takes nothing more: a flush does not wait for it.
-        return not self.queue and not any(
-            recorder.has_changes(d.index) for d in self.destinations if not d.superseded
-        )
 
     # --- the thread ----------------------------------------------------------------
 
@@ -232,9 +221,7 @@ class Worker:
         if self.journal is not None:  # it says when superseded (docs/engine.md, "Recovery")
             dest = self.destinations[self._journal_destination]
             self.journal.superseded = lambda: dest.superseded
-        self.recorder.start_attempt()
-        for dest in self.destinations:
-            dest.scheduler.note_change(now, urgent=True)
+        self.core.begin(now)
 
     def _run(self) -> None:
         try:
@@ -247,7 +234,7 @@ class Worker:
         except BaseException as exc:
             _log.error("trainreport.reporter_thread_crashed", error=describe_exception(exc))
         finally:
-            self._flush.release()
+            self.core.flush.release()
 
     def cycle(self) -> float:
         """One pass: drain, record the journal when due, settle ended requests, send what is due.
@@ -257,7 +244,7 @@ class Worker:
             unless woken). Never raises an ``Exception``.
         """
         self._begin()
-        dispatch, flush, has_changes = self._dispatch, self._flush, self.recorder.has_changes
+        core = self.core
         try:
             # A record holds what the drain took: the journal's interval counts from
             # the clock read before it, so a report queued during the drain is in
@@ -270,40 +257,59 @@ class Worker:
                 if sample:
                     self.recorder.record_system(now, sample)
             self._record_journal(drained_at)
-            # flush() sends now, even during a backoff, and keeps sending while its
-            # waiters wait and sends succeed (a short acknowledgement needs a resend).
-            complete = flush.waiting
-            self._seed_if_decided()
+            core.seed_if_decided(now)
             for dest in self.destinations:
-                dispatch.settle(dest, closing=False)
-                forced = flush.wants_a_send(dest, now, has_changes)
-                if forced:
-                    flush.sent(dest)
-                    dest.scheduler.note_change(now, urgent=True)
-                if dest.job is None and (forced or dest.scheduler.is_due(now)):
-                    # A pending flush wants the curves too, not only an event send.
-                    dispatch.attempt(dest, now, closing=False, complete=complete)
-            if flush.waiting and self._nothing_left_to_send():
+                self._settle(dest)
+                self._perform(dest, core.running_request(dest, now))
+            flush = core.flush
+            if flush.waiting and core.nothing_left_to_send(queue_empty=not self.queue):
                 flush.release()
             warn_if_unsent_old(
                 self.destinations, self.recorder, self.config.unsent_warning_seconds, now
             )
         except Exception as exc:  # a bug must not kill the thread; back off instead
-            for dest in self.destinations:
-                if dest.job is None:
-                    settle_error(dest, exc, self.clock())
+            core.cycle_failed(exc, self.clock())
         return self._sleep_seconds()
+
+    def _settle(self, dest: Destination, *, within_attempt: bool = False) -> None:
+        """Hand the core the answer of ``dest``'s request, if it ended, and do what it asks."""
+        job = dest.job
+        if job is None or not job.done:
+            return  # nothing ended: no clock read
+        answer = self.core.settle(
+            dest,
+            self.clock(),
+            time.monotonic(),
+            queue_empty=not self.queue,
+            within_attempt=within_attempt,
+        )
+        if answer is not None:
+            self._react(dest, answer)
+
+    def _react(self, dest: Destination, answer: Answer) -> None:
+        if answer.cancel and not self._cancel_requested.is_set():
+            _log.warning("trainreport.cancel_requested", destination=dest.label)
+            self._cancel_requested.set()
+        if answer.drain:
+            self._drain()
+
+    def _perform(self, dest: Destination, job: Job | None) -> None:
+        """Run the core's request through the destination's sender; settle it if it ended.
+
+        On a sender thread the request usually goes on after this returns (a
+        later pass settles it); otherwise its answer is settled at once and an
+        open is followed by the attempt's send (:meth:`EngineCore.follow_up`).
+        """
+        while job is not None:
+            self._senders[dest.index].submit(job)
+            if not job.done:
+                return  # in flight on its sender: a later pass settles it
+            self._settle(dest, within_attempt=True)
+            job = self.core.follow_up(dest, job, self.clock(), time.monotonic())
 
     def _sleep_seconds(self) -> float:
         now, journal = self.clock(), self.journal
-        wait = next_wait(
-            now,
-            self.destinations,
-            interval=self.config.min_report_interval_seconds,
-            flush_now=self._flush.wants_any_send(self.destinations, now, self.recorder.has_changes),
-            journal_due=None if journal is None else journal.next_due(),
-            seed_due=None if self.recorder.seeded else self._resume.seed_due(),
-        )
+        wait = self.core.next_wait(now, journal_due=None if journal is None else journal.next_due())
         if self._awaits_device_values():
             wait = min(wait, DEVICE_POLL_SECONDS)
         if self.system is not None:  # the next sample of the system stream
@@ -348,7 +354,7 @@ class Worker:
         if head is None or not self.recorder.seeded:
             return False
         return (
-            self._flush.waiting
+            self.core.flush.waiting
             or not self._had_point
             or self._journal_owed is not None
             or event_queued(self.queue)
@@ -377,7 +383,7 @@ class Worker:
         # past drain_queue_depth (a long outage at start) they are applied, bounding memory,
         # and seeding merges the stored curves under them (Recorder.seed).
         waiting = not recorder.seeded and self._resume.reports_wait(
-            self.clock(), open_failed=self._dispatch.open_failed, closing=self._closing
+            self.clock(), open_failed=self.core.open_failed, closing=self._closing
         )
         if not queue or (waiting and len(queue) < self.config.drain_queue_depth):
             if self.on_drained is not None:
@@ -391,23 +397,7 @@ class Worker:
             self._had_point = True
         if self.on_drained is not None:
             self.on_drained(released, self._had_point)
-        now = self.clock()
-        for dest in self.destinations:
-            dest.scheduler.note_change(now, urgent=urgent, first_point=first_point)
-
-    def _seed_if_decided(self, *, patient: bool = False) -> None:
-        """Seed the store once the resume rule can decide (``_resume.py``).
-
-        ``patient``: wait for every first open (right after one ended).
-        """
-        if not self.recorder.seeded:
-            self._resume.seed_if_decided(
-                self.destinations,
-                self.recorder,
-                self.clock(),
-                stopping=self._stopping,
-                patient=patient,
-            )
+        self.core.drained(self.clock(), urgent=urgent, first_point=first_point)
 
     # --- closing -------------------------------------------------------------------
 
@@ -426,40 +416,46 @@ class Worker:
     def finish(self) -> None:
         """Drain, send the tail to every destination within the deadline, close the sinks."""
         self._begin()
-        closing = CloseSequence(
-            destinations=self.destinations,
-            recorder=self.recorder,
-            queue=self.queue,
-            clock=self.clock,
-            dispatch=self._dispatch,
-            drain=self._drain,
-            seed=self._seed_if_decided,
-            wake=self.wake,
-            retry_max=self.config.close_retry_max_seconds,
-            unanswered=self.config.close_unanswered_seconds,
-            deadline=self._deadline,
-            started=self._close_started,
-        )
+        self.core.close(deadline=self._deadline, started=self._close_started)
         self._closing = True
         try:
             self._await_device_values()
-            closing.run()
+            self._close_pass()
         finally:
             journal = self.journal
             if journal is not None:
                 self._drain()  # what was reported while closing goes into the journal
             queue_empty = not self.queue
             for dest in self.destinations:
-                dest.finished_cleanly = (
-                    dest.opened is not None
-                    and dest.known
-                    and queue_empty
-                    and self.recorder.all_delivered(dest.index)
-                )
+                if dest.in_step and queue_empty and self.recorder.all_delivered(dest.index):
+                    dest.apply(DestinationInput.CLOSED_HOLDING_ALL)
             self.recorder.finish()
             for dest in self.destinations:
                 dest.once.summarize()
             if journal is not None:
                 journal.close(delivered=self.finished_cleanly())
-            for sender in self._dispatch.senders:
+            for sender in self._senders:
                 sender.close(max(self._deadline - time.monotonic(), 0.0))
+
+    def _close_pass(self) -> None:
+        """Step every destination through the core's closing regime until each is done."""
+        core = self.core
+        self._drain()
+        while True:
+            for dest in self.destinations:
+                while True:
+                    self._settle(dest)
+                    job = core.close_request(
+                        dest, self.clock(), time.monotonic(), queue_empty=not self.queue
+                    )
+                    if job is None:
+                        break
+                    self._perform(dest, job)
+            core.seed_if_decided(self.clock())
+            wait = core.close_wait_seconds(time.monotonic())
+            if wait is None:
+                return
+            if wait > 0:
+                self.wake.wait(wait)
+                self.wake.clear()
+            self._drain()

@@ -105,6 +105,8 @@ class FileSink(Sink):
     one thread (the reporter thread).
     """
 
+    local_run_log = True  # the run log is its own journal (Sink.local_run_log)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
