@@ -171,7 +171,7 @@ def _variable_literals(path: Path) -> list[str]:
 def test_variables_are_named_only_where_the_environment_is_read() -> None:
     """Variable names live in ``_environment.py``; config fields derive theirs from the field.
 
-    The exceptions are named: ``_config.py`` (the prefix every config field's
+    The exceptions are named: ``trainreport/_config.py`` (the prefix every config field's
     variable is made of, and a replaced variable), ``_attempt.py`` (the attempt
     number's variables, read with the other job systems' ones).
     """
