@@ -78,6 +78,7 @@ MAPPING: Mapping[str, str] = {
     "_seeding": "_record._seeding",
     "_rewinds": "_record._rewinds",
     "_delivery": "_record._delivery",
+    "_thinning": "_record._thinning",  # full-state curves under a body limit
     "_lifecycle": "_record._machines",  # was a namesake of _reporter_lifecycle
     # -- the environment: the one reader of the variables a job system sets ---------------
     "_environment": "_environment",
@@ -89,6 +90,7 @@ MAPPING: Mapping[str, str] = {
     "sinks._runfile": "_runlog._runfile",
     "sinks._journal": "_runlog._journal",
     "_sync": "_runlog._sync",
+    "sinks._runlog_plan": "_runlog._plan",  # sync's and the journal recovery's upload plan
     # -- sinks: the destinations (public package) -----------------------------------------
     "sinks": "sinks",
     "sinks._file": "sinks._file",
@@ -104,6 +106,7 @@ MAPPING: Mapping[str, str] = {
     "sinks._gzip": "sinks._http._gzip",
     # -- _engine: the reporter thread and the decisions it applies ------------------------
     "_worker": "_engine._worker",
+    "_core": "_engine._core",
     "_dispatch": "_engine._dispatch",
     "_destination": "_engine._destination",
     "_scheduler": "_engine._scheduler",
