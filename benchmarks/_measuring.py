@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import ReporterTarget
 from _proxy import ProxyProcess
 from trainreport import Delivered, HttpSink, Reporter, ReportingConfig, Sink
-from trainreport._sink import OpenResult, SendResult, Update
+from trainreport._wire._sink_interface import OpenResult, SendResult, Update
 
 _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
 

@@ -35,11 +35,16 @@ import urllib3
 
 from _workload import metrics_for
 from trainreport import HttpSink, Reporter, ReportingConfig
-from trainreport._config import ReportingConfig as _Config
-from trainreport._payloads import StoredState, encode_details, encode_points, encode_suffix_body
-from trainreport._recorder import Recorder
-from trainreport._reports import train
-from trainreport.sinks._gzip import GZIP_MIN_BYTES, compressor
+from trainreport._record._recorder import Recorder
+from trainreport._record._reports import train
+from trainreport._reporting_config import ReportingConfig as _Config
+from trainreport._wire._payloads import (
+    StoredState,
+    encode_details,
+    encode_points,
+    encode_suffix_body,
+)
+from trainreport.sinks._http._gzip import GZIP_MIN_BYTES, compressor
 
 SEND_EVERY = 50
 HEADER_BYTES = 350  # request line + headers per request, as HttpSink counts them (measured below)

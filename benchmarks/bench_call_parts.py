@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import busy, calibrate
 from _workload import metrics_for
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport import _reporter as calls_module
+from trainreport._facade import _reporter as calls_module
 
 _SAMPLED = "t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()"
 _TIMED_END = "if t0:\n        self._sampled.append(perf_counter_ns() - t0)"

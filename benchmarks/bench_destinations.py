@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload import metrics_for
 from trainreport import Delivered, HttpSink, Reporter, ReportingConfig
-from trainreport import _worker as worker_module
-from trainreport._sender import Sender
-from trainreport._sink import SendResult, Update
+from trainreport._engine import _worker as worker_module
+from trainreport._engine._sender import Sender
+from trainreport._wire._sink_interface import SendResult, Update
 from trainreport.server import start_in_thread
 
 

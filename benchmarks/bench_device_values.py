@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _workload import percentile
-from trainreport import MemorySink, Reporter, ReportingConfig, _device
+from trainreport import MemorySink, Reporter, ReportingConfig
+from trainreport._record import _device
 
 STEPS = 20_000
 

@@ -9,7 +9,7 @@ falls on all alike), each for ``--steps`` steps per round:
 - ``trainreport (item)``: ``report_train_step`` with the tensors, the library
   forced onto its earlier path, ``.item()`` on the caller's thread (what
   trainreport did before docs/design.md#device-values: the benchmark turns off
-  ``is_device_scalar`` where ``trainreport._reports`` calls it: the one test of that rule);
+  ``is_device_scalar`` where ``trainreport._record._reports`` calls it: the one test of that rule);
 - ``trainreport``: ``report_train_step`` with the tensors, as shipped (copied
   off the device without a sync).
 
@@ -143,12 +143,8 @@ def run_variant(
     torch: Any, variant: str, parts: tuple[Any, ...], steps: int, first_step: int
 ) -> dict[str, Any]:
     """Train ``steps`` steps in ``variant``; return its measurements."""
-    from trainreport import (  # noqa: PLC0415 - after sys.path points at this checkout
-        MemorySink,
-        Reporter,
-        ReportingConfig,
-        _reports,
-    )
+    from trainreport import MemorySink, Reporter, ReportingConfig  # noqa: PLC0415 - after sys.path points at this checkout
+    from trainreport._record import _reports  # noqa: PLC0415 - after sys.path points at this checkout
 
     model, optimizer, tokens, targets = parts
     truth = torch.zeros(steps, device="cuda", dtype=torch.float64)

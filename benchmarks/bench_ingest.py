@@ -43,10 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload import percentile
 from trainreport import FileSink, MemorySink, Reporter, ReportingConfig
-from trainreport._config import ReportingConfig as _Config
-from trainreport._payloads import StoredState
-from trainreport._recorder import Recorder
-from trainreport._reports import Report
+from trainreport._record._recorder import Recorder
+from trainreport._record._reports import Report
+from trainreport._reporting_config import ReportingConfig as _Config
+from trainreport._wire._payloads import StoredState
 
 STEPS = 100_000
 WIDTH = 100

@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import VAL_NAMES, VALIDATE_EVERY, ReporterTarget, busy, calibrate, run_loop
 from _measuring import MeasuringSink
 from trainreport import FileSink, Reporter, ReportingConfig
-from trainreport import _worker as worker_module
-from trainreport._sink import (
+from trainreport._engine import _worker as worker_module
+from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,

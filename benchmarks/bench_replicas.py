@@ -59,7 +59,7 @@ SERIES = 14
 def reporter_main(args: argparse.Namespace) -> int:
     """Report ``--steps`` steps of 14 series, flushing every ``--every`` steps; write the result."""
     from trainreport import Reporter, ReportingConfig  # noqa: PLC0415 - child only
-    from trainreport.sinks._http import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._http._sink import HttpSink  # noqa: PLC0415
 
     config = ReportingConfig(
         min_report_interval_seconds=0.05,

@@ -42,11 +42,11 @@ from _figures import (
 )
 from _workload import metrics_for, percentile
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._config import ReportingConfig as _Config
-from trainreport._payloads import StoredState, encode_patch_body, encode_suffix_body
-from trainreport._recorder import Recorder
-from trainreport._reports import Report
-from trainreport._sink import OpenResult
+from trainreport._record._recorder import Recorder
+from trainreport._record._reports import Report
+from trainreport._reporting_config import ReportingConfig as _Config
+from trainreport._wire._payloads import StoredState, encode_patch_body, encode_suffix_body
+from trainreport._wire._sink_interface import OpenResult
 
 STEPS = 20_000
 SEND_EVERY = 50

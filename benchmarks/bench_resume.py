@@ -62,7 +62,7 @@ def rss_kib():
 
 if kind.startswith("resume"):
     from trainreport import FileSink, Reporter, ReportingConfig
-    from trainreport.sinks._http import HttpSink
+    from trainreport.sinks._http._sink import HttpSink
     sink = HttpSink(url, job) if kind == "resume-http" else FileSink(path)
     reporter = Reporter(sink, ReportingConfig(min_report_interval_seconds=0.0), rank=0)
     base = rss_kib()
@@ -91,7 +91,7 @@ def _store(url: str, log: Path, points: int) -> None:
     """The run, N points, on the server and in a run log (this tree's reporter)."""
     sys.path.insert(0, str(_SRC))
     from trainreport import FileSink, Reporter, ReportingConfig  # noqa: PLC0415
-    from trainreport.sinks._http import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._http._sink import HttpSink  # noqa: PLC0415
 
     config = ReportingConfig(min_report_interval_seconds=1.0)
     for sink in (HttpSink(url, JOB), FileSink(log)):

@@ -61,8 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _figures import TARGET_CPU_SEND_US
 from _workload import METRIC_NAMES, metrics_for
 from trainreport import Delivered, FileSink, HttpSink, Sink
-from trainreport._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, VALUES_TYPECODE
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._wire._protocol import EPOCHS_TYPECODE, STEPS_TYPECODE, VALUES_TYPECODE
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 HERE = Path(__file__).resolve().parent
 SIZES = (0, 1, 50, 500)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import BUSY_US, busy, calibrate
 from _workload import metrics_for
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._system import SystemSampler, load_nvml, load_psutil
+from trainreport._engine._system import SystemSampler, load_nvml, load_psutil
 
 
 def sample_cost_us(count: int = 200) -> float:

@@ -37,7 +37,7 @@ from helpers import CALLER_ENVIRONMENT_NAMES, CALLER_ENVIRONMENT_PREFIXES, SUITE
 
 if TYPE_CHECKING:
     from trainreport.server import ServerHandle
-    from trainreport.server._db import Database, WriterOpened
+    from trainreport.server._db._database import Database, WriterOpened
 
 SERVER_TOKEN = "s3cret-token"
 BACKENDS = ("sqlite", "postgresql")
@@ -87,7 +87,7 @@ def new_database(request: pytest.FixtureRequest, storage: str, directory: Path) 
 
 def opened_writer(db: Database, job_id: str, task_id: str) -> WriterOpened:
     """``db.tasks.open_writer(job_id, task_id)`` for a test that expects no stale attempt."""
-    from trainreport.server._db import WriterOpened  # noqa: PLC0415 - the server extra
+    from trainreport.server._db._database import WriterOpened  # noqa: PLC0415 - the server extra
 
     opened = db.tasks.open_writer(job_id, task_id)
     assert isinstance(opened, WriterOpened), opened

@@ -1,4 +1,4 @@
-"""A stand-in for CUDA tensors and the part of torch ``trainreport._device`` uses.
+"""A stand-in for CUDA tensors and the part of torch ``trainreport._record._device`` uses.
 
 No GPU is needed: :class:`FakeTorch` records every call with the thread that
 made it, so a test can assert that the training thread never called
@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from trainreport import _device
+from trainreport._record import _device
 
 
 @attrs.frozen
@@ -206,7 +206,7 @@ class FakeTorch:
 
 
 def install(monkeypatch: Any, torch: FakeTorch | None = None) -> FakeTorch:
-    """Make ``trainreport._device`` use a :class:`FakeTorch` (returned)."""
+    """Make ``trainreport._record._device`` use a :class:`FakeTorch` (returned)."""
     fake = torch if torch is not None else FakeTorch()
     getter: Callable[[], Any] = lambda: fake  # noqa: E731
     monkeypatch.setattr(_device, "_torch", getter)

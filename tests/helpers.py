@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from trainreport import MemorySink
-from trainreport._reporter import RANK_VARIABLES
-from trainreport._sink import OpenResult, SendResult, Sink, Update
-from trainreport.sinks._runlog import HEADER, MAGIC
+from trainreport._facade._reporter import RANK_VARIABLES
+from trainreport._runlog._format import HEADER, MAGIC
+from trainreport._wire._sink_interface import OpenResult, SendResult, Sink, Update
 
 # What the library reads from a process's environment, and the caller's shell may have
 # set: a developer's own TRAINREPORT_URL, a rank from an enclosing job, a proxy that would

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from trainreport._values import (
+from trainreport._record._values import (
     UNCONVERTIBLE,
 )
 

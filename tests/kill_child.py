@@ -66,7 +66,7 @@ def value_of(step: int, name: str, salt: float = 0.0) -> float:
 
 def step_the_wall_clock(offset: float) -> None:
     """``time.time`` and the boot time read from ``/proc/stat`` run ``offset`` seconds off."""
-    from trainreport import _attempt  # noqa: PLC0415
+    from trainreport._wire import _attempt  # noqa: PLC0415
 
     real_boot = _attempt._boot_time
     time.time = lambda: REAL_TIME() + offset
@@ -108,7 +108,7 @@ def main(spec: dict[str, object]) -> None:
     if spec.get("disk_full_file"):
         fill_the_disk_when(str(spec["disk_full_file"]), str(spec["journal_dir"]))
     if spec.get("compact_always"):
-        from trainreport.sinks._runlog_writer import RunLogWriter  # noqa: PLC0415
+        from trainreport._runlog._writer import RunLogWriter  # noqa: PLC0415
 
         RunLogWriter.compaction_due = lambda self: True  # type: ignore[method-assign]
     salt = float(spec.get("salt", 0.0))  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from trainreport._attempt import (
+from trainreport._wire._attempt import (
     ATTEMPT_VARIABLES,
     AttemptIdentity,
     attempt_number,

@@ -31,9 +31,9 @@ from trainreport import (
     UnreachableError,
     client,
 )
-from trainreport._job_tokens import issue_job_token
+from trainreport._wire._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
-from trainreport.sinks import _http_open
+from trainreport.sinks._http import _open as _http_open
 
 ADMIN = "client-admin-token"
 SECRET = b"client-test-secret-0123456789abcdef0123"
@@ -329,6 +329,6 @@ def test_to_pandas_without_pandas_names_the_extra(monkeypatch: pytest.MonkeyPatc
 
 def test_show_and_the_demo_read_through_the_client() -> None:
     """No private fetch helpers are left: one way to read a task."""
-    import trainreport._summary as summary  # noqa: PLC0415
+    import trainreport.cli._summary as summary  # noqa: PLC0415
 
     assert [] == [name for name in dir(summary) if name.startswith("fetch")]

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from faults import black_hole_server, closed_port
 from helpers import ScriptedSink, curve, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
-from trainreport._closing import CLOSE_NOTICE_SECONDS, wait_for_close
-from trainreport._core import LAST_ATTEMPT_LEAD_SECONDS, close_wait
-from trainreport._scheduler import SendScheduler
-from trainreport._sink import SendResult, Update
+from trainreport._engine._closing import CLOSE_NOTICE_SECONDS, wait_for_close
+from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS, close_wait
+from trainreport._engine._scheduler import SendScheduler
+from trainreport._wire._sink_interface import SendResult, Update
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,10 +21,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from trainreport import ReportingConfig
-from trainreport._columnar import BATCH_VALUES
-from trainreport._payloads import StoredState
-from trainreport._recorder import Build, Recorder
-from trainreport._reports import (
+from trainreport._record._columnar import BATCH_VALUES
+from trainreport._record._recorder import Build, Recorder
+from trainreport._record._reports import (
     TRAIN_EPOCH,
     TRAIN_STEP,
     TRAIN_TIME,
@@ -37,6 +36,7 @@ from trainreport._reports import (
     training_start,
     validation,
 )
+from trainreport._wire._payloads import StoredState
 from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(600)

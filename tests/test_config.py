@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from trainreport._config import ENV_PREFIX, ReportingConfig
+from trainreport._reporting_config import ENV_PREFIX, ReportingConfig
 from trainreport.exceptions import ConfigError
 from trainreport.testing import capture_events
 

@@ -1,4 +1,4 @@
-"""The engine core (``_core.py``) driven directly: no thread, no clock read, no sink called.
+"""The engine core (``_engine/_core.py``) driven directly: no thread, no clock read, no sink called.
 
 Time is an argument: each test moves one fake time (used as both the
 scheduling clock and the real-time deadline's clock) by what a request took or
@@ -17,13 +17,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from trainreport import Delivered, MemorySink, Opened, ReportingConfig, RetryLater
-from trainreport import _reports as reports
-from trainreport._core import LAST_ATTEMPT_LEAD_SECONDS, EngineCore, Regime
-from trainreport._destination import Job, new_destination
-from trainreport._recorder import Recorder
-from trainreport._reports import Report
-from trainreport._resume import Resume
-from trainreport._sink import OpenResult, SendResult
+from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS, EngineCore, Regime
+from trainreport._engine._destination import Job, new_destination
+from trainreport._engine._resume import Resume
+from trainreport._record import _reports as reports
+from trainreport._record._recorder import Recorder
+from trainreport._record._reports import Report
+from trainreport._wire._sink_interface import OpenResult, SendResult
 
 #: What a scripted destination does with a request started at a time: its answer,
 #: and how long (seconds) it took; a request never outlives its timeout.

@@ -16,7 +16,7 @@ import pytest
 import urllib3
 
 from trainreport import HttpSink, Reporter
-from trainreport._summary import sparkline
+from trainreport.cli._summary import sparkline
 
 pytestmark = pytest.mark.timeout(180)
 

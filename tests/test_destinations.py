@@ -29,7 +29,7 @@ from trainreport import (
     RetryLater,
     Split,
 )
-from trainreport._destination import (
+from trainreport._engine._destination import (
     Destination,
     Job,
     adopt,
@@ -39,9 +39,9 @@ from trainreport._destination import (
     settle_send,
     warn_if_unsent_old,
 )
-from trainreport._lifecycle import DestinationState
-from trainreport._recorder import Recorder
-from trainreport._scheduler import SendScheduler
+from trainreport._engine._scheduler import SendScheduler
+from trainreport._record._machines import DestinationState
+from trainreport._record._recorder import Recorder
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -377,7 +377,7 @@ def test_an_open_that_raised_ends_the_first_open() -> None:
 
 
 def _stored_nothing() -> Any:
-    from trainreport._payloads import StoredState  # noqa: PLC0415
+    from trainreport._wire._payloads import StoredState  # noqa: PLC0415
 
     return StoredState(series={})
 

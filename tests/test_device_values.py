@@ -22,7 +22,7 @@ import pytest
 import fake_cuda
 from helpers import ScriptedSink, curve, drive, held
 from trainreport import MemorySink, Reporter, ReportingConfig, read_task
-from trainreport._device import (
+from trainreport._record._device import (
     DEVICE_POLL_SECONDS,
     DeviceReport,
     await_device_values,

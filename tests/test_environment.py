@@ -18,7 +18,7 @@ import trainreport
 from helpers import CALLER_ENVIRONMENT_NAMES, CALLER_ENVIRONMENT_PREFIXES, SUITE_KNOBS
 from trainreport import HttpSink, Reporter, ReportingConfig
 from trainreport import _environment as environment
-from trainreport._config import CONVERTER, env_variable
+from trainreport._reporting_config import CONVERTER, env_variable
 from trainreport.testing import capture_events
 
 SRC = Path(trainreport.__file__).parent
@@ -171,11 +171,11 @@ def _variable_literals(path: Path) -> list[str]:
 def test_variables_are_named_only_where_the_environment_is_read() -> None:
     """Variable names live in ``_environment.py``; config fields derive theirs from the field.
 
-    The exceptions are named: ``trainreport/_config.py`` (the prefix every config field's
-    variable is made of, and a replaced variable), ``_attempt.py`` (the attempt
+    The exceptions are named: ``trainreport/_reporting_config.py`` (the prefix every config field's
+    variable is made of, and a replaced variable), ``_wire/_attempt.py`` (the attempt
     number's variables, read with the other job systems' ones).
     """
-    allowed = {"_environment.py", "_config.py", "_attempt.py"}
+    allowed = {"_environment.py", "_reporting_config.py", "_attempt.py"}
     elsewhere = {
         f"{path.relative_to(SRC)}: {literal}"
         for path in sorted(SRC.rglob("*.py"))

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport import MemorySink
-from trainreport._core import FlushRequests
-from trainreport._destination import Destination, Job
-from trainreport._lifecycle import DestinationInput
-from trainreport._scheduler import SendScheduler
+from trainreport._engine._core import FlushRequests
+from trainreport._engine._destination import Destination, Job
+from trainreport._engine._scheduler import SendScheduler
+from trainreport._record._machines import DestinationInput
 
 
 def destination(index: int = 0, *, gap: float = 0.0) -> Destination:

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainreport import MemorySink, Reporter, _reporter
-from trainreport._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram, bucket_of
+from trainreport import MemorySink, Reporter
+from trainreport._facade import _reporter
+from trainreport._facade._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram, bucket_of
 from trainreport.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""The sink's one keep-alive connection (a urllib3 pool of one, sinks/_http_transport.py).
+"""The sink's one keep-alive connection (a urllib3 pool of one, sinks/_http/_transport.py).
 
 Against real servers: a standard-library HTTP/1.1 server stands in for a job-status API
 where the reference server cannot do what is pinned: close idle connections without
@@ -22,8 +22,8 @@ import urllib3
 
 from helpers import in_a_forked_child
 from trainreport import Delivered, Opened, Rejected, RetryLater
-from trainreport._sink import Update
-from trainreport.sinks._http import HttpSink
+from trainreport._wire._sink_interface import Update
+from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = pytest.mark.timeout(60)
 

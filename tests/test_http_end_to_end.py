@@ -28,7 +28,7 @@ from faults import FaultProxy, black_hole_server, closed_port
 from helpers import without_updated_at
 from trainreport import AttemptIdentity, FileSink, Reporter, ReportingConfig, read_task
 from trainreport.server import ServerHandle
-from trainreport.sinks._http import HttpSink
+from trainreport.sinks._http._sink import HttpSink
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

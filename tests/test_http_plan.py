@@ -1,4 +1,4 @@
-"""Splitting a series-suffix update into requests (sinks/_http_plan.py), and encoding once.
+"""Splitting a series-suffix update into requests (sinks/_http/_plan.py), and encoding once.
 
 Pure properties of the planner (sizes by arithmetic against sizes by encoding,
 bodies assembled from cached members against the one encoder), and one send
@@ -19,18 +19,17 @@ from hypothesis import strategies as st
 
 from faults import FaultProxy
 from trainreport import Delivered
-from trainreport._payloads import (
+from trainreport._wire._payloads import (
     encode_suffix_body,
     join_suffix_body,
     suffix_details,
     suffix_member,
     suffix_member_bytes,
 )
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport.server import ServerHandle
-from trainreport.sinks import _http_plan
-from trainreport.sinks._http import HttpSink
-from trainreport.sinks._http_plan import (
+from trainreport.sinks._http import _plan as _http_plan
+from trainreport.sinks._http._plan import (
     Members,
     head_that_fits,
     members_bytes_bound,
@@ -38,6 +37,7 @@ from trainreport.sinks._http_plan import (
     plan_requests,
     slice_series,
 )
+from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = pytest.mark.skipif(sys.byteorder != "little", reason="the document is little-endian")
 

@@ -1,4 +1,4 @@
-"""Sending one update (sinks/_http_send.py) through HttpSink: sequences, splitting, 413s, answers.
+"""Sending one update (sinks/_http/_send.py) through HttpSink: sequences, splitting, 413s, answers.
 
 Against the real reference server (fixtures in conftest.py), with tests/faults.py's
 proxy in between where a fault is needed. No mocks. The helpers that build
@@ -16,10 +16,10 @@ import urllib3
 from faults import FaultProxy
 from test_http_sink import decoded, points, steps_of, stored, update
 from trainreport import Delivered, Rejected, Resynchronise, RetryLater, Split
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport.server import ServerHandle
-from trainreport.sinks._http import HttpSink
-from trainreport.sinks._http_send import BodyLimit
+from trainreport.sinks._http._send import BodyLimit
+from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = pytest.mark.timeout(60)
 

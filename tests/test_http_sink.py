@@ -23,14 +23,19 @@ from hypothesis import strategies as st
 
 from faults import FaultProxy, black_hole_server, closed_port
 from trainreport import Delivered, Opened, Rejected, Resynchronise, RetryLater, Split
-from trainreport._payloads import encode_patch_body, encode_suffix_body
-from trainreport._protocol import EXTENSION_SERIES_TIMES
-from trainreport._sink import CAPABILITY_GZIP, CAPABILITY_SERIES_SUFFIX, SeriesUpdate, Update
+from trainreport._wire._payloads import encode_patch_body, encode_suffix_body
+from trainreport._wire._protocol import EXTENSION_SERIES_TIMES
+from trainreport._wire._sink_interface import (
+    CAPABILITY_GZIP,
+    CAPABILITY_SERIES_SUFFIX,
+    SeriesUpdate,
+    Update,
+)
 from trainreport.exceptions import ConfigError
 from trainreport.server import ServerHandle
-from trainreport.sinks._gzip import GZIP_MIN_BYTES, gzip_isal, gzip_zlib, isal_available
-from trainreport.sinks._http import HttpSink
-from trainreport.sinks._http_transport import Response, classify_failure, parse_retry_after
+from trainreport.sinks._http._gzip import GZIP_MIN_BYTES, gzip_isal, gzip_zlib, isal_available
+from trainreport.sinks._http._sink import HttpSink
+from trainreport.sinks._http._transport import Response, classify_failure, parse_retry_after
 from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(60)

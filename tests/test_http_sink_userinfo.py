@@ -23,8 +23,8 @@ from faults import closed_port
 from trainreport import Reporter, ReportingConfig
 from trainreport._environment import HttpDestination
 from trainreport.exceptions import ConfigError
-from trainreport.sinks._http import HttpSink
-from trainreport.sinks._http_transport import shown_url
+from trainreport.sinks._http._sink import HttpSink
+from trainreport.sinks._http._transport import shown_url
 from trainreport.testing import capture_events
 
 SECRET = "s3cret-TOKEN-in-url"

@@ -23,13 +23,13 @@ import urllib3
 from faults import closed_port
 from helpers import ScriptedSink, curve, drive, held
 from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
-from trainreport._journal_feed import JournalKeeper, journal_identity
-from trainreport._sink import SendResult, SeriesUpdate, Sink, Update
+from trainreport._engine._journal_feed import JournalKeeper, journal_identity
+from trainreport._runlog._format import MAGIC
+from trainreport._runlog._journal import Journal, is_journal
+from trainreport._runlog._runfile import load_run_file
+from trainreport._runlog._writer import RunLogWriter
+from trainreport._wire._sink_interface import SendResult, SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
-from trainreport.sinks._journal import Journal, is_journal
-from trainreport.sinks._runfile import load_run_file
-from trainreport.sinks._runlog import MAGIC
-from trainreport.sinks._runlog_writer import RunLogWriter
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,13 +20,13 @@ import urllib3
 
 from helpers import run_cli
 from trainreport import HttpSink, Reporter, ReportingConfig
-from trainreport._sink import Opened, SeriesUpdate, Update
-from trainreport._sync import StaleJournalError, plan_recovery
+from trainreport._runlog._journal import Journal, JournalOwner
+from trainreport._runlog._runfile import load_run_file
+from trainreport._runlog._state import LogState
+from trainreport._runlog._sync import StaleJournalError, plan_recovery
+from trainreport._runlog._writer import RunLogWriter
+from trainreport._wire._sink_interface import Opened, SeriesUpdate, Update
 from trainreport.server import ServerHandle
-from trainreport.sinks._journal import Journal, JournalOwner
-from trainreport.sinks._runfile import load_run_file
-from trainreport.sinks._runlog_state import LogState
-from trainreport.sinks._runlog_writer import RunLogWriter
 from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(90)

@@ -1,4 +1,4 @@
-"""Tests for trainreport._lifecycle: the task, phase, reporter and destination tables.
+"""Tests for trainreport._record._machines: the task, phase, reporter and destination tables.
 
 See docs/design.md#lifecycle.
 """
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainreport._lifecycle import (
+from trainreport._record._machines import (
     DESTINATION_TRANSITIONS,
     PHASE_TRANSITIONS,
     REPORTER_TRANSITIONS,

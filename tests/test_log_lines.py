@@ -28,11 +28,11 @@ from trainreport import (
     ReportingConfig,
     RetryLater,
 )
-from trainreport._destination import Destination, Job, settle_send
+from trainreport._engine._destination import Destination, Job, settle_send
+from trainreport._engine._scheduler import SendScheduler
 from trainreport._environment import auth_hint
-from trainreport._protocol import split_api_prefix
-from trainreport._recorder import Recorder
-from trainreport._scheduler import SendScheduler
+from trainreport._record._recorder import Recorder
+from trainreport._wire._protocol import split_api_prefix
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -132,7 +132,7 @@ def test_a_destination_that_comes_back_logs_one_recovered_line_with_the_outage()
     """Three failed sends from t=100, delivered at t=130.5: failures, seconds down, points."""
     recorder = Recorder(ReportingConfig(), destinations=1)
     recorder.start_attempt()
-    from trainreport._payloads import StoredState  # noqa: PLC0415
+    from trainreport._wire._payloads import StoredState  # noqa: PLC0415
 
     recorder.seed(StoredState(series={}))
     dest = Destination(index=0, sink=MemorySink(), scheduler=SendScheduler(backoff_jitter=0.0))

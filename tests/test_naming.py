@@ -1,4 +1,4 @@
-"""Tests for trainreport._naming: phase prefixes, names and datasets (docs/design.md#metrics).
+"""Tests for trainreport._record._name_rules: phase prefixes, names, datasets (design.md#metrics).
 
 The last section drives every rule of the naming modules with hostile input."""
 
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import trainreport._naming as naming
+import trainreport._record._name_rules as naming
 from hostile_values import (
     HOSTILE,
     FakeTensor,
 )
-from trainreport._naming import (
+from trainreport._record._name_rules import (
     MAX_NAME_LENGTH,
     STRIPPED_PREFIXES,
     DatasetOrder,
@@ -24,8 +24,8 @@ from trainreport._naming import (
     check_name,
     qualify,
 )
-from trainreport._params import MAX_PARAM_ITEMS, flatten_params, flatten_params_bounded
-from trainreport._values import (
+from trainreport._record._params import MAX_PARAM_ITEMS, flatten_params, flatten_params_bounded
+from trainreport._record._values import (
     EpochRule,
     NotChartable,
     caller_value,

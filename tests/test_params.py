@@ -1,4 +1,4 @@
-"""Tests for trainreport._params: flattening hyperparameters (docs/design.md#public-api)."""
+"""Tests for trainreport._record._params: flattening hyperparameters (docs/design.md#public-api)."""
 
 # House style asserts `expected == actual`, which SIM300 calls a Yoda condition.
 
@@ -13,7 +13,7 @@ import pytest
 from hostile_values import (
     ReprRaises,
 )
-from trainreport._params import flatten_params
+from trainreport._record._params import flatten_params
 
 # --------------------------------------------------------------------------- flatten_params
 

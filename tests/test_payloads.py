@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainreport._payloads import (
+from trainreport._wire._payloads import (
     StoredState,
     decode_column,
     encode_patch_body,
     encode_suffix_body,
     parse_stored_task,
 )
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 
 def series(name: str, values: list[float], offset: int = 0) -> SeriesUpdate:

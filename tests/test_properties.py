@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._naming import check_name, qualify
+from trainreport._record._name_rules import check_name, qualify
 
 pytestmark = pytest.mark.timeout(300)
 

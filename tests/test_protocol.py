@@ -1,6 +1,6 @@
 """The protocol module: each constant and codec of docs/protocol.md is defined once.
 
-The client and the reference server import :mod:`trainreport._protocol`; their
+The client and the reference server import :mod:`trainreport._wire._protocol`; their
 validators stay separate (the end-to-end tests check one against the other).
 """
 
@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import trainreport
-from trainreport import _protocol
-from trainreport._lifecycle import TaskStatus
+from trainreport._record._machines import TaskStatus
+from trainreport._wire import _protocol
 from trainreport.server import _wire
 
 SRC = Path(trainreport.__file__).parent

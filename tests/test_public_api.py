@@ -225,16 +225,16 @@ def test_integrations_use_only_the_public_api() -> None:
 def test_the_outcome_rule_is_written_once() -> None:
     """Only ``Reporter`` maps an exception to a terminal report (no adapter re-derives it).
 
-    Outside ``_reporter.py`` (``Reporter.report_error``) no module of the package tests for
+    Outside ``_facade/_reporter.py`` (``Reporter.report_error``) no module of the package tests for
     ``KeyboardInterrupt`` to choose a status (the server's foreground loop in
     ``server/_run.py``, the CLI and the demo catch it to stop a server, and
-    ``close()``'s wait in ``_closing.py`` to stop waiting, which is no run outcome).
+    ``close()``'s wait in ``_engine/_closing.py`` to stop waiting, which is no run outcome).
     """
     allowed = {
-        "trainreport._reporter",
+        "trainreport._facade._reporter",
         "trainreport.cli",
-        "trainreport._demo",
-        "trainreport._closing",
+        "trainreport.cli._demo",
+        "trainreport._engine._closing",
         "trainreport.server._run",
     }
     copies = []

@@ -14,10 +14,10 @@ import pytest
 
 from helpers import curve
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport import _reports as reports
-from trainreport._payloads import StoredState
-from trainreport._recorder import Recorder
-from trainreport._reports import Report
+from trainreport._record import _reports as reports
+from trainreport._record._recorder import Recorder
+from trainreport._record._reports import Report
+from trainreport._wire._payloads import StoredState
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,19 +14,11 @@ from typing import Any
 import pytest
 
 from helpers import ScriptedSink, curve, drive, held, in_a_forked_child, without_updated_at
-from trainreport import (
-    MemorySink,
-    Rejected,
-    Reporter,
-    ReportingConfig,
-    RetryLater,
-    TransitionError,
-    _reporter,
-)
-from trainreport._histogram import LatencyHistogram
-from trainreport._payloads import decode_column
-from trainreport._reporter_stats import assemble_stats
-from trainreport._reports import (
+from trainreport import MemorySink, Rejected, Reporter, ReportingConfig, RetryLater, TransitionError
+from trainreport._facade import _reporter
+from trainreport._facade._histogram import LatencyHistogram
+from trainreport._facade._reporter_stats import assemble_stats
+from trainreport._record._reports import (
     REPORT_BYTES,
     TRAIN_EPOCH,
     TRAIN_STEP,
@@ -34,6 +26,7 @@ from trainreport._reports import (
     completed,
     queued_bytes,
 )
+from trainreport._wire._payloads import decode_column
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

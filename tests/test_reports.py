@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from trainreport import MemorySink, Reporter
-from trainreport._reports import (
+from trainreport._record._reports import (
     HEADER_KEYS,
     TRAIN_EPOCH,
     TRAIN_STEP,

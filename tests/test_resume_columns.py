@@ -2,7 +2,7 @@
 
 ``HttpSink`` opens its writer with ``?metrics=false`` and reads each stored
 series from ``GET .../series`` (docs/protocol.md); ``FileSink`` hands the run
-log's replayed columns over as a :class:`~trainreport._payloads.ColumnTask`.
+log's replayed columns over as a :class:`~trainreport._wire._payloads.ColumnTask`.
 Either way the seed must equal what the whole ``GET`` shape gave: lengths,
 last values, the omitted-step continuation and the resume rewind
 (docs/engine.md, "Resuming").
@@ -24,13 +24,18 @@ from hypothesis import strategies as st
 from faults import FaultProxy
 from helpers import curve
 from trainreport import FileSink, Opened, Reporter, ReportingConfig
-from trainreport._payloads import ColumnTask, StoredState, parse_stored_task, read_stored_columns
-from trainreport._protocol import new_columns
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._wire._payloads import (
+    ColumnTask,
+    StoredState,
+    parse_stored_task,
+    read_stored_columns,
+)
+from trainreport._wire._protocol import new_columns
+from trainreport._wire._sink_interface import SeriesUpdate, Update
+from trainreport._wire._task_record import TaskRecord
 from trainreport.server import ServerHandle
-from trainreport.sinks import _http_open
-from trainreport.sinks._http import HttpSink
-from trainreport.sinks._record import TaskRecord
+from trainreport.sinks._http import _open as _http_open
+from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = pytest.mark.timeout(60)
 

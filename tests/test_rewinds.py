@@ -20,11 +20,11 @@ import pytest
 
 from helpers import curve
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._payloads import StoredState
-from trainreport._recorder import Recorder
-from trainreport._reports import train, validation
-from trainreport._rewinds import MAX_REWIND_EVENTS, MAX_SERIES_NAMED, RewindLog
-from trainreport._store import MetricStore
+from trainreport._record._recorder import Recorder
+from trainreport._record._reports import train, validation
+from trainreport._record._rewinds import MAX_REWIND_EVENTS, MAX_SERIES_NAMED, RewindLog
+from trainreport._record._store import MetricStore
+from trainreport._wire._payloads import StoredState
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from helpers import curve, record_ends
 from trainreport import FileSink, Reporter, RunLogError, read_task
-from trainreport._payloads import ColumnPoints
-from trainreport._protocol import new_columns
-from trainreport._summary import describe_task
-from trainreport.sinks._runfile import load_run_file
-from trainreport.sinks._runlog import MAGIC, encode_record
+from trainreport._runlog._format import MAGIC, encode_record
+from trainreport._runlog._runfile import load_run_file
+from trainreport._wire._payloads import ColumnPoints
+from trainreport._wire._protocol import new_columns
+from trainreport.cli._summary import describe_task
 from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -162,7 +162,7 @@ def test_one_flipped_bit_in_the_header_or_the_run_record_loses_nothing_else(
 ) -> None:
     """Records carry their own checksums: everything after a damaged header or RUN record
     is read, and the event and the RunFile say what was lost (which bytes; the job's ids)."""
-    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+    from trainreport._runlog._runfile import load_run_file  # noqa: PLC0415
 
     path = tmp_path / "job.log"
     record = a_run(path, steps=5, job_id="job-7")  # a RUN record first: where sync sends it
@@ -188,7 +188,7 @@ def test_points_after_a_damaged_record_that_cannot_be_placed_are_counted_not_mis
 ) -> None:
     """A damaged record in the middle: later records apply where they fit; a series whose
     next points would follow the lost ones keeps its prefix, and the loss is said per series."""
-    from trainreport.sinks._runfile import load_run_file  # noqa: PLC0415
+    from trainreport._runlog._runfile import load_run_file  # noqa: PLC0415
 
     path = tmp_path / "job.log"
     a_run(path, steps=5)

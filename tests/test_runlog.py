@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainreport import MemorySink
-from trainreport._sink import SeriesUpdate, Update
-from trainreport.sinks import _runlog
-from trainreport.sinks._runlog import (
+from trainreport._runlog import _format as _runlog
+from trainreport._runlog._format import (
     FORMAT_VERSION,
     HEADER,
     MAGIC,
@@ -35,8 +34,9 @@ from trainreport.sinks._runlog import (
     encode_run,
     encode_snapshot,
 )
-from trainreport.sinks._runlog_replay import DamageKind, _decode_update, replay
-from trainreport.sinks._runlog_state import LogState
+from trainreport._runlog._replay import DamageKind, _decode_update, replay
+from trainreport._runlog._state import LogState
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import record_ends
-from trainreport._sink import SeriesUpdate, Update
-from trainreport.sinks._record import SeriesGapError
-from trainreport.sinks._runlog import FORMAT_VERSION, MAGIC, encode_record
-from trainreport.sinks._runlog_replay import replay
-from trainreport.sinks._runlog_writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
+from trainreport._runlog._format import FORMAT_VERSION, MAGIC, encode_record
+from trainreport._runlog._replay import replay
+from trainreport._runlog._writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
+from trainreport._wire._sink_interface import SeriesUpdate, Update
+from trainreport._wire._task_record import SeriesGapError
 from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from trainreport._scheduler import MAX_RETRY_AFTER_SECONDS, SendScheduler
+from trainreport._engine._scheduler import MAX_RETRY_AFTER_SECONDS, SendScheduler
 
 
 def scheduler(**kw: float) -> SendScheduler:

@@ -14,7 +14,7 @@ import pytest
 
 from helpers import ScriptedSink, drive
 from trainreport import Reporter, ReportingConfig, Resynchronise, RetryLater
-from trainreport._sink import SendResult
+from trainreport._wire._sink_interface import SendResult
 from trainreport.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""Tests for trainreport._selection: which names keep a history (docs/design.md#metrics)."""
+"""Tests for trainreport._record._selection: which names keep a history (docs/design.md#metrics)."""
 
 # House style asserts `expected == actual`, which SIM300 calls a Yoda condition.
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainreport._selection import SeriesSelector
+from trainreport._record._selection import SeriesSelector
 from trainreport.testing import capture_events
 
 # --------------------------------------------------------------------------- SeriesSelector

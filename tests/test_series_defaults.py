@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._selection import MAX_SCALAR_NOTES, SeriesSelector
+from trainreport._record._selection import MAX_SCALAR_NOTES, SeriesSelector
 from trainreport.integrations import DEFAULT_TIME_SERIES_METRICS
 from trainreport.integrations._defaults import COUNTER_EXCLUSIONS
 from trainreport.testing import capture_events

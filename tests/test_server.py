@@ -36,10 +36,16 @@ from trainreport.server import (
     create_app,
     start_in_thread,
 )
-from trainreport.server._db import Applied, Database, SeriesGap, StaleAttempt, WriterOpened
-from trainreport.server._migrations import MIGRATIONS
-from trainreport.server._migrations import ddl as migration_ddl
-from trainreport.server._sqlite import SqliteBackend
+from trainreport.server._db._database import (
+    Applied,
+    Database,
+    SeriesGap,
+    StaleAttempt,
+    WriterOpened,
+)
+from trainreport.server._db._migrations import MIGRATIONS
+from trainreport.server._db._migrations import ddl as migration_ddl
+from trainreport.server._db._sqlite import SqliteBackend
 from trainreport.server._wire import (
     ApiError,
     SeriesPoints,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainreport.server._commit import GroupCommit
+from trainreport.server._db._commit import GroupCommit
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -181,8 +181,8 @@ def test_the_write_ahead_log_stays_bounded_without_sqlite_autocheckpoint(tmp_pat
     Writes of ~20x the (lowered) threshold leave a log a few thresholds long,
     not one that grew with everything written.
     """
-    from trainreport.server._db import Database, WriterOpened  # noqa: PLC0415
-    from trainreport.server._sqlite import SqliteBackend  # noqa: PLC0415
+    from trainreport.server._db._database import Database, WriterOpened  # noqa: PLC0415
+    from trainreport.server._db._sqlite import SqliteBackend  # noqa: PLC0415
     from trainreport.server._wire import SeriesPoints, TaskUpdate  # noqa: PLC0415
 
     backend = SqliteBackend(tmp_path / "wal.db")

@@ -30,7 +30,7 @@ import urllib3
 from browser import dump_dom, needs_chromium
 from trainreport import Reporter, ReportingConfig
 from trainreport.server import ServerHandle
-from trainreport.sinks._http import HttpSink
+from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -274,8 +274,8 @@ def test_the_largest_update_the_client_sends_fits_the_default_limit_four_times(
     """
     from trainreport import Reporter, ReportingConfig  # noqa: PLC0415
     from trainreport.server import DEFAULT_MAX_DECOMPRESSED_BYTES  # noqa: PLC0415
-    from trainreport.sinks._http import HttpSink  # noqa: PLC0415
-    from trainreport.sinks._http_transport import HttpTransport  # noqa: PLC0415
+    from trainreport.sinks._http._sink import HttpSink  # noqa: PLC0415
+    from trainreport.sinks._http._transport import HttpTransport  # noqa: PLC0415
 
     sizes: list[int] = []
     request = HttpTransport.request

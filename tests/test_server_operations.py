@@ -16,10 +16,10 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainreport._job_tokens import issue_job_token
+from trainreport._wire._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
-from trainreport.server._migrations import SCHEMA_VERSION
-from trainreport.server._storage import open_backend
+from trainreport.server._db._backend import open_backend
+from trainreport.server._db._migrations import SCHEMA_VERSION
 
 pytestmark = pytest.mark.both_backends
 

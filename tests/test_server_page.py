@@ -33,9 +33,9 @@ import urllib3
 from browser import Browser, needs_chromium
 from conftest import opened_writer
 from trainreport import HttpSink, Reporter
-from trainreport._job_tokens import issue_job_token
+from trainreport._wire._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
-from trainreport.server._db import Applied, Database
+from trainreport.server._db._database import Applied, Database
 from trainreport.server._page import downsample_indices, shape_columns
 from trainreport.server._wire import SeriesPoints, TaskUpdate
 

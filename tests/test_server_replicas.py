@@ -24,7 +24,7 @@ import urllib3
 from helpers import without_updated_at
 from trainreport import Reporter, ReportingConfig
 from trainreport.server import ServerHandle, start_in_thread
-from trainreport.sinks._http import HttpSink
+from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -19,9 +19,9 @@ import urllib3
 
 from conftest import opened_writer
 from trainreport import cli
-from trainreport._job_tokens import issue_job_token
+from trainreport._wire._job_tokens import issue_job_token
 from trainreport.server import ServerHandle
-from trainreport.server._db import Database
+from trainreport.server._db._database import Database
 from trainreport.server._wire import SeriesPoints, TaskPatch, TaskUpdate
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.timeout(120)]

@@ -23,8 +23,8 @@ from referencing.jsonschema import DRAFT202012
 
 from browser import Browser, needs_chromium
 from trainreport import cli
-from trainreport._payloads import parse_stored_task
-from trainreport._summary import describe_jobs, describe_task
+from trainreport._wire._payloads import parse_stored_task
+from trainreport.cli._summary import describe_jobs, describe_task
 from trainreport.server import create_app
 from trainreport.server._contract import openapi_document
 from trainreport.server._stale import describe_silence, is_stale, staleness

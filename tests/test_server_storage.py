@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 
 from conftest import new_database, opened_writer
-from trainreport.server._db import (
+from trainreport.server._db._backend import open_backend
+from trainreport.server._db._database import (
     UNFINISHED_STATUSES,
     Applied,
     Database,
     StaleWriter,
 )
-from trainreport.server._migrations import MIGRATIONS, SCHEMA_VERSION, ddl
+from trainreport.server._db._migrations import MIGRATIONS, SCHEMA_VERSION, ddl
+from trainreport.server._db._sqlite import SqliteBackend
 from trainreport.server._retention import RetentionWorker, cutoff_for
-from trainreport.server._sqlite import SqliteBackend
-from trainreport.server._storage import open_backend
 from trainreport.server._wire import TASK_STATUSES, SeriesPoints, TaskPatch, TaskUpdate
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.timeout(120)]

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainreport.server import ServerHandle
-from trainreport.server._db import Database
+from trainreport.server._db._database import Database
 from trainreport.server._text import check_text
 from trainreport.server._wire import ApiError, parse_json, validate_patch
 

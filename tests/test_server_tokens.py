@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport import HttpSink, Reporter, ReportingConfig, cli
-from trainreport._job_tokens import (
+from trainreport._wire._job_tokens import (
     TokenRefusedError,
     issue_job_token,
     read_secret_file,

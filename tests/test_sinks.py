@@ -37,10 +37,10 @@ from trainreport import (
     RunLogError,
     read_task,
 )
-from trainreport._sink import SeriesUpdate, Update
+from trainreport._runlog._format import TIMED_POINT_BYTES
+from trainreport._runlog._replay import replay
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport.sinks import default_sink_from_env
-from trainreport.sinks._runlog import TIMED_POINT_BYTES
-from trainreport.sinks._runlog_replay import replay
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)
@@ -464,7 +464,7 @@ def _compact_first_before_the_second_locks(
     Returns the two sinks on ``job.log``: the first open with steps 1, 2 of ``loss``
     written, the second not opened yet.
     """
-    from trainreport.sinks import _runlog_writer  # noqa: PLC0415
+    from trainreport._runlog import _writer as _runlog_writer  # noqa: PLC0415
 
     first = FileSink(tmp_path / "job.log", write_record=True)
     second = FileSink(tmp_path / "job.log", write_record=True)

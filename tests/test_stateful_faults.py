@@ -74,7 +74,7 @@ from hypothesis.stateful import (
 from faults import FaultProxy
 from helpers import drive
 from trainreport import AttemptIdentity, HttpSink, Reporter, ReportingConfig
-from trainreport._process_hooks import forget
+from trainreport._facade._process_hooks import forget
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock
 

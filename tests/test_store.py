@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainreport._store import RELEASE_MIN_POINTS, MetricStore, Series
+from trainreport._record._store import RELEASE_MIN_POINTS, MetricStore, Series
 
 
 def steps(series: Series) -> list[int]:

@@ -29,10 +29,10 @@ from trainreport import (
     read_task,
 )
 from trainreport._environment import auth_hint
-from trainreport._sink import SeriesUpdate, Update
-from trainreport._sync import SyncError, plan_recovery, plan_sync
-from trainreport._sync import sync as sync_log
-from trainreport.sinks._runlog_state import LogState
+from trainreport._runlog._state import LogState
+from trainreport._runlog._sync import SyncError, plan_recovery, plan_sync
+from trainreport._runlog._sync import sync as sync_log
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -231,7 +231,7 @@ def sync(server: Any, path: Path, mode: str, *extra: str) -> subprocess.Complete
 
 def cut_copy(path: Path, records: int) -> Path:
     """A copy of the log holding only its first ``records`` records (an earlier moment)."""
-    from trainreport.sinks._runlog import HEADER, MAGIC  # noqa: PLC0415
+    from trainreport._runlog._format import HEADER, MAGIC  # noqa: PLC0415
 
     data = path.read_bytes()
     position = len(MAGIC)

@@ -10,8 +10,8 @@ import pytest
 
 from helpers import curve, drive, held
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport import _worker as worker_module
-from trainreport._system import SystemSampler, load_nvml, load_psutil
+from trainreport._engine import _worker as worker_module
+from trainreport._engine._system import SystemSampler, load_nvml, load_psutil
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""The thinning rule (``_thinning.py``): first, last, bucket extremes; exact below the budget.
+"""The thinning rule (``_record/_thinning.py``): first, last, bucket extremes; exact below budget.
 
 Properties over any series and budget (Hypothesis), plus the cases a chart
 user cares about by name: a spike survives, a NaN gap survives, the ends stay.
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainreport._thinning import MIN_POINTS, budget_for, keep_indices, thin_columns
+from trainreport._record._thinning import MIN_POINTS, budget_for, keep_indices, thin_columns
 
 values_lists = st.lists(
     st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=0, max_size=400

@@ -1,4 +1,4 @@
-"""Tests for trainreport._values: metric values, steps and epochs (docs/design.md#metrics)."""
+"""Tests for trainreport._record._values: metric values, steps, epochs (docs/design.md#metrics)."""
 
 # House style asserts `expected == actual`, which SIM300 calls a Yoda condition.
 
@@ -22,7 +22,7 @@ from hostile_values import (
     ItemRaises,
     ReprRaises,
 )
-from trainreport._values import (
+from trainreport._record._values import (
     UNCONVERTIBLE,
     EpochRule,
     NotChartable,

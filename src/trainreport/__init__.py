@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from trainreport._attempt import AttemptIdentity
-from trainreport._config import ReportingConfig
-from trainreport._lifecycle import Phase, ReporterState, TaskStatus
-from trainreport._naming import STRIPPED_PREFIXES
-from trainreport._reporter import DestinationStats, Reporter, ReporterStats
-from trainreport._reporter_stats import JournalStats
+from trainreport._facade._reporter import DestinationStats, Reporter, ReporterStats
+from trainreport._facade._reporter_stats import JournalStats
+from trainreport._record._machines import Phase, ReporterState, TaskStatus
+from trainreport._record._name_rules import STRIPPED_PREFIXES
+from trainreport._reporting_config import ReportingConfig
+from trainreport._runlog._runfile import read_task
+from trainreport._wire._attempt import AttemptIdentity
 from trainreport.exceptions import (
     ClientError,
     ConfigError,
@@ -42,7 +43,6 @@ from trainreport.sinks import (
     Split,
     Update,
 )
-from trainreport.sinks._runfile import read_task
 
 __all__ = [
     "AttemptIdentity",

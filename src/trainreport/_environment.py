@@ -3,8 +3,8 @@
 Every ``TRAINREPORT_*`` variable the library reads, and Kubeflow Trainer's
 ``KUBEFLOW_TRAINER_SERVER_*`` ones, is named here. The destination settings
 are frozen values parsed by the converter that parses ``ReportingConfig``
-(:data:`trainreport._config.CONVERTER`), by its runtime side's rule
-(:func:`trainreport._config.lenient`): the training process never fails on its
+(:data:`trainreport._reporting_config.CONVERTER`), by its runtime side's rule
+(:func:`trainreport._reporting_config.lenient`): the training process never fails on its
 environment. Problems are that rule's log events (docs/configuration.md):
 
 - ``trainreport.config_field_invalid`` (``field``, ``variable``, ``problem``):
@@ -28,8 +28,9 @@ from typing import Any, Final, TypeVar
 import attrs
 from cattrs.gen import make_dict_structure_fn, override
 
-from trainreport._attempt import ATTEMPT_VARIABLES
-from trainreport._config import (
+from trainreport._logging import get_logger
+from trainreport._record._selection import check_globs
+from trainreport._reporting_config import (
     CONVERTER,
     ENV_PREFIX,
     REPLACED_VARIABLES,
@@ -37,9 +38,8 @@ from trainreport._config import (
     env_variable,
     lenient,
 )
-from trainreport._logging import get_logger
-from trainreport._protocol import base_url_problem
-from trainreport._selection import check_globs
+from trainreport._wire._attempt import ATTEMPT_VARIABLES
+from trainreport._wire._protocol import base_url_problem
 
 __all__ = [
     "CA_CERTS",

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import urllib3
 
-from trainreport._payloads import ColumnPoints
-from trainreport._protocol import (
+from trainreport._wire._payloads import ColumnPoints
+from trainreport._wire._protocol import (
     CAPABILITIES_PATH,
     JOB_PATH_TEMPLATE,
     JOBS_PATH,
@@ -44,10 +44,10 @@ from trainreport.exceptions import (
     UnauthorizedError,
     UnreachableError,
 )
-from trainreport.sinks._http_open import series_groups
-from trainreport.sinks._http_transport import shown_url as _shown_url
-from trainreport.sinks._http_transport import split_userinfo as _split_userinfo
-from trainreport.sinks._http_transport import userinfo_problem as _userinfo_problem
+from trainreport.sinks._http._open import series_groups
+from trainreport.sinks._http._transport import shown_url as _shown_url
+from trainreport.sinks._http._transport import split_userinfo as _split_userinfo
+from trainreport.sinks._http._transport import userinfo_problem as _userinfo_problem
 
 if TYPE_CHECKING:
     import pandas as pd

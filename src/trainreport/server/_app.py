@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
-from trainreport._protocol import (
+from trainreport._wire._protocol import (
     ENCODING_GZIP,
     EXTENSION_SERIES_SUFFIX,
     EXTENSION_SERIES_TIMES,
@@ -49,7 +49,8 @@ from trainreport.server._auth import (
 from trainreport.server._body import BodyLimits, MemoryBudget, held_body
 from trainreport.server._config import ServerConfig, server_config
 from trainreport.server._contract import openapi_document, to_json
-from trainreport.server._db import (
+from trainreport.server._db._backend import StorageUnavailable
+from trainreport.server._db._database import (
     Applied,
     Database,
     SeriesGap,
@@ -77,7 +78,6 @@ from trainreport.server._routes import (
 )
 from trainreport.server._security import RequestGuard, allowed_host_names
 from trainreport.server._stale import STALE_KEY, staleness
-from trainreport.server._storage import StorageUnavailable
 from trainreport.server._text import check_text
 from trainreport.server._wire import (
     ApiError,
@@ -131,7 +131,7 @@ def create_app(
     Returns:
         The Starlette app. It closes its database at lifespan shutdown, so
         build a new app for every server run. ``app.state.database`` is the
-        :class:`~trainreport.server._db.Database`.
+        :class:`~trainreport.server._db._database.Database`.
 
     Raises:
         ValueError: a value :class:`ServerConfig` refuses (an empty token, a

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from trainreport._job_tokens import (
+from trainreport._wire._job_tokens import (
     MAX_TOKEN_CHARS,
     TokenRefusedError,
     looks_like_job_token,

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 import attrs
 from starlette.requests import ClientDisconnect, Request
 
-from trainreport._protocol import ENCODING_GZIP
+from trainreport._wire._protocol import ENCODING_GZIP
 from trainreport.server._wire import ApiError
 
 __all__ = ["INFLATE_STEP_BYTES", "RETRY_AFTER_SECONDS", "BodyLimits", "MemoryBudget", "held_body"]

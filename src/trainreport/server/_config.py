@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from trainreport._environment import DB, SERVER_TOKEN
-from trainreport._job_tokens import check_secret
+from trainreport._wire._job_tokens import check_secret
 
 __all__ = [
     "DB_ENV_VAR",

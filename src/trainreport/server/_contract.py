@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainreport._protocol import EXTENSION_SERIES_SUFFIX, TASK_PATH_TEMPLATE, UPDATES_PATH
+from trainreport._wire._protocol import EXTENSION_SERIES_SUFFIX, TASK_PATH_TEMPLATE, UPDATES_PATH
 from trainreport.server._auth import Access
 from trainreport.server._routes import ENDPOINTS, Endpoint, Query
 from trainreport.server._schema import (

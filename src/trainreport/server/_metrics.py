@@ -36,8 +36,8 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainreport._logging import get_logger
-from trainreport._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH, TaskStatus
-from trainreport.server._storage import StorageUnavailable
+from trainreport._wire._protocol import TASK_PATH_TEMPLATE, UPDATES_PATH, TaskStatus
+from trainreport.server._db._backend import StorageUnavailable
 
 __all__ = ["DATABASE_ERRORS", "ServerMetrics", "is_database_error"]
 

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from trainreport._protocol import PAGE_PATH_TEMPLATE
+from trainreport._wire._protocol import PAGE_PATH_TEMPLATE
 from trainreport.server._errors import ApiError
 from trainreport.server._wire import validate_id
 

@@ -26,7 +26,7 @@ import attrs
 
 from trainreport._logging import describe_exception, get_logger
 from trainreport.server._config import DEFAULT_RETENTION_INTERVAL_SECONDS
-from trainreport.server._db import Database
+from trainreport.server._db._database import Database
 
 __all__ = [
     "RetentionPass",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from trainreport._protocol import (
+from trainreport._wire._protocol import (
     CAPABILITIES_PATH,
     EXTENSION_SERIES_SUFFIX,
     JOB_PATH_TEMPLATE,

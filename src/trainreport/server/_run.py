@@ -26,11 +26,11 @@ from typing import IO, Any, TextIO
 import attrs
 import urllib3
 
-from trainreport._protocol import CAPABILITIES_PATH
+from trainreport._wire._protocol import CAPABILITIES_PATH
 from trainreport.server._app import create_app
 from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig, server_config
+from trainreport.server._db._backend import StorageUnavailable, is_postgres_url
 from trainreport.server._startup import start_lines
-from trainreport.server._storage import StorageUnavailable, is_postgres_url
 
 __all__ = [
     "ServerHandle",

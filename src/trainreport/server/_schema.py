@@ -26,7 +26,7 @@ from typing import Any, NoReturn, Protocol
 
 import attrs
 
-from trainreport._protocol import (
+from trainreport._wire._protocol import (
     EPOCHS_TYPECODE,
     STEPS_TYPECODE,
     VALUES_TYPECODE,

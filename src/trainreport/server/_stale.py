@@ -20,7 +20,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from trainreport._protocol import TaskStatus
+from trainreport._wire._protocol import TaskStatus
 
 __all__ = [
     "STALE_KEY",

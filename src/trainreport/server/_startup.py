@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from trainreport._job_tokens import read_secret_file
+from trainreport._wire._job_tokens import read_secret_file
 from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig
 
 __all__ = ["StartLines", "StartupError", "listens_on_loopback", "prepare", "start_lines"]

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import attrs
 
-from trainreport._protocol import (
+from trainreport._wire._protocol import (
     EPOCHS_TYPECODE,
     EXTENSION_SERIES_SUFFIX,
     EXTENSION_SERIES_TIMES,
@@ -31,7 +31,7 @@ from trainreport._protocol import (
     TIMES_TYPECODE,
     VALUES_TYPECODE,
 )
-from trainreport._protocol import ID_PATTERN as _ID_RE
+from trainreport._wire._protocol import ID_PATTERN as _ID_RE
 from trainreport.server._errors import ApiError
 from trainreport.server._schema import (
     Column,

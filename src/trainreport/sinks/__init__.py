@@ -15,8 +15,8 @@ from pathlib import Path
 
 from trainreport import _environment, _logging
 from trainreport import exceptions as _exceptions
-from trainreport._protocol import ID_PATTERN as _ID_PATTERN
-from trainreport._sink import (
+from trainreport._wire._protocol import ID_PATTERN as _ID_PATTERN
+from trainreport._wire._sink_interface import (
     CAPABILITY_GZIP,
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -32,7 +32,7 @@ from trainreport._sink import (
     Update,
 )
 from trainreport.sinks._file import FileSink
-from trainreport.sinks._http import HttpSink
+from trainreport.sinks._http._sink import HttpSink
 from trainreport.sinks._kubeflow import KubeflowSink
 from trainreport.sinks._memory import MemorySink
 

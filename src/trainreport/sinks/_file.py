@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from trainreport._logging import OnceLogger, describe_exception, get_logger
-from trainreport._payloads import ColumnTask
-from trainreport._sink import (
+from trainreport._runlog._runfile import log_and_record_paths
+from trainreport._runlog._writer import LogBusyError, RunLogWriter, replace_file
+from trainreport._wire._payloads import ColumnTask
+from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,
@@ -24,10 +26,8 @@ from trainreport._sink import (
     Sink,
     Update,
 )
+from trainreport._wire._task_record import SeriesGapError
 from trainreport.exceptions import ConfigError
-from trainreport.sinks._record import SeriesGapError
-from trainreport.sinks._runfile import log_and_record_paths
-from trainreport.sinks._runlog_writer import LogBusyError, RunLogWriter, replace_file
 
 __all__ = ["FileSink"]
 

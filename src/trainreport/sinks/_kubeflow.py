@@ -45,9 +45,9 @@ import urllib3
 
 from trainreport._environment import KubeflowDestination, read_kubeflow_destination
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._recorder import RESERVED_KEYS
-from trainreport._selection import check_globs
-from trainreport._sink import (
+from trainreport._record._recorder import RESERVED_KEYS
+from trainreport._record._selection import check_globs
+from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,
@@ -59,11 +59,11 @@ from trainreport._sink import (
     Update,
 )
 from trainreport.exceptions import ConfigError, TransportError
-from trainreport.sinks._http_transport import cause as _cause
-from trainreport.sinks._http_transport import deadline_timeout, new_pool, shown_url
-from trainreport.sinks._http_transport import error_fields as _error_fields
-from trainreport.sinks._http_transport import is_transient as _is_transient
-from trainreport.sinks._http_transport import parse_retry_after as _parse_retry_after
+from trainreport.sinks._http._transport import cause as _cause
+from trainreport.sinks._http._transport import deadline_timeout, new_pool, shown_url
+from trainreport.sinks._http._transport import error_fields as _error_fields
+from trainreport.sinks._http._transport import is_transient as _is_transient
+from trainreport.sinks._http._transport import parse_retry_after as _parse_retry_after
 from trainreport.sinks._kubeflow_status import (
     MIN_INTERVAL_SECONDS,
     MetricPriority,
@@ -169,7 +169,7 @@ class KubeflowSink(Sink):
 
     def describe(self) -> str:
         """``Kubeflow TrainJob status URL`` (never a token: the URL as
-        :func:`~trainreport.sinks._http_transport.shown_url` shows it). Never raises."""
+        :func:`~trainreport.sinks._http._transport.shown_url` shows it). Never raises."""
         return f"Kubeflow TrainJob status {shown_url(self.url)}"
 
     def __getstate__(self) -> dict[str, Any]:

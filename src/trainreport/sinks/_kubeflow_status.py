@@ -45,7 +45,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from trainreport._selection import matches
+from trainreport._record._selection import matches
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -119,15 +119,15 @@ class MetricPriority:
     2. every other name ending in ``loss`` (``train_aux_loss``, ``val_squad_loss``);
     3. learning rates: ``lr``, ``*_lr``, ``*learning_rate``;
     4. the series: the names the run's ``time_series_metrics`` keeps a history
-       of (as :class:`trainreport._selection.SeriesSelector` decided them);
+       of (as :class:`trainreport._record._selection.SeriesSelector` decided them);
     5. the rest (the scalars).
 
     Globs match as ``time_series_metrics`` does
-    (:func:`trainreport._selection.matches`). A name's tier by pattern is
+    (:func:`trainreport._record._selection.matches`). A name's tier by pattern is
     decided once and remembered. Not thread-safe (the reporter thread's).
 
     Args:
-        first: the user's globs, already checked (:func:`trainreport._selection.check_globs`).
+        first: the user's globs, already checked (``_record._selection.check_globs``).
     """
 
     def __init__(self, first: Sequence[str] = ()) -> None:

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from trainreport._payloads import encode_patch_body, encode_suffix_body
-from trainreport._sink import (
+from trainreport._wire._payloads import encode_patch_body, encode_suffix_body
+from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,
@@ -18,7 +18,7 @@ from trainreport._sink import (
     Sink,
     Update,
 )
-from trainreport.sinks._record import SeriesGapError, TaskRecord
+from trainreport._wire._task_record import SeriesGapError, TaskRecord
 
 __all__ = ["MemorySink"]
 

@@ -1,0 +1,1 @@
+"""The Reporter the training loop calls, and what runs on the training thread."""

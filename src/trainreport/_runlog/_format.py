@@ -1,0 +1,349 @@
+"""The run log's format: records of idempotent series suffixes, and how they are encoded.
+
+A run log is an append-only file. Each record says what one update says: per
+series, "from index ``offset`` on, the series is exactly these points", plus
+the task fields that changed (``docs/engine.md``, "The run log"). Replaying the
+records in order with the reference server's merge rules
+(:class:`~trainreport._wire._task_record.TaskRecord`) rebuilds the task; a record
+applied twice changes nothing, so replay is idempotent.
+
+Layout (all integers little-endian)::
+
+    file     = MAGIC (16 bytes: b"trainreport-log\\n") record*
+    record   = header (20 bytes) body
+    header   = version u8 | kind u8 | reserved u16 (0) | body length u64
+               | CRC-32 of the body u32 | CRC-32 of the header's first 16 bytes u32
+    body of UPDATE and SNAPSHOT
+             = head length u32 | head (UTF-8 JSON) | columns
+    head     = {"status": str (only when it changed),
+                "details": {changed status_details keys},
+                "full_state": true (only for a full-state update),
+                "series": [[name, offset, count], ...] (absent: no metrics),
+                "foreign": {name: points as stored} (only when there are any:
+                           series another tool wrote that this client cannot
+                           parse, kept exactly as read; a reader that does not
+                           know the key drops them and reads the rest)}
+    columns  = per series of the head, in order: count int64 steps,
+               count int32 epochs, count float64 values, and in a record of
+               version 2 count float64 times (seconds since the Unix epoch,
+               NaN: unknown)
+    body of RUN = UTF-8 JSON object: {"job_id": ..., "task_id": ...}
+
+Version 2 added the times column (each point's wall-clock time, for
+``trainreport sync`` and journal recovery to send to a ``series-times-v1``
+service). The version is per record: an update whose series carry no times
+(and a record without series) is still written as version 1, byte for byte
+as before, and a version 1 record reads with unknown times; a reader of
+version 1 stops at the first version 2 record (``docs/engine.md``, "Format").
+
+A SNAPSHOT replaces the whole state: status, every detail, and each series
+from its offset (an offset above 0 means the points before it are held
+elsewhere: a journal trimmed after its service acknowledged them). Kinds 128
+and above are optional: a reader that does not know one skips it.
+
+Replaying (and what damage does to it) is :mod:`trainreport._runlog._replay`;
+the state a log describes is :class:`~trainreport._runlog._state.LogState`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from trainreport._runlog._state import LogState
+from trainreport._wire._protocol import (
+    EPOCHS_TYPECODE,
+    STEPS_TYPECODE,
+    TIMES_TYPECODE,
+    VALUES_TYPECODE,
+)
+from trainreport._wire._sink_interface import SeriesUpdate, Update
+from trainreport._wire._task_record import unknown_times
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER",
+    "HEADER_CRC_SPAN",
+    "HEAD_LENGTH",
+    "LITTLE_ENDIAN",
+    "MAGIC",
+    "OPTIONAL_KINDS",
+    "POINT_BYTES",
+    "TIMED_POINT_BYTES",
+    "TIMED_VERSION",
+    "RecordKind",
+    "append_record",
+    "changed_details",
+    "encode_record",
+    "encode_run",
+    "encode_snapshot",
+    "encode_update",
+    "normalised",
+    "snapshot_bytes",
+]
+
+#: The first 16 bytes of every run log.
+MAGIC = b"trainreport-log\n"
+#: The newest record format this module writes and reads.
+FORMAT_VERSION = 2
+#: The first record format whose columns hold each point's time.
+TIMED_VERSION = 2
+#: Record header: version, kind, reserved, body length, body CRC-32, header CRC-32.
+HEADER = struct.Struct("<BBHQII")
+#: The header bytes its own CRC-32 covers (all but that CRC).
+HEADER_CRC_SPAN = HEADER.size - 4
+#: The length of an UPDATE or SNAPSHOT body's JSON head.
+HEAD_LENGTH = struct.Struct("<I")
+#: Bytes a point takes in a version 1 record's columns: int64 step, int32 epoch, float64 value.
+POINT_BYTES = 20
+#: ... and in a version 2 record's, with its float64 time.
+TIMED_POINT_BYTES = 28
+#: Items per piece when a long column is encoded (so no one copy holds the GIL for long).
+_CHUNK_ITEMS = 1 << 16
+#: A body of at most this many points (1.8 MB of columns) is joined into one piece.
+_JOIN_POINTS = 1 << 16
+#: Columns are little-endian on disk; a big-endian machine swaps bytes.
+LITTLE_ENDIAN = sys.byteorder == "little"
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+_SCALAR_TYPES = (str, int, float, bool)
+
+
+class RecordKind(enum.IntEnum):
+    """What a record holds."""
+
+    UPDATE = 1
+    SNAPSHOT = 2
+    RUN = 3
+
+
+#: Kinds at or above this value may be skipped by a reader that does not know them.
+OPTIONAL_KINDS = 128
+
+
+# --- encoding ---------------------------------------------------------------------------
+
+
+def _column(values: array[Any], typecode: str) -> array[Any]:
+    """``values`` as an array of ``typecode`` (converted when a caller gave another type).
+
+    Raises:
+        OverflowError: a value does not fit (an epoch beyond int32).
+    """
+    if getattr(values, "typecode", None) == typecode:
+        return values
+    return array(typecode, values)
+
+
+def _column_pieces(column: array[Any], out: list[bytes]) -> None:
+    """Append ``column``'s little-endian bytes to ``out``, in pieces of bounded size."""
+    if LITTLE_ENDIAN and len(column) <= _CHUNK_ITEMS:
+        if column:  # the common case: one piece, no slice copied first
+            out.append(column.tobytes())
+        return
+    for start in range(0, len(column), _CHUNK_ITEMS):
+        part = column[start : start + _CHUNK_ITEMS]
+        if not LITTLE_ENDIAN:
+            part.byteswap()
+        out.append(part.tobytes())
+
+
+def _frame(kind: int, pieces: list[bytes], version: int = 1) -> list[bytes]:
+    """Prefix ``pieces`` (the body) with a record header of ``version``; the record's pieces."""
+    crc = 0
+    length = 0
+    for piece in pieces:  # one piece (a body _body joined) is one CRC call
+        crc = zlib.crc32(piece, crc)
+        length += len(piece)
+    head = HEADER.pack(version, kind, 0, length, crc, 0)
+    header = head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
+    return [header, *pieces]
+
+
+def _timed(series: tuple[SeriesUpdate, ...] | None) -> bool:
+    """Whether a record of ``series`` carries the times column (version 2)."""
+    return any(s.times is not None for s in series or ())
+
+
+def _body(
+    status: str | None,
+    details: Mapping[str, Any],
+    series: tuple[SeriesUpdate, ...] | None,
+    full_state: bool,
+    foreign: Mapping[str, Any] | None = None,
+    *,
+    timed: bool = False,
+) -> list[bytes]:
+    """An UPDATE or SNAPSHOT body; ``timed``: with each series' times (version 2)."""
+    head: dict[str, Any] = {}
+    if status is not None:
+        head["status"] = status
+    head["details"] = dict(details)
+    if full_state:
+        head["full_state"] = True
+    if series is not None:
+        head["series"] = [[s.name, s.offset, len(s.values)] for s in series]
+    if foreign:
+        head["foreign"] = dict(foreign)
+    encoded = _dumps(head).encode("utf-8")
+    pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
+    columns: list[array[Any]] = []
+    for s in series or ():
+        columns += (s.steps, s.epochs, s.values)
+        if timed:
+            columns.append(unknown_times(len(s.values)) if s.times is None else s.times)
+    if LITTLE_ENDIAN and sum(len(s.values) for s in series or ()) <= _JOIN_POINTS:
+        # The common case, a send's worth of points: one join straight from the
+        # columns' buffers (no copy of each column first), so one body and one CRC.
+        return [b"".join([*pieces, *columns])]
+    for column in columns:
+        _column_pieces(column, pieces)
+    return pieces
+
+
+def normalised(update: Update) -> Update:
+    """``update`` with every column in the log's types (int64, int32, float64, float64 times).
+
+    Raises:
+        ValueError: the columns differ in length, a value does not fit its type,
+            or ``status_details`` holds ``metrics`` (curves travel as series).
+    """
+    if "metrics" in update.status_details:
+        raise ValueError("status_details may not hold metrics: curves travel as series")
+    if not update.series:
+        return update
+    out = []
+    converted = False
+    for s in update.series:
+        try:
+            steps, epochs, values = (
+                _column(s.steps, STEPS_TYPECODE),
+                _column(s.epochs, EPOCHS_TYPECODE),
+                _column(s.values, VALUES_TYPECODE),
+            )
+            times = None if s.times is None else _column(s.times, TIMES_TYPECODE)
+        except (OverflowError, TypeError) as exc:
+            raise ValueError(f"series {s.name!r}: {exc}") from exc
+        if not len(steps) == len(epochs) == len(values) == len(values if times is None else times):
+            raise ValueError(f"series {s.name!r}: columns of different lengths")
+        if s.offset < 0:
+            raise ValueError(f"series {s.name!r}: negative offset")
+        if steps is s.steps and epochs is s.epochs and values is s.values and times is s.times:
+            out.append(s)
+        else:
+            out.append(SeriesUpdate(s.name, s.offset, steps, epochs, values, times))
+            converted = True
+    return attrs.evolve(update, series=tuple(out)) if converted else update
+
+
+def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[bytes]:
+    """An UPDATE record for ``update`` (already :func:`normalised`), as pieces to write.
+
+    Version 2 (with a times column) when any series carries times, else version 1.
+
+    Args:
+        update: the update; its status is written when not ``None``.
+        changed_details: the ``status_details`` keys to write (those that changed).
+
+    Raises:
+        ValueError: a detail is not strict JSON, or text is not encodable as UTF-8.
+    """
+    foreign = update.foreign_series if update.full_state else None
+    timed = _timed(update.series)
+    body = _body(
+        update.status, changed_details, update.series, update.full_state, foreign, timed=timed
+    )
+    return _frame(RecordKind.UPDATE, body, TIMED_VERSION if timed else 1)
+
+
+def append_record(state: LogState, update: Update) -> list[bytes]:
+    """Apply ``update`` to ``state`` and return its UPDATE record, as pieces to write.
+
+    The record keeps the series as given (offsets and points), the status
+    when it changed, and only the ``status_details`` keys that changed
+    (:func:`changed_details`): replaying it on the state it was made from
+    gives exactly the state ``update`` gives.
+
+    Raises:
+        SeriesGapError: a suffix starts beyond its series' end; nothing changed.
+        ValueError: the update cannot be encoded (a detail that is not strict
+            JSON, unencodable text, columns of different lengths); nothing changed.
+    """
+    update = normalised(update)
+    task = state.task
+    status = update.status
+    if status is not None and task.exists and status == task.status:
+        status = None
+    pieces = encode_update(
+        Update(status, {}, update.series, update.full_state, update.foreign_series),
+        changed_details(task.details, update.status_details),
+    )
+    state.apply(update)
+    return pieces
+
+
+def _snapshot_series(state: LogState) -> tuple[SeriesUpdate, ...]:
+    bases = state.bases
+    return tuple(
+        SeriesUpdate(name, bases.get(name, 0), *cols) for name, cols in state.task.series.items()
+    )
+
+
+def encode_snapshot(state: LogState) -> list[bytes]:
+    """A SNAPSHOT record of ``state`` (which must exist), as pieces to write (version 2).
+
+    Raises:
+        ValueError: a detail is not strict JSON (never for a state built by replay).
+    """
+    task = state.task
+    body = _body(
+        task.status, task.details, _snapshot_series(state), False, task.foreign, timed=True
+    )
+    return _frame(RecordKind.SNAPSHOT, body, TIMED_VERSION)
+
+
+def snapshot_bytes(state: LogState) -> int:
+    """Size of :func:`encode_snapshot` for ``state``, in bytes, without copying any column."""
+    task = state.task
+    head: dict[str, Any] = {"status": task.status, "details": task.details}
+    head["series"] = [[n, state.bases.get(n, 0), len(c[0])] for n, c in task.series.items()]
+    if task.foreign:
+        head["foreign"] = task.foreign
+    try:
+        head_bytes = len(_dumps(head).encode("utf-8"))
+    except ValueError:
+        head_bytes = 0
+    return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * state.point_count()
+
+
+def encode_run(run: Mapping[str, str]) -> list[bytes]:
+    """A RUN record (``job_id``, ``task_id``: where ``trainreport sync`` sends the log)."""
+    return _frame(RecordKind.RUN, [_dumps(dict(run)).encode("utf-8")])
+
+
+def encode_record(kind: int, body: bytes) -> bytes:
+    """One whole record of ``kind`` (a :class:`RecordKind` or an optional kind) around ``body``."""
+    return b"".join(_frame(kind, [body]))
+
+
+def changed_details(held: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``sent`` whose value differs from ``held`` (what an UPDATE record keeps).
+
+    Plain values (text, numbers, booleans) of the same type and value are left
+    out; containers are always kept (their elements' types may differ).
+    """
+    out = {}
+    missing = object()
+    for key, value in sent.items():
+        old = held.get(key, missing)
+        if type(old) is type(value) and isinstance(value, _SCALAR_TYPES) and old == value:
+            continue
+        out[key] = value
+    return out

@@ -1,0 +1,516 @@
+"""RunLogWriter: one run log on disk, appended to, repaired at open and compacted atomically.
+
+The writer owns the file, an exclusive advisory lock on it (``flock``, where
+the platform has it, so two processes never append to one log) and the state
+the file describes (:class:`~trainreport._runlog._state.LogState`). The invariant a
+test checks after any sequence of calls: replaying the file gives the state
+the writer holds, once everything appended has been flushed.
+
+Costs, by design (``docs/engine.md``, "The run log"):
+
+* :meth:`RunLogWriter.append` encodes one record (a few hundred bytes of JSON
+  for the changed fields, then the columns' bytes) into memory;
+* :meth:`RunLogWriter.flush` hands everything appended to the kernel with one
+  ``write()`` (no ``fsync``): a killed process loses nothing the kernel has;
+* :meth:`RunLogWriter.fsync` makes it durable against power loss;
+* :meth:`RunLogWriter.compact` rewrites the log as one snapshot (temporary
+  file, ``fsync``, ``os.replace``, ``fsync`` of the directory), when
+  :meth:`RunLogWriter.compaction_due` says the log has grown past about twice
+  the snapshot it would compact to; so bytes written stay linear in the run.
+
+Not thread-safe: one thread (the reporter thread) drives a writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainreport._logging import get_logger
+from trainreport._runlog._format import (
+    MAGIC,
+    append_record,
+    encode_run,
+    encode_snapshot,
+    snapshot_bytes,
+)
+from trainreport._runlog._replay import DamageKind, Replayed, replay
+from trainreport._runlog._state import LogState
+from trainreport._wire._sink_interface import Update
+
+_flock: Callable[[int, int], None] | None
+try:
+    import fcntl
+
+    _flock, _LOCK_FLAGS = fcntl.flock, fcntl.LOCK_EX | fcntl.LOCK_NB
+except ImportError:  # pragma: no cover - Windows: no advisory lock
+    _flock, _LOCK_FLAGS = None, 0
+
+__all__ = [
+    "MIN_COMPACT_BYTES",
+    "LogBusyError",
+    "RunLogWriter",
+    "names_file",
+    "open_locked",
+    "replace_file",
+]
+
+#: A log is never compacted below this size (bytes): small logs are cheap to replay.
+MIN_COMPACT_BYTES = 64 * 1024
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_BINARY", 0)
+_log = get_logger()
+
+
+class LogBusyError(OSError):
+    """Another process holds the run log's lock (it is writing the same log)."""
+
+
+def _lock(fd: int) -> None:
+    """Take the exclusive advisory lock on ``fd`` without waiting.
+
+    Raises:
+        LogBusyError: another open file description holds it.
+    """
+    if _flock is None:  # pragma: no cover - Windows
+        return
+    try:
+        _flock(fd, _LOCK_FLAGS)
+    except BlockingIOError as exc:
+        raise LogBusyError(exc.errno, "another process is writing this run log") from exc
+
+
+#: Tries :func:`open_locked` makes when the path keeps naming another file than it locked.
+_LOCK_TRIES = 5
+
+
+def names_file(fd: int, path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` still names the file open as ``fd`` (not deleted, not replaced).
+
+    A path replaced (a compaction's ``os.replace``) or unlinked (a cleanup job)
+    names another file, or none, while ``fd`` keeps the old one. Never raises.
+    """
+    try:
+        held, named = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def open_locked(path: str | os.PathLike[str], flags: int) -> int:
+    """Open (creating) ``path`` with ``flags`` and take its exclusive lock without waiting.
+
+    The lock counts only when ``path`` still names the locked file once it is
+    held: a writer compacting the log replaces the file and then closes (so
+    unlocks) the old one, and a process that opened the old file just before
+    would otherwise hold the lock of a file no longer there, and write into
+    it for nothing. It opens the path again then (a few times).
+
+    Returns:
+        the descriptor, locked.
+
+    Raises:
+        LogBusyError: another open file description holds the lock (or the
+            path kept being replaced under every try).
+        OSError: the file cannot be created or opened.
+    """
+    for _ in range(_LOCK_TRIES):
+        fd = os.open(path, flags | os.O_CREAT, 0o666)
+        try:
+            _lock(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if names_file(fd, path):
+            return fd
+        os.close(fd)
+    raise LogBusyError(0, f"{path} was replaced under every attempt to lock it")
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of ``data`` (a regular file may take it in several calls)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def fsync_directory(directory: Path) -> None:
+    """``fsync`` a directory so a rename in it survives power loss (a no-op where unsupported)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace_file(
+    path: Path, pieces: Iterable[bytes], *, keep_open: bool = False, lock: bool = False
+) -> tuple[int | None, int]:
+    """Write ``pieces`` to a temporary file beside ``path``, ``fsync`` it, move it over ``path``.
+
+    A reader sees the old file or the new one, never a mix; after a power
+    loss, one of the two (the directory is ``fsync``-ed too).
+
+    Args:
+        path: the file to replace (or create).
+        pieces: the content, written piece by piece.
+        keep_open: return the new file's descriptor (opened for appending).
+        lock: take the run log lock on the new file before it becomes visible.
+
+    Returns:
+        ``(descriptor or None, bytes written)``.
+
+    Raises:
+        OSError: nothing was replaced (the temporary file is removed).
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o666)
+    written = 0
+    try:
+        if lock:
+            _lock(fd)
+        for piece in pieces:
+            _write_all(fd, piece)
+            written += len(piece)
+        os.fsync(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_directory(path.parent)
+    if keep_open:
+        return fd, written
+    os.close(fd)
+    return None, written
+
+
+def _set_aside_path(path: Path) -> Path:
+    candidate = path.with_name(path.name + ".damaged")
+    n = 2
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.damaged.{n}")
+        n += 1
+    return candidate
+
+
+class RunLogWriter:
+    """Appends records to one run log; use :meth:`open`.
+
+    Attributes:
+        path: the log file.
+        state: the task the log describes (what replaying it gives).
+        opened: what replaying the file found at :meth:`open` (its damage, if any).
+        set_aside: where a damaged log was copied at :meth:`open`, or ``None``.
+        run: the log's RUN fields (``job_id``, ``task_id``), or empty.
+        size: bytes in the file (what has been flushed).
+        bytes_written: every byte written since :meth:`open` (appends,
+            compactions, repairs).
+        compactions: how many times the log was rewritten as a snapshot.
+        min_compact_bytes: the log is never compacted below this size (bytes;
+            default :data:`MIN_COMPACT_BYTES`). A journal, trimmed at every
+            delivered send, raises it so that it is not rewritten (and
+            ``fsync``-ed) every few sends.
+    """
+
+    def __init__(self, path: Path, fd: int, opened: Replayed, run: Mapping[str, str]) -> None:
+        self.path = path
+        self.state = opened.state
+        self.opened = opened
+        self.set_aside: Path | None = None
+        self.run = dict(run)
+        self.size = opened.valid_bytes
+        self.bytes_written = 0
+        self.compactions = 0
+        self._fd: int | None = fd
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._torn = False
+        self.min_compact_bytes = MIN_COMPACT_BYTES
+        self._compact_at = MIN_COMPACT_BYTES
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], *, run: Mapping[str, str] | None = None
+    ) -> RunLogWriter:
+        """Open (or create) the log at ``path``, lock it, replay it and repair any damage.
+
+        Repairs: a torn tail (a write the last process did not finish) is cut
+        off; any other damage (a bad checksum, a newer format version, a file
+        that is not a log) keeps every intact record (a damaged record or file
+        header is skipped; a newer version stops the reading), copies
+        the whole file to ``<path>.damaged`` (never losing what a newer
+        trainreport or a person could still read) and rewrites the log as a
+        snapshot of what was read. Each repair logs ``trainreport.run_log_damaged``.
+
+        Args:
+            path: the log file; its directory must exist.
+            run: ``job_id`` and ``task_id`` to record when the log has none.
+
+        Returns:
+            the writer, holding the lock.
+
+        Raises:
+            LogBusyError: another process holds the log's lock.
+            OSError: the file cannot be created, read or repaired.
+        """
+        path = Path(path)
+        fd = open_locked(path, _OPEN_FLAGS)
+        writer: RunLogWriter | None = None
+        try:
+            data = _read_all(fd)
+            opened = replay(data)
+            writer = cls(path, fd, opened, opened.run or dict(run or {}))
+            writer._repair(data)
+            if writer.run and not opened.run and not writer.compactions:
+                writer._pending.extend(encode_run(writer.run))
+                writer.flush()
+        except BaseException:
+            if writer is None:
+                os.close(fd)
+            else:
+                writer._abandon()
+            raise
+        return writer
+
+    def _repair(self, data: bytes) -> None:
+        damage = self.opened.damage
+        if damage is None:
+            if not data:
+                self._rewrite_in_place([MAGIC])
+            return
+        if damage.kind is DamageKind.TORN_TAIL:
+            if self.opened.valid_bytes < len(MAGIC):
+                self._rewrite_in_place([MAGIC])
+            else:
+                self._truncate(self.opened.valid_bytes)
+        else:
+            self.set_aside = _set_aside_path(self.path)
+            replace_file(self.set_aside, [data])
+            self.compact()
+        _log.warning(
+            "trainreport.run_log_damaged",
+            path=str(self.path),
+            damage=damage.kind.name.lower(),
+            detail=damage.describe(),
+            kept_records=self.opened.records,
+            salvaged_records=self.opened.salvaged,
+            lost=self.opened.lost(),
+            set_aside=None if self.set_aside is None else str(self.set_aside),
+        )
+
+    def _rewrite_in_place(self, pieces: list[bytes]) -> None:
+        self._truncate(0)
+        self._pending.extend(pieces)
+        self.flush()
+
+    def _truncate(self, size: int) -> None:
+        assert self._fd is not None
+        os.ftruncate(self._fd, size)
+        self.size = size
+
+    # --- writing ----------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int | None:
+        """The open file's descriptor (to check what the path names), or ``None`` once closed."""
+        return self._fd
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes appended but not yet flushed."""
+        return self._pending_bytes
+
+    def append(self, update: Update) -> int:
+        """Apply ``update`` to :attr:`state` and encode it as one record, in memory.
+
+        The record keeps the series as given (offset and points) and only the
+        status and ``status_details`` keys that changed
+        (:func:`~trainreport._runlog._format.append_record`).
+
+        Returns:
+            the record's size in bytes (written by the next :meth:`flush`).
+
+        Raises:
+            SeriesGapError: a suffix starts beyond its series' end; nothing changed.
+            ValueError: the update cannot be encoded (a detail that is not
+                strict JSON, unencodable text, columns of different lengths);
+                nothing changed.
+        """
+        pieces = append_record(self.state, update)
+        size = sum(map(len, pieces))
+        self._pending.extend(pieces)
+        self._pending_bytes += size
+        return size
+
+    def append_run(self) -> int:
+        """Append a RUN record holding :attr:`run` as it is now (the last one read wins).
+
+        Returns:
+            bytes appended (written at the next :meth:`flush`).
+        """
+        self._require_open()
+        pieces = encode_run(self.run)
+        size = sum(map(len, pieces))
+        self._pending.extend(pieces)
+        self._pending_bytes += size
+        return size
+
+    def flush(self) -> int:
+        """Write everything appended with one ``write()`` (no ``fsync``).
+
+        Returns:
+            bytes written.
+
+        Raises:
+            OSError: nothing was added to the file (a partial write is cut
+                back off); the records stay pending for the next flush.
+        """
+        fd = self._require_open()
+        if self._torn:
+            os.ftruncate(fd, self.size)
+            self._torn = False
+        if not self._pending:
+            return 0
+        data = b"".join(self._pending)
+        try:
+            _write_all(fd, data)
+        except OSError:
+            try:
+                os.ftruncate(fd, self.size)
+            except OSError:
+                self._torn = True  # cut it back before the next write
+            raise
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.size += len(data)
+        self.bytes_written += len(data)
+        return len(data)
+
+    def fsync(self) -> None:
+        """:meth:`flush`, then ``fsync`` the file (durable against power loss).
+
+        Raises:
+            OSError: from the flush or the ``fsync``.
+        """
+        self.flush()
+        os.fsync(self._require_open())
+
+    def compaction_due(self) -> bool:
+        """True when the log (flushed and pending) is over twice the snapshot it would become.
+
+        Never below :attr:`min_compact_bytes`. The snapshot's size is computed
+        only when the log has grown past the last threshold.
+        """
+        size = self.size + self._pending_bytes
+        if size <= max(self._compact_at, self.min_compact_bytes):
+            return False
+        snapshot = self._header_bytes() + (snapshot_bytes(self.state) if self.state.exists else 0)
+        if size > 2 * snapshot:
+            return True
+        self._compact_at = max(2 * snapshot, self.min_compact_bytes)
+        return False
+
+    def _header_bytes(self) -> int:
+        return len(MAGIC) + (sum(len(p) for p in encode_run(self.run)) if self.run else 0)
+
+    def compact(self, keep_from: Mapping[str, int] | None = None) -> int:
+        """Rewrite the log atomically as one snapshot of :attr:`state` (pending records included).
+
+        Args:
+            keep_from: per series, the first index to keep (a journal drops
+                what its service acknowledged); :attr:`state` is trimmed too,
+                even when the rewrite then fails (the file holds more, never less).
+
+        Returns:
+            bytes written.
+
+        Raises:
+            OSError: the old log is left as it was, and :meth:`compaction_due`
+                says no until the log has doubled again.
+        """
+        fd = self._require_open()
+        if keep_from:
+            self.state.trim(keep_from)
+        pieces = [MAGIC]
+        if self.run:
+            pieces += encode_run(self.run)
+        if self.state.exists:
+            pieces += encode_snapshot(self.state)
+        try:
+            new_fd, written = replace_file(self.path, pieces, keep_open=True, lock=True)
+        except OSError:
+            # Not due again before the log has doubled (a platform that cannot
+            # replace an open file must not pay for a rewrite at every send).
+            self._compact_at = max(2 * (self.size + self._pending_bytes), self.min_compact_bytes)
+            raise
+        assert new_fd is not None
+        self._fd = new_fd
+        os.close(fd)  # releases the old file's lock; the new one is held already
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._torn = False
+        self.size = written
+        self.bytes_written += written
+        self.compactions += 1
+        self._compact_at = max(2 * written, self.min_compact_bytes)
+        return written
+
+    def seed(self, task: Mapping[str, Any]) -> int:
+        """Replace :attr:`state` with ``task`` (the ``GET`` shape) and :meth:`compact`.
+
+        For a log that holds no task yet, resuming from an older task record
+        (``FileSink``'s JSON file). Returns bytes written.
+
+        Raises:
+            OSError: from the compaction (the state is replaced anyway).
+        """
+        self.state = LogState.from_task(task)
+        return self.compact()
+
+    def close(self) -> None:
+        """Flush, then close the file (releasing its lock). Idempotent.
+
+        Raises:
+            OSError: the flush failed (the file is closed anyway).
+        """
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if self._pending or self._torn:
+                self._fd = fd
+                try:
+                    self.flush()
+                finally:
+                    self._fd = None
+        finally:
+            os.close(fd)
+
+    def _abandon(self) -> None:
+        """Close the file without flushing (a failed :meth:`open`)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def _require_open(self) -> int:
+        if self._fd is None:
+            raise ValueError("the run log is closed")
+        return self._fd

@@ -1,0 +1,1 @@
+"""The wire: what crosses a boundary, the job-status protocol and the Sink interface."""

@@ -1,0 +1,1 @@
+"""The reference server's storage: one interface, SQLite and PostgreSQL behind it."""

@@ -1,0 +1,1 @@
+"""HttpSink and its parts: opening, planning, sending, one kept-alive transport."""
