@@ -1,0 +1,284 @@
+"""The layering contract: what each layer of ``src/trainreport`` may import (docs/design.md#layout).
+
+Every module of the package belongs to one layer (:data:`LAYERS`, by the longest dotted
+prefix), and each layer names the layers it may import. Every import counts: at module
+level, inside a function (a lazy import is a dependency all the same), and under
+``if TYPE_CHECKING:`` (a type-only import is still one the reader and mypy follow; an
+inversion hidden there is still an inversion, so none is exempt). A violation prints as
+``importer -> imported (rule)``.
+
+The layers, bottom to top:
+
+- foundation: ``exceptions``, ``_logging``, ``_reporting_config`` (every layer reads them);
+- wire (``_wire/``): the job-status protocol and the Sink interface;
+- record (``_record/``): imports nothing from the engine, the sinks or the run log;
+- environment (``_environment``): the one reader of the variables a job system sets;
+- runlog (``_runlog/``): the run-log format, its files, replay, sync's plan;
+- sinks: the destinations; never the engine;
+- engine (``_engine/``): knows the Sink interface (``_wire``), never a concrete sink;
+- report calls: what runs on the training thread and the stats values; never the engine;
+- facade (``_facade/``, ``trainreport`` itself): puts the Reporter together;
+- public modules beside it: ``client``, ``testing``, ``integrations`` (the public API
+  only), ``server`` (only the wire layer of the client), ``cli`` (which nothing imports).
+
+Today's tree breaks the contract in known places, each listed in
+:data:`KNOWN_INVERSIONS` with the issue item that removes it. The list may only shrink: a
+new inversion fails :func:`test_no_module_imports_across_its_layers`, and an entry that no
+longer occurs fails :func:`test_every_known_inversion_still_exists` (delete the entry).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+import attrs
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "trainreport"
+
+
+@attrs.frozen
+class Layer:
+    """One layer: the modules it holds (dotted prefixes) and the layers it may import."""
+
+    modules: tuple[str, ...]
+    may_import: frozenset[str]
+    rule: str
+
+
+_BASE = frozenset({"foundation", "wire"})
+#: The layers, bottom to top. A layer may always import itself.
+LAYERS: Mapping[str, Layer] = {
+    "foundation": Layer(
+        ("trainreport.exceptions", "trainreport._logging", "trainreport._reporting_config"),
+        frozenset(),
+        "the foundation imports nothing of trainreport",
+    ),
+    "wire": Layer(("trainreport._wire",), frozenset({"foundation"}), "the wire is the bottom"),
+    "record": Layer(
+        ("trainreport._record",),
+        _BASE,
+        "the record imports nothing from the engine, sinks or run log",
+    ),
+    "environment": Layer(
+        ("trainreport._environment",),
+        _BASE | {"record"},
+        "the environment reads variables; it builds nothing",
+    ),
+    "runlog": Layer(
+        ("trainreport._runlog",),
+        _BASE | {"record"},
+        "the run log knows the record and the wire, never a sink or the engine",
+    ),
+    "sinks": Layer(
+        ("trainreport.sinks",),
+        _BASE | {"record", "environment", "runlog"},
+        "sinks never import the engine",
+    ),
+    "engine": Layer(
+        ("trainreport._engine",),
+        _BASE | {"record", "runlog"},
+        "the engine knows the Sink interface (_wire), never a concrete sink",
+    ),
+    "report calls": Layer(
+        (
+            "trainreport._facade._report_calls",
+            "trainreport._facade._report_queue",
+            "trainreport._facade._terminal_reports",
+            "trainreport._facade._histogram",
+            "trainreport._facade._reporter_stats",
+        ),
+        _BASE | {"record"},
+        "the training thread's side and the stats values never import the engine",
+    ),
+    "facade": Layer(
+        ("trainreport._facade", "trainreport"),
+        _BASE | {"record", "environment", "runlog", "sinks", "engine", "report calls"},
+        "the facade imports no public module but the sinks",
+    ),
+    "client": Layer(
+        ("trainreport.client",),
+        _BASE | {"sinks"},
+        "the client reads a service: the wire and the HTTP transport",
+    ),
+    "testing": Layer(("trainreport.testing",), frozenset({"foundation"}), "testing is a leaf"),
+    "integrations": Layer(
+        ("trainreport.integrations",),
+        frozenset({"foundation", "facade", "sinks"}),
+        "integrations use the public API",
+    ),
+    "server": Layer(
+        ("trainreport.server",),
+        _BASE,
+        "the server imports only the wire layer of the client",
+    ),
+    "cli": Layer(
+        ("trainreport.cli",),
+        frozenset(
+            {"foundation", "wire", "record", "environment", "runlog", "sinks", "engine"}
+            | {"report calls", "facade", "client", "server"}
+        ),
+        "nothing imports the CLI",
+    ),
+}
+
+#: Today's inversions, each removed by the issue item named beside it. Shrink it as the
+#: items land; never add to it (fix the import, or move the module in scripts/relayout.py).
+KNOWN_INVERSIONS: Mapping[str, str] = {
+    # The hot path's base and the stats values pull in the whole engine (issue 22 item 3:
+    # one Reporter by composition; stats assembled by the driver).
+    "trainreport._facade._report_queue -> trainreport._engine._worker": "22.3",
+    "trainreport._facade._reporter_stats -> trainreport._engine._journal_feed": "22.3",
+    "trainreport._facade._reporter_stats -> trainreport._engine._worker": "22.3",
+    # The engine names a concrete sink for an isinstance, and the journal keeper writes a
+    # FileSink (issue 22 items 1-2: the core and the thin driver).
+    "trainreport._engine._worker -> trainreport.sinks._file": "22.1-2",
+    "trainreport._engine._journal_feed -> trainreport.sinks._file": "22.1-2",
+    # Sync's upload driver prints with the CLI's column formatter (issue 22 item 4: the
+    # driver moves to cli/, the plan stays in _runlog/).
+    "trainreport._runlog._sync -> trainreport.cli._summary": "22.4",
+    # A name's rule (check_name) is the protocol's name limit; payloads import the record
+    # for it (issue 22 item 4: the rule moves to _wire._protocol).
+    "trainreport._wire._payloads -> trainreport._record._name_rules": "22.4",
+    # The merge rule the server shares with local sinks (forget_running_only_details)
+    # lives with the task machine (issue 22 item 4: it moves to _wire).
+    "trainreport._wire._task_record -> trainreport._record._machines": "22.4",
+    "trainreport.server._db._rows -> trainreport._record._machines": "22.4",
+    # The server's variable names are read from the client's environment module (issue 22
+    # item 6: one ServerConfig, its defaults import-light, in the server package).
+    "trainreport.server._config -> trainreport._environment": "22.6",
+}
+
+
+def module_name(path: Path) -> str:
+    """The dotted module of a file under ``src/`` (a package's ``__init__.py`` is the package)."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name."""
+    return {module_name(path): path for path in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer whose longest dotted prefix matches ``module``, or None."""
+    best: tuple[int, str] | None = None
+    for name, layer in LAYERS.items():
+        for prefix in layer.modules:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), name)
+    return None if best is None else best[1]
+
+
+def imports_of(module: str, source: str, known: Iterable[str]) -> Iterator[str]:
+    """The trainreport modules one module's source imports, anywhere in it.
+
+    ``from trainreport.x import y`` names ``trainreport.x.y`` when that is a module of
+    the package, else ``trainreport.x``.
+    """
+    known = set(known)
+    is_package = any(other.startswith(module + ".") for other in known)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
+                    yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = module.split(".") if is_package else module.split(".")[:-1]
+                parent = parent[: len(parent) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            if base != PACKAGE and not base.startswith(PACKAGE + "."):
+                continue
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                yield candidate if candidate in known else base
+
+
+def violations(sources: Mapping[str, str]) -> list[str]:
+    """Every import across the layers, as ``importer -> imported (rule)``, sorted."""
+    found = set()
+    for importer, source in sources.items():
+        importer_layer = layer_of(importer)
+        assert importer_layer is not None, f"{importer} belongs to no layer of LAYERS"
+        layer = LAYERS[importer_layer]
+        for imported in imports_of(importer, source, sources):
+            imported_layer = layer_of(imported)
+            if imported_layer is None or imported_layer == importer_layer:
+                continue
+            if imported_layer not in layer.may_import:
+                rule = LAYERS["cli"].rule if imported_layer == "cli" else layer.rule
+                found.add(f"{importer} -> {imported} ({rule})")
+    return sorted(found)
+
+
+def _tree_violations() -> list[str]:
+    sources = {name: path.read_text(encoding="utf-8") for name, path in package_modules().items()}
+    return violations(sources)
+
+
+def _edge(line: str) -> str:
+    return line.split(" (", 1)[0]
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    """A new module must be placed: each module of the package matches a layer's prefix."""
+    assert [] == [name for name in package_modules() if layer_of(name) is None]
+
+
+def test_no_module_imports_across_its_layers() -> None:
+    """Nothing imports what its layer may not, beyond the known inversions being removed."""
+    new = [line for line in _tree_violations() if _edge(line) not in KNOWN_INVERSIONS]
+    assert [] == new, "\n".join(["imports across the layers:", *new])
+
+
+def test_every_known_inversion_still_exists() -> None:
+    """An inversion fixed by its issue item is deleted from KNOWN_INVERSIONS (it only shrinks)."""
+    present = {_edge(line) for line in _tree_violations()}
+    assert [] == sorted(set(KNOWN_INVERSIONS) - present)
+
+
+def test_an_inverted_import_is_caught_wherever_it_is_written() -> None:
+    """The record importing the engine fails at module level, in a function or for typing."""
+    written = {
+        "module level": "from trainreport._engine._worker import Worker\n",
+        "in a function": "def f():\n    from trainreport._engine import _worker\n",
+        "for typing": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    import trainreport._engine._worker\n",
+    }
+    known = {"trainreport._record._store": "", "trainreport._engine._worker": ""}
+    expected = [
+        "trainreport._record._store -> trainreport._engine._worker "
+        "(the record imports nothing from the engine, sinks or run log)"
+    ]
+    found = {
+        where: violations({**known, "trainreport._record._store": source})
+        for where, source in written.items()
+    }
+
+    assert dict.fromkeys(written, expected) == found
+
+
+def test_the_rules_the_issue_names_hold_between_layers() -> None:
+    """Each forbidden pair of the contract is refused by the table itself."""
+    refused = [
+        ("record", "engine"),
+        ("record", "sinks"),
+        ("record", "runlog"),
+        ("engine", "sinks"),
+        ("sinks", "engine"),
+        ("server", "record"),
+        ("server", "engine"),
+        ("server", "sinks"),
+        ("report calls", "engine"),
+        *((name, "cli") for name in LAYERS if name != "cli"),
+    ]
+    assert [] == [pair for pair in refused if pair[1] in LAYERS[pair[0]].may_import]
