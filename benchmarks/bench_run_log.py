@@ -56,7 +56,7 @@ from _loop import (
     run_interleaved,
 )
 from _measuring import MeasuringSink
-from trainreport import FileSink, Reporter, ReportingConfig
+from trainreport import FileSink, Reporter, ReportingConfig, read_task
 
 HERE = Path(__file__).resolve().parent
 BUSY_US = 200.0
@@ -65,8 +65,12 @@ INTERVAL_S = BUSY_US * 1e-6 * SEND_EVERY
 
 
 def record_bytes(path: Path) -> int:
-    """Size of the task record at ``path`` as compact JSON (the ``GET`` shape), bytes."""
-    task = json.loads(path.read_text(encoding="utf-8"))
+    """Size of the task that ``path`` (a run log or a JSON record) holds as compact JSON, bytes.
+
+    The ``GET`` shape, read with ``trainreport.read_task``: the run log is the record
+    (a ``FileSink`` writes no JSON record by default).
+    """
+    task = read_task(path)
     return len(json.dumps(task, separators=(",", ":"), ensure_ascii=False).encode())
 
 
@@ -94,10 +98,12 @@ class EmbeddedTarget(ReporterTarget):
         # A FileSink that predates the run log has no bytes_written and no
         # record_path: every send rewrote the record at its path.
         written = getattr(sink, "bytes_written", None)
-        record = getattr(sink, "record_path", sink.path)
+        record = Path(getattr(sink, "record_path", sink.path))
+        if not record.exists():  # no JSON record written (the default): the log is the record
+            record = Path(sink.path)
         return {
             "bytes_written": stats.bytes_sent if written is None else written,
-            "record_bytes": record_bytes(Path(record)),
+            "record_bytes": record_bytes(record),
             "thread_cpu_s": self.sink.thread_cpu_s,
             "close_cpu_s": self.sink.close_cpu_s,
             "points_recorded": stats.points_recorded,

@@ -84,14 +84,10 @@ LAYERS: Mapping[str, Layer] = {
     ),
     "report calls": Layer(
         (
-            "trainreport._facade._report_calls",
-            "trainreport._facade._report_queue",
-            "trainreport._facade._terminal_reports",
             "trainreport._facade._histogram",
-            "trainreport._facade._reporter_stats",
         ),
         _BASE | {"record"},
-        "the training thread's side and the stats values never import the engine",
+        "the training thread's side never imports the engine",
     ),
     "facade": Layer(
         ("trainreport._facade", "trainreport"),
@@ -127,15 +123,6 @@ LAYERS: Mapping[str, Layer] = {
 #: Today's inversions, each removed by the issue item named beside it. Shrink it as the
 #: items land; never add to it (fix the import, or move the module in scripts/relayout.py).
 KNOWN_INVERSIONS: Mapping[str, str] = {
-    # The hot path's base and the stats values pull in the whole engine (issue 22 item 3:
-    # one Reporter by composition; stats assembled by the driver).
-    "trainreport._facade._report_queue -> trainreport._engine._worker": "22.3",
-    "trainreport._facade._reporter_stats -> trainreport._engine._journal_feed": "22.3",
-    "trainreport._facade._reporter_stats -> trainreport._engine._worker": "22.3",
-    # The engine names a concrete sink for an isinstance, and the journal keeper writes a
-    # FileSink (issue 22 items 1-2: the core and the thin driver).
-    "trainreport._engine._worker -> trainreport.sinks._file": "22.1-2",
-    "trainreport._engine._journal_feed -> trainreport.sinks._file": "22.1-2",
     # Sync's upload driver prints with the CLI's column formatter (issue 22 item 4: the
     # driver moves to cli/, the plan stays in _runlog/).
     "trainreport._runlog._sync -> trainreport.cli._summary": "22.4",
