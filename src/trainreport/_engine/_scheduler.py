@@ -1,4 +1,4 @@
-"""SendScheduler: when the next send is due (pure: time comes in as ``now``).
+"""SendScheduler: when the next send is due (clock-free: time comes in as ``now``).
 
 Rules (docs/design.md#shape, #metrics, #failure-handling):
 

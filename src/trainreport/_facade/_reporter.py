@@ -16,7 +16,7 @@ wake per ``drain_queue_depth`` reports, or fewer when that many would hold
 more than :data:`DRAIN_WAKE_BYTES`; none again until the thread drained:
 ``_wake_depth``), the call counters and the latency histogram's buffers. The
 pieces that are concepts of their own are composed: the report protocol
-(``_reports``), the lifecycle table (``_lifecycle.ReporterMachine``), the
+(``_reports``), the lifecycle table (``_record/_machines.py``'s ``ReporterMachine``), the
 latency histogram (``_histogram``), what ``stats()`` returns
 (``_reporter_stats``), what ``close()`` logs (``_close_report``) and the
 process-wide fork and exit hooks (``_process_hooks``).

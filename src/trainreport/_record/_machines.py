@@ -1,7 +1,7 @@
-"""The task lifecycle and the reporter lifecycle, as enums plus explicit transition tables.
+"""The task, phase, reporter and destination lifecycles: enums plus explicit transition tables.
 
 This module is the spec (docs/design.md#lifecycle): every rule about which report may move a
-task's status or phase lives in one of the three tables below, and
+task's status or phase lives in one of the tables below, and
 ``docs/lifecycle.md`` is generated from them by
 ``scripts/make_lifecycle_diagrams.py``. A ``(state, input)`` pair missing from a
 table is refused. The module is pure: no threads, no clock, no I/O.

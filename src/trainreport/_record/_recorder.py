@@ -6,9 +6,13 @@ hands back :class:`~trainreport.sinks.Update` values for each destination and
 applies what each destination acknowledged. It reads no clock (times arrive
 in the reports and as ``wall`` arguments) and does no I/O.
 
-The recorder owns its lock: every public method takes it, so the reporter
-thread (applying, building, acknowledging) and other threads (``snapshot``,
-``counts``) never share a mutable attribute. Behind the lock the work is
+The recorder owns its lock: every method that reads or writes the record
+takes it, so the reporter thread (applying, building, acknowledging) and other
+threads (``snapshot``, ``counts``, ``final_status``) never share a mutable
+attribute. Three read-only properties do not (``seeded``, ``status``,
+``is_terminal``): each reads one attribute that only the reporter thread
+writes and that is replaced whole, never mutated, so a read is at worst one
+report old (docs/design.md#shape). Behind the lock the work is
 split by concern, one private module each:
 
 * ``_record/_run_record.py``: the attempt's state the parts share;

@@ -2,9 +2,11 @@
 
 A sink is driven by exactly one thread, the reporter thread: ``open()`` once
 (and again after a resynchronise), then ``send()`` for every update, then
-``close()``. A sink decides nothing about retries or timing; it classifies what
-happened into one of the result types below, and the scheduler decides what to
-do next (docs/design.md#failure-handling).
+``close()``. A sink decides nothing about when to try again; it classifies what
+happened into one of the result types below, and the engine decides what to do
+next (docs/design.md#failure-handling). Within one ``send()`` a sink may cut an
+update to fit (``HttpSink`` halves its request cap on a 413 before it answers
+:class:`Split`); how far to thin after a ``Split`` is the engine's.
 
 The interface serves both wire modes of docs/design.md#wire-modes:
 

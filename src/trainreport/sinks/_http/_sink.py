@@ -14,10 +14,14 @@ The sink speaks two wire modes (``docs/protocol.md``):
   ``max_request_bytes`` of body (larger updates are split per series and per
   run of points).
 
-The sink decides nothing about retries (docs/design.md#failure-handling): every request goes out
-once and its outcome is classified into a :mod:`trainreport._wire._sink_interface` result; the
-reporter's scheduler owns backoff. Five modules share the work: this one (the
-sink: its settings, the wire mode and writer it holds, errors turned into
+The sink decides nothing about when to try again (docs/design.md#failure-handling): its
+outcome is classified into a :mod:`trainreport._wire._sink_interface` result and the reporter's
+scheduler owns backoff. Within one ``send()`` it cuts an update to fit: in series-suffix mode
+a 413 halves the request cap and the refused request is planned and sent again (at most 8
+times, ``sinks/_http/_send.py``); every other request goes out once.
+
+Five modules share the work: this one (the sink: its settings, the wire mode and writer it
+holds, errors turned into
 results), ``sinks/_http/_open.py`` (opening: capabilities, the writer claim, the stored
 task), ``sinks/_http/_send.py`` (sending one update: the baseline ``PATCH``, or the
 numbered suffix requests with the 413 re-planning, and what an answer means),
@@ -374,7 +378,8 @@ class HttpSink(Sink):
         exceeds the request cap (per series, and a long series into
         offset-contiguous chunks; ``status`` and ``status_details`` ride in
         the first request only), and a 413 halves the cap (down to 16 KiB,
-        ``_http_send.MIN_SPLIT_BYTES``) and retries before :class:`Split` is returned.
+        ``sinks/_http/_send.py``'s ``MIN_SPLIT_BYTES``, at most 8 times) and
+        retries before :class:`Split` is returned.
         If any request of a split update fails, that failure is returned and
         nothing is claimed delivered (resending is idempotent).
 
