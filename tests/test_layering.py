@@ -83,9 +83,7 @@ LAYERS: Mapping[str, Layer] = {
         "the engine knows the Sink interface (_wire), never a concrete sink",
     ),
     "report calls": Layer(
-        (
-            "trainreport._facade._histogram",
-        ),
+        ("trainreport._facade._histogram",),
         _BASE | {"record"},
         "the training thread's side never imports the engine",
     ),
@@ -123,9 +121,6 @@ LAYERS: Mapping[str, Layer] = {
 #: Today's inversions, each removed by the issue item named beside it. Shrink it as the
 #: items land; never add to it (fix the import, or move the module in scripts/relayout.py).
 KNOWN_INVERSIONS: Mapping[str, str] = {
-    # Sync's upload driver prints with the CLI's column formatter (issue 22 item 4: the
-    # driver moves to cli/, the plan stays in _runlog/).
-    "trainreport._runlog._sync -> trainreport.cli._summary": "22.4",
     # A name's rule (check_name) is the protocol's name limit; payloads import the record
     # for it (issue 22 item 4: the rule moves to _wire._protocol).
     "trainreport._wire._payloads -> trainreport._record._name_rules": "22.4",

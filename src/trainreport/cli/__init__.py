@@ -845,8 +845,9 @@ def _add_sync(subparsers: Any) -> None:
 
 def _sync(args: argparse.Namespace) -> int:
     from trainreport._runlog._journal import mark_sent_under  # noqa: PLC0415
+    from trainreport._runlog._plan import StaleJournalError, SyncError  # noqa: PLC0415
     from trainreport._runlog._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
-    from trainreport._runlog._sync import StaleJournalError, SyncError, describe_sync, sync  # noqa: PLC0415
+    from trainreport.cli._sync import describe_sync, sync  # noqa: PLC0415
     from trainreport.exceptions import ConfigError  # noqa: PLC0415
     from trainreport.sinks import HttpSink  # noqa: PLC0415
 
