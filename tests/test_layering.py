@@ -121,9 +121,6 @@ LAYERS: Mapping[str, Layer] = {
 #: Today's inversions, each removed by the issue item named beside it. Shrink it as the
 #: items land; never add to it (fix the import, or move the module in scripts/relayout.py).
 KNOWN_INVERSIONS: Mapping[str, str] = {
-    # A name's rule (check_name) is the protocol's name limit; payloads import the record
-    # for it (issue 22 item 4: the rule moves to _wire._protocol).
-    "trainreport._wire._payloads -> trainreport._record._name_rules": "22.4",
     # The merge rule the server shares with local sinks (forget_running_only_details)
     # lives with the task machine (issue 22 item 4: it moves to _wire).
     "trainreport._wire._task_record -> trainreport._record._machines": "22.4",

@@ -5,7 +5,9 @@ in code. The client (sinks, payload encoding, naming) and the reference server
 (``server/_wire.py``, ``server/_app.py``) both import it, the way
 prometheus_client's writer and parser share one ``METRIC_NAME_RE``. The two
 *validators* stay separate on purpose: the server checks what arrives with its
-own code, so the end-to-end tests still check one side against the other.
+own code, so the end-to-end tests still check one side against the other
+(:func:`check_name` is the client's check of a series name: the record refuses a
+metric name with it, and payload encoding skips a name it refuses).
 
 Pure: no I/O, no clock, no logging.
 """
@@ -46,6 +48,7 @@ __all__ = [
     "VALUES_TYPECODE",
     "WRITERS_PATH",
     "base_url_problem",
+    "check_name",
     "decode_column",
     "encode_column",
     "new_columns",
@@ -146,6 +149,38 @@ ID_PATTERN: Final[re.Pattern[str]] = re.compile(
 )
 #: Longest series (metric) name, in characters.
 MAX_SERIES_NAME_CHARS: Final[int] = 200
+# C0 and C1 control characters, and lone surrogates (they cannot be encoded as UTF-8).
+_BAD_CHARACTER: Final[re.Pattern[str]] = re.compile("[\x00-\x1f\x7f-\x9f]|([\ud800-\udfff])")
+
+
+def check_name(name: object) -> str | None:
+    """Say whether ``name`` is usable as a metric (series) name (docs/design.md#metrics).
+
+    A usable name is a ``str`` of 1 to :data:`MAX_SERIES_NAME_CHARS` characters with
+    no control characters (C0, DEL, C1) and no lone surrogates (which cannot be
+    sent as UTF-8).
+
+    Args:
+        name: anything the caller used as a key of its metrics mapping.
+
+    Returns:
+        ``None`` when usable, otherwise a short reason: ``"not a string"``,
+        ``"empty"``, ``"too long"``, ``"control character"`` or
+        ``"surrogate character"``. Never raises.
+    """
+    try:
+        if not isinstance(name, str):
+            return "not a string"
+        if not name:
+            return "empty"
+        if len(name) > MAX_SERIES_NAME_CHARS:
+            return "too long"
+        bad = _BAD_CHARACTER.search(name)
+        if bad is None:
+            return None
+        return "surrogate character" if bad.group(1) else "control character"
+    except Exception:  # a hostile str subclass
+        return "not a string"
 
 
 class StrEnum(str, enum.Enum):
