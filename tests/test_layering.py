@@ -121,10 +121,6 @@ LAYERS: Mapping[str, Layer] = {
 #: Today's inversions, each removed by the issue item named beside it. Shrink it as the
 #: items land; never add to it (fix the import, or move the module in scripts/relayout.py).
 KNOWN_INVERSIONS: Mapping[str, str] = {
-    # The merge rule the server shares with local sinks (forget_running_only_details)
-    # lives with the task machine (issue 22 item 4: it moves to _wire).
-    "trainreport._wire._task_record -> trainreport._record._machines": "22.4",
-    "trainreport.server._db._rows -> trainreport._record._machines": "22.4",
     # The server's variable names are read from the client's environment module (issue 22
     # item 6: one ServerConfig, its defaults import-light, in the server package).
     "trainreport.server._config -> trainreport._environment": "22.6",

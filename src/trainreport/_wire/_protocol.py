@@ -7,7 +7,9 @@ prometheus_client's writer and parser share one ``METRIC_NAME_RE``. The two
 *validators* stay separate on purpose: the server checks what arrives with its
 own code, so the end-to-end tests still check one side against the other
 (:func:`check_name` is the client's check of a series name: the record refuses a
-metric name with it, and payload encoding skips a name it refuses).
+metric name with it, and payload encoding skips a name it refuses). The one
+merge rule the server and the local sinks' records share,
+:func:`forget_running_only_details`, is defined here for both.
 
 Pure: no I/O, no clock, no logging.
 """
@@ -21,6 +23,7 @@ import urllib.parse
 from array import array
 from base64 import b64decode
 from binascii import b2a_base64
+from collections.abc import MutableMapping
 from typing import Any, Final
 
 __all__ = [
@@ -38,10 +41,12 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_SERIES_NAME_CHARS",
     "PAGE_PATH_TEMPLATE",
+    "RUNNING_ONLY_DETAILS",
     "STEPS_TYPECODE",
     "StrEnum",
     "TASK_PATH_TEMPLATE",
     "TASK_STATUSES",
+    "TERMINAL_STATUSES",
     "TIMES_TYPECODE",
     "TaskStatus",
     "UPDATES_PATH",
@@ -51,6 +56,7 @@ __all__ = [
     "check_name",
     "decode_column",
     "encode_column",
+    "forget_running_only_details",
     "new_columns",
     "split_api_prefix",
     "task_path",
@@ -205,6 +211,42 @@ class TaskStatus(StrEnum):
 
 #: Every status a task may hold, as the strings on the wire.
 TASK_STATUSES: Final[frozenset[str]] = frozenset(s.value for s in TaskStatus)
+
+TERMINAL_STATUSES: Final[frozenset[TaskStatus]] = frozenset(
+    {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+)
+"""Statuses that end an attempt (docs/design.md#lifecycle; the task machine,
+``_record/_machines.py``, moves a task into them)."""
+
+RUNNING_ONLY_DETAILS: Final[frozenset[str]] = frozenset({"eta_seconds"})
+"""``status_details`` keys that mean something only while the task runs (docs/protocol.md).
+
+``eta_seconds`` is the time left of a running task. A write that leaves the task
+in a terminal status removes them from the stored record (the reference server,
+``FileSink`` and ``MemorySink`` records, ``Reporter.snapshot()``), because a
+shallow merge would otherwise keep the last running value beside ``completed``.
+"""
+
+_TERMINAL_VALUES: Final[frozenset[str]] = frozenset(s.value for s in TERMINAL_STATUSES)
+
+
+def forget_running_only_details(status: object, details: MutableMapping[str, Any]) -> None:
+    """Remove :data:`RUNNING_ONLY_DETAILS` from ``details`` when ``status`` is terminal.
+
+    The merge rule the reference server and the local sinks' records share
+    (docs/protocol.md: a terminal status removes ``eta_seconds``).
+
+    Args:
+        status: the task's status after a write (a :class:`TaskStatus` or its
+            string value); anything else leaves ``details`` alone.
+        details: a stored ``status_details`` mapping, changed in place.
+
+    Never raises.
+    """
+    if status in _TERMINAL_VALUES:
+        for key in RUNNING_ONLY_DETAILS:
+            details.pop(key, None)
+
 
 # --- binary columns (extension) ----------------------------------------------------------
 
