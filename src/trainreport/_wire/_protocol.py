@@ -9,7 +9,10 @@ own code, so the end-to-end tests still check one side against the other
 (:func:`check_name` is the client's check of a series name: the record refuses a
 metric name with it, and payload encoding skips a name it refuses). The one
 merge rule the server and the local sinks' records share,
-:func:`forget_running_only_details`, is defined here for both.
+:func:`forget_running_only_details`, is defined here for both, and so are the
+two variables the reference server reads (:data:`SERVER_TOKEN_VARIABLE`,
+:data:`SERVER_DB_VARIABLE`), which the client's environment reader must know
+too, so that it never takes them for misspellings.
 
 Pure: no I/O, no clock, no logging.
 """
@@ -42,6 +45,8 @@ __all__ = [
     "MAX_SERIES_NAME_CHARS",
     "PAGE_PATH_TEMPLATE",
     "RUNNING_ONLY_DETAILS",
+    "SERVER_DB_VARIABLE",
+    "SERVER_TOKEN_VARIABLE",
     "STEPS_TYPECODE",
     "StrEnum",
     "TASK_PATH_TEMPLATE",
@@ -247,6 +252,17 @@ def forget_running_only_details(status: object, details: MutableMapping[str, Any
         for key in RUNNING_ONLY_DETAILS:
             details.pop(key, None)
 
+
+# --- the reference server's variables ----------------------------------------------------
+
+#: The variable ``trainreport serve`` reads its admin token from when neither
+#: ``--token-file`` nor ``--token`` is given (keeps it off ``ps``); ``start_subprocess``
+#: hands the token over in it.
+SERVER_TOKEN_VARIABLE: Final[str] = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name
+#: The variable ``trainreport serve`` reads ``--db`` from when the flag is absent: a SQLite
+#: file or a ``postgresql://`` URL (which may hold a password: kept off ``ps``);
+#: ``start_subprocess`` hands the database over in it.
+SERVER_DB_VARIABLE: Final[str] = "TRAINREPORT_DB"
 
 # --- binary columns (extension) ----------------------------------------------------------
 
