@@ -89,7 +89,7 @@ MAPPING: Mapping[str, str] = {
     "sinks._runlog_writer": "_runlog._writer",
     "sinks._runfile": "_runlog._runfile",
     "sinks._journal": "_runlog._journal",
-    "_sync": "_runlog._sync",
+    "_sync": "cli._sync",  # the upload driver; its plan is _runlog._plan
     "sinks._runlog_plan": "_runlog._plan",  # sync's and the journal recovery's upload plan
     # -- sinks: the destinations (public package) -----------------------------------------
     "sinks": "sinks",

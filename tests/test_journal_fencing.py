@@ -21,9 +21,9 @@ import urllib3
 from helpers import run_cli
 from trainreport import HttpSink, Reporter, ReportingConfig
 from trainreport._runlog._journal import Journal, JournalOwner
+from trainreport._runlog._plan import StaleJournalError, plan_recovery
 from trainreport._runlog._runfile import load_run_file
 from trainreport._runlog._state import LogState
-from trainreport._runlog._sync import StaleJournalError, plan_recovery
 from trainreport._runlog._writer import RunLogWriter
 from trainreport._wire._sink_interface import Opened, SeriesUpdate, Update
 from trainreport.server import ServerHandle

@@ -21,10 +21,11 @@ The layers, bottom to top:
 - public modules beside it: ``client``, ``testing``, ``integrations`` (the public API
   only), ``server`` (only the wire layer of the client), ``cli`` (which nothing imports).
 
-Today's tree breaks the contract in known places, each listed in
-:data:`KNOWN_INVERSIONS` with the issue item that removes it. The list may only shrink: a
-new inversion fails :func:`test_no_module_imports_across_its_layers`, and an entry that no
-longer occurs fails :func:`test_every_known_inversion_still_exists` (delete the entry).
+The tree keeps the contract: :data:`KNOWN_INVERSIONS`, where an inversion being removed
+was listed with the issue item that removes it, is empty, and may only shrink: a new
+inversion fails :func:`test_no_module_imports_across_its_layers` (fix the import; do not
+list it), and an entry that no longer occurs fails
+:func:`test_every_known_inversion_still_exists` (delete the entry).
 """
 
 from __future__ import annotations
@@ -83,9 +84,7 @@ LAYERS: Mapping[str, Layer] = {
         "the engine knows the Sink interface (_wire), never a concrete sink",
     ),
     "report calls": Layer(
-        (
-            "trainreport._facade._histogram",
-        ),
+        ("trainreport._facade._histogram",),
         _BASE | {"record"},
         "the training thread's side never imports the engine",
     ),
@@ -120,23 +119,10 @@ LAYERS: Mapping[str, Layer] = {
     ),
 }
 
-#: Today's inversions, each removed by the issue item named beside it. Shrink it as the
-#: items land; never add to it (fix the import, or move the module in scripts/relayout.py).
-KNOWN_INVERSIONS: Mapping[str, str] = {
-    # Sync's upload driver prints with the CLI's column formatter (issue 22 item 4: the
-    # driver moves to cli/, the plan stays in _runlog/).
-    "trainreport._runlog._sync -> trainreport.cli._summary": "22.4",
-    # A name's rule (check_name) is the protocol's name limit; payloads import the record
-    # for it (issue 22 item 4: the rule moves to _wire._protocol).
-    "trainreport._wire._payloads -> trainreport._record._name_rules": "22.4",
-    # The merge rule the server shares with local sinks (forget_running_only_details)
-    # lives with the task machine (issue 22 item 4: it moves to _wire).
-    "trainreport._wire._task_record -> trainreport._record._machines": "22.4",
-    "trainreport.server._db._rows -> trainreport._record._machines": "22.4",
-    # The server's variable names are read from the client's environment module (issue 22
-    # item 6: one ServerConfig, its defaults import-light, in the server package).
-    "trainreport.server._config -> trainreport._environment": "22.6",
-}
+#: Inversions being removed, each with the issue item that removes it: none is left
+#: (issue 22 item 4 removed the last). Never add to it: fix the import, or move the code
+#: to the layer it belongs to.
+KNOWN_INVERSIONS: Mapping[str, str] = {}
 
 
 def module_name(path: Path) -> str:

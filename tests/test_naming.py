@@ -21,7 +21,6 @@ from trainreport._record._name_rules import (
     STRIPPED_PREFIXES,
     DatasetOrder,
     canonical_prefix,
-    check_name,
     qualify,
 )
 from trainreport._record._params import MAX_PARAM_ITEMS, flatten_params, flatten_params_bounded
@@ -32,6 +31,7 @@ from trainreport._record._values import (
     to_chartable,
     to_step,
 )
+from trainreport._wire._protocol import check_name
 
 # --------------------------------------------------------------------------- phase prefixes
 

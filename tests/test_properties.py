@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._record._name_rules import check_name, qualify
+from trainreport._record._name_rules import qualify
+from trainreport._wire._protocol import check_name
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -29,10 +29,10 @@ from trainreport import (
     read_task,
 )
 from trainreport._environment import auth_hint
+from trainreport._runlog._plan import SyncError, plan_recovery, plan_sync
 from trainreport._runlog._state import LogState
-from trainreport._runlog._sync import SyncError, plan_recovery, plan_sync
-from trainreport._runlog._sync import sync as sync_log
 from trainreport._wire._sink_interface import SeriesUpdate, Update
+from trainreport.cli._sync import sync as sync_log
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,7 +1,10 @@
 """The environment a job system hands a pod, read in one place.
 
 Every ``TRAINREPORT_*`` variable the library reads, and Kubeflow Trainer's
-``KUBEFLOW_TRAINER_SERVER_*`` ones, is named here. The destination settings
+``KUBEFLOW_TRAINER_SERVER_*`` ones, is named here, but the reference server's
+two (``TRAINREPORT_SERVER_TOKEN``, ``TRAINREPORT_DB``): the server reads them
+and imports only the wire layer, so they are named in ``_wire/_protocol.py``,
+and :data:`KNOWN_VARIABLES` lists them from there. The destination settings
 are frozen values parsed by the converter that parses ``ReportingConfig``
 (:data:`trainreport._reporting_config.CONVERTER`), by its runtime side's rule
 (:func:`trainreport._reporting_config.lenient`): the training process never fails on its
@@ -39,12 +42,15 @@ from trainreport._reporting_config import (
     lenient,
 )
 from trainreport._wire._attempt import ATTEMPT_VARIABLES
-from trainreport._wire._protocol import base_url_problem
+from trainreport._wire._protocol import (
+    SERVER_DB_VARIABLE,
+    SERVER_TOKEN_VARIABLE,
+    base_url_problem,
+)
 
 __all__ = [
     "CA_CERTS",
     "CONNECT_TIMEOUT",
-    "DB",
     "DISABLED",
     "JOB_ID",
     "JOURNAL",
@@ -55,7 +61,6 @@ __all__ = [
     "KUBEFLOW_URL",
     "MAX_BODY_BYTES",
     "READ_TIMEOUT",
-    "SERVER_TOKEN",
     "TASK_ID",
     "TOKEN",
     "TOKEN_FILE",
@@ -100,11 +105,6 @@ DISABLED: Final = "TRAINREPORT_DISABLED"
 #: ``0``/``false``/``no``/``off``: no reporter of the process keeps a journal, whatever
 #: its config says (also the ``journal`` field's variable).
 JOURNAL: Final = "TRAINREPORT_JOURNAL"
-#: The reference server's write token (``trainreport serve``).
-SERVER_TOKEN: Final = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name
-#: The reference server's database (``trainreport serve --db``): a SQLite file or a
-#: ``postgresql://`` URL (which may hold a password: kept off ``ps``).
-DB: Final = "TRAINREPORT_DB"
 #: Kubeflow Trainer's TrainJob status endpoint (the full URL), injected into every container.
 KUBEFLOW_URL: Final = "KUBEFLOW_TRAINER_SERVER_URL"
 #: Path of the CA certificate that signs the Kubeflow endpoint's TLS certificate.
@@ -120,7 +120,7 @@ KUBEFLOW_METRICS: Final = "TRAINREPORT_KUBEFLOW_METRICS"
 KNOWN_VARIABLES: Final[frozenset[str]] = frozenset(
     {URL, JOB_ID, TASK_ID, TOKEN, TOKEN_FILE, CA_CERTS, CONNECT_TIMEOUT, READ_TIMEOUT}
     | {MAX_BODY_BYTES}
-    | {DISABLED, SERVER_TOKEN, DB, KUBEFLOW_METRICS}
+    | {DISABLED, KUBEFLOW_METRICS, SERVER_TOKEN_VARIABLE, SERVER_DB_VARIABLE}
     | {env_variable(field.name) for field in attrs.fields(ReportingConfig)}
     | {name for name in ATTEMPT_VARIABLES if name.startswith(ENV_PREFIX)}
     | set(REPLACED_VARIABLES)

@@ -17,9 +17,9 @@ from typing import Any
 
 import attrs
 
-from trainreport._record._machines import forget_running_only_details
 from trainreport._record._run_record import RunRecord
 from trainreport._record._seeding import points_json
+from trainreport._wire._protocol import forget_running_only_details
 from trainreport._wire._sink_interface import SeriesUpdate
 
 __all__ = ["DetailsView", "JournalView"]

@@ -23,7 +23,6 @@ from trainreport._record._device import DeviceReport
 from trainreport._record._epochs import EpochResolver
 from trainreport._record._events import EventIngest
 from trainreport._record._machines import Outcome, TaskEvent
-from trainreport._record._name_rules import check_name
 from trainreport._record._name_table import NameTables
 from trainreport._record._reports import (
     REPORT_NAME,
@@ -37,6 +36,7 @@ from trainreport._record._reports import (
 from trainreport._record._run_record import RunRecord
 from trainreport._record._sticky import json_safe
 from trainreport._record._values import NotChartable, to_chartable, to_step
+from trainreport._wire._protocol import check_name
 from trainreport.exceptions import TransitionError
 
 __all__ = ["Ingest"]

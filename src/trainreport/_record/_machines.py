@@ -38,22 +38,20 @@ with ``strict=True`` (for tests), in which case they raise
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
 
 import attrs
 
 from trainreport._logging import OnceLogger
+from trainreport._wire._protocol import TERMINAL_STATUSES, TaskStatus
 from trainreport._wire._protocol import StrEnum as _StrEnum
-from trainreport._wire._protocol import TaskStatus
 from trainreport.exceptions import TransitionError
 
 __all__ = [
     "PHASE_TRANSITIONS",
     "REPORTER_TRANSITIONS",
     "DESTINATION_TRANSITIONS",
-    "RUNNING_ONLY_DETAILS",
     "TASK_TRANSITIONS",
     "TERMINAL_STATUSES",
     "Outcome",
@@ -67,7 +65,6 @@ __all__ = [
     "DestinationState",
     "TaskStatus",
     "destination_next",
-    "forget_running_only_details",
 ]
 
 
@@ -118,38 +115,6 @@ class Outcome(enum.Enum):
     """Allowed: record the report's data. The status and phase may have changed."""
     REFUSED = "refused"
     """Not allowed: the caller must not record the report's data (the machine logged it)."""
-
-
-TERMINAL_STATUSES: frozenset[TaskStatus] = frozenset(
-    {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
-)
-"""Statuses that end an attempt (docs/design.md#lifecycle)."""
-
-RUNNING_ONLY_DETAILS: frozenset[str] = frozenset({"eta_seconds"})
-"""``status_details`` keys that mean something only while the task runs.
-
-``eta_seconds`` is the time left of a running task. A write that leaves the task
-in a terminal status removes them from the stored record (the reference server,
-``FileSink`` and ``MemorySink`` records, ``Reporter.snapshot()``), because a
-shallow merge would otherwise keep the last running value beside ``completed``.
-"""
-
-_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL_STATUSES)
-
-
-def forget_running_only_details(status: object, details: MutableMapping[str, Any]) -> None:
-    """Remove :data:`RUNNING_ONLY_DETAILS` from ``details`` when ``status`` is terminal.
-
-    Args:
-        status: the task's status after a write (a :class:`TaskStatus` or its
-            string value); anything else leaves ``details`` alone.
-        details: a stored ``status_details`` mapping, changed in place.
-
-    Never raises.
-    """
-    if status in _TERMINAL_VALUES:
-        for key in RUNNING_ONLY_DETAILS:
-            details.pop(key, None)
 
 
 _S = TaskStatus

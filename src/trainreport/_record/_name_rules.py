@@ -6,16 +6,16 @@ thread). The other rules a metric meets live beside this module:
 ``_record/_values.py`` (values, steps, epochs), ``_record/_selection.py`` (which names keep a
 history) and ``_record/_params.py`` (hyperparameters).
 
-In the order a reported metric meets them: :func:`check_name` refuses names
-that cannot be metric names; :func:`qualify` adds the phase prefix (``train_``,
-``val_``, ``<phase>_``) after stripping one prefix the caller already wrote
-(``eval_loss`` -> ``val_loss``), and :class:`DatasetOrder` supplies the
-validation dataset qualifier.
+In the order a reported metric meets them: the protocol's
+:func:`~trainreport._wire._protocol.check_name` refuses names that cannot be
+metric names (a limit of the wire, so it is defined there); :func:`qualify`
+adds the phase prefix (``train_``, ``val_``, ``<phase>_``) after stripping one
+prefix the caller already wrote (``eval_loss`` -> ``val_loss``), and
+:class:`DatasetOrder` supplies the validation dataset qualifier.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
@@ -28,7 +28,6 @@ __all__ = [
     "UNNAMED_DATASET",
     "DatasetOrder",
     "canonical_prefix",
-    "check_name",
     "qualify",
 ]
 
@@ -55,10 +54,9 @@ _CANONICAL_PREFIXES: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 MAX_NAME_LENGTH: Final[int] = MAX_SERIES_NAME_CHARS
-"""Longest accepted metric name, in characters (as reported, before the phase prefix)."""
-
-# C0 and C1 control characters, and lone surrogates (they cannot be encoded as UTF-8).
-_BAD_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]|([\ud800-\udfff])")
+"""Longest accepted metric name, in characters (as reported, before the phase prefix):
+the protocol's series name limit, which :func:`~trainreport._wire._protocol.check_name`
+applies."""
 
 
 def canonical_prefix(phase: str) -> str:
@@ -94,7 +92,8 @@ def qualify(name: str, phase: str, dataset_qualifier: str | None = None) -> str:
         qualify("val_", "validation")               == "val_val_"  (nothing would remain)
 
     Args:
-        name: the metric name as the caller reported it (already checked with :func:`check_name`).
+        name: the metric name as the caller reported it (already checked with
+            :func:`~trainreport._wire._protocol.check_name`).
         phase: the phase the metric was reported in.
         dataset_qualifier: from :meth:`DatasetOrder.qualifier`; ``None`` for plain names.
             The reporter passes one for validation only; any phase accepts it.
@@ -110,36 +109,6 @@ def qualify(name: str, phase: str, dataset_qualifier: str | None = None) -> str:
     if dataset_qualifier:
         return f"{prefix}{dataset_qualifier}_{name}"
     return f"{prefix}{name}"
-
-
-def check_name(name: object) -> str | None:
-    """Say whether ``name`` is usable as a metric name (docs/design.md#metrics).
-
-    A usable name is a ``str`` of 1 to :data:`MAX_NAME_LENGTH` characters with
-    no control characters (C0, DEL, C1) and no lone surrogates (which cannot be
-    sent as UTF-8).
-
-    Args:
-        name: anything the caller used as a key of its metrics mapping.
-
-    Returns:
-        ``None`` when usable, otherwise a short reason: ``"not a string"``,
-        ``"empty"``, ``"too long"``, ``"control character"`` or
-        ``"surrogate character"``. Never raises.
-    """
-    try:
-        if not isinstance(name, str):
-            return "not a string"
-        if not name:
-            return "empty"
-        if len(name) > MAX_NAME_LENGTH:
-            return "too long"
-        bad = _BAD_CHARACTER.search(name)
-        if bad is None:
-            return None
-        return "surrogate character" if bad.group(1) else "control character"
-    except Exception:  # a hostile str subclass
-        return "not a string"
 
 
 UNNAMED_DATASET: Final[str] = "unnamed"

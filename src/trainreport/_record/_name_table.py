@@ -15,9 +15,10 @@ Not thread-safe on its own: the Recorder guards it with its lock.
 from __future__ import annotations
 
 from trainreport._logging import describe_exception, get_logger
-from trainreport._record._name_rules import check_name, qualify
+from trainreport._record._name_rules import qualify
 from trainreport._record._run_record import RunRecord
 from trainreport._record._store import Series
+from trainreport._wire._protocol import check_name
 
 __all__ = ["RESERVED_KEYS", "Entry", "NameTables"]
 

@@ -108,7 +108,7 @@ class JournalOwner:
         journal_started_at: when the journal was claimed (ISO 8601 UTC, this
             host's wall clock): for a journal that never opened its service,
             a write at the service after it was another writer's
-            (``trainreport._runlog._sync.stale_reason``; never orders journals).
+            (``trainreport._runlog._plan.stale_reason``; never orders journals).
         writer_generation: the latest writer generation its content was sent under.
         superseded: a later attempt or writer took the task from its writer.
     """

@@ -3,7 +3,7 @@
 :func:`plan_sync` and :func:`plan_recovery` are pure: from what the log holds
 and what the service holds (the task :meth:`Sink.open` returned), they decide
 what one update must carry. Two drivers share them: ``trainreport sync``
-(``trainreport._runlog._sync.sync``) and the engine's journal recovery
+(``trainreport.cli._sync.sync``) and the engine's journal recovery
 (``trainreport._engine._journal_feed``), which delivers what a dead process's journal
 holds before the first send. The rules (``docs/engine.md``, "Uploading
 a run with trainreport sync"):

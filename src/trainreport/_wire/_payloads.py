@@ -34,10 +34,9 @@ from typing import Any, overload
 import attrs
 import cattrs
 
-from trainreport._record._name_rules import check_name
+from trainreport._wire._protocol import check_name, new_columns
 from trainreport._wire._protocol import decode_column as _decode_column
 from trainreport._wire._protocol import encode_column as _b64
-from trainreport._wire._protocol import new_columns
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 __all__ = [

@@ -5,7 +5,14 @@ in code. The client (sinks, payload encoding, naming) and the reference server
 (``server/_wire.py``, ``server/_app.py``) both import it, the way
 prometheus_client's writer and parser share one ``METRIC_NAME_RE``. The two
 *validators* stay separate on purpose: the server checks what arrives with its
-own code, so the end-to-end tests still check one side against the other.
+own code, so the end-to-end tests still check one side against the other
+(:func:`check_name` is the client's check of a series name: the record refuses a
+metric name with it, and payload encoding skips a name it refuses). The one
+merge rule the server and the local sinks' records share,
+:func:`forget_running_only_details`, is defined here for both, and so are the
+two variables the reference server reads (:data:`SERVER_TOKEN_VARIABLE`,
+:data:`SERVER_DB_VARIABLE`), which the client's environment reader must know
+too, so that it never takes them for misspellings.
 
 Pure: no I/O, no clock, no logging.
 """
@@ -19,6 +26,7 @@ import urllib.parse
 from array import array
 from base64 import b64decode
 from binascii import b2a_base64
+from collections.abc import MutableMapping
 from typing import Any, Final
 
 __all__ = [
@@ -36,18 +44,24 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_SERIES_NAME_CHARS",
     "PAGE_PATH_TEMPLATE",
+    "RUNNING_ONLY_DETAILS",
+    "SERVER_DB_VARIABLE",
+    "SERVER_TOKEN_VARIABLE",
     "STEPS_TYPECODE",
     "StrEnum",
     "TASK_PATH_TEMPLATE",
     "TASK_STATUSES",
+    "TERMINAL_STATUSES",
     "TIMES_TYPECODE",
     "TaskStatus",
     "UPDATES_PATH",
     "VALUES_TYPECODE",
     "WRITERS_PATH",
     "base_url_problem",
+    "check_name",
     "decode_column",
     "encode_column",
+    "forget_running_only_details",
     "new_columns",
     "split_api_prefix",
     "task_path",
@@ -146,6 +160,38 @@ ID_PATTERN: Final[re.Pattern[str]] = re.compile(
 )
 #: Longest series (metric) name, in characters.
 MAX_SERIES_NAME_CHARS: Final[int] = 200
+# C0 and C1 control characters, and lone surrogates (they cannot be encoded as UTF-8).
+_BAD_CHARACTER: Final[re.Pattern[str]] = re.compile("[\x00-\x1f\x7f-\x9f]|([\ud800-\udfff])")
+
+
+def check_name(name: object) -> str | None:
+    """Say whether ``name`` is usable as a metric (series) name (docs/design.md#metrics).
+
+    A usable name is a ``str`` of 1 to :data:`MAX_SERIES_NAME_CHARS` characters with
+    no control characters (C0, DEL, C1) and no lone surrogates (which cannot be
+    sent as UTF-8).
+
+    Args:
+        name: anything the caller used as a key of its metrics mapping.
+
+    Returns:
+        ``None`` when usable, otherwise a short reason: ``"not a string"``,
+        ``"empty"``, ``"too long"``, ``"control character"`` or
+        ``"surrogate character"``. Never raises.
+    """
+    try:
+        if not isinstance(name, str):
+            return "not a string"
+        if not name:
+            return "empty"
+        if len(name) > MAX_SERIES_NAME_CHARS:
+            return "too long"
+        bad = _BAD_CHARACTER.search(name)
+        if bad is None:
+            return None
+        return "surrogate character" if bad.group(1) else "control character"
+    except Exception:  # a hostile str subclass
+        return "not a string"
 
 
 class StrEnum(str, enum.Enum):
@@ -170,6 +216,53 @@ class TaskStatus(StrEnum):
 
 #: Every status a task may hold, as the strings on the wire.
 TASK_STATUSES: Final[frozenset[str]] = frozenset(s.value for s in TaskStatus)
+
+TERMINAL_STATUSES: Final[frozenset[TaskStatus]] = frozenset(
+    {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+)
+"""Statuses that end an attempt (docs/design.md#lifecycle; the task machine,
+``_record/_machines.py``, moves a task into them)."""
+
+RUNNING_ONLY_DETAILS: Final[frozenset[str]] = frozenset({"eta_seconds"})
+"""``status_details`` keys that mean something only while the task runs (docs/protocol.md).
+
+``eta_seconds`` is the time left of a running task. A write that leaves the task
+in a terminal status removes them from the stored record (the reference server,
+``FileSink`` and ``MemorySink`` records, ``Reporter.snapshot()``), because a
+shallow merge would otherwise keep the last running value beside ``completed``.
+"""
+
+_TERMINAL_VALUES: Final[frozenset[str]] = frozenset(s.value for s in TERMINAL_STATUSES)
+
+
+def forget_running_only_details(status: object, details: MutableMapping[str, Any]) -> None:
+    """Remove :data:`RUNNING_ONLY_DETAILS` from ``details`` when ``status`` is terminal.
+
+    The merge rule the reference server and the local sinks' records share
+    (docs/protocol.md: a terminal status removes ``eta_seconds``).
+
+    Args:
+        status: the task's status after a write (a :class:`TaskStatus` or its
+            string value); anything else leaves ``details`` alone.
+        details: a stored ``status_details`` mapping, changed in place.
+
+    Never raises.
+    """
+    if status in _TERMINAL_VALUES:
+        for key in RUNNING_ONLY_DETAILS:
+            details.pop(key, None)
+
+
+# --- the reference server's variables ----------------------------------------------------
+
+#: The variable ``trainreport serve`` reads its admin token from when neither
+#: ``--token-file`` nor ``--token`` is given (keeps it off ``ps``); ``start_subprocess``
+#: hands the token over in it.
+SERVER_TOKEN_VARIABLE: Final[str] = "TRAINREPORT_SERVER_TOKEN"  # noqa: S105 - a variable name
+#: The variable ``trainreport serve`` reads ``--db`` from when the flag is absent: a SQLite
+#: file or a ``postgresql://`` URL (which may hold a password: kept off ``ps``);
+#: ``start_subprocess`` hands the database over in it.
+SERVER_DB_VARIABLE: Final[str] = "TRAINREPORT_DB"
 
 # --- binary columns (extension) ----------------------------------------------------------
 

@@ -20,7 +20,6 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from trainreport._record._machines import forget_running_only_details
 from trainreport._wire._payloads import (
     StoredState,
     encode_details,
@@ -28,7 +27,12 @@ from trainreport._wire._payloads import (
     finite_or_none,
     parse_stored_task,
 )
-from trainreport._wire._protocol import TIMES_TYPECODE, TaskStatus, new_columns
+from trainreport._wire._protocol import (
+    TIMES_TYPECODE,
+    TaskStatus,
+    forget_running_only_details,
+    new_columns,
+)
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 __all__ = ["Columns", "SeriesGapError", "TaskRecord", "new_record_columns", "unknown_times"]

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from trainreport import _environment
+from trainreport._wire._protocol import SERVER_DB_VARIABLE, SERVER_TOKEN_VARIABLE
 from trainreport.exceptions import ClientError, NotFoundError, UnauthorizedError, UnreachableError
-from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig
+from trainreport.server._config import ServerConfig
 
 if TYPE_CHECKING:
     from trainreport._runlog._runfile import RunFile
@@ -128,8 +129,9 @@ def _add_serve(subparsers: Any) -> None:
         "--db",
         help=(
             "SQLite database file, created if missing, or a postgresql://user@host/dbname URL "
-            f"(needs the 'postgres' extra; put a password in ${DB_ENV_VAR} or ~/.pgpass, not "
-            f"on the command line) (default: ${DB_ENV_VAR}, else ./{_SERVE.db})"
+            f"(needs the 'postgres' extra; put a password in ${SERVER_DB_VARIABLE} or "
+            f"~/.pgpass, not on the command line) (default: ${SERVER_DB_VARIABLE}, else "
+            f"./{_SERVE.db})"
         ),
     )
     serve.add_argument(
@@ -164,7 +166,7 @@ def _add_serve(subparsers: Any) -> None:
         "--token",
         help=(
             "require 'Authorization: Bearer TOKEN' on every /v1 request (visible in the process "
-            f"list: prefer --token-file or ${TOKEN_ENV_VAR})"
+            f"list: prefer --token-file or ${SERVER_TOKEN_VARIABLE})"
         ),
     )
     token.add_argument("--token-file", type=Path, help="read the admin token from this file")
@@ -845,8 +847,9 @@ def _add_sync(subparsers: Any) -> None:
 
 def _sync(args: argparse.Namespace) -> int:
     from trainreport._runlog._journal import mark_sent_under  # noqa: PLC0415
+    from trainreport._runlog._plan import StaleJournalError, SyncError  # noqa: PLC0415
     from trainreport._runlog._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
-    from trainreport._runlog._sync import StaleJournalError, SyncError, describe_sync, sync  # noqa: PLC0415
+    from trainreport.cli._sync import describe_sync, sync  # noqa: PLC0415
     from trainreport.exceptions import ConfigError  # noqa: PLC0415
     from trainreport.sinks import HttpSink  # noqa: PLC0415
 

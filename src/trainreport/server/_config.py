@@ -17,26 +17,17 @@ from typing import Any
 
 import attrs
 
-from trainreport._environment import DB, SERVER_TOKEN
 from trainreport._wire._job_tokens import check_secret
 
 __all__ = [
-    "DB_ENV_VAR",
     "DEFAULT_BODY_BUDGET_BYTES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "DEFAULT_MAX_RESPONSE_MEMORY_BYTES",
     "DEFAULT_RETENTION_INTERVAL_SECONDS",
-    "TOKEN_ENV_VAR",
     "ServerConfig",
     "server_config",
 ]
-
-#: The environment variable ``trainreport serve`` reads its admin token from (keeps it off ``ps``).
-TOKEN_ENV_VAR = SERVER_TOKEN
-#: The environment variable ``trainreport serve`` reads ``--db`` from when the flag is absent
-#: (a PostgreSQL URL may hold a password: keep it off ``ps``).
-DB_ENV_VAR = DB
 
 #: Default limit on the request body bytes received (8 MiB).
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20

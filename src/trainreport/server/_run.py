@@ -26,9 +26,9 @@ from typing import IO, Any, TextIO
 import attrs
 import urllib3
 
-from trainreport._wire._protocol import CAPABILITIES_PATH
+from trainreport._wire._protocol import CAPABILITIES_PATH, SERVER_DB_VARIABLE, SERVER_TOKEN_VARIABLE
 from trainreport.server._app import create_app
-from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig, server_config
+from trainreport.server._config import ServerConfig, server_config
 from trainreport.server._db._backend import StorageUnavailable, is_postgres_url
 from trainreport.server._startup import start_lines
 
@@ -292,10 +292,10 @@ def start_subprocess(
     if secret_file is not None:
         argv += ["--secret-file", os.fspath(secret_file)]
     env = dict(os.environ)
-    env.pop(TOKEN_ENV_VAR, None)
-    env[DB_ENV_VAR] = config.db
+    env.pop(SERVER_TOKEN_VARIABLE, None)
+    env[SERVER_DB_VARIABLE] = config.db
     if config.token is not None:
-        env[TOKEN_ENV_VAR] = config.token
+        env[SERVER_TOKEN_VARIABLE] = config.token
     stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
     process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env

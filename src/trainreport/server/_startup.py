@@ -18,7 +18,8 @@ from pathlib import Path
 import attrs
 
 from trainreport._wire._job_tokens import read_secret_file
-from trainreport.server._config import DB_ENV_VAR, TOKEN_ENV_VAR, ServerConfig
+from trainreport._wire._protocol import SERVER_DB_VARIABLE, SERVER_TOKEN_VARIABLE
+from trainreport.server._config import ServerConfig
 
 __all__ = ["StartLines", "StartupError", "listens_on_loopback", "prepare", "start_lines"]
 
@@ -93,7 +94,7 @@ def prepare(
             "listen on loopback"
         )
     return attrs.evolve(
-        config, db=db or env.get(DB_ENV_VAR) or config.db, token=token, secret=secret
+        config, db=db or env.get(SERVER_DB_VARIABLE) or config.db, token=token, secret=secret
     )
 
 
@@ -104,7 +105,7 @@ def _read_token(given: str | None, token_file: Path | None, env: Mapping[str, st
     elif given is not None:
         token = given
     else:
-        found = env.get(TOKEN_ENV_VAR)
+        found = env.get(SERVER_TOKEN_VARIABLE)
         if found is None:
             return None
         token = found

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from itertools import count, repeat
 from typing import Any, TypeAlias
 
-from trainreport._record._machines import forget_running_only_details
-from trainreport._wire._protocol import TaskStatus
+from trainreport._wire._protocol import TaskStatus, forget_running_only_details
 from trainreport.server._db._backend import Connection
 from trainreport.server._wire import SeriesPoints
 

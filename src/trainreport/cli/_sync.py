@@ -1,9 +1,11 @@
-"""``trainreport sync``: upload a run log (or a task record) to a job-status service.
+"""``trainreport sync``'s upload: drive a sink with the upload plan and say what it did.
 
-:func:`sync` drives a sink with the upload plan of
-``trainreport._runlog._plan`` (pure; its rules are in its docstring and
-in ``docs/engine.md``, "Uploading a run with trainreport sync"), which the
-engine's journal recovery shares; the planning names are re-exported here.
+:func:`sync` opens a sink, plans the upload of a run log (or a task record) with
+``trainreport._runlog._plan`` (pure; its rules are in its docstring and in
+``docs/engine.md``, "Uploading a run with trainreport sync"; the engine's journal
+recovery shares the plan, never this driver) and sends it, once more after a
+resynchronise; :func:`describe_sync` prints the result with the CLI's column
+formatter.
 """
 
 from __future__ import annotations
@@ -12,16 +14,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from trainreport._runlog._plan import (
-    SeriesOutcome,
-    StaleJournalError,
-    SyncError,
-    SyncPlan,
-    place_local_journal,
-    plan_recovery,
-    plan_sync,
-    stale_reason,
-)
+from trainreport._runlog._plan import SyncError, SyncPlan, plan_recovery
 from trainreport._runlog._state import LogState
 from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
@@ -30,20 +23,9 @@ from trainreport._wire._sink_interface import (
     Resynchronise,
     Sink,
 )
+from trainreport.cli._summary import _aligned
 
-__all__ = [
-    "SeriesOutcome",
-    "StaleJournalError",
-    "SyncError",
-    "SyncPlan",
-    "SyncReport",
-    "describe_sync",
-    "place_local_journal",
-    "plan_recovery",
-    "plan_sync",
-    "stale_reason",
-    "sync",
-]
+__all__ = ["SyncReport", "describe_sync", "sync"]
 
 
 @attrs.frozen
@@ -78,14 +60,15 @@ def sync(
         timeout_seconds: for each request.
         run: the file's RUN fields; a journal's are planned with the journal's
             rules (:func:`plan_recovery`).
-        force: upload a stale journal anyway (:class:`StaleJournalError`).
+        force: upload a stale journal anyway
+            (:class:`~trainreport._runlog._plan.StaleJournalError`).
         sent_under: called with the writer generation before the update is
             sent under it (the CLI records it in the journal,
             :func:`~trainreport._runlog._journal.mark_sent_under`).
 
     Raises:
-        StaleJournalError: the journal's writer was superseded or is older than
-            the task's last writer; nothing was sent.
+        StaleJournalError: (``trainreport._runlog._plan``) the journal's writer
+            was superseded or is older than the task's last writer; nothing was sent.
         SyncError: the service could not be opened, refused the update, or
             failed; the message says why. Running sync again sends nothing twice.
     """
@@ -128,8 +111,6 @@ def sync(
 
 def describe_sync(report: SyncReport) -> str:
     """What an upload did, per series and for the task fields, as aligned lines. Never raises."""
-    from trainreport.cli._summary import _aligned  # noqa: PLC0415 - the one column formatter
-
     plan = report.plan
     mode = "full-state PATCH" if report.full_state else CAPABILITY_SERIES_SUFFIX
     rows = [["series", "log", "service", "sent", ""]]
