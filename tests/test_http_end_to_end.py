@@ -86,23 +86,12 @@ def stored(url: str, job: str = JOB, token: str | None = None) -> Any:
 def assert_server_holds(url: str, reporter: Reporter, job: str = JOB) -> None:
     """The server's task equals the reporter's record, ``updated_at`` aside.
 
-    A series whose older points left memory (the server holds them:
-    ``docs/engine.md``, "Memory") is in ``snapshot()`` from its first point in
-    memory on: the server's curve ends with exactly those points.
+    Whole, however long the run: the points that left the reporter's memory
+    are read back by ``snapshot()`` (``docs/engine.md``, "Memory").
     """
     snapshot, task = without_updated_at(reporter.snapshot()), without_updated_at(stored(url, job))
     assert snapshot is not None
     assert task is not None
-    ours = snapshot["status_details"].get("metrics", {})
-    theirs = task["status_details"].get("metrics", {})
-    assert set(ours) == set(theirs)
-    recorder = reporter._recorder
-    assert recorder is not None
-    store = recorder._record.store
-    for name, points in ours.items():
-        base = store.series[name].base if name in store.series else 0
-        assert points == theirs[name][base:], name
-        theirs[name] = points
     assert snapshot == task
 
 
@@ -224,6 +213,63 @@ def test_a_rewind_after_old_points_left_memory_replaces_the_right_tail(
         ]
     assert server_task["status_details"]["metrics"] == log_task["status_details"]["metrics"]
     assert 1 == reporter.stats().rewinds
+    # The points that left memory are read back: the snapshot is the whole record.
+    assert without_updated_at(server_task) == without_updated_at(reporter.snapshot())
+
+
+def _long_run(reporter: Reporter, steps: int = 2000) -> int:
+    """``steps`` flushed training steps; how many points the store still holds after them."""
+    for step in range(1, steps + 1):
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step, "lr": 0.1})
+        if step % 500 == 0:
+            assert reporter.flush(timeout=10)
+    recorder = reporter._recorder
+    assert recorder is not None
+    return recorder.retained_points()
+
+
+@pytest.mark.parametrize("destination", ["http", "file"])
+def test_a_long_runs_snapshot_reads_back_the_points_that_left_memory(
+    server: ServerHandle, tmp_path: Path, destination: str
+) -> None:
+    """Only an HttpSink, or only a FileSink: ``snapshot()`` equals what the destination holds.
+
+    2,000 flushed steps leave a tail in memory; the earlier points are read
+    back from the destination (the server's ``GET``, the run log's replay).
+    """
+    log = tmp_path / "run.log"
+    sink = HttpSink(server.url, JOB) if destination == "http" else FileSink(log)
+    reporter = Reporter(sink, CONFIG, rank=0).start()
+    retained = _long_run(reporter)
+    held = stored(server.url) if destination == "http" else read_task(log)
+    with capture_events() as events:
+        snapshot = reporter.snapshot()
+    assert retained < 1000, retained  # of 4,000 points: they did leave memory
+    assert without_updated_at(held) == without_updated_at(snapshot)
+    assert 2000 == len(snapshot["status_details"]["metrics"]["train_loss"])
+    assert [] == [e for e in events if e["event"] == "trainreport.snapshot_partial"]
+    assert reporter.close(timeout=10)
+
+
+def test_a_snapshot_no_destination_can_read_back_says_it_is_partial(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """The service gone after a long run: each series from its first point in memory, one event."""
+    handle = start_server()
+    reporter = Reporter(HttpSink(handle.url, JOB, read_timeout_seconds=2.0), CONFIG, rank=0)
+    retained = _long_run(reporter.start())
+    handle.stop()
+    with capture_events() as events:
+        first, second = reporter.snapshot(timeout_seconds=2.0), reporter.snapshot(2.0)
+    points = first["status_details"]["metrics"]["train_loss"]
+    assert 0 < len(points) < 2000
+    assert 2000 == points[-1]["step"]
+    assert retained >= len(points)
+    assert first == second
+    partial = [e for e in events if e["event"] == "trainreport.snapshot_partial"]
+    assert 1 == len(partial), partial
+    assert 2 == partial[0]["series"]
+    reporter.close(timeout=1)
 
 
 @MODES
@@ -440,7 +486,7 @@ def test_suffix_mode_splits_a_large_update_under_the_servers_limit(
         reporter.start()
         assert reporter.close(timeout=20)
         updates = [r for r in proxy.requests if r.path.endswith("/updates")]
-    assert_server_holds(server.url, reporter)
+        assert_server_holds(server.url, reporter)  # its snapshot reads back through the proxy
     assert list(range(1, 4001)) == steps_of(stored(server.url), "train_grad_norm")
     assert len(updates) > 3
     assert all(len(r.body) <= 64 * 1024 for r in updates)

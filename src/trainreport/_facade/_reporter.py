@@ -374,23 +374,61 @@ class Reporter:
             self._cancel = threading.Event()
         return self._cancel
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, timeout_seconds: float = 10.0) -> dict[str, Any]:
         """The task record the destination should now hold, in the ``GET`` shape.
 
         ``{"status": ..., "status_details": {..., "metrics": {name: [{"step", "epoch",
         "value"}]}}}``, the same shape as ``MemorySink.task``. It reflects the
         reports the reporter thread has applied; call :meth:`flush` (or
-        :meth:`close`) first for an up-to-date view. A series' points that
-        every destination holds leave memory in a long run (``docs/engine.md``,
-        "Memory"): such a series is here from its first point still in memory
-        on (the destinations, ``read_task`` of the run log, hold it whole);
-        with a ``MemorySink`` or a full-state destination every point stays.
-        Never raises.
+        :meth:`close`) first for an up-to-date view. In a long run a series'
+        points that every destination holds leave memory (``docs/engine.md``,
+        "Memory"); they are read back here from the first destination that can
+        (``Sink.read_back``: a ``FileSink``'s run log first, then an
+        ``HttpSink``'s ``GET``, each within ``timeout_seconds``), so the
+        snapshot is still the whole record. If none can, such a series is
+        given from its first point still in memory, with one
+        ``trainreport.snapshot_partial`` event. Never raises.
+
+        Args:
+            timeout_seconds: the most a read-back may take, seconds (only a
+                long run's snapshot reads back).
         """
         recorder = self._recorder
         if recorder is None:
             return {"status": "pending", "status_details": {}}
-        return recorder.snapshot()
+        view, bases = recorder.snapshot()
+        if bases:
+            self._prepend_points_read_back(view, bases, timeout_seconds)
+        return view
+
+    def _prepend_points_read_back(
+        self, view: dict[str, Any], bases: dict[str, int], timeout_seconds: float
+    ) -> None:
+        """Put back each series' first ``bases[name]`` points, read from a destination."""
+        metrics = view["status_details"].setdefault("metrics", {})
+        missing = dict(bases)
+        for sink in sorted(self._sinks, key=lambda sink: not sink.local_run_log):
+            if not missing:
+                break
+            held = sink.read_back(timeout_seconds)
+            stored = held.get("status_details", {}).get("metrics", {}) if held else {}
+            if not isinstance(stored, dict):
+                continue
+            for name, base in list(missing.items()):
+                points = stored.get(name)
+                if isinstance(points, list) and len(points) >= base:
+                    metrics[name] = points[:base] + metrics.get(name, [])
+                    del missing[name]
+        if missing:
+            self._once.warning(
+                "snapshot_partial",
+                "trainreport.snapshot_partial",
+                series=len(missing),
+                example=next(iter(missing)),
+                hint="no destination could be read back for the points that left memory: "
+                "the snapshot gives those series from their first point in memory; read "
+                "the whole record with trainreport.read_task",
+            )
 
     def stats(self) -> ReporterStats:
         """Counters, per destination and in total, and the report-call latency histogram.

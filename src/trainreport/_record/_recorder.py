@@ -286,10 +286,16 @@ class Recorder:
 
     # --- reading -------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """The task record the destinations should now hold (the ``GET`` shape)."""
+    def snapshot(self) -> tuple[dict[str, Any], dict[str, int]]:
+        """The task record the destinations should now hold (the ``GET`` shape), and bases.
+
+        Each series is there from its first point still in memory on; the
+        second value names each series whose earlier points left memory and
+        how many did (``Series.base``: every destination holds them).
+        """
         with self._lock:
-            return self._details.snapshot()
+            bases = {name: s.base for name, s in self._record.store.series.items() if s.base}
+            return self._details.snapshot(), bases
 
     def counts(self) -> RecorderCounts:
         """Counters for ``Reporter.stats()``."""

@@ -292,6 +292,25 @@ class Sink(abc.ABC):
         except Exception:
             return f"<{type(self).__name__}>"
 
+    def read_back(self, timeout_seconds: float) -> Mapping[str, Any] | None:
+        """The task this destination holds, in the ``GET`` shape, read on the caller's thread.
+
+        ``Reporter.snapshot()`` reads the points of a long run that left the
+        training process's memory (every destination held them) back from the
+        first destination that can say (``docs/engine.md``, "Memory"). Unlike
+        :meth:`open` and :meth:`send` it may be called from any thread, so it
+        must use no state the reporter thread uses (a connection of its own).
+
+        Args:
+            timeout_seconds: the most the read may take, in seconds.
+
+        Returns:
+            The task, or ``None`` when this sink cannot read it back (the default)
+            or the read failed. Never raises.
+        """
+        del timeout_seconds
+        return None
+
     def upload_command(self, path: str) -> str:
         """The ``trainreport sync`` command that uploads the run log at ``path`` to this sink.
 

@@ -6,12 +6,12 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from trainreport._logging import OnceLogger, describe_exception, get_logger
-from trainreport._runlog._runfile import log_and_record_paths
+from trainreport._runlog._runfile import log_and_record_paths, read_task
 from trainreport._runlog._writer import LogBusyError, RunLogWriter, replace_file
 from trainreport._wire._payloads import ColumnTask
 from trainreport._wire._sink_interface import (
@@ -146,6 +146,18 @@ class FileSink(Sink):
         state = self.__dict__.copy()
         state["_writer"] = None
         return state
+
+    def read_back(self, timeout_seconds: float) -> Mapping[str, Any] | None:
+        """The task the run log holds, replayed from the file (``read_task``); never raises.
+
+        Any thread: it reads the file, never the writer's state. ``None`` when
+        there is no log yet or it cannot be read.
+        """
+        del timeout_seconds  # a local file
+        try:
+            return read_task(self.log_path)
+        except Exception:  # a snapshot never fails for its read-back
+            return None
 
     def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
         """Replay the run log (or read an older task record) to resume; create the log if new.

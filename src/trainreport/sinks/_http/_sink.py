@@ -40,12 +40,13 @@ log event, result reason, exception message or ``repr()``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import urllib3
@@ -90,6 +91,23 @@ DEFAULT_TASK_PATH = TASK_PATH_TEMPLATE
 
 _log = get_logger()
 _R = TypeVar("_R", bound=OpenResult | SendResult)
+
+
+class _TransportFactory:
+    """Makes an :class:`HttpTransport` with the settings it was given (a read-back's own).
+
+    Picklable like the sink (no lambda); its ``repr`` never shows the credentials.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args = args
+        self._kwargs = kwargs
+
+    def __call__(self) -> HttpTransport:
+        return HttpTransport(*self._args, **self._kwargs)
+
+    def __repr__(self) -> str:
+        return "_TransportFactory(***)"
 
 
 class HttpSink(Sink):
@@ -205,7 +223,8 @@ class HttpSink(Sink):
         if problems:
             raise ConfigError(problems)
         root, removed = split_api_prefix(base_url)
-        self._transport = HttpTransport(
+        # A read-back (``read_back``, any thread) makes a transport of its own like this one.
+        self._new_transport = _TransportFactory(
             root,
             token=token,
             token_file=token_file,
@@ -215,6 +234,7 @@ class HttpSink(Sink):
             read_timeout_seconds=read_timeout_seconds,
             ca_certs=ca_certs,
         )
+        self._transport = self._new_transport()
         #: The base URL as shown (repr, logs, hints): no userinfo, query or fragment.
         self.base_url = self._transport.shown_url
         self.job_id = str(job_id)
@@ -253,6 +273,26 @@ class HttpSink(Sink):
             f"HttpSink({self.base_url!r}, job_id={self.job_id!r}, task_id={self.task_id!r}, "
             f"token={token}{userinfo})"
         )
+
+    def read_back(self, timeout_seconds: float) -> Mapping[str, Any] | None:
+        """``GET`` of the task on a connection of its own (any thread); ``None`` on failure.
+
+        The task path's answer as it is (a plain job API's or the reference
+        server's whole task). Never raises.
+        """
+        transport = self._new_transport()
+        try:
+            response = transport.request(
+                "GET", self._path, None, time.monotonic() + timeout_seconds
+            )
+            if not 200 <= response.status < 300:
+                return None
+            task = json.loads(response.data)
+        except Exception:  # a snapshot never fails for its read-back
+            return None
+        finally:
+            transport.close()
+        return task if isinstance(task, dict) else None
 
     def describe(self) -> str:
         """``job-status service URL job 'J' task 'T'`` (never the token). Never raises."""
