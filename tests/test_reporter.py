@@ -277,18 +277,6 @@ def test_started_reporter_refuses_to_pickle() -> None:
     reporter.close(timeout=5)
 
 
-def test_report_after_close_is_dropped_with_one_log_event() -> None:
-    """Reports after close are counted and logged once, never raised."""
-    reporter, _, _ = make()
-    reporter.start()
-    reporter.close(timeout=5)
-    with capture_events() as events:
-        for step in range(3):
-            reporter.report_train_step(step=step, metrics={"loss": 1.0})
-    assert 3 == reporter.stats().drops["after_close"]
-    assert 1 == len([e for e in events if e["event"] == "trainreport.report_after_close"])
-
-
 def test_report_before_start_is_kept() -> None:
     """Reports made before start() are sent after it."""
     reporter, sink, _ = make()
