@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import pickle
 import threading
 import time
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve, drive, held, in_a_forked_child, without_updated_at
+from helpers import ScriptedSink, curve, drive, held, without_updated_at
 from trainreport import MemorySink, Rejected, Reporter, ReportingConfig, RetryLater, TransitionError
 from trainreport._facade import _reporter
 from trainreport._facade._histogram import LatencyHistogram
@@ -314,16 +313,6 @@ def test_close_without_start_delivers_what_was_queued_and_says_start_was_forgott
     ]
 
 
-def test_close_without_start_on_another_rank_sends_nothing() -> None:
-    """Only global rank 0 starts anything, at close() too: other ranks stay inert."""
-    sink = MemorySink()
-    reporter = Reporter(sink, ReportingConfig(), rank=1)
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-
-    assert reporter.close(timeout=5)
-    assert ("inert", []) == (reporter.state, sink.requests)
-
-
 def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> None:
     """A pickled, unstarted reporter (Lightning's spawned worker) owns its copy's reports."""
     reporter, _, _ = make(MemorySink())
@@ -332,31 +321,6 @@ def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> No
 
     assert copy.close(timeout=5)
     assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")
-
-
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
-def test_close_without_start_in_a_forked_child_leaves_the_reports_to_the_parent(
-    tmp_path: Any,
-) -> None:
-    """A data-loader worker forked from an unstarted reporter never sends its copy's reports.
-
-    The child's ``close()`` sends nothing (the file is not written); the parent's
-    ``close()`` delivers them once.
-    """
-    from trainreport import FileSink  # noqa: PLC0415
-
-    record = tmp_path / "task.json"
-    reporter = Reporter(FileSink(record), ReportingConfig(), rank=0)
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-
-    def child() -> str:
-        closed = reporter.close(timeout=2)
-        return f"{closed} {reporter.state} {record.exists()}"
-
-    assert "True closed False" == in_a_forked_child(tmp_path, child)
-    assert reporter.close(timeout=5)
-    assert record.exists()
 
 
 def test_close_is_idempotent_and_returns_the_same_answer() -> None:
@@ -507,31 +471,6 @@ def test_cancel_requested_is_set_when_the_destination_says_so() -> None:
     assert reporter.flush(timeout=5)
     assert reporter.cancel_requested.is_set()
     reporter.close(timeout=5)
-
-
-def test_disabled_and_other_ranks_are_inert(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRAINREPORT_DISABLED=1 and RANK=1 give a reporter with no thread that sends nothing."""
-    for variable, value in (("TRAINREPORT_DISABLED", "1"), ("RANK", "1")):
-        monkeypatch.setenv(variable, value)
-        sink = MemorySink()
-        reporter = Reporter(sink)
-        threads = threading.active_count()
-        reporter.start()
-        reporter.report_train_step(step=1, metrics={"loss": 1.0})
-        assert threads == threading.active_count()
-        assert reporter.close(timeout=1)
-        assert "inert" == reporter.state
-        assert [] == sink.requests
-        monkeypatch.delenv(variable)
-
-
-def test_slurm_procid_is_read_when_rank_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without RANK, SLURM_PROCID decides (docs/design.md#guarantees)."""
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setenv("SLURM_PROCID", "3")
-    reporter = Reporter(MemorySink())
-    reporter.start()
-    assert "inert" == reporter.state
 
 
 def test_flush_delivers_everything_before_the_interval() -> None:
@@ -699,35 +638,6 @@ def test_scalars_keep_only_the_latest_value() -> None:
     assert reporter.close(timeout=5)
     assert ["train_loss"] == list(held(sink)["status_details"]["metrics"])
     assert 0.2 == held(sink)["status_details"]["train_lr"]
-
-
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
-def test_forked_child_is_inert_and_never_deadlocks(tmp_path: Any) -> None:
-    """A child forked while the store lock is held can report, snapshot and close at once."""
-    reporter, sink, _ = make()
-    reporter.start()
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    recorder = reporter._recorder
-    assert recorder is not None
-    marker = tmp_path / "child.txt"
-    with recorder._lock:  # the child inherits a held lock
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 1
-            try:
-                reporter.report_train_step(step=2, metrics={"loss": 2.0})
-                reporter.snapshot()
-                ok = reporter.close(timeout=1) and reporter.state == "inert"
-                marker.write_text(f"{ok} {threading.active_count()}")
-                code = 0
-            finally:
-                os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert 0 == os.waitstatus_to_exitcode(status)
-    assert "True 1" == marker.read_text()
-    assert reporter.close(timeout=5)
-    assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
 
 
 def test_flush_sends_at_once_even_during_a_backoff() -> None:
@@ -1262,3 +1172,49 @@ def test_stats_are_assembled_alone_from_the_queue_before_any_driver_exists() -> 
     )
     assert {"after_close": 3} == dict(stats.drops)
     assert ((), None, 2) == (stats.destinations, stats.journal, stats.report_calls)
+
+
+def test_heartbeat_sends_when_nothing_changed() -> None:
+    """With no new data a send still goes every heartbeat_seconds (docs/design.md#debounce)."""
+    clock = FakeClock()
+    sink = MemorySink()
+    reporter = Reporter(sink, ReportingConfig(heartbeat_seconds=60.0), clock=clock, rank=0)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    drive(reporter)
+    worker = reporter._worker
+    assert worker is not None
+    worker.cycle()
+    sent = len(sink.requests)
+    clock.advance(59.0)
+    worker.cycle()
+    assert sent == len(sink.requests)
+    clock.advance(1.0)
+    worker.cycle()
+    assert sent + 1 == len(sink.requests)
+    reporter.close(timeout=5)
+
+
+def test_old_unsent_data_is_warned_about_at_a_limited_rate() -> None:
+    """When data stays undelivered past unsent_warning_seconds, one warning per period."""
+    clock = FakeClock()
+    sink = ScriptedSink()
+    sink.fail_sends.extend(RetryLater("down") for _ in range(1000))
+    config = ReportingConfig(
+        unsent_warning_seconds=100.0,
+        backoff_initial_seconds=1.0,
+        backoff_max_seconds=1.0,
+        backoff_jitter=0.0,
+    )
+    reporter = Reporter(sink, config, clock=clock, rank=0)
+    drive(reporter)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    worker = reporter._worker
+    assert worker is not None
+    with capture_events() as events:
+        for _ in range(25):
+            clock.advance(10.0)
+            worker.cycle()
+    warnings = [e for e in events if e["event"] == "trainreport.unsent_data_old"]
+    assert 2 == len(warnings)  # at ~100 s and ~200 s of the 250 s
+    assert 1 == warnings[0]["unsent_points"]
+    reporter.close(timeout=0.5)
