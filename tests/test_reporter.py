@@ -893,32 +893,6 @@ def test_a_series_this_run_records_replaces_the_unreadable_one_of_its_name(
     assert any(e["event"] == "trainreport.stored_series_replaced" for e in events)
 
 
-@pytest.mark.parametrize("series_suffix", [False, True])
-def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
-    series_suffix: bool,
-) -> None:
-    """Without history configured, and before the stored task is read: the stored curve goes on."""
-    points = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 4)]
-    stored = {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
-    sink = ScriptedSink(MemorySink(stored, series_suffix=series_suffix))
-    sink.open_results.extend(RetryLater("down") for _ in range(3))
-    reporter, _, clock = make(
-        sink, drain_queue_depth=2, time_series_metrics=[], backoff_initial_seconds=1.0
-    )
-    drive(reporter)
-    for step in range(4, 9):
-        reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1})
-        cycle(reporter)
-    for _ in range(4):
-        clock.advance(10.0)
-        cycle(reporter)
-    assert reporter.close(timeout=5)
-    assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
-    assert "train_lr" not in held(sink)["status_details"]["metrics"]
-    assert 0.1 == held(sink)["status_details"]["train_lr"]
-    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
-
-
 def test_a_checkpoint_every_3_s_never_starves_the_curves_in_full_state_mode() -> None:
     """Events more often than the interval: curves still go every 10 s, not only at close."""
     reporter, sink, clock = make()
