@@ -36,6 +36,7 @@ import pytest
 from helpers import CALLER_ENVIRONMENT_NAMES, CALLER_ENVIRONMENT_PREFIXES, SUITE_KNOBS
 
 if TYPE_CHECKING:
+    import fake_cuda
     from trainreport.server import ServerHandle
     from trainreport.server._db._database import Database, WriterOpened
 
@@ -112,6 +113,14 @@ def _no_journal_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(CALLER_ENVIRONMENT_PREFIXES) or name in CALLER_ENVIRONMENT_NAMES:
             monkeypatch.delenv(name)
     monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
+
+
+@pytest.fixture
+def torch(monkeypatch: pytest.MonkeyPatch) -> fake_cuda.FakeTorch:
+    """The stand-in for torch and CUDA (``fake_cuda.FakeTorch``), installed for this test."""
+    import fake_cuda  # noqa: PLC0415 - only the tests of device values need it
+
+    return fake_cuda.install(monkeypatch)
 
 
 @pytest.fixture

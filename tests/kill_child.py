@@ -1,6 +1,6 @@
 """A training loop to kill: reports steps and writes the wall time of every report to a side file.
 
-Run by ``tests/test_kill.py`` as ``python tests/kill_child.py SPEC`` where SPEC is
+Run by ``tests/contracts/test_kill.py`` as ``python tests/kill_child.py SPEC`` where SPEC is
 JSON: ``{"sink": "http" | "file", "url", "job", "extension", "path",
 "journal_dir", "interval", "side", "steps", "step_seconds", "first_step",
 "send_interval", "connect_timeout", "read_timeout", "recover_only", "stop_file",

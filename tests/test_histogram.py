@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainreport import MemorySink, Reporter
-from trainreport._facade import _reporter
 from trainreport._facade._histogram import FOLD_AT, TIMED_EVERY, LatencyHistogram, bucket_of
 from trainreport.testing import FakeClock
 
@@ -88,7 +87,7 @@ def test_refused_report_calls_keep_the_unfolded_durations_bounded() -> None:
 
 
 class _TimingClock:
-    """A ``perf_counter_ns`` stand-in: each read ``step_ns`` after the last; counts its reads.
+    """A ``Reporter(timer=...)``: each read ``step_ns`` after the last; counts its reads.
 
     ``step_ns`` may be changed between calls: a timed call then lasts the new step.
     """
@@ -104,13 +103,10 @@ class _TimingClock:
         return self.now_ns
 
 
-def test_the_first_training_step_then_one_in_timed_every_reads_the_timing_clock(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_first_training_step_then_one_in_timed_every_reads_the_timing_clock() -> None:
     """report_train_step times its first call, then calls 17, 33, ...: two clock reads each."""
     timing = _TimingClock()
-    monkeypatch.setattr(_reporter, "perf_counter_ns", timing)
-    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
+    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0, timer=timing)
     reads_after = {}
     for step in range(1, 10 * TIMED_EVERY + 1):
         reporter.report_train_step(step=step, metrics={"loss": 1.0})
@@ -121,15 +117,12 @@ def test_the_first_training_step_then_one_in_timed_every_reads_the_timing_clock(
     assert 10 * TIMED_EVERY == reporter.stats().report_calls
 
 
-def test_a_sampled_training_step_stands_for_timed_every_calls_and_others_for_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_sampled_training_step_stands_for_timed_every_calls_and_others_for_one() -> None:
     """Training steps (1 ms each, sampled) and validations (3 ms each, every one timed),
     made in a fixed pattern: both kinds are timed, and the weighted histogram counts,
     sums and ranks them as if every call had been timed."""
     timing = _TimingClock()
-    monkeypatch.setattr(_reporter, "perf_counter_ns", timing)
-    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
+    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0, timer=timing)
     steps = 2 * TIMED_EVERY
     for step in range(1, steps + 1):
         timing.step_ns = 1_000_000
@@ -146,11 +139,10 @@ def test_a_sampled_training_step_stands_for_timed_every_calls_and_others_for_one
     assert stats.report_p99_us == pytest.approx(3000.0, rel=0.091)
 
 
-def test_refused_training_steps_are_counted_and_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_training_steps_are_counted_and_sampled() -> None:
     """After close() each call is refused: still counted, still timed one call in TIMED_EVERY."""
     timing = _TimingClock()
-    monkeypatch.setattr(_reporter, "perf_counter_ns", timing)
-    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0)
+    reporter = Reporter(MemorySink(), clock=FakeClock(), rank=0, timer=timing)
     reporter.close(timeout=1)
     for step in range(1, 2 * TIMED_EVERY + 1):
         reporter.report_train_step(step=step, metrics={"loss": 1.0})

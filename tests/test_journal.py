@@ -2,7 +2,7 @@
 
 Reporter-level tests run a real ``HttpSink`` against the real reference server
 (in a thread of this process) or against a closed port (the service down).
-The kill -9 guarantees are in ``tests/test_kill.py``.
+The kill -9 guarantees are in ``tests/contracts/test_kill.py``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
 """Tests for trainreport._record._name_rules: phase prefixes, names, datasets (design.md#metrics).
 
-The last section drives every rule of the naming modules with hostile input."""
+That every rule of the naming modules takes hostile input without raising is pinned with
+the other report-call promises, in tests/contracts/test_never_raises.py."""
 
 # House style asserts `expected == actual`, which SIM300 calls a Yoda condition.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import trainreport._record._name_rules as naming
-from hostile_values import (
-    HOSTILE,
-    FakeTensor,
-)
 from trainreport._record._name_rules import (
     MAX_NAME_LENGTH,
     STRIPPED_PREFIXES,
@@ -25,9 +21,6 @@ from trainreport._record._name_rules import (
 )
 from trainreport._record._params import MAX_PARAM_ITEMS, flatten_params, flatten_params_bounded
 from trainreport._record._values import (
-    EpochRule,
-    NotChartable,
-    caller_value,
     to_chartable,
     to_step,
 )
@@ -236,96 +229,6 @@ def test_a_stored_order_with_the_unnamed_dataset_restores_its_place() -> None:
     """Stored ``["heldout", "unnamed"]``: a resumed run keeps heldout plain, unnamed qualified."""
     order = DatasetOrder(["heldout", "unnamed"])
     assert ["unnamed", None] == [order.qualifier(d) for d in [None, "heldout"]]
-
-
-# --------------------------------------------------------------------------- never raises
-
-
-def hostile(index: int) -> object:
-    """The hostile object at ``index`` (a named function, so Hypothesis can describe it)."""
-    return HOSTILE[index]
-
-
-numpy_values = st.one_of(
-    st.floats(width=32).map(np.float32),
-    st.floats().map(np.float64),
-    st.integers(-(2**63), 2**63 - 1).map(np.int64),
-    st.integers(0, 255).map(np.uint8),
-    st.booleans().map(np.bool_),
-    st.floats().map(np.array),
-    st.lists(st.floats(), max_size=3).map(np.array),
-)
-
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.integers(min_value=-(10**400), max_value=10**400),
-    st.floats(),
-    st.complex_numbers(),
-    st.fractions(),
-    st.decimals(),
-    st.text(),
-    st.binary(),
-    numpy_values,
-    # Indices, not the objects: Hypothesis describes sampled elements, which hostile ones resist.
-    st.integers(min_value=0, max_value=len(HOSTILE) - 1).map(hostile),
-)
-
-arbitrary = st.recursive(
-    scalars,
-    lambda children: st.one_of(
-        st.lists(children, max_size=4),
-        st.dictionaries(st.text(max_size=5), children, max_size=4),
-        st.tuples(children, children),
-        children.map(FakeTensor),
-    ),
-    max_leaves=10,
-)
-
-
-@given(arbitrary)
-def test_caller_value_and_to_chartable_never_raise(value: object) -> None:
-    """Whatever a caller reports, conversion yields a float or a NotChartable, never an error."""
-    for candidate in (value, caller_value(value)):
-        assert isinstance(to_chartable(candidate), (float, NotChartable))
-
-
-@given(arbitrary)
-def test_to_step_never_raises(value: object) -> None:
-    """to_step yields an int in [0, 2**53] or a NotChartable for anything."""
-    for candidate in (value, caller_value(value)):
-        result = to_step(candidate)
-        assert isinstance(result, NotChartable) or (type(result) is int and 0 <= result <= 2**53)
-
-
-@given(
-    arbitrary,
-    st.integers(min_value=0, max_value=10**6),
-    st.one_of(st.none(), st.integers(min_value=-5, max_value=100)),
-    st.sampled_from([None, True, False]),
-)
-def test_epoch_rule_never_raises(
-    value: object, step: int, num_epochs: int | None, zero_based: bool | None
-) -> None:
-    """resolve yields None, an int >= 1 (capped when num_epochs >= 1) or a NotChartable."""
-    rule = EpochRule(zero_based=zero_based)
-    for candidate in (value, caller_value(value)):
-        result = rule.resolve(candidate, step=step, num_epochs=num_epochs)
-        if result is None or isinstance(result, NotChartable):
-            continue
-        assert type(result) is int
-        assert result >= 1
-        if num_epochs is not None and num_epochs >= 1:
-            assert result <= num_epochs
-
-
-@given(arbitrary)
-def test_check_name_and_flatten_params_never_raise(value: object) -> None:
-    """Name checks and hyperparameter flattening accept anything without raising."""
-    assert check_name(value) is None or isinstance(check_name(value), str)
-    flat = flatten_params({"p": value, "q": {"r": value}})
-    assert {"p", "q/r"} <= set(flat) or isinstance(value, dict)
 
 
 @given(st.floats(allow_nan=False))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import pickle
 import threading
 import time
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers import ScriptedSink, curve, drive, held, in_a_forked_child, without_updated_at
+from helpers import ScriptedSink, curve, drive, held, without_updated_at
 from trainreport import MemorySink, Rejected, Reporter, ReportingConfig, RetryLater, TransitionError
 from trainreport._facade import _reporter
 from trainreport._facade._histogram import LatencyHistogram
@@ -277,18 +276,6 @@ def test_started_reporter_refuses_to_pickle() -> None:
     reporter.close(timeout=5)
 
 
-def test_report_after_close_is_dropped_with_one_log_event() -> None:
-    """Reports after close are counted and logged once, never raised."""
-    reporter, _, _ = make()
-    reporter.start()
-    reporter.close(timeout=5)
-    with capture_events() as events:
-        for step in range(3):
-            reporter.report_train_step(step=step, metrics={"loss": 1.0})
-    assert 3 == reporter.stats().drops["after_close"]
-    assert 1 == len([e for e in events if e["event"] == "trainreport.report_after_close"])
-
-
 def test_report_before_start_is_kept() -> None:
     """Reports made before start() are sent after it."""
     reporter, sink, _ = make()
@@ -326,16 +313,6 @@ def test_close_without_start_delivers_what_was_queued_and_says_start_was_forgott
     ]
 
 
-def test_close_without_start_on_another_rank_sends_nothing() -> None:
-    """Only global rank 0 starts anything, at close() too: other ranks stay inert."""
-    sink = MemorySink()
-    reporter = Reporter(sink, ReportingConfig(), rank=1)
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-
-    assert reporter.close(timeout=5)
-    assert ("inert", []) == (reporter.state, sink.requests)
-
-
 def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> None:
     """A pickled, unstarted reporter (Lightning's spawned worker) owns its copy's reports."""
     reporter, _, _ = make(MemorySink())
@@ -346,31 +323,6 @@ def test_close_without_start_of_an_unpickled_copy_delivers_from_the_copy() -> No
     assert [(1, 1, 1.0)] == curve(copy.sink.task, "train_loss")
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
-def test_close_without_start_in_a_forked_child_leaves_the_reports_to_the_parent(
-    tmp_path: Any,
-) -> None:
-    """A data-loader worker forked from an unstarted reporter never sends its copy's reports.
-
-    The child's ``close()`` sends nothing (the file is not written); the parent's
-    ``close()`` delivers them once.
-    """
-    from trainreport import FileSink  # noqa: PLC0415
-
-    record = tmp_path / "task.json"
-    reporter = Reporter(FileSink(record), ReportingConfig(), rank=0)
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-
-    def child() -> str:
-        closed = reporter.close(timeout=2)
-        return f"{closed} {reporter.state} {record.exists()}"
-
-    assert "True closed False" == in_a_forked_child(tmp_path, child)
-    assert reporter.close(timeout=5)
-    assert record.exists()
-
-
 def test_close_is_idempotent_and_returns_the_same_answer() -> None:
     """A second close() returns at once with the first answer."""
     reporter, _, _ = make()
@@ -379,31 +331,6 @@ def test_close_is_idempotent_and_returns_the_same_answer() -> None:
     assert reporter.close(timeout=5)
     assert reporter.close(timeout=5)
     assert "closed" == reporter.state
-
-
-def test_close_returns_false_within_its_deadline_when_sends_keep_failing() -> None:
-    """A dead destination delays close() by at most its timeout, and close() says False."""
-    sink = ScriptedSink()
-    sink.fail_sends.extend(RetryLater("down") for _ in range(10_000))
-    reporter, _, _ = make(sink, backoff_initial_seconds=0.05, backoff_max_seconds=0.1)
-    reporter.start()
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    started = time.monotonic()
-    assert not reporter.close(timeout=1.0)
-    assert time.monotonic() - started < 3.0  # generous bound: the deadline is the behaviour
-
-
-def test_close_returns_at_its_deadline_when_a_send_hangs() -> None:
-    """A send stuck in the sink does not hold close() past its timeout."""
-    sink = ScriptedSink()
-    sink.gate = threading.Event()  # never set: every send hangs until its timeout
-    reporter, _, _ = make(sink)
-    reporter.start()
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    started = time.monotonic()
-    assert not reporter.close(timeout=1.0)
-    assert time.monotonic() - started < 3.0
-    sink.gate.set()
 
 
 def test_context_manager_reports_completed_or_the_error() -> None:
@@ -544,31 +471,6 @@ def test_cancel_requested_is_set_when_the_destination_says_so() -> None:
     assert reporter.flush(timeout=5)
     assert reporter.cancel_requested.is_set()
     reporter.close(timeout=5)
-
-
-def test_disabled_and_other_ranks_are_inert(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRAINREPORT_DISABLED=1 and RANK=1 give a reporter with no thread that sends nothing."""
-    for variable, value in (("TRAINREPORT_DISABLED", "1"), ("RANK", "1")):
-        monkeypatch.setenv(variable, value)
-        sink = MemorySink()
-        reporter = Reporter(sink)
-        threads = threading.active_count()
-        reporter.start()
-        reporter.report_train_step(step=1, metrics={"loss": 1.0})
-        assert threads == threading.active_count()
-        assert reporter.close(timeout=1)
-        assert "inert" == reporter.state
-        assert [] == sink.requests
-        monkeypatch.delenv(variable)
-
-
-def test_slurm_procid_is_read_when_rank_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without RANK, SLURM_PROCID decides (docs/design.md#guarantees)."""
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setenv("SLURM_PROCID", "3")
-    reporter = Reporter(MemorySink())
-    reporter.start()
-    assert "inert" == reporter.state
 
 
 def test_flush_delivers_everything_before_the_interval() -> None:
@@ -736,35 +638,6 @@ def test_scalars_keep_only_the_latest_value() -> None:
     assert reporter.close(timeout=5)
     assert ["train_loss"] == list(held(sink)["status_details"]["metrics"])
     assert 0.2 == held(sink)["status_details"]["train_lr"]
-
-
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() with threads
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() exists on Linux and macOS only")
-def test_forked_child_is_inert_and_never_deadlocks(tmp_path: Any) -> None:
-    """A child forked while the store lock is held can report, snapshot and close at once."""
-    reporter, sink, _ = make()
-    reporter.start()
-    reporter.report_train_step(step=1, metrics={"loss": 1.0})
-    recorder = reporter._recorder
-    assert recorder is not None
-    marker = tmp_path / "child.txt"
-    with recorder._lock:  # the child inherits a held lock
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 1
-            try:
-                reporter.report_train_step(step=2, metrics={"loss": 2.0})
-                reporter.snapshot()
-                ok = reporter.close(timeout=1) and reporter.state == "inert"
-                marker.write_text(f"{ok} {threading.active_count()}")
-                code = 0
-            finally:
-                os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert 0 == os.waitstatus_to_exitcode(status)
-    assert "True 1" == marker.read_text()
-    assert reporter.close(timeout=5)
-    assert [(1, 1, 1.0)] == curve(sink.task, "train_loss")
 
 
 def test_flush_sends_at_once_even_during_a_backoff() -> None:
@@ -1020,32 +893,6 @@ def test_a_series_this_run_records_replaces_the_unreadable_one_of_its_name(
     assert any(e["event"] == "trainreport.stored_series_replaced" for e in events)
 
 
-@pytest.mark.parametrize("series_suffix", [False, True])
-def test_a_name_stored_as_a_series_stays_a_series_whatever_arrives_first(
-    series_suffix: bool,
-) -> None:
-    """Without history configured, and before the stored task is read: the stored curve goes on."""
-    points = [{"step": s, "epoch": 1, "value": float(s)} for s in range(1, 4)]
-    stored = {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
-    sink = ScriptedSink(MemorySink(stored, series_suffix=series_suffix))
-    sink.open_results.extend(RetryLater("down") for _ in range(3))
-    reporter, _, clock = make(
-        sink, drain_queue_depth=2, time_series_metrics=[], backoff_initial_seconds=1.0
-    )
-    drive(reporter)
-    for step in range(4, 9):
-        reporter.report_train_step(step=step, metrics={"loss": float(step), "lr": 0.1})
-        cycle(reporter)
-    for _ in range(4):
-        clock.advance(10.0)
-        cycle(reporter)
-    assert reporter.close(timeout=5)
-    assert list(range(1, 9)) == [p[0] for p in curve(sink.task, "train_loss")]
-    assert "train_lr" not in held(sink)["status_details"]["metrics"]
-    assert 0.1 == held(sink)["status_details"]["train_lr"]
-    assert without_updated_at(sink.task) == without_updated_at(reporter.snapshot())
-
-
 def test_a_checkpoint_every_3_s_never_starves_the_curves_in_full_state_mode() -> None:
     """Events more often than the interval: curves still go every 10 s, not only at close."""
     reporter, sink, clock = make()
@@ -1299,3 +1146,49 @@ def test_stats_are_assembled_alone_from_the_queue_before_any_driver_exists() -> 
     )
     assert {"after_close": 3} == dict(stats.drops)
     assert ((), None, 2) == (stats.destinations, stats.journal, stats.report_calls)
+
+
+def test_heartbeat_sends_when_nothing_changed() -> None:
+    """With no new data a send still goes every heartbeat_seconds (docs/design.md#debounce)."""
+    clock = FakeClock()
+    sink = MemorySink()
+    reporter = Reporter(sink, ReportingConfig(heartbeat_seconds=60.0), clock=clock, rank=0)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    drive(reporter)
+    worker = reporter._worker
+    assert worker is not None
+    worker.cycle()
+    sent = len(sink.requests)
+    clock.advance(59.0)
+    worker.cycle()
+    assert sent == len(sink.requests)
+    clock.advance(1.0)
+    worker.cycle()
+    assert sent + 1 == len(sink.requests)
+    reporter.close(timeout=5)
+
+
+def test_old_unsent_data_is_warned_about_at_a_limited_rate() -> None:
+    """When data stays undelivered past unsent_warning_seconds, one warning per period."""
+    clock = FakeClock()
+    sink = ScriptedSink()
+    sink.fail_sends.extend(RetryLater("down") for _ in range(1000))
+    config = ReportingConfig(
+        unsent_warning_seconds=100.0,
+        backoff_initial_seconds=1.0,
+        backoff_max_seconds=1.0,
+        backoff_jitter=0.0,
+    )
+    reporter = Reporter(sink, config, clock=clock, rank=0)
+    drive(reporter)
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    worker = reporter._worker
+    assert worker is not None
+    with capture_events() as events:
+        for _ in range(25):
+            clock.advance(10.0)
+            worker.cycle()
+    warnings = [e for e in events if e["event"] == "trainreport.unsent_data_old"]
+    assert 2 == len(warnings)  # at ~100 s and ~200 s of the 250 s
+    assert 1 == warnings[0]["unsent_points"]
+    reporter.close(timeout=0.5)

@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from time import perf_counter_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
@@ -129,12 +128,12 @@ def report_call(
     @functools.wraps(method)
     def report(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
         self._calls += 1
-        t0 = perf_counter_ns()
+        t0 = self._timer()
         try:
             method(self, *args, **kwargs)
         except Exception as exc:
             self._failed(name, exc)
-        self._latencies.append(perf_counter_ns() - t0)
+        self._latencies.append(self._timer() - t0)
 
     return report
 
@@ -164,6 +163,9 @@ class Reporter:
         clock: monotonic clock in seconds that drives the debounce, heartbeat
             and backoff; inject :class:`trainreport.testing.FakeClock` in tests.
             ``close()`` deadlines always use real time.
+        timer: the clock report calls time themselves with, in integer
+            nanoseconds (``stats()``'s report-call latencies); tests inject a
+            stand-in rather than patch ``time.perf_counter_ns``.
         rank: this process's global rank; ``None`` reads it in :meth:`start`
             from ``RANK``, then ``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``,
             ``PMI_RANK``, ``PMIX_RANK`` (docs/design.md#guarantees). Only rank 0 reports.
@@ -193,6 +195,8 @@ class Reporter:
     _logged_closed: bool = False
     #: What ``stats()`` says about the journal (set at ``start()``; ``None``: no journal).
     _journal_watch: JournalWatch | None = None
+    #: The report calls' own timing clock (integer nanoseconds).
+    _timer: Callable[[], int] = time.perf_counter_ns
 
     def __init__(
         self,
@@ -202,6 +206,7 @@ class Reporter:
         sinks: Sequence[Sink] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rank: int | None = None,
+        timer: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         if (sink is None) == (sinks is None):
             raise ConfigError(["give a sink, or sinks=[...], not both"])
@@ -213,6 +218,7 @@ class Reporter:
         self._sinks = tuple(chosen)
         self._config = config = config if config is not None else ReportingConfig()
         self._clock = clock
+        self._timer = timer
         self._rank = rank
         self._machine = ReporterMachine()
         self._worker: Worker | None = None
@@ -483,7 +489,7 @@ class Reporter:
         # The hot path: :meth:`_put` and ``_reports``' short form, inlined (a call to a
         # builder there costs 9-18 % of this call's CPU: docs/engine.md, "The hot path").
         self._train_calls = (calls := self._train_calls) + 1  # one line: no switch inside
-        t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()  # one call in TIMED_EVERY
+        t0 = 0 if calls & UNTIMED_MASK else self._timer()  # one call in TIMED_EVERY
         try:  # one copy, one append, no lock, no Event.set
             if not self._accepting or self._queued_bytes >= self._max_queue_bytes:
                 self._refuse_report()
@@ -516,7 +522,7 @@ class Reporter:
         except Exception as exc:
             self._failed("report_train_step", exc)
         if t0:
-            self._sampled.append(perf_counter_ns() - t0)  # folded off this thread (_histogram)
+            self._sampled.append(self._timer() - t0)  # folded off this thread (_histogram)
 
     @report_call
     def report_validation(

@@ -40,7 +40,7 @@ wire modes. The soak of 2,000 examples, which prints its figures (examples,
 points checked, points lost, duplicates)::
 
     TRAINREPORT_STATEFUL_EXAMPLES=2000 PYTHONPATH=$PWD/src \\
-        python -m pytest -p no:cacheprovider -s tests/test_stateful_faults.py
+        python -m pytest -p no:cacheprovider -s tests/contracts/test_stateful_faults.py
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ INTERVAL = 0.25
 SLACK_SECONDS = 0.25
 #: Steps an earlier attempt stored before the killed one started with the service down.
 PRIOR = 40
-CHILD = Path(__file__).with_name("kill_child.py")
-ROOT = Path(__file__).resolve().parents[1]
+CHILD = Path(__file__).parents[1] / "kill_child.py"
+ROOT = Path(__file__).resolve().parents[2]
 FIGURES: list[dict[str, Any]] = []
 
 
