@@ -352,6 +352,21 @@ class StatefulFaults(RuleBasedStateMachine):
         proc.cycle()
 
     @precondition(lambda self: self.proc is not None and self.proc.first_train is not None)
+    @rule(where=st.floats(0.0, 1.0), v=st.floats(-10, 10))
+    def step_goes_back_into_points_that_left_memory(self, where: float, v: float) -> None:
+        """A lower step, before the first point still in memory (if any left), in one series."""
+        proc = self.live
+        series = store_of(proc.reporter).series.get("train_loss")
+        points = self.model.series.get("train_loss", [])
+        if series is None or not series.base or not series.steps or len(points) < series.base:
+            return  # nothing of it left memory (yet)
+        step = points[int(where * (series.base - 1))][0]
+        if not proc.terminal and step < series.steps[0]:
+            FIGURES["rewinds_past_memory"] += 1
+        self.train_point(proc, step, {"loss": v})
+        proc.cycle()
+
+    @precondition(lambda self: self.proc is not None and self.proc.first_train is not None)
     @rule(threads=st.integers(2, 4), n=st.integers(1, 40))
     def train_from_several_threads(self, threads: int, n: int) -> None:
         """Threads with their own metric names and their own step counters lose nothing."""
