@@ -5,12 +5,17 @@ JSON: ``{"sink": "http" | "file", "url", "job", "extension", "path",
 "journal_dir", "interval", "side", "steps", "step_seconds", "first_step",
 "send_interval", "connect_timeout", "read_timeout", "recover_only", "stop_file",
 "sigterm_hook", "attempt", "salt", "clock_offset", "disk_full_file",
-"compact_always", "rejected_backoff"}``.
+"compact_always", "rejected_backoff", "released_file"}``.
 
 Each line of the side file is ``<step> <time.time() after the report call
 returned>``, written with one unbuffered ``os.write`` (the kernel has it
 when the call returns, so it survives ``kill -9``). Values are a function of
 the step (:func:`value_of`), so the parent checks every stored point.
+
+``released_file``: every 50 steps, the number of points that left the
+store's memory so far (``docs/engine.md``, "Memory"; the store's
+``points_released``, read by test code) is written over this file's first
+line, so the parent knows points had left memory before the kill.
 
 ``recover_only``: start a reporter on the same job and task, report nothing,
 close: the restart that recovers a dead process's journal.
@@ -146,11 +151,16 @@ def main(spec: dict[str, object]) -> None:
     reporter.report_training_start(max_steps=10**8, num_epochs=1)
     pause = float(spec["step_seconds"])  # type: ignore[arg-type]
     first = int(spec.get("first_step", 1))  # type: ignore[call-overload]
+    released = None
+    if spec.get("released_file"):
+        released = os.open(str(spec["released_file"]), os.O_WRONLY | os.O_CREAT, 0o644)
     for step in range(first, first + int(spec["steps"])):  # type: ignore[call-overload]
         reporter.report_train_step(
             step=step, epoch=1, metrics={name: value_of(step, name, salt) for name in METRICS}
         )
         REAL_WRITE(side, f"{step} {REAL_TIME():.6f}\n".encode())
+        if released is not None and step % 50 == 0:
+            os.pwrite(released, f"{points_released(reporter):>20}\n".encode(), 0)
         if stop is not None and os.path.exists(stop):
             break
         time.sleep(pause)
@@ -158,6 +168,12 @@ def main(spec: dict[str, object]) -> None:
         with open(f"{stop}.closing", "w") as marker:
             marker.write(f"{REAL_TIME():.6f}\n")
     reporter.close()
+
+
+def points_released(reporter: Reporter) -> int:
+    """Points that left the reporter's memory so far (test code reads the store's counter)."""
+    recorder = reporter._recorder
+    return 0 if recorder is None else recorder._record.store.points_released
 
 
 if __name__ == "__main__":

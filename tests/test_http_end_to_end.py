@@ -158,6 +158,31 @@ def test_a_second_process_continues_the_curves(server: ServerHandle, use_extensi
 
 
 @MODES
+def test_a_resumed_run_longer_than_the_release_batch_keeps_every_stored_point(
+    server: ServerHandle, use_extension: bool
+) -> None:
+    """A stored task past the release batch: an update without points sends none of them away.
+
+    The second process seeds 300 points a series (more than
+    ``RELEASE_MIN_POINTS``), acknowledges a status-only update, then
+    reports: in full-state mode the next ``metrics`` still holds every
+    stored point (a full-state destination keeps every point from its open).
+    """
+    first = reporter_for(server.url, use_extension)
+    train(first, range(1, 301), flush_every=100)
+    assert first.close(timeout=10)
+    second = reporter_for(server.url, use_extension)
+    second.report_training_start(max_steps=400)
+    assert second.flush(timeout=10)
+    train(second, range(301, 311))
+    second.report_completed()
+    assert second.close(timeout=10)
+
+    assert list(range(1, 311)) == steps_of(stored(server.url), "train_loss")
+    assert list(range(10, 311, 10)) == steps_of(stored(server.url), "val_loss")
+
+
+@MODES
 def test_a_resume_from_an_earlier_checkpoint_rewinds(
     server: ServerHandle, use_extension: bool
 ) -> None:

@@ -148,6 +148,21 @@ def test_the_retained_tail_stays_bounded_over_a_long_run() -> None:
     assert [True] * 3 == [0 < n <= bound for n in retained], retained
 
 
+def test_the_release_batch_is_the_stores_release_min_points() -> None:
+    """Acknowledged points leave in batches of ``release_min_points`` (default 256), newest kept."""
+    default, small = MetricStore(), MetricStore(release_min_points=4)
+    for store in (default, small):
+        store.admit("a", as_series=True)
+        for step in range(1, 11):
+            store.record("a", step, 1, float(step))
+        _acknowledge_all(store)
+
+    assert (RELEASE_MIN_POINTS, 4) == (default.release_min_points, small.release_min_points)
+    assert (10, 1) == (default.retained_points(), small.retained_points())
+    assert (0, 9) == (default.points_released, small.points_released)
+    assert 10 == len(small.series["a"])
+
+
 def test_nothing_leaves_memory_until_every_destination_holds_it() -> None:
     """Points one destination has not acknowledged stay, and so do those of a kept destination."""
     store = MetricStore(destinations=2)

@@ -10,7 +10,10 @@ SIGKILL at a random moment, then recovers:
   port, the server started only for recovery); recovery by restarting a
   process on the same job and task, or by ``trainreport sync`` of the journal;
 - through the embedded default's run log (``FileSink``): ``read_task`` of the
-  log after the kill.
+  log after the kill;
+- after points had left the child's memory (``docs/engine.md``, "Memory":
+  points past the 256-a-series release batch that every destination and the
+  journal held), through the run log and through the journal (suffix mode).
 
 Every point recorded at least ``journal_interval_seconds`` (plus
 :data:`SLACK_SECONDS` for the reporter thread to be scheduled on a loaded
@@ -87,6 +90,7 @@ def _run_and_kill(
     *,
     hang: FaultProxy | None = None,
     hang_for: tuple[float, float] = (0.3, 2.5),
+    released: Path | None = None,
 ) -> tuple[float, list[tuple[int, float]]]:
     """Start the child, kill it at a random moment after its first report.
 
@@ -96,7 +100,9 @@ def _run_and_kill(
         hang: a proxy the child talks through, switched to hang (accept and
             never answer) 0.5-1 s after the first report; ``None``: none.
         hang_for: the range the kill's delay is drawn from (seconds after the
-            first report, or after the hang began).
+            first report, or after the hang began, or after points left memory).
+        released: the child's ``released_file``: the delay starts once it
+            says points left the child's memory; ``None``: do not wait.
 
     Returns:
         the kill's wall time and ``(step, wall time)`` of every report.
@@ -110,6 +116,9 @@ def _run_and_kill(
     if hang is not None:
         time.sleep(rng.uniform(0.5, 1.0))
         hang.hang(60.0)
+    while released is not None and not _released(released) and time.monotonic() < deadline:
+        assert child.poll() is None, _errors(spec)
+        time.sleep(0.01)
     time.sleep(rng.uniform(*hang_for))
     kill_time = time.time()
     child.send_signal(signal.SIGKILL)
@@ -119,6 +128,12 @@ def _run_and_kill(
         step, at = line.split()
         reports.append((int(step), float(at)))
     return kill_time, reports
+
+
+def _released(path: Path) -> int:
+    """What the child's ``released_file`` says: points that left its memory (0: none yet)."""
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text else 0
 
 
 def _check(
@@ -360,6 +375,48 @@ def test_the_embedded_run_log_keeps_every_point_recorded_a_second_before_the_kil
         }
         kill_time, reports = _run_and_kill(spec, rng)
         _check(read_task(log), kill_time, reports, "embedded run log")
+
+
+@pytest.mark.parametrize("sink", ["run log", "extension"])
+def test_a_kill_after_points_left_memory_still_loses_only_the_window(
+    sink: str, start_server: Callable[..., ServerHandle], tmp_path: Path
+) -> None:
+    """Points past the release batch left memory before the kill: recovery still keeps them.
+
+    The child says when the first points every destination (and the
+    journal) held left its memory (``docs/engine.md``, "Memory"); it is
+    killed 0.1-1 s later. The embedded run log (``read_task``) or the
+    service after a restart through the journal (series-suffix mode; a
+    full-state destination keeps every point) holds every point recorded
+    :data:`WINDOW` before the kill, once.
+    """
+    rng = random.Random(f"released-{sink}")
+    server = start_server() if sink == "extension" else None
+    for kill in range(KILLS):
+        job = f"released-{kill}"
+        spec: dict[str, Any] = {
+            "job": job,
+            "interval": INTERVAL,
+            "side": str(tmp_path / f"{job}.side"),
+            "released_file": str(tmp_path / f"{job}.released"),
+            "steps": 10**7,
+            "step_seconds": 0.001,
+            "journal_dir": str(tmp_path / "journal"),
+        }
+        if server is None:
+            spec.update(sink="file", path=str(tmp_path / f"{job}.log"), send_interval=10.0)
+        else:
+            spec.update(sink="http", url=server.url, extension=True, send_interval=0.2)
+        released = Path(spec["released_file"])
+        kill_time, reports = _run_and_kill(spec, rng, hang_for=(0.1, 1.0), released=released)
+        assert 0 < _released(released), "no point left the child's memory before the kill"
+        if server is None:
+            task = read_task(Path(spec["path"]))
+        else:
+            restart = _spawn({**spec, "recover_only": True})
+            assert 0 == restart.wait(60), _errors(spec)
+            task = _stored(server.url, job)
+        _check(task, kill_time, reports, f"{sink}, after points left memory")
 
 
 # --- faults combined at random (issue 21, "The test that would have found them") ----------

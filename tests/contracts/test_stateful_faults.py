@@ -25,9 +25,18 @@ with a zombie about, after a terminal status). Full-state mode keeps no
 journal here: its recovery cannot tell a rewind to equal values from a
 longer stored tail (docs/engine.md, "Recovery", "Not covered").
 
+Points leave memory (``docs/engine.md``, "Memory") long before the run ends:
+each example draws the store's release batch (``MetricStore.release_min_points``,
+256 by default, here 1 to 40), so in extension mode acknowledged and journaled
+points leave memory before the faults, rewinds (into points that left),
+resumes and kills that follow; the test asserts that some examples did
+(``points released``). Full-state mode keeps every point by design (the whole
+state goes every time), and the test asserts that nothing left.
+
 The invariant, after the final ``close()`` with the proxy healthy: the server's
-``GET`` equals ``reporter.snapshot()`` equals the model's record: every point
-exactly once, in step order, rewinds applied, status and checkpoint path right.
+``GET`` equals the model's record: every point exactly once, in step order,
+rewinds applied, status and checkpoint path right; and ``reporter.snapshot()``
+equals the ``GET`` with each series from its first point still in memory on.
 
 Scheduling runs on injected clocks (:class:`~trainreport.testing.FakeClock`,
 advanced by the rules) and the worker is stepped on the test's thread
@@ -37,7 +46,8 @@ the faults' own bounded durations. Nothing sleeps and hopes.
 
 Examples: ``TRAINREPORT_STATEFUL_EXAMPLES`` (default 100) split over the two
 wire modes. The soak of 2,000 examples, which prints its figures (examples,
-points checked, points lost, duplicates)::
+points checked, points lost, duplicates, points released, the examples
+that released any, and the rewinds into points that had left memory)::
 
     TRAINREPORT_STATEFUL_EXAMPLES=2000 PYTHONPATH=$PWD/src \\
         python -m pytest -p no:cacheprovider -s tests/contracts/test_stateful_faults.py
@@ -75,6 +85,7 @@ from faults import FaultProxy
 from helpers import drive
 from trainreport import AttemptIdentity, HttpSink, Reporter, ReportingConfig
 from trainreport._facade._process_hooks import forget
+from trainreport._record._store import MetricStore
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock
 
@@ -101,8 +112,19 @@ CONFIG = ReportingConfig(
     unsent_warning_seconds=1e6,
 )
 
+#: The release batches an example draws from (``MetricStore.release_min_points``).
+RELEASE_BATCHES = (1, 5, 40)
+
 #: Figures over every example of the session (printed at the end of each test).
-FIGURES = {"examples": 0, "points_checked": 0, "points_lost": 0, "duplicates": 0}
+FIGURES = {
+    "examples": 0,
+    "points_checked": 0,
+    "points_lost": 0,
+    "duplicates": 0,
+    "points_released": 0,
+    "examples_released": 0,
+    "rewinds_past_memory": 0,
+}
 
 Point = tuple[int, int, float | None]
 
@@ -222,6 +244,7 @@ class StatefulFaults(RuleBasedStateMachine):
         self.killed: list[Reporter] = []  # never touched again, never closed
         self.outage = False
         self.journal_dir = tempfile.mkdtemp(prefix="stateful-journal-")
+        self.release_batch = RELEASE_BATCHES[0]  # drawn by start()
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -256,6 +279,7 @@ class StatefulFaults(RuleBasedStateMachine):
             )
         reporter = Reporter(sink, config, clock=clock, rank=0)
         drive(reporter)
+        store_of(reporter).release_min_points = self.release_batch
         return reporter, clock
 
     def heal(self) -> None:
@@ -290,8 +314,10 @@ class StatefulFaults(RuleBasedStateMachine):
 
     # -- start --------------------------------------------------------------------------
 
-    @initialize()
-    def start(self) -> None:
+    @initialize(release_batch=st.sampled_from(RELEASE_BATCHES))
+    def start(self, release_batch: int) -> None:
+        """The first process; ``release_batch``: its stores' release batch (points leave early)."""
+        self.release_batch = release_batch
         self.proc = self.new_process()
 
     # -- reports --------------------------------------------------------------------------
@@ -319,6 +345,24 @@ class StatefulFaults(RuleBasedStateMachine):
         """A lower step into one series replaces that series' tail only."""
         proc = self.live
         step = max(proc.next_step - 1 - back, 1)
+        series = store_of(proc.reporter).series.get("train_loss")
+        if series is not None and series.base and series.steps and step < series.steps[0]:
+            FIGURES["rewinds_past_memory"] += 1  # into points that left memory
+        self.train_point(proc, step, {"loss": v})
+        proc.cycle()
+
+    @precondition(lambda self: self.proc is not None and self.proc.first_train is not None)
+    @rule(where=st.floats(0.0, 1.0), v=st.floats(-10, 10))
+    def step_goes_back_into_points_that_left_memory(self, where: float, v: float) -> None:
+        """A lower step, before the first point still in memory (if any left), in one series."""
+        proc = self.live
+        series = store_of(proc.reporter).series.get("train_loss")
+        points = self.model.series.get("train_loss", [])
+        if series is None or not series.base or not series.steps or len(points) < series.base:
+            return  # nothing of it left memory (yet)
+        step = points[int(where * (series.base - 1))][0]
+        if not proc.terminal and step < series.steps[0]:
+            FIGURES["rewinds_past_memory"] += 1
         self.train_point(proc, step, {"loss": v})
         proc.cycle()
 
@@ -612,13 +656,19 @@ class StatefulFaults(RuleBasedStateMachine):
             assert worker.alive
 
     def check_record(self, reporter: Reporter) -> None:
-        """After a close that returned True: GET == snapshot() == the model."""
+        """After a close that returned True: GET == the model, snapshot() == GET's tails.
+
+        ``snapshot()`` holds each series from its first point still in memory
+        on (``Series.base``); the ``GET`` holds it whole.
+        """
         task = self.stored()
         lost, duplicates, checked = compare_points(self.model, task)
         FIGURES["points_checked"] += checked
         FIGURES["points_lost"] += lost
         FIGURES["duplicates"] += duplicates
-        assert without_updated_at(reporter.snapshot()) == without_updated_at(task)
+        assert without_updated_at(reporter.snapshot()) == without_updated_at(
+            in_memory(store_of(reporter), task)
+        )
         details = task["status_details"]
         stored_series = {
             name: [(p["step"], p["epoch"], p["value"]) for p in points]
@@ -651,6 +701,29 @@ class StatefulFaults(RuleBasedStateMachine):
         assert proc.reporter.close(timeout=15.0), "the final close did not deliver everything"
         FIGURES["examples"] += 1
         self.check_record(proc.reporter)
+        reporters = [*self.closed, *self.killed, proc.reporter]
+        released = sum(store_of(r).points_released for r in reporters)
+        FIGURES["points_released"] += released
+        FIGURES["examples_released"] += released > 0
+
+
+def store_of(reporter: Reporter) -> MetricStore:
+    """The store of a started reporter (its release batch is set, its counters read)."""
+    recorder = reporter._recorder
+    assert recorder is not None
+    return recorder._record.store
+
+
+def in_memory(store: MetricStore, task: dict[str, Any]) -> dict[str, Any]:
+    """``task`` with each series from the store's first point in memory on (``Series.base``)."""
+    details = task["status_details"]
+    if "metrics" not in details:
+        return task
+    metrics = {
+        name: points[store.series[name].base :] if name in store.series else points
+        for name, points in details["metrics"].items()
+    }
+    return {**task, "status_details": {**details, "metrics": metrics}}
 
 
 def without_updated_at(task: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -726,7 +799,9 @@ def _report(label: str, before: dict[str, int]) -> None:
     print(
         f"\nstateful faults ({label}): {run['examples']} examples, "
         f"{run['points_checked']} points checked, {run['points_lost']} lost, "
-        f"{run['duplicates']} duplicates"
+        f"{run['duplicates']} duplicates, {run['points_released']} points released "
+        f"(left memory) in {run['examples_released']} examples, "
+        f"{run['rewinds_past_memory']} rewinds into points that had left memory"
     )
 
 
@@ -734,10 +809,20 @@ def _report(label: str, before: dict[str, int]) -> None:
 def test_nothing_is_lost_whatever_the_faults(
     stateful_server: ServerHandle, suffix_mode: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Any sequence of reports, restarts, kills and faults: server == snapshot == model."""
+    """Any sequence of reports, restarts, kills and faults: server == snapshot == model.
+
+    In extension mode points left memory in some examples (before the faults,
+    rewinds and resumes that followed); in full-state mode none did (every
+    point is kept for the whole state).
+    """
     monkeypatch.delenv("TRAINREPORT_JOURNAL", raising=False)  # the extension machine's journals
     before = dict(FIGURES)
     _run(stateful_server, suffix_mode, max(1, math.ceil(EXAMPLES / 2)))
     _report("extension" if suffix_mode else "full state", before)
-    assert 0 == FIGURES["points_lost"] - before["points_lost"]
-    assert 0 == FIGURES["duplicates"] - before["duplicates"]
+    run = {key: FIGURES[key] - before[key] for key in FIGURES}
+    assert 0 == run["points_lost"]
+    assert 0 == run["duplicates"]
+    if suffix_mode:
+        assert 0 < run["examples_released"], "no example let points leave memory"
+    else:
+        assert 0 == run["points_released"]

@@ -328,6 +328,8 @@ def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: 
     first = dest.state is not DestinationState.REOPENING
     dest.apply(_IN.OPENED)
     dest.suffix_mode = CAPABILITY_SERIES_SUFFIX in result.capabilities
+    if dest.full_state:  # the whole state goes every time: no point may leave memory
+        recorder.keep_every_point(dest.index)
     state = _stored_state(result)
     if first:
         _log.info(

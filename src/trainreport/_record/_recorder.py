@@ -270,11 +270,12 @@ class Recorder:
             return self._delivery.thin_metrics(d, budget)
 
     def keep_every_point(self, d: int) -> None:
-        """Destination ``d`` needs every point kept in memory (a ``MemorySink``).
+        """Destination ``d`` needs every point kept in memory (``MemorySink``, full state).
 
         Otherwise a point leaves memory once every destination holds it and
         the journal was given it (``docs/engine.md``, "Memory"); a full-state
-        destination is marked at its first full-state build.
+        destination is marked when it opens in full-state mode (before the
+        store is seeded from it), and again at each full-state build.
         """
         with self._lock:
             self._record.store.keep_every_point(d)

@@ -272,11 +272,22 @@ class MetricStore:
             (docs/design.md#metrics); further
             names are refused by :meth:`admit`.
         destinations: how many destinations' holdings each series tracks.
+        release_min_points: the least batch of points a series lets leave
+            memory at once (:meth:`release`); the default
+            :data:`RELEASE_MIN_POINTS`. Tests lower it (the attribute of the
+            same name) so that points leave memory within a short run.
     """
 
-    def __init__(self, max_names: int = 1000, destinations: int = 1) -> None:
+    def __init__(
+        self,
+        max_names: int = 1000,
+        destinations: int = 1,
+        release_min_points: int = RELEASE_MIN_POINTS,
+    ) -> None:
         self.max_names = max_names
         self.destinations = destinations
+        #: Points leave memory in batches of at least this many a series (:meth:`release`).
+        self.release_min_points = release_min_points
         self.series: dict[str, Series] = {}
         self.scalars: dict[str, float] = {}  # only names that have had a value
         self.scalar_names: set[str] = set()
@@ -467,18 +478,20 @@ class MetricStore:
 
         A series keeps at least its newest point; nothing leaves while a
         destination :meth:`keep_every_point`. Points leave in batches of at
-        least :data:`RELEASE_MIN_POINTS` a series, so the columns' prefix is
-        not moved at every acknowledgement. Returns how many left.
+        least :attr:`release_min_points` (:data:`RELEASE_MIN_POINTS`) a
+        series, so the columns' prefix is not moved at every acknowledgement.
+        Returns how many left.
         """
         if any(self.keeps_every_point):
             return 0
         released = 0
         journal = self.journal_fed
+        batch = self.release_min_points
         for s in self.series.values():
             upto = min(s.delivered)
             if journal and s.journaled < upto:
                 upto = s.journaled
-            if upto - s.base >= RELEASE_MIN_POINTS:
+            if upto - s.base >= batch:
                 released += s.forget(upto)
         self.points_released += released
         return released
