@@ -499,3 +499,31 @@ def test_serve_on_a_busy_port_exits_1_and_leaves_no_database(tmp_path: Path) -> 
     assert 1 == proc.returncode
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert [] == sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_no_name_of_the_cli_package_is_also_one_of_its_submodules() -> None:
+    """A handler named like a submodule (``_sync`` beside ``cli/_sync.py``) is replaced.
+
+    Importing ``trainreport.cli._sync`` binds the module to the package's name
+    ``_sync``, so a parser built after the first ``sync`` would call the module
+    (``TypeError: 'module' object is not callable``) and a second command in one
+    process fails.
+    """
+    import ast  # noqa: PLC0415 - next to its only use
+    import pkgutil  # noqa: PLC0415
+
+    package = Path(cli.__file__).parent
+    submodules = {info.name for info in pkgutil.iter_modules([str(package)])}
+    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    defined = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
+    } | {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert set() == defined & submodules

@@ -406,10 +406,10 @@ def _add_demo(subparsers: Any) -> None:
             "Ctrl-C (without it, the server stops when the demo ends)"
         ),
     )
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_run_demo)
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _run_demo(args: argparse.Namespace) -> int:
     try:
         from trainreport.cli._demo import (  # noqa: PLC0415 - needs the demo extra
             check_service,
@@ -842,10 +842,10 @@ def _add_sync(subparsers: Any) -> None:
         default=60.0,
         help="seconds each of the open and the send may take (default: 60)",
     )
-    sync.set_defaults(handler=_sync)
+    sync.set_defaults(handler=_run_sync)
 
 
-def _sync(args: argparse.Namespace) -> int:
+def _run_sync(args: argparse.Namespace) -> int:
     from trainreport._runlog._journal import mark_sent_under  # noqa: PLC0415
     from trainreport._runlog._plan import StaleJournalError, SyncError  # noqa: PLC0415
     from trainreport._runlog._runfile import LOG_SUFFIX, RECORD_SUFFIX  # noqa: PLC0415
