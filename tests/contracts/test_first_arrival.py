@@ -81,8 +81,8 @@ def test_the_read_makes_a_provisional_name_a_scalar_unless_it_is_stored_as_a_ser
 
     assert ("scalar", 0.3) == kind(recorder, "train_lr")
     assert set() == recorder._record.provisional
-    assert 0.3 == recorder.snapshot()["status_details"]["train_lr"]
-    assert "train_lr" not in recorder.snapshot()["status_details"].get("metrics", {})
+    assert 0.3 == recorder.snapshot()[0]["status_details"]["train_lr"]
+    assert "train_lr" not in recorder.snapshot()[0]["status_details"].get("metrics", {})
 
 
 def test_a_provisional_name_the_stored_task_holds_as_a_series_stays_a_series() -> None:

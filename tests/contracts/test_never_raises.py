@@ -34,7 +34,6 @@ import hostile_values
 from helpers import curve, drive, held
 from hostile_values import HOSTILE, FakeTensor
 from trainreport import MemorySink, Reporter, ReportingConfig
-from trainreport._record._name_rules import check_name
 from trainreport._record._params import flatten_params
 from trainreport._record._values import (
     UNCONVERTIBLE,
@@ -44,6 +43,7 @@ from trainreport._record._values import (
     to_chartable,
     to_step,
 )
+from trainreport._wire._protocol import check_name
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

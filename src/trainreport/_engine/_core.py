@@ -55,6 +55,7 @@ from trainreport._reporting_config import ReportingConfig
 from trainreport._wire._sink_interface import Opened
 
 __all__ = [
+    "BACKLOG_SEND_POINTS",
     "LAST_ATTEMPT_LEAD_SECONDS",
     "MIN_JOURNAL_WAIT_SECONDS",
     "MIN_TIMEOUT_SECONDS",
@@ -66,6 +67,13 @@ __all__ = [
     "close_wait",
     "next_wait",
 ]
+
+#: A destination that takes suffixes (the reference server, a run log) and lacks at
+#: least this many points is sent to without waiting for the debounce (never inside
+#: its floor, a backoff or a Retry-After): the points it has not acknowledged are
+#: what the store must keep in memory (docs/engine.md, "Memory"), so memory stays
+#: bounded however fast the loop reports (about 28 MB of columns at 28 B a point).
+BACKLOG_SEND_POINTS = 100_000
 
 #: While closing, the last attempt starts at least this long (seconds) before the
 #: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
@@ -314,6 +322,8 @@ class EngineCore:
             driver keeps).
         wall_clock: the ``updated_at`` stamp of each update built (a stamp
             source, not read for any decision).
+        backlog_send_points: the points a suffix-mode destination may lack
+            before it is sent to inside the debounce (:data:`BACKLOG_SEND_POINTS`).
 
     Owned by the reporter thread (the driver); see the module docstring.
     """
@@ -326,9 +336,11 @@ class EngineCore:
         config: ReportingConfig,
         resume: Resume,
         wall_clock: Callable[[], str],
+        backlog_send_points: int = BACKLOG_SEND_POINTS,
     ) -> None:
         self.recorder = recorder
         self.destinations = destinations
+        self.backlog_send_points = backlog_send_points
         self.config = config
         self.resume = resume
         self.wall_clock = wall_clock
@@ -394,13 +406,21 @@ class EngineCore:
     def running_request(self, dest: Destination, now: float) -> Job | None:
         """Running or flushing: the request to start now for ``dest``, or ``None``.
 
-        A waiting ``flush()`` forces one send (and its sends carry the curves).
+        A waiting ``flush()`` forces one send (and its sends carry the curves);
+        a suffix-mode destination lacking ``backlog_send_points`` points is due
+        at once, within its floor, backoff and Retry-After.
         """
         flush = self.flush
         forced = flush.wants_a_send(dest, now, self.recorder.has_changes)
         if forced:
             flush.sent(dest)
             dest.scheduler.note_change(now, urgent=True)
+        elif (
+            dest.job is None
+            and dest.suffix_mode
+            and self.recorder.unsent_points(dest.index) >= self.backlog_send_points
+        ):
+            dest.scheduler.note_change(now, urgent=True)  # the backlog holds memory
         if dest.job is not None or not (forced or dest.scheduler.is_due(now)):
             return None
         return self._request(dest, now, closing=False, complete=flush.waiting, timeout=None)
