@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -208,7 +209,9 @@ def cycle_cost(
 ) -> tuple[float, float, list[tuple[float, int, float]]]:
     """(CPU seconds per cycle, CPU seconds per point, the runs as (interval, cycles, CPU)).
 
-    Cycles are counted by wrapping ``Worker.cycle`` for the duration of each run.
+    Both figures are NaN when every run counted the same cycles (runs too short
+    for their intervals to tell apart). Cycles are counted by wrapping
+    ``Worker.cycle`` for the duration of each run.
     """
     iterations = calibrate()
     counted = [0]
@@ -228,11 +231,23 @@ def cycle_cost(
             finally:
                 worker_module.Worker.cycle = original  # type: ignore[method-assign]
             runs.append((interval, counted[0], float(result.extras["cpu_s"])))
+    points = 14 * steps + len(VAL_NAMES) * (steps // VALIDATE_EVERY)
+    per_cycle, per_point = fit_cycle_cost(runs, points)
+    return per_cycle, per_point, runs
+
+
+def fit_cycle_cost(runs: list[tuple[float, int, float]], points: int) -> tuple[float, float]:
+    """(CPU seconds per cycle, per point): the line through the runs' (cycles, CPU).
+
+    NaN for both when every run counted the same cycles (runs too short for
+    their intervals to differ): no line fits them.
+    """
     cycles = [float(c) for _, c, _ in runs]
     cpu = [c for _, _, c in runs]
+    if len(set(cycles)) < 2:
+        return math.nan, math.nan
     per_cycle, rest = statistics.linear_regression(cycles, cpu)
-    points = 14 * steps + len(VAL_NAMES) * (steps // VALIDATE_EVERY)
-    return per_cycle, rest / points, runs
+    return per_cycle, rest / points
 
 
 def render_cycle_cost(
@@ -254,6 +269,14 @@ def test_periodic_units_are_measured(benchmark: Any) -> None:
     medians = benchmark.pedantic(measure, kwargs={"count": 5, "rounds": 1}, rounds=1, iterations=1)
     assert len(medians) == 2 * len(PATTERNS)
     assert all(value > 0 for value in medians.values())
+
+
+def test_runs_that_counted_the_same_cycles_fit_no_line() -> None:
+    """Two runs of 2 cycles each (a loop too short for its intervals): NaN, not a crash."""
+    assert all(math.isnan(x) for x in fit_cycle_cost([(0.01, 2, 0.0028), (0.1, 2, 0.0035)], 10))
+    per_cycle, per_point = fit_cycle_cost([(0.01, 10, 0.011), (0.1, 2, 0.003)], 10)
+    assert math.isclose(0.001, per_cycle)
+    assert math.isclose(0.0001, per_point)
 
 
 def test_cycle_cost_counts_cycles_of_short_runs() -> None:
