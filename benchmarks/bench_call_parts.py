@@ -43,14 +43,14 @@ from _workload import metrics_for
 from trainreport import MemorySink, Reporter, ReportingConfig
 from trainreport._facade import _reporter as calls_module
 
-_SAMPLED = "t0 = 0 if calls & UNTIMED_MASK else perf_counter_ns()"
-_TIMED_END = "if t0:\n        self._sampled.append(perf_counter_ns() - t0)"
+_SAMPLED = "t0 = 0 if calls & UNTIMED_MASK else self._timer()"
+_TIMED_END = "if t0:\n        self._sampled.append(self._timer() - t0)"
 _CHECK = "if type(sum(copied.values(), 0.0)) is not float:"
 
 #: (variant, [(text in the source, its replacement), ...]).
 VARIANTS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("as shipped", ()),
-    ("every call timed", ((_SAMPLED, "t0 = perf_counter_ns()"),)),
+    ("every call timed", ((_SAMPLED, "t0 = self._timer()"),)),
     ("no plainness check", ((_CHECK, "if False:"),)),
     ("neither", ((_SAMPLED, "t0 = 0"), (_TIMED_END, "pass"), (_CHECK, "if False:"))),
 )
