@@ -539,9 +539,11 @@ class StatefulFaults(RuleBasedStateMachine):
         if not self.live.terminal:  # close() with no terminal report completes the run
             self.model.status = "completed"
         assert self.live.reporter.close(timeout=10.0), "close() gave up on a service that is back"
+        # The check reads the record back (snapshot() reads released points from the
+        # service): not through an outage that close() did not have to wait out.
+        self.heal()
         self.check_record(self.live.reporter)
         self.closed.append(self.live.reporter)
-        self.heal()
         last = self.model.last_train_step()
         first = None if resume is None or last is None else max(1, int(last * resume))
         self.proc = self.new_process(first)
