@@ -856,6 +856,9 @@ def test_search_filters_charts_and_sections_collapse(
         hidden = browser.evaluate(
             "document.querySelector('.chart[data-title=\"train_lr\"]').checkVisibility()"
         )
+        # A <details> fires its "toggle" event in a later task, and the page writes the
+        # URL from it: reloading before then would reload the old URL.
+        browser.wait_for("new URLSearchParams(location.search).getAll('closed').includes('train')")
         browser.page.reload()
         browser.wait_for("document.querySelector('details[data-section=\"train\"]') !== null")
         still_closed = browser.evaluate(
