@@ -115,6 +115,15 @@ def _no_journal_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINREPORT_JOURNAL", "0")
 
 
+@pytest.fixture(autouse=True)
+def _an_attempt_that_followed_no_dead_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dead attempts this process took journals of (``_wire._attempt.follow``) are
+    process-wide: each test starts with none, whatever journals earlier tests claimed."""
+    from trainreport._wire import _attempt  # noqa: PLC0415 - fixtures import lazily
+
+    monkeypatch.setattr(_attempt, "_predecessors", [])
+
+
 @pytest.fixture
 def torch(monkeypatch: pytest.MonkeyPatch) -> fake_cuda.FakeTorch:
     """The stand-in for torch and CUDA (``fake_cuda.FakeTorch``), installed for this test."""

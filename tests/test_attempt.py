@@ -8,9 +8,12 @@ import pytest
 
 from trainreport._wire._attempt import (
     ATTEMPT_VARIABLES,
+    FOLLOW_MARGIN_SECONDS,
     AttemptIdentity,
     attempt_number,
     current_attempt,
+    follow,
+    ordered_after,
     process_started_at,
 )
 from trainreport.testing import capture_events
@@ -57,3 +60,42 @@ def test_the_process_start_time_is_before_now_and_stable() -> None:
 def test_current_attempt_combines_both() -> None:
     """The identity holds the number from the environment and the process start time."""
     assert AttemptIdentity(5, process_started_at()) == current_attempt({"TRAINREPORT_ATTEMPT": "5"})
+
+
+@pytest.mark.parametrize(
+    ("own", "predecessor", "expected"),
+    [
+        # start times decide (no numbers, equal numbers, one missing): moved past
+        (AttemptIdentity(None, 100.0), AttemptIdentity(None, 3700.0), 3700.01),
+        (AttemptIdentity(2, 100.0), AttemptIdentity(2, 3700.0), 3700.01),
+        (AttemptIdentity(None, 100.0), AttemptIdentity(4, 3700.0), 3700.01),
+        (AttemptIdentity(4, 100.0), AttemptIdentity(None, 3700.0), 3700.01),
+        # already later, or equal (the service takes equal as the same attempt): kept
+        (AttemptIdentity(None, 3800.0), AttemptIdentity(None, 3700.0), 3800.0),
+        (AttemptIdentity(None, 3700.0), AttemptIdentity(None, 3700.0), 3700.0),
+        # numbers that differ order them: the clock is not consulted
+        (AttemptIdentity(3, 100.0), AttemptIdentity(2, 3700.0), 100.0),
+        (AttemptIdentity(1, 100.0), AttemptIdentity(2, 3700.0), 100.0),
+        # no start time on either side: nothing to order by
+        (AttemptIdentity(None, 100.0), AttemptIdentity(None, None), 100.0),
+        (AttemptIdentity(None, None), AttemptIdentity(None, 3700.0), None),
+    ],
+)
+def test_an_attempt_that_follows_a_dead_one_is_ordered_after_it(
+    own: AttemptIdentity, predecessor: AttemptIdentity, expected: float | None
+) -> None:
+    """Where the service would order the two by start time, the follower's is moved past
+    the predecessor's (a clock stepped back must not make it the older attempt)."""
+    moved = ordered_after(own, predecessor)
+    assert (own.number, expected) == (moved.number, moved.started_at)
+
+
+def test_current_attempt_is_ordered_after_every_attempt_it_followed() -> None:
+    """``follow`` is remembered for the process: the latest predecessor wins, in any order."""
+    own = process_started_at()
+    follow(AttemptIdentity(None, own + 7200.0))
+    follow(AttemptIdentity(None, own + 3600.0))
+    follow(AttemptIdentity(9, own + 99999.0))  # numbered: ordered by number against 5
+    assert AttemptIdentity(5, round(own + 7200.0 + FOLLOW_MARGIN_SECONDS, 3)) == current_attempt(
+        {"TRAINREPORT_ATTEMPT": "5"}
+    )

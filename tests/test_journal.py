@@ -155,6 +155,32 @@ def test_a_journal_left_by_a_dead_process_is_moved_aside_for_recovery(tmp_path: 
     assert not journal.state.exists
 
 
+def test_the_next_claimant_is_ordered_after_the_dead_attempt_whose_journal_it_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead process that started an hour "later" (this one's clock was stepped back since):
+    the claimant's attempt, at the service and in its own journal, comes after the dead one's,
+    so the service does not refuse it as an older attempt (409 ``stale_attempt``)."""
+    from trainreport._wire import _attempt  # noqa: PLC0415 - patched below
+
+    own = _attempt.process_started_at()
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
+    dead = Journal.claim(tmp_path, "job-1", "train")
+    assert dead is not None
+    dead._release(remove_files=False)  # the lock dies with the process; the file stays
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
+    assert own == _attempt.current_attempt({}).started_at  # nothing followed yet
+
+    journal = Journal.claim(tmp_path, "job-1", "train")
+
+    assert journal is not None
+    after = round(own + 3600.0 + _attempt.FOLLOW_MARGIN_SECONDS, 3)
+    assert (after, after) == (
+        _attempt.current_attempt({}).started_at,
+        journal.owner.attempt().started_at,
+    )
+
+
 @pytest.mark.parametrize(
     ("job", "task"), [("../etc", "train"), ("job-1", "a/b"), ("", "train"), ("job-1", ".hidden")]
 )

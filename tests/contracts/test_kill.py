@@ -524,20 +524,9 @@ def _check_record(
     return figures
 
 
-def _draws(
-    rng: random.Random, n: int, *, extension: bool
-) -> list[tuple[str, str, str, str, float]]:
-    """``n`` combinations of (hang, end, disk, recovery, clock step), each once before repeats.
-
-    Left out: a restart with its clock stepped back in extension mode, the
-    break :func:`test_a_restart_on_a_clock_stepped_back_is_not_fenced_as_an_older_attempt`
-    pins.
-    """
-    every = [
-        draw
-        for draw in itertools.product(HANGS, ENDS, DISKS, ("restart", "sync"), CLOCK_STEPS)
-        if not (extension and draw[3] == "restart" and draw[4] < 0)
-    ]
+def _draws(rng: random.Random, n: int) -> list[tuple[str, str, str, str, float]]:
+    """``n`` combinations of (hang, end, disk, recovery, clock step), each once before repeats."""
+    every = list(itertools.product(HANGS, ENDS, DISKS, ("restart", "sync"), CLOCK_STEPS))
     rng.shuffle(every)
     return [every[i % len(every)] for i in range(n)]
 
@@ -622,7 +611,7 @@ def test_faults_combined_at_random_then_recovery_holds_the_newest_record_once(
     mode = "extension" if extension else "full-state"
     rng = random.Random(f"combined-{mode}")
     server = start_server()
-    for kill, draw in enumerate(_draws(rng, COMBINED_KILLS, extension=extension)):
+    for kill, draw in enumerate(_draws(rng, COMBINED_KILLS)):
         hang, end, disk, recovery, clock = draw
         job = f"mix-{kill}"
         journal_dir = tmp_path / "journal"
@@ -849,20 +838,15 @@ def test_left_over_journals_of_restarts_on_a_stepped_clock_leave_the_newest_poin
         assert max(journaled) <= task["status_details"]["step"] <= _last_step(second) + 1, label
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a restart without an attempt number, its clock stepped back, has an earlier "
-    "started_at (/proc/stat's btime moves with the clock) than the dead process that holds "
-    "the task's claim: 409 stale_attempt, so neither the left-over nor the restart is delivered",
-)
 def test_a_restart_on_a_clock_stepped_back_is_not_fenced_as_an_older_attempt(
     start_server: Callable[..., ServerHandle], tmp_path: Path
 ) -> None:
     """Killed with the service up (it claimed the task); the restart's clock an hour back.
 
-    Found by the combined faults (issue 21's harness); not fixed here: the
-    order of attempts without a number is their start time, a wall-clock
-    reading. The restart must still recover the journal and write the task.
+    Found by the combined faults (issue 21's harness). The order of attempts
+    without a number is their start time, a wall-clock reading; a restart that
+    takes the dead process's journal is ordered after it
+    (``_wire._attempt.follow``), so it recovers the journal and writes the task.
     """
     server = start_server()
     spec: dict[str, Any] = {

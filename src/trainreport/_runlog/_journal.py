@@ -54,7 +54,7 @@ from trainreport._runlog._format import HEADER, HEADER_CRC_SPAN, MAGIC, RecordKi
 from trainreport._runlog._replay import DamageKind, replay
 from trainreport._runlog._state import LogState
 from trainreport._runlog._writer import LogBusyError, RunLogWriter, names_file, open_locked
-from trainreport._wire._attempt import current_attempt
+from trainreport._wire._attempt import AttemptIdentity, current_attempt, follow
 from trainreport._wire._protocol import ID_PATTERN
 from trainreport._wire._sink_interface import Update
 from trainreport._wire._stamps import utc_now_iso
@@ -104,7 +104,8 @@ class JournalOwner:
         seq: its place among the task's journals on its node (1 for the first).
         attempt_number: the attempt number of the process that recorded it.
         attempt_started_at: that process's start time (seconds since the Unix
-            epoch, as text: for inspection, never for ordering).
+            epoch, as text: for inspection, and for :meth:`attempt`; never
+            orders journals).
         journal_started_at: when the journal was claimed (ISO 8601 UTC, this
             host's wall clock): for a journal that never opened its service,
             a write at the service after it was another writer's
@@ -131,6 +132,19 @@ class JournalOwner:
             writer_generation=_int_or_none(run.get("writer_generation")),
             superseded=run.get("superseded") == "1",
         )
+
+    def attempt(self) -> AttemptIdentity:
+        """The attempt identity its process claimed the task with (what was recorded).
+
+        Never raises: an unreadable start time is ``None``.
+        """
+        try:
+            started_at = None if self.attempt_started_at is None else float(self.attempt_started_at)
+        except ValueError:
+            started_at = None
+        if started_at is not None and not (0 <= started_at < math.inf):
+            started_at = None  # NaN, infinite or negative: no order to keep
+        return AttemptIdentity(number=self.attempt_number, started_at=started_at)
 
     def describe(self) -> str:
         """``attempt 0, writer generation 3`` (what is known), for a message. Never raises."""
@@ -406,8 +420,11 @@ class Journal:
         """Claim the journal of ``job_id``/``task_id`` under ``directory`` for this process.
 
         Creates the directories, takes the task's lock, moves a journal a dead
-        process left into the left-over directory, and opens a new journal
-        (its RUN record: the ids, ``journal``, ``offsets: local``).
+        process left into the left-over directory, orders this process's
+        attempt after every left-over's (``_wire._attempt.follow``: its claim at
+        the service is not refused as older when its clock was stepped back),
+        and opens a new journal (its RUN record: the ids, ``journal``,
+        ``offsets: local``, the attempt).
 
         Returns:
             the journal, or ``None`` after one log event: ``trainreport.journal_busy``
@@ -445,6 +462,8 @@ class Journal:
             if paths.current.exists():
                 moved = paths.set_aside(paths.current)
                 _log.info("trainreport.journal_left_over", path=str(moved))
+            for left in paths.left_over():  # dead attempts: this one comes after them
+                follow(JournalOwner.of(_first_run(left)).attempt())
             attempt = current_attempt()
             run = {
                 "job_id": job_id,

@@ -6,12 +6,15 @@ service later), so the service orders writers by their attempts, not by the
 order in which they open (``docs/protocol.md``, ``POST .../writers``). The
 identity is an attempt number when the job system gives one, read from
 :data:`ATTEMPT_VARIABLES` (first one set wins), and the process's start time,
-which orders attempts that have no number.
+which orders attempts that have no number. A process that takes over the
+journal of a dead attempt (:func:`follow`) comes after it whatever its clock
+says: its start time is moved past the dead attempt's (:func:`ordered_after`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 
@@ -19,7 +22,14 @@ import attrs
 
 from trainreport._logging import get_logger
 
-__all__ = ["ATTEMPT_VARIABLES", "AttemptIdentity", "current_attempt", "process_started_at"]
+__all__ = [
+    "ATTEMPT_VARIABLES",
+    "AttemptIdentity",
+    "current_attempt",
+    "follow",
+    "ordered_after",
+    "process_started_at",
+]
 
 #: Environment variables read, in order, for the attempt number (a non-negative integer).
 #: ``TRAINREPORT_ATTEMPT`` is for job systems that know the attempt but set none of
@@ -35,6 +45,12 @@ _log = get_logger()
 #: Wall-clock time at which this module was first imported: the start time where
 #: the operating system does not tell (seconds since the Unix epoch).
 _IMPORTED_AT = time.time()
+#: How far past a predecessor's start time :func:`ordered_after` moves this
+#: process's (seconds): /proc's resolution (10 ms clock ticks).
+FOLLOW_MARGIN_SECONDS = 0.01
+#: The dead attempts this process took the journals of (:func:`follow`).
+_predecessors: list[AttemptIdentity] = []
+_predecessors_lock = threading.Lock()
 
 
 @attrs.frozen
@@ -103,8 +119,52 @@ def attempt_number(environ: Mapping[str, str]) -> int | None:
     return None
 
 
+def ordered_after(own: AttemptIdentity, predecessor: AttemptIdentity) -> AttemptIdentity:
+    """``own``, its start time moved past ``predecessor``'s where start times order them.
+
+    The service orders two claims by their numbers when both have one and
+    they differ, else by their start times (docs/protocol.md, ``POST
+    .../writers``). A process that holds the journal of a dead attempt began
+    after that attempt by causality (it could take the lock only once the
+    other died), but its start time is read from a wall clock that may have
+    been stepped back since (``/proc/stat``'s boot time moves with it). So
+    where start times decide and ``own``'s is earlier, it becomes the
+    predecessor's plus :data:`FOLLOW_MARGIN_SECONDS`.
+
+    Args:
+        own: this process's identity.
+        predecessor: the identity recorded in a dead attempt's journal.
+
+    Returns:
+        the identity to claim with. Never raises.
+    """
+    numbered = own.number is not None and predecessor.number is not None
+    if numbered and own.number != predecessor.number:
+        return own  # the numbers order them, not the clocks
+    if own.started_at is None or predecessor.started_at is None:
+        return own
+    if own.started_at >= predecessor.started_at:
+        return own  # already later, or equal (the service takes it as the same attempt)
+    return attrs.evolve(own, started_at=round(predecessor.started_at + FOLLOW_MARGIN_SECONDS, 3))
+
+
+def follow(predecessor: AttemptIdentity) -> None:
+    """Record that this process took over the journal of the dead attempt ``predecessor``.
+
+    From then on :func:`current_attempt` is ordered after it
+    (:func:`ordered_after`). Called by the journal when it claims a task whose
+    previous journal a dead process left (``_runlog/_journal.py``), before
+    any destination opens. Never raises.
+    """
+    with _predecessors_lock:
+        _predecessors.append(predecessor)
+
+
 def current_attempt(environ: Mapping[str, str] | None = None) -> AttemptIdentity:
     """The identity of this process's attempt: its number (when set) and start time.
+
+    The start time is moved past every dead attempt this process took the
+    journal of (:func:`follow`, :func:`ordered_after`).
 
     Args:
         environ: the environment (default ``os.environ``).
@@ -112,4 +172,9 @@ def current_attempt(environ: Mapping[str, str] | None = None) -> AttemptIdentity
     Never raises.
     """
     env = os.environ if environ is None else environ
-    return AttemptIdentity(number=attempt_number(env), started_at=process_started_at())
+    own = AttemptIdentity(number=attempt_number(env), started_at=process_started_at())
+    with _predecessors_lock:
+        predecessors = list(_predecessors)
+    for predecessor in predecessors:
+        own = ordered_after(own, predecessor)
+    return own
