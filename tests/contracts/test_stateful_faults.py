@@ -124,6 +124,7 @@ FIGURES = {
     "points_released": 0,
     "examples_released": 0,
     "rewinds_past_memory": 0,
+    "zombies_skipped": 0,
 }
 
 Point = tuple[int, int, float | None]
@@ -625,17 +626,22 @@ class StatefulFaults(RuleBasedStateMachine):
         first = None if resume is None or last is None else max(1, int(last * resume))
         self.proc = self.new_process(first)
 
-    @precondition(
-        lambda self: (
-            self.suffix_mode
-            and self.proc is not None
-            and self.proc.reporter._worker is not None
-            and self.proc.reporter._worker.destinations[0].is_open
-        )
-    )
+    # Preconditions read only the model, never the reporter: whether the live
+    # destination is open depends on real time (hangs, timeouts), and a precondition
+    # that does makes Hypothesis's replay of an example draw differently
+    # (FlakyStrategyDefinition, found by a 1,000-example soak).
+    @precondition(lambda self: self.suffix_mode and self.proc is not None)
     @rule(n=st.integers(1, 20))
     def zombie_of_an_earlier_attempt_opens_late(self, n: int) -> None:
-        """An earlier attempt reaches the server late: refused (409), nothing overwritten."""
+        """An earlier attempt reaches the server late: refused (409), nothing overwritten.
+
+        Only once the live attempt has claimed the task (its destination open);
+        otherwise nothing happens (counted in ``zombies_skipped``).
+        """
+        live = self.live.reporter._worker
+        if live is None or not live.destinations[0].is_open:
+            FIGURES["zombies_skipped"] += 1
+            return
         reporter, clock = self.reporter(self.live.started_at - 500.0)
         for step in range(1, n + 1):
             reporter.report_train_step(step=step, metrics={"loss": -1.0, "zombie": 1.0})
@@ -789,7 +795,8 @@ def _report(label: str, before: dict[str, int]) -> None:
         f"{run['points_checked']} points checked, {run['points_lost']} lost, "
         f"{run['duplicates']} duplicates, {run['points_released']} points released "
         f"(left memory) in {run['examples_released']} examples, "
-        f"{run['rewinds_past_memory']} rewinds into points that had left memory"
+        f"{run['rewinds_past_memory']} rewinds into points that had left memory, "
+        f"{run['zombies_skipped']} zombies skipped (the live attempt had not opened)"
     )
 
 
