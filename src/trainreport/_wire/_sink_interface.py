@@ -311,6 +311,18 @@ class Sink(abc.ABC):
         del timeout_seconds
         return None
 
+    def run_log_path(self) -> str | None:
+        """The run-log file this sink keeps on local disk, absolute, or ``None`` (the default).
+
+        When another destination does not hold everything at ``close()``, the
+        run log of a sink that finished cleanly is named in its
+        ``trainreport.close_undelivered`` hint with the ``trainreport sync``
+        command that uploads it (``FileSink`` returns its log's path). Return
+        a path only to a file ``trainreport sync`` reads (the run-log format,
+        ``docs/engine.md``, "The run log"); it must not do I/O. Never raises.
+        """
+        return None
+
     def upload_command(self, path: str) -> str:
         """The ``trainreport sync`` command that uploads the run log at ``path`` to this sink.
 
