@@ -207,6 +207,21 @@ class Destination:
         """A later attempt owns the task at this destination: nothing more is sent to it."""
         return self.state is DestinationState.SUPERSEDED
 
+    def due_at(self) -> float | None:
+        """When its next send is due (scheduling clock, seconds), or ``None`` when none will be.
+
+        Its scheduler's time (``SendScheduler.due_at``), except in the state that
+        takes nothing more: superseded (a later attempt owns the task), where no
+        send is ever due again, whatever is recorded, flushed or waited. The
+        state is the one source of truth; the scheduler keeps no copy of it.
+        """
+        return None if self.superseded else self.scheduler.due_at()
+
+    def is_due(self, now: float) -> bool:
+        """True when a send should be made at ``now`` (:meth:`due_at` has passed)."""
+        due = self.due_at()
+        return due is not None and due <= now
+
     @property
     def finished_cleanly(self) -> bool:
         """``close()`` ended with it open and holding everything recorded."""
