@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from helpers import ScriptedSink, curve, drive, without_updated_at
 from trainreport import (
     ConfigError,
     Delivered,
+    FileSink,
     HttpSink,
     MemorySink,
     Opened,
@@ -34,6 +36,7 @@ from trainreport._engine._destination import (
     Destination,
     Job,
     adopt,
+    new_destination,
     seed_source,
     settle_error,
     settle_open,
@@ -395,6 +398,20 @@ def test_a_superseded_destination_is_never_due_again_whatever_is_recorded() -> N
 
     wait = next_wait(2.0, [dest], interval=10.0, flush_now=False, journal_due=None)
     assert (True, None, False, 10.0) == (dest.superseded, dest.due_at(), dest.is_due(1e6), wait)
+
+
+def test_only_a_sink_that_keeps_its_own_run_log_is_sent_to_at_the_shorter_interval(
+    tmp_path: Path,
+) -> None:
+    """The run log's own interval holds for a sink that keeps one (``Sink.local_run_log``)
+    and no other, whatever the driver hands in: one rule, read in one place."""
+    config = ReportingConfig(min_report_interval_seconds=10.0)
+    sinks = (FileSink(tmp_path / "run.log"), MemorySink())
+
+    intervals = [
+        new_destination(0, sink, config, interval=1.0).scheduler.min_interval for sink in sinks
+    ]
+    assert [1.0, 10.0] == intervals
 
 
 def test_an_open_that_raised_ends_the_first_open() -> None:

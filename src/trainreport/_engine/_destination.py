@@ -46,6 +46,7 @@ __all__ = [
     "describe_sink",
     "floor_of",
     "is_superseded",
+    "keeps_local_run_log",
     "new_destination",
     "seed_source",
     "settle_error",
@@ -93,6 +94,17 @@ def floor_of(sink: Sink) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
     return float(value) if 0.0 <= value < MAX_FLOOR_SECONDS else 0.0
+
+
+def keeps_local_run_log(sink: Sink) -> bool:
+    """Whether the sink keeps the run on local disk itself (``Sink.local_run_log``). Never raises.
+
+    Such a sink is its own journal: no journal is kept in front of it
+    (``journal_identity``), and it is sent to at the journal's interval when that
+    is shorter than the debounce interval (:func:`new_destination`). Only ``True``
+    counts, so a custom sink's odd attribute never turns it on.
+    """
+    return getattr(sink, "local_run_log", False) is True
 
 
 def describe_sink(sink: Sink) -> str:
@@ -265,11 +277,12 @@ def new_destination(
         sink: where its updates go.
         config: the reporter's configuration (intervals and backoff, seconds).
         interval: a send interval (seconds) used instead of the config's when
-            shorter (a local run log, which is its own journal).
+            shorter, for a sink that keeps a local run log (its own journal,
+            :func:`keeps_local_run_log`); ignored for any other.
     """
     floor = floor_of(sink)
     regular = config.min_report_interval_seconds
-    if interval is not None:
+    if interval is not None and keeps_local_run_log(sink):
         regular = min(regular, interval)
     scheduler = SendScheduler(
         min_interval=max(regular, floor),
