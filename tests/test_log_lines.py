@@ -33,6 +33,7 @@ from trainreport._engine._scheduler import SendScheduler
 from trainreport._environment import auth_hint
 from trainreport._record._recorder import Recorder
 from trainreport._wire._protocol import split_api_prefix
+from trainreport._wire._sink_interface import sink_repr
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -292,6 +293,30 @@ def test_only_a_sink_that_keeps_a_run_log_names_one(tmp_path: Path) -> None:
         HttpSink("http://127.0.0.1:9", "job").run_log_path(),
         FileSink(relative).run_log_path(),
     )
+
+
+class _LongRepr(ScriptedSink):
+    """A custom sink with a very long repr and no ``describe()`` of its own."""
+
+    def __repr__(self) -> str:
+        return "L" * 1000
+
+
+class _BrokenRepr(ScriptedSink):
+    """A custom sink whose repr raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize(
+    ("sink", "expected"), [(_LongRepr(), "L" * 300), (_BrokenRepr(), "<_BrokenRepr>")]
+)
+def test_a_sink_is_named_in_log_lines_by_one_rule(sink: ScriptedSink, expected: str) -> None:
+    """The ``destination`` field and the default ``describe()``: the repr, cut, or the type."""
+    label = Destination(index=0, sink=sink, scheduler=SendScheduler()).label
+
+    assert (expected, expected, expected) == (sink_repr(sink), label, sink.describe())
 
 
 def test_a_missing_token_is_a_hint_for_the_library_user(token_server: ServerHandle) -> None:

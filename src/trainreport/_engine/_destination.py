@@ -36,6 +36,7 @@ from trainreport._wire._sink_interface import (
     SendResult,
     Sink,
     Split,
+    sink_repr,
 )
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "Destination",
     "Job",
     "Settled",
-    "describe_sink",
     "floor_of",
     "is_superseded",
     "keeps_local_run_log",
@@ -105,14 +105,6 @@ def keeps_local_run_log(sink: Sink) -> bool:
     counts, so a custom sink's odd attribute never turns it on.
     """
     return getattr(sink, "local_run_log", False) is True
-
-
-def describe_sink(sink: Sink) -> str:
-    """The destination for a log line: the sink's repr (``HttpSink`` shows URL, job, task)."""
-    try:
-        return repr(sink)[:300]
-    except Exception:
-        return f"<{type(sink).__name__}>"
 
 
 @attrs.define(eq=False)
@@ -184,7 +176,7 @@ class Destination:
 
     def __attrs_post_init__(self) -> None:
         if not self.label:
-            self.label = describe_sink(self.sink)
+            self.label = sink_repr(self.sink)  # HttpSink's shows URL, job and task
 
     def apply(self, event: DestinationInput) -> None:
         """Move to the state ``DESTINATION_TRANSITIONS`` gives for ``event``.
