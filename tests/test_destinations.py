@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from helpers import ScriptedSink, curve, drive, without_updated_at
 from trainreport import (
     ConfigError,
     Delivered,
+    FileSink,
     HttpSink,
     MemorySink,
     Opened,
@@ -29,10 +31,12 @@ from trainreport import (
     RetryLater,
     Split,
 )
+from trainreport._engine._core import next_wait
 from trainreport._engine._destination import (
     Destination,
     Job,
     adopt,
+    new_destination,
     seed_source,
     settle_error,
     settle_open,
@@ -357,7 +361,57 @@ def test_a_destination_moves_through_its_table_as_its_answers_settle() -> None:
         ds.OPEN,
         ds.SUPERSEDED,
     ] == seen
-    assert (True, None) == (dest.superseded, dest.scheduler.due_at())
+    assert (True, None) == (dest.superseded, dest.due_at())
+
+
+@pytest.mark.parametrize("state", list(DestinationState))
+def test_whether_a_send_is_ever_due_follows_the_destination_s_state_alone(
+    state: DestinationState,
+) -> None:
+    """One source of truth: a superseded destination is never due, whatever its scheduler says.
+
+    In every other state its scheduler decides; nothing but the state (the table's
+    ``superseded``) stops a destination for good.
+    """
+    scheduler = SendScheduler(backoff_jitter=0.0)
+    scheduler.note_change(5.0, urgent=True)
+    dest = Destination(index=0, sink=MemorySink(), scheduler=scheduler, state=state)
+
+    expected = None if state is DestinationState.SUPERSEDED else 5.0
+    assert (expected, expected is not None) == (dest.due_at(), dest.is_due(10.0))
+
+
+def test_a_superseded_destination_is_never_due_again_whatever_is_recorded() -> None:
+    """A later writer owns the task: no new data, event, first point or wait makes a send due,
+    and the reporter thread sets no wake for it (its pending data is no busy loop)."""
+    recorder = Recorder(ReportingConfig(), destinations=1)
+    recorder.start_attempt()
+    recorder.seed(_stored_nothing())
+    dest = Destination(index=0, sink=MemorySink(), scheduler=SendScheduler(backoff_jitter=0.0))
+    settle_open(dest, recorder, Opened(stored_task=None), 0.0)
+    build = recorder.build_update(0, wall="w", full_state=True)
+    settle_send(dest, recorder, Job(build), Delivered(), 0.0, wall="w", queue_empty=True)
+    settle_send(
+        dest, recorder, Job(build), Rejected("stale_writer", 409), 1.0, wall="w", queue_empty=True
+    )
+    dest.scheduler.note_change(2.0, urgent=True, first_point=True)
+
+    wait = next_wait(2.0, [dest], interval=10.0, flush_now=False, journal_due=None)
+    assert (True, None, False, 10.0) == (dest.superseded, dest.due_at(), dest.is_due(1e6), wait)
+
+
+def test_only_a_sink_that_keeps_its_own_run_log_is_sent_to_at_the_shorter_interval(
+    tmp_path: Path,
+) -> None:
+    """The run log's own interval holds for a sink that keeps one (``Sink.local_run_log``)
+    and no other, whatever the driver hands in: one rule, read in one place."""
+    config = ReportingConfig(min_report_interval_seconds=10.0)
+    sinks = (FileSink(tmp_path / "run.log"), MemorySink())
+
+    intervals = [
+        new_destination(0, sink, config, interval=1.0).scheduler.min_interval for sink in sinks
+    ]
+    assert [1.0, 10.0] == intervals
 
 
 def test_an_open_that_raised_ends_the_first_open() -> None:

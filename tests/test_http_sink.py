@@ -24,7 +24,12 @@ from hypothesis import strategies as st
 from faults import FaultProxy, black_hole_server, closed_port
 from trainreport import Delivered, Opened, Rejected, Resynchronise, RetryLater, Split
 from trainreport._wire._payloads import encode_patch_body, encode_suffix_body
-from trainreport._wire._protocol import EXTENSION_SERIES_TIMES
+from trainreport._wire._protocol import (
+    ERROR_SERIES_GAP,
+    ERROR_STALE_ATTEMPT,
+    ERROR_STALE_WRITER,
+    EXTENSION_SERIES_TIMES,
+)
 from trainreport._wire._sink_interface import (
     CAPABILITY_GZIP,
     CAPABILITY_SERIES_SUFFIX,
@@ -159,6 +164,21 @@ def test_409_stale_writer_is_rejected_and_other_409s_resynchronise_by_reopening(
     assert Resynchronise("HTTP 409", None) == _answer(409)
     bad_lengths = _answer(409, {"error": "series_gap", "series_lengths": {"a": -1}})
     assert Resynchronise("HTTP 409 series_gap", None) == bad_lengths
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (ERROR_STALE_WRITER, Rejected("HTTP 409 stale_writer: m", 409)),
+        (ERROR_STALE_ATTEMPT, Rejected("HTTP 409 stale_attempt: m", 409)),
+        (ERROR_SERIES_GAP, Resynchronise("HTTP 409 series_gap: m", None)),
+    ],
+)
+def test_each_409_code_is_classified_by_the_protocol_s_one_definition(
+    code: str, expected: Any
+) -> None:
+    """The 409 codes the sink tells apart are the wire's constants, which the server sends."""
+    assert expected == _answer(409, {"error": code, "message": "m"})
 
 
 # --- construction, pickling, repr, env --------------------------------------------------

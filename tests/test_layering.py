@@ -21,6 +21,11 @@ The layers, bottom to top:
 - public modules beside it: ``client``, ``testing``, ``integrations`` (the public API
   only), ``server`` (only the wire layer of the client), ``cli`` (which nothing imports).
 
+Finer than the layers, :data:`FORBIDDEN` names what one part of a layer may not import
+(import-linter's "forbidden" contract, down to the imported name): the facade may import
+the sinks layer only to build the default destinations (``default_sinks_from_env``) and
+knows every destination by the Sink interface, never a concrete sink.
+
 The tree keeps the contract: :data:`KNOWN_INVERSIONS`, where an inversion being removed
 was listed with the issue item that removes it, is empty, and may only shrink: a new
 inversion fails :func:`test_no_module_imports_across_its_layers` (fix the import; do not
@@ -119,6 +124,32 @@ LAYERS: Mapping[str, Layer] = {
     ),
 }
 
+
+@attrs.frozen
+class Forbidden:
+    """What the modules under ``importers`` may not import from ``imported`` but ``allowed``.
+
+    ``imported`` is a module; importing it, any module under it or any name from it is
+    forbidden, except the dotted names in ``allowed``.
+    """
+
+    importers: tuple[str, ...]
+    imported: str
+    allowed: frozenset[str]
+    rule: str
+
+
+#: The rules finer than :data:`LAYERS`, each between two parts of layers that may import
+#: each other.
+FORBIDDEN: tuple[Forbidden, ...] = (
+    Forbidden(
+        ("trainreport._facade",),
+        "trainreport.sinks",
+        frozenset({"trainreport.sinks.default_sinks_from_env"}),
+        "the facade knows the Sink interface, never a concrete sink",
+    ),
+)
+
 #: Inversions being removed, each with the issue item that removes it: none is left
 #: (issue 22 item 4 removed the last). Never add to it: fix the import, or move the code
 #: to the layer it belongs to.
@@ -176,6 +207,42 @@ def imports_of(module: str, source: str, known: Iterable[str]) -> Iterator[str]:
                 yield candidate if candidate in known else base
 
 
+def imported_names(module: str, source: str, is_package: bool) -> Iterator[str]:
+    """Every module or name one module's source imports, as a dotted name, anywhere in it.
+
+    ``import trainreport.x`` names ``trainreport.x``; ``from trainreport.x import y`` names
+    ``trainreport.x.y`` whether ``y`` is a module or a name in it.
+    """
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = module.split(".") if is_package else module.split(".")[:-1]
+                parent = parent[: len(parent) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def forbidden_imports(sources: Mapping[str, str]) -> list[str]:
+    """Every import :data:`FORBIDDEN` refuses, as ``importer -> imported (rule)``, sorted."""
+    found = set()
+    for importer, source in sources.items():
+        for contract in FORBIDDEN:
+            if not any(_within(importer, prefix) for prefix in contract.importers):
+                continue
+            is_package = any(other.startswith(importer + ".") for other in sources)
+            for name in imported_names(importer, source, is_package):
+                if _within(name, contract.imported) and name not in contract.allowed:
+                    found.add(f"{importer} -> {name} ({contract.rule})")
+    return sorted(found)
+
+
 def violations(sources: Mapping[str, str]) -> list[str]:
     """Every import across the layers, as ``importer -> imported (rule)``, sorted."""
     found = set()
@@ -193,9 +260,12 @@ def violations(sources: Mapping[str, str]) -> list[str]:
     return sorted(found)
 
 
+def _tree_sources() -> dict[str, str]:
+    return {name: path.read_text(encoding="utf-8") for name, path in package_modules().items()}
+
+
 def _tree_violations() -> list[str]:
-    sources = {name: path.read_text(encoding="utf-8") for name, path in package_modules().items()}
-    return violations(sources)
+    return violations(_tree_sources())
 
 
 def _edge(line: str) -> str:
@@ -255,3 +325,42 @@ def test_the_rules_the_issue_names_hold_between_layers() -> None:
         *((name, "cli") for name in LAYERS if name != "cli"),
     ]
     assert [] == [pair for pair in refused if pair[1] in LAYERS[pair[0]].may_import]
+
+
+def test_no_module_imports_what_a_finer_rule_forbids() -> None:
+    """The facade names no concrete sink (it asks the Sink interface); nothing else FORBIDDEN."""
+    found = forbidden_imports(_tree_sources())
+    assert [] == found, "\n".join(["forbidden imports:", *found])
+
+
+def test_a_concrete_sink_in_the_facade_is_caught_however_it_is_imported() -> None:
+    """A sink's module, a sink from the package or the package itself fails; the factory not."""
+    written = {
+        "its module": "from trainreport.sinks._file import FileSink\n",
+        "from the package": "def f():\n    from trainreport.sinks import FileSink\n",
+        "the package": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    import trainreport.sinks\n",
+        "relative": "from ..sinks._file import FileSink\n",
+    }
+    rule = "the facade knows the Sink interface, never a concrete sink"
+    expected = {
+        "its module": [
+            f"trainreport._facade._close_report -> trainreport.sinks._file.FileSink ({rule})"
+        ],
+        "from the package": [
+            f"trainreport._facade._close_report -> trainreport.sinks.FileSink ({rule})"
+        ],
+        "the package": [f"trainreport._facade._close_report -> trainreport.sinks ({rule})"],
+        "relative": [
+            f"trainreport._facade._close_report -> trainreport.sinks._file.FileSink ({rule})"
+        ],
+    }
+    found = {
+        where: forbidden_imports({"trainreport._facade._close_report": source})
+        for where, source in written.items()
+    }
+    factory = "def f():\n    from trainreport.sinks import default_sinks_from_env\n"
+
+    assert expected == found
+    assert [] == forbidden_imports({"trainreport._facade._reporter": factory})
+    assert [] == forbidden_imports({"trainreport.cli._sync": written["its module"]})

@@ -33,6 +33,7 @@ from trainreport._engine._scheduler import SendScheduler
 from trainreport._environment import auth_hint
 from trainreport._record._recorder import Recorder
 from trainreport._wire._protocol import split_api_prefix
+from trainreport._wire._sink_interface import sink_repr
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -239,6 +240,83 @@ def test_an_undelivered_close_without_a_journal_says_what_is_lost() -> None:
     assert "journal" not in warning
     assert "lost" in warning["hint"]
     assert "2 points" in warning["hint"]
+
+
+class _KeepsARunLog(ScriptedSink):
+    """A custom sink that keeps a run log of its own (``Sink.run_log_path``), not a FileSink."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def run_log_path(self) -> str | None:
+        return str(self.path)
+
+
+def _close_beside(keeper: Any) -> dict[str, Any]:
+    """Close a reporter whose first destination never answers and whose second is ``keeper``."""
+    down = ScriptedSink()
+    down.open_results.extend([RetryLater("down", unreachable=True)] * 500)
+    config = ReportingConfig(close_unanswered_seconds=0.1, journal=False)
+    reporter = Reporter(sinks=[down, keeper], config=config, rank=0).start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    with capture_events() as events:
+        assert not reporter.close(timeout=5.0)
+    (warning,) = _events(events, "close_undelivered")
+    return warning
+
+
+def test_an_undelivered_close_beside_a_file_sink_names_its_run_log(tmp_path: Path) -> None:
+    """The destination that lacks the points is told the run log that holds them, to sync."""
+    warning = _close_beside(FileSink(tmp_path / "run.log"))
+
+    log = tmp_path / "run.log"
+    hint = f"the run log {log} holds them: upload them with `trainreport sync {log}"
+    assert hint in warning["hint"]
+
+
+def test_the_run_log_a_close_names_is_any_sink_s_that_keeps_one(tmp_path: Path) -> None:
+    """close() asks the Sink interface (``run_log_path``), not for a FileSink: any sink counts."""
+    warning = _close_beside(_KeepsARunLog(tmp_path / "custom.log"))
+
+    log = tmp_path / "custom.log"
+    hint = f"the run log {log} holds them: upload them with `trainreport sync {log}"
+    assert hint in warning["hint"]
+
+
+def test_only_a_sink_that_keeps_a_run_log_names_one(tmp_path: Path) -> None:
+    """``Sink.run_log_path()`` is None by default; a FileSink's is its log's absolute path."""
+    relative = Path(os.path.relpath(tmp_path / "run.log"))
+
+    assert (None, None, os.path.abspath(relative)) == (
+        MemorySink().run_log_path(),
+        HttpSink("http://127.0.0.1:9", "job").run_log_path(),
+        FileSink(relative).run_log_path(),
+    )
+
+
+class _LongRepr(ScriptedSink):
+    """A custom sink with a very long repr and no ``describe()`` of its own."""
+
+    def __repr__(self) -> str:
+        return "L" * 1000
+
+
+class _BrokenRepr(ScriptedSink):
+    """A custom sink whose repr raises."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize(
+    ("sink", "expected"), [(_LongRepr(), "L" * 300), (_BrokenRepr(), "<_BrokenRepr>")]
+)
+def test_a_sink_is_named_in_log_lines_by_one_rule(sink: ScriptedSink, expected: str) -> None:
+    """The ``destination`` field and the default ``describe()``: the repr, cut, or the type."""
+    label = Destination(index=0, sink=sink, scheduler=SendScheduler()).label
+
+    assert (expected, expected, expected) == (sink_repr(sink), label, sink.describe())
 
 
 def test_a_missing_token_is_a_hint_for_the_library_user(token_server: ServerHandle) -> None:

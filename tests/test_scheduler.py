@@ -89,16 +89,6 @@ def test_rejection_is_not_retried_without_new_data() -> None:
     assert s.is_due(300.0)
 
 
-def test_a_superseded_destination_is_never_due_again_whatever_is_recorded() -> None:
-    """A later attempt owns the task: no new data, event, heartbeat or wait makes a send due."""
-    s = scheduler(rejected_backoff=300.0, heartbeat=60.0)
-    s.note_change(0.0)
-    s.on_delivered(0.0)
-    s.on_superseded(1.0)
-    s.note_change(2.0, urgent=True, first_point=True)
-    assert (True, None, False) == (s.superseded, s.due_at(), s.is_due(10.0**6))
-
-
 def test_heartbeat_is_due_when_nothing_changed() -> None:
     """With nothing pending, a send is due heartbeat seconds after the last success."""
     s = scheduler(heartbeat=60.0)

@@ -47,6 +47,8 @@ class _Scalar:
 def check_reporter(path: Path) -> None:
     assert_type(trainreport.__version__, str)
     sink: Sink = MemorySink()
+    assert_type(sink.run_log_path(), str | None)
+    assert_type(FileSink(path / "run.log").run_log_path(), str)
     config = ReportingConfig(min_report_interval_seconds=10.0, time_series_metrics=["train_*"])
     assert_type(ReportingConfig.from_mapping({"heartbeat_seconds": 5}), ReportingConfig)
     assert_type(ReportingConfig.from_env({}), ReportingConfig)

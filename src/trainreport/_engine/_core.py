@@ -230,7 +230,7 @@ def next_wait(
     for dest in destinations:
         if dest.job is not None or dest.waits_for_seed:
             continue  # its sender (or the seed decision) wakes the thread
-        due = dest.scheduler.due_at()
+        due = dest.due_at()
         if due is not None:
             wait = min(wait, max(due - now, 0.0))
     if journal_due is not None:
@@ -421,7 +421,7 @@ class EngineCore:
             and self.recorder.unsent_points(dest.index) >= self.backlog_send_points
         ):
             dest.scheduler.note_change(now, urgent=True)  # the backlog holds memory
-        if dest.job is not None or not (forced or dest.scheduler.is_due(now)):
+        if dest.job is not None or not (forced or dest.is_due(now)):
             return None
         return self._request(dest, now, closing=False, complete=flush.waiting, timeout=None)
 
@@ -608,7 +608,7 @@ class EngineCore:
         if state.last:
             state.done = True  # the last attempt failed
             return
-        if dest.scheduler.due_at() is None:  # rejected: the same data will not be taken
+        if dest.due_at() is None:  # rejected or superseded: the same data will not be taken
             state.done = True
             return
         remaining = closing.deadline_for(dest) - real

@@ -36,6 +36,7 @@ from trainreport._wire._sink_interface import (
     SendResult,
     Sink,
     Split,
+    sink_repr,
 )
 
 __all__ = [
@@ -43,9 +44,9 @@ __all__ = [
     "Destination",
     "Job",
     "Settled",
-    "describe_sink",
     "floor_of",
     "is_superseded",
+    "keeps_local_run_log",
     "new_destination",
     "seed_source",
     "settle_error",
@@ -95,12 +96,15 @@ def floor_of(sink: Sink) -> float:
     return float(value) if 0.0 <= value < MAX_FLOOR_SECONDS else 0.0
 
 
-def describe_sink(sink: Sink) -> str:
-    """The destination for a log line: the sink's repr (``HttpSink`` shows URL, job, task)."""
-    try:
-        return repr(sink)[:300]
-    except Exception:
-        return f"<{type(sink).__name__}>"
+def keeps_local_run_log(sink: Sink) -> bool:
+    """Whether the sink keeps the run on local disk itself (``Sink.local_run_log``). Never raises.
+
+    Such a sink is its own journal: no journal is kept in front of it
+    (``journal_identity``), and it is sent to at the journal's interval when that
+    is shorter than the debounce interval (:func:`new_destination`). Only ``True``
+    counts, so a custom sink's odd attribute never turns it on.
+    """
+    return getattr(sink, "local_run_log", False) is True
 
 
 @attrs.define(eq=False)
@@ -172,7 +176,7 @@ class Destination:
 
     def __attrs_post_init__(self) -> None:
         if not self.label:
-            self.label = describe_sink(self.sink)
+            self.label = sink_repr(self.sink)  # HttpSink's shows URL, job and task
 
     def apply(self, event: DestinationInput) -> None:
         """Move to the state ``DESTINATION_TRANSITIONS`` gives for ``event``.
@@ -206,6 +210,21 @@ class Destination:
     def superseded(self) -> bool:
         """A later attempt owns the task at this destination: nothing more is sent to it."""
         return self.state is DestinationState.SUPERSEDED
+
+    def due_at(self) -> float | None:
+        """When its next send is due (scheduling clock, seconds), or ``None`` when none will be.
+
+        Its scheduler's time (``SendScheduler.due_at``), except in the state that
+        takes nothing more: superseded (a later attempt owns the task), where no
+        send is ever due again, whatever is recorded, flushed or waited. The
+        state is the one source of truth; the scheduler keeps no copy of it.
+        """
+        return None if self.superseded else self.scheduler.due_at()
+
+    def is_due(self, now: float) -> bool:
+        """True when a send should be made at ``now`` (:meth:`due_at` has passed)."""
+        due = self.due_at()
+        return due is not None and due <= now
 
     @property
     def finished_cleanly(self) -> bool:
@@ -250,11 +269,12 @@ def new_destination(
         sink: where its updates go.
         config: the reporter's configuration (intervals and backoff, seconds).
         interval: a send interval (seconds) used instead of the config's when
-            shorter (a local run log, which is its own journal).
+            shorter, for a sink that keeps a local run log (its own journal,
+            :func:`keeps_local_run_log`); ignored for any other.
     """
     floor = floor_of(sink)
     regular = config.min_report_interval_seconds
-    if interval is not None:
+    if interval is not None and keeps_local_run_log(sink):
         regular = min(regular, interval)
     scheduler = SendScheduler(
         min_interval=max(regular, floor),

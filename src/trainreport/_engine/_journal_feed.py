@@ -34,6 +34,7 @@ from pathlib import Path
 
 import attrs
 
+from trainreport._engine._destination import keeps_local_run_log
 from trainreport._logging import describe_exception, get_logger
 from trainreport._record._recorder import Recorder
 from trainreport._runlog._journal import Journal, mark_sent_under
@@ -72,12 +73,12 @@ def _recorded_nothing(path: Path) -> bool:
 def journal_identity(sink: Sink) -> tuple[str, str] | None:
     """The job and task a journal for ``sink`` is kept under, or ``None`` for no journal.
 
-    A sink that keeps the run on local disk itself (``Sink.local_run_log``:
+    A sink that keeps the run on local disk itself (:func:`keeps_local_run_log`:
     ``FileSink``) needs none, and one
     without a ``job_id`` and ``task_id`` (``MemorySink``, ``KubeflowSink``)
     has nothing to key it by. Never raises.
     """
-    if getattr(sink, "local_run_log", False) is True:
+    if keeps_local_run_log(sink):
         return None
     job, task = getattr(sink, "job_id", None), getattr(sink, "task_id", None)
     if isinstance(job, str) and isinstance(task, str) and job and task:

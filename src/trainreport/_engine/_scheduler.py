@@ -75,8 +75,6 @@ class SendScheduler:
     _retry_at: float | None = attrs.field(default=None, init=False)
     #: The destination asked for no request before this time (Retry-After).
     not_before: float | None = attrs.field(default=None, init=False)
-    #: A later attempt (or writer) owns the task: nothing is ever due again.
-    superseded: bool = attrs.field(default=False, init=False)
     _rejected: bool = attrs.field(default=False, init=False)
     _new_since_rejection: bool = attrs.field(default=False, init=False)
     #: When the last attempt (delivered or not) was made, for ``min_request_gap``.
@@ -135,8 +133,6 @@ class SendScheduler:
         return last is None or self.min_request_gap <= 0 or now >= last + self.min_request_gap
 
     def _due_at(self) -> float | None:
-        if self.superseded:
-            return None
         if self._rejected:
             if not self._new_since_rejection:
                 return None
@@ -217,14 +213,15 @@ class SendScheduler:
         self._new_since_rejection = True
 
     def on_superseded(self, now: float) -> None:
-        """The destination said at ``now`` that a later attempt owns the task: stop for good.
+        """The destination said at ``now`` that a later attempt owns the task: a failure, no retry.
 
-        Nothing this process sends there can be accepted, so no send is due
-        again, whatever is recorded, flushed or how long it waits.
+        The attempt counts as failed and no retry is scheduled. That nothing is
+        ever due again is the destination's state (``superseded``, the end of
+        ``DESTINATION_TRANSITIONS``), which ``Destination.due_at`` reads: the
+        scheduler keeps no copy of it.
         """
         self.last_attempt = now
         self.consecutive_failures += 1
-        self.superseded = True
         self._retry_at = None
 
     def backoff_delay(self, failures: int) -> float:

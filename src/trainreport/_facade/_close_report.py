@@ -10,8 +10,9 @@ everything, whose ``hint`` says where its points are kept (the journal, or a
 run log that holds them) with the exact ``trainreport sync`` command that
 uploads them, or that nothing keeps them; and one per journal a dead process
 left that is not delivered (:func:`left_over_waiting`: ``close()`` is never True while one waits).
-The destinations name themselves (``Sink.describe()``) and the command that
-uploads to them (``Sink.upload_command()``); these functions only read
+The destinations name themselves (``Sink.describe()``), the command that
+uploads to them (``Sink.upload_command()``) and the run log they keep
+(``Sink.run_log_path()``); these functions only read
 ``stats()`` and the driver's destinations (docs/engine.md, "Log events").
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +29,6 @@ from trainreport._engine._journal_feed import JournalWatch
 from trainreport._facade._reporter_stats import ReporterStats
 from trainreport._logging import get_logger
 from trainreport._wire._sink_interface import Sink
-from trainreport.sinks._file import FileSink
 
 if TYPE_CHECKING:
     from trainreport._engine._worker import Worker
@@ -60,6 +59,15 @@ def sync_command(path: str, sink: Sink) -> str:
         return str(sink.upload_command(path))[:1000]
     except Exception:
         return f"trainreport sync {path} --url URL"
+
+
+def _run_log_path(sink: Sink) -> str | None:
+    """``sink.run_log_path()``, or ``None`` when a custom one raises or gives none. Never raises."""
+    try:
+        path = sink.run_log_path()
+    except Exception:
+        return None
+    return str(path)[:1000] if path else None
 
 
 def left_over_waiting(journal: JournalWatch | None) -> list[tuple[Path, str]]:
@@ -265,9 +273,9 @@ def _undelivered_hint(
 ) -> tuple[str | None, str]:
     """Where destination ``index``'s undelivered points are kept, and what to do.
 
-    The journal kept for it, else a run log (``FileSink``) that holds
-    everything, each with the command that uploads it; with neither, what
-    is lost.
+    The journal kept for it, else the run log of another destination that
+    holds everything (``Sink.run_log_path()``: a ``FileSink``'s), each with
+    the command that uploads it; with neither, what is lost.
 
     Returns:
         ``(the journal's path or None, hint)``.
@@ -280,8 +288,8 @@ def _undelivered_hint(
             f"job and task delivers them, or upload them now with `{sync_command(path, sink)}`"
         )
     for dest in worker.destinations:
-        if isinstance(dest.sink, FileSink) and dest.index != index and dest.finished_cleanly:
-            log = os.path.abspath(dest.sink.log_path)
+        log = _run_log_path(dest.sink) if dest.index != index and dest.finished_cleanly else None
+        if log is not None:
             return None, (
                 f"the run log {log} holds them: upload them with `{sync_command(log, sink)}`"
             )

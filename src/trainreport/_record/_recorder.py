@@ -9,10 +9,10 @@ in the reports and as ``wall`` arguments) and does no I/O.
 The recorder owns its lock: every method that reads or writes the record
 takes it, so the reporter thread (applying, building, acknowledging) and other
 threads (``snapshot``, ``counts``, ``final_status``) never share a mutable
-attribute. Three read-only properties do not (``seeded``, ``status``,
-``is_terminal``): each reads one attribute that only the reporter thread
-writes and that is replaced whole, never mutated, so a read is at worst one
-report old (docs/design.md#shape). Behind the lock the work is
+attribute. Two read-only properties do not (``seeded``, ``status``): each
+reads one attribute that only the reporter thread writes and that is
+replaced whole, never mutated, so a read is at worst one report old
+(docs/design.md#shape). Behind the lock the work is
 split by concern, one private module each:
 
 * ``_record/_run_record.py``: the attempt's state the parts share;
@@ -322,11 +322,6 @@ class Recorder:
         """Points held in memory (for the memory benchmarks)."""
         with self._lock:
             return self._record.store.retained_points()
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether a terminal report was applied."""
-        return self._record.machine.is_terminal
 
     def final_status(self, queue: deque[Report]) -> TaskStatus | None:
         """The terminal status the attempt ends with: applied, or the first one queued.

@@ -36,6 +36,9 @@ __all__ = [
     "COLUMN_TYPECODES",
     "ENCODING_GZIP",
     "EPOCHS_TYPECODE",
+    "ERROR_SERIES_GAP",
+    "ERROR_STALE_ATTEMPT",
+    "ERROR_STALE_WRITER",
     "EXTENSION_SERIES_SUFFIX",
     "EXTENSION_SERIES_TIMES",
     "ID_PATTERN",
@@ -77,6 +80,14 @@ EXTENSION_SERIES_SUFFIX: Final[str] = "series-suffix-v1"
 EXTENSION_SERIES_TIMES: Final[str] = "series-times-v1"
 #: The request ``Content-Encoding`` a server may list under ``encodings``.
 ENCODING_GZIP: Final[str] = "gzip"
+#: The ``error`` codes of a 409 that a client tells apart (``docs/protocol.md``, "Errors"):
+#: a suffix starts beyond its series' stored length (resend from ``series_lengths``) ...
+ERROR_SERIES_GAP: Final[str] = "series_gap"
+#: ... the update's writer generation is not the task's current one (a later writer
+#: opened the task: stop writing) ...
+ERROR_STALE_WRITER: Final[str] = "stale_writer"
+#: ... or a writer claimed the task with an older attempt than the current writer's.
+ERROR_STALE_ATTEMPT: Final[str] = "stale_attempt"
 #: Every API path starts with it; a base URL never ends with it (:func:`split_api_prefix`).
 API_PREFIX: Final[str] = "/v1"
 #: ``GET`` here tells a client the server's ``extensions`` and ``encodings``.

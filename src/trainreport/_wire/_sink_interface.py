@@ -44,6 +44,7 @@ __all__ = [
     "Sink",
     "Split",
     "Update",
+    "sink_repr",
 ]
 
 #: The sink accepts per-series suffixes (``offset`` + points) and reports the
@@ -243,6 +244,18 @@ class Resynchronise:
     series_lengths: Mapping[str, int] | None = None
 
 
+def sink_repr(sink: object) -> str:
+    """A sink as log lines name it: its ``repr()``, at most 300 characters, or ``<TypeName>``.
+
+    The ``destination`` field of every event about a destination, and the
+    default :meth:`Sink.describe`. Never raises (a custom ``__repr__`` may).
+    """
+    try:
+        return repr(sink)[:300]
+    except Exception:
+        return f"<{type(sink).__name__}>"
+
+
 OpenResult: TypeAlias = Opened | RetryLater | Rejected
 SendResult: TypeAlias = Delivered | RetryLater | Rejected | Split | Resynchronise
 
@@ -285,12 +298,9 @@ class Sink(abc.ABC):
         whoever configures logging. Override it to name your destination
         (the built-in sinks name the run log's path, the service's URL with
         job and task, the TrainJob). It must not do I/O or name a secret.
-        The default is the sink's ``repr()``. Never raises.
+        The default is the sink's ``repr()`` (:func:`sink_repr`). Never raises.
         """
-        try:
-            return repr(self)[:300]
-        except Exception:
-            return f"<{type(self).__name__}>"
+        return sink_repr(self)
 
     def read_back(self, timeout_seconds: float) -> Mapping[str, Any] | None:
         """The task this destination holds, in the ``GET`` shape, read on the caller's thread.
@@ -309,6 +319,18 @@ class Sink(abc.ABC):
             or the read failed. Never raises.
         """
         del timeout_seconds
+        return None
+
+    def run_log_path(self) -> str | None:
+        """The run-log file this sink keeps on local disk, absolute, or ``None`` (the default).
+
+        When another destination does not hold everything at ``close()``, the
+        run log of a sink that finished cleanly is named in its
+        ``trainreport.close_undelivered`` hint with the ``trainreport sync``
+        command that uploads it (``FileSink`` returns its log's path). Return
+        a path only to a file ``trainreport sync`` reads (the run-log format,
+        ``docs/engine.md``, "The run log"); it must not do I/O. Never raises.
+        """
         return None
 
     def upload_command(self, path: str) -> str:

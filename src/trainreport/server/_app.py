@@ -34,6 +34,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from trainreport._logging import get_logger
 from trainreport._wire._protocol import (
     ENCODING_GZIP,
+    ERROR_SERIES_GAP,
+    ERROR_STALE_ATTEMPT,
+    ERROR_STALE_WRITER,
     EXTENSION_SERIES_SUFFIX,
     EXTENSION_SERIES_TIMES,
     TaskStatus,
@@ -423,7 +426,7 @@ class _Api:
             if isinstance(opened, StaleAttempt):
                 raise ApiError(
                     409,
-                    "stale_attempt",
+                    ERROR_STALE_ATTEMPT,
                     "an earlier attempt cannot take the task from a later one; stop writing",
                     {
                         "writer_generation": opened.current_generation,
@@ -458,7 +461,7 @@ class _Api:
             current = outcome.current_generation
             raise ApiError(
                 409,
-                "stale_writer",
+                ERROR_STALE_WRITER,
                 f"writer generation {update.writer_generation} is not the task's current "
                 f"generation ({'none issued' if current is None else current}); stop writing",
                 {"writer_generation": current},
@@ -466,7 +469,7 @@ class _Api:
         if isinstance(outcome, SeriesGap):
             raise ApiError(
                 409,
-                "series_gap",
+                ERROR_SERIES_GAP,
                 "a series offset is beyond the stored length; resend from series_lengths",
                 {"series_lengths": outcome.series_lengths},
             )

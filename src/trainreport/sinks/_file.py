@@ -139,8 +139,15 @@ class FileSink(Sink):
 
         The absolute path, without touching the file system. Never raises.
         """
-        log = os.path.abspath(self.log_path)
+        log = self.run_log_path()
         return f"run log {log} (read it: trainreport show --file {log})"
+
+    def run_log_path(self) -> str:
+        """The run log's absolute path (``Sink.run_log_path``), without touching the file system.
+
+        Never raises.
+        """
+        return os.path.abspath(self.log_path)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -35,7 +35,13 @@ import attrs
 import urllib3
 
 from trainreport._logging import OnceLogger, get_logger
-from trainreport._wire._protocol import ENCODING_GZIP, base_url_problem
+from trainreport._wire._protocol import (
+    ENCODING_GZIP,
+    ERROR_SERIES_GAP,
+    ERROR_STALE_ATTEMPT,
+    ERROR_STALE_WRITER,
+    base_url_problem,
+)
 from trainreport._wire._sink_interface import (
     Delivered,
     Opened,
@@ -175,9 +181,9 @@ def classify_failure(response: Response, now: datetime.datetime) -> SendResult:
     if status == 413:
         return Split(reason)
     if status == 409:
-        if code == "series_gap":
+        if code == ERROR_SERIES_GAP:
             return Resynchronise(reason, series_lengths(body.get("series_lengths")))
-        if code in ("stale_writer", "stale_attempt"):  # a later attempt owns the task
+        if code in (ERROR_STALE_WRITER, ERROR_STALE_ATTEMPT):  # a later attempt owns the task
             return Rejected(reason, status)
         return Resynchronise(reason)
     return Rejected(reason, status)
