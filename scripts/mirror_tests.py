@@ -38,10 +38,12 @@ Afterwards it runs ``ruff format`` on the Python files it changed.
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -267,21 +269,43 @@ def planned_moves() -> list[tuple[Path, Path]]:
 # --- what a move breaks ------------------------------------------------------------------
 
 
+def _literal_spans(text: str) -> list[tuple[int, int]]:
+    """The ``(start, end)`` offsets of the strings and comments of Python source."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    kinds = {tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", -1)}
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return [
+        (starts[token.start[0] - 1] + token.start[1], starts[token.end[0] - 1] + token.end[1])
+        for token in tokens
+        if token.type in kinds
+    ]
+
+
 def deepen_file_paths(text: str, levels: int) -> str:
     """Paths computed from ``__file__`` climb ``levels`` more directories.
 
     ``Path(__file__).resolve().parent.parent`` -> ``Path(__file__).resolve().parents[2]``
-    for a file moved one folder down; ``Path(__file__).parent`` -> ``.parents[1]``.
+    for a file moved one folder down; ``Path(__file__).parent`` -> ``.parents[1]``. Only
+    code is changed: the same text in a string or a comment is left as it is.
 
     Raises:
-        MirrorError: when the text takes ``__file__``'s directory another way.
+        MirrorError: when the code takes ``__file__``'s directory another way.
     """
     if levels == 0:
         return text
-    if _OTHER_FILE_DIR.search(text):
+    spans = _literal_spans(text)
+
+    def in_literal(match: re.Match[str]) -> bool:
+        return any(start <= match.start() < end for start, end in spans)
+
+    if any(not in_literal(m) for m in _OTHER_FILE_DIR.finditer(text)):
         raise MirrorError("uses os.path on __file__: write it as Path(__file__).parent...")
 
     def deeper(match: re.Match[str]) -> str:
+        if in_literal(match):
+            return match[0]
         ups = match["parents"].count(".parent") if match["parents"] else int(match["index"]) + 1
         return f"Path(__file__){match['resolve'] or ''}.parents[{ups + levels - 1}]"
 

@@ -64,15 +64,26 @@ def _repo(tmp_path: Path, mirror: ModuleType, monkeypatch: pytest.MonkeyPatch) -
 def test_a_path_from_file_climbs_one_level_more_per_folder(mirror: ModuleType) -> None:
     """``.parent`` chains and ``.parents[N]`` take the new depth; other ``__file__``s stay."""
     assert ONE_DOWN == mirror.deepen_file_paths(FLAT, 1)
+    assert FLAT == mirror.deepen_file_paths(FLAT, 0)
     assert "ROOT = Path(__file__).resolve().parents[3]\n" == mirror.deepen_file_paths(
         "ROOT = Path(__file__).resolve().parent.parent\n", 2
     )
 
 
+def test_the_same_text_in_a_string_or_a_comment_is_left_alone(mirror: ModuleType) -> None:
+    """Only code is mended: a test's sample source (like this file's) keeps its text."""
+    source = f"SAMPLE = {FLAT!r}  # Path(__file__).parent\nHERE = Path(__file__).parent\n"
+    expected = f"SAMPLE = {FLAT!r}  # Path(__file__).parent\nHERE = Path(__file__).parents[1]\n"
+
+    assert expected == mirror.deepen_file_paths(source, 1)
+
+
 def test_a_directory_taken_with_os_path_stops_the_move(mirror: ModuleType) -> None:
     """``os.path.dirname(__file__)`` cannot be mended by a pattern, so the script refuses it."""
+    code = "HERE = os.path.dirname(os.path.abspath(__file__))\n"
     with pytest.raises(mirror.MirrorError, match=r"os\.path"):
-        mirror.deepen_file_paths("HERE = os.path.dirname(os.path.abspath(__file__))\n", 1)
+        mirror.deepen_file_paths(code, 1)
+    assert f"CODE = {code!r}\n" == mirror.deepen_file_paths(f"CODE = {code!r}\n", 1)
 
 
 def test_a_flat_path_is_rewritten_once_and_others_are_left_alone(mirror: ModuleType) -> None:
