@@ -32,7 +32,8 @@ What the move would break, and how the script mends it:
   the past) becomes its new path;
 - docs/design.md gets its "Tests" section (added once), its table made from ``FOLDERS``.
 
-Afterwards it runs ``ruff format`` on the Python files it changed.
+Afterwards it runs ``ruff check --select I --fix`` (imports re-sorted) and ``ruff format``
+on the Python files it moved or changed.
 """
 
 from __future__ import annotations
@@ -390,6 +391,25 @@ def git(*args: str) -> None:
     subprocess.run(["git", *args], cwd=ROOT, check=True)  # noqa: S603, S607 - our own arguments
 
 
+def tidy(paths: Sequence[Path], ruff: str | None) -> None:
+    """Sort the imports and format the moved and changed Python files with ruff.
+
+    A test that imports another test module by name (``from test_http_sink import``) had
+    it as first-party while both were in ``tests/`` (ruff's ``src``); in a folder it is
+    sorted with the third-party imports.
+    """
+    python = sorted({str(p) for p in paths if p.suffix == ".py" and p.exists()})
+    if not python:
+        return
+    if not ruff:
+        print("ruff not found: run `ruff check --select I --fix` and `ruff format` yourself")
+        return
+    subprocess.run(  # noqa: S603 - the ruff the caller named
+        [ruff, "check", "--select", "I", "--fix", "--quiet", *python], cwd=ROOT, check=False
+    )
+    subprocess.run([ruff, "format", "--quiet", *python], cwd=ROOT, check=False)  # noqa: S603
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Move the test files, mend their paths and rewrite the references; return the status.
 
@@ -446,11 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rewrite {path.relative_to(ROOT)}")
     if args.dry_run:
         return 0
-    python = sorted({str(p) for p in [*mended, *changed] if p.suffix == ".py"})
-    if python and args.ruff:
-        subprocess.run([args.ruff, "format", "--quiet", *python], cwd=ROOT, check=False)  # noqa: S603
-    elif python:
-        print("ruff not found: run `ruff format` on the changed files yourself")
+    tidy([target for _, target in moves] + changed, args.ruff)
     print(f"mirror_tests: {len(moves)} moved, {len(mended)} mended, {len(changed)} rewritten")
     return 0
 
