@@ -200,8 +200,10 @@ class SteppedWorker(Worker):
         self.wake.set()  # cuts production's wait short, if the thread is in it
         with self._turn:
             assert self._turn.wait_for(
-                lambda: (self._cycles > ran and self._between and not self._grants)
-                or not self.thread.is_alive(),
+                lambda: (
+                    (self._cycles > ran and self._between and not self._grants)
+                    or not self.thread.is_alive()
+                ),
                 STEP_TIMEOUT_SECONDS,
             ), "the reporter thread did not finish its cycle (a request did not end?)"
             return self._last_wait
@@ -256,6 +258,21 @@ def drive(reporter: Any) -> SteppedWorker:
     assert isinstance(worker, SteppedWorker)
     worker.wait_parked()
     return worker
+
+
+def exited(reporter: Any) -> None:
+    """Wait until ``reporter``'s thread ended, as if its process exited as ``close()`` returned.
+
+    ``close(timeout)`` returns by its deadline while the thread ends its closing
+    pass (the journal's last record, the sinks closed) just after; a test that
+    models the process dying there, and starts the next one in the same
+    process, waits for that end first, so the next process finds the
+    journal's lock released as the kernel would have.
+    """
+    worker = reporter._worker
+    if worker is not None:
+        worker.thread.join(STEP_TIMEOUT_SECONDS)
+        assert not worker.thread.is_alive(), "the reporter thread did not end after close()"
 
 
 def clean_env(**extra: str) -> dict[str, str]:

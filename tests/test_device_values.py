@@ -369,7 +369,11 @@ def test_cpu_tensors_are_converted_on_the_callers_thread_as_today() -> None:
     loss.add_(1.0)
     assert all(type(item) is dict for item in worker.queue)
     assert all(
-        type(v) in (float, int) for item in worker.queue for k, v in item.items() if k[0] != "\x00"
+        type(v) in (float, int)
+        for item in worker.queue
+        if isinstance(item, dict)  # every one is (asserted above)
+        for k, v in item.items()
+        if k[0] != "\x00"
     )
     assert reporter.close(timeout=5)
     assert [2.5, 0.5] == [p[2] for p in curve(sink.task, "train_loss")]
