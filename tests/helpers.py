@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trainreport import MemorySink
+from trainreport._engine import _worker as _worker_module
+from trainreport._engine._worker import Worker
 from trainreport._facade._reporter import RANK_VARIABLES
 from trainreport._runlog._format import HEADER, MAGIC
 from trainreport._wire._sink_interface import OpenResult, SendResult, Sink, Update
@@ -101,18 +103,176 @@ def curve(task: dict[str, Any] | None, name: str) -> list[tuple[int, int | None,
     return [(p["step"], p["epoch"], p["value"]) for p in task["status_details"]["metrics"][name]]
 
 
-def drive(reporter: Any) -> Any:
-    """Start ``reporter`` without its thread; return the worker the test steps with ``cycle()``.
+#: How long a stepping test waits for the reporter thread (or a sender thread) at most,
+#: in real seconds, before it fails instead of hanging.
+STEP_TIMEOUT_SECONDS = 30.0
 
-    Each ``worker.cycle()`` is one pass of the reporter thread (drain, settle,
-    send what is due) run on the test's thread, at the reporter's clock's
-    ``now``; ``close()`` and ``flush()`` run the closing pass and one cycle
-    on the caller's thread.
+
+class SteppedWorker(Worker):
+    """The reporter thread, held between cycles: the test says when it runs the next one.
+
+    A real :class:`Worker` with its real thread, senders and sinks; only its
+    one wait between cycles (:meth:`Worker.idle`, production's
+    ``Event.wait(timeout)``) is replaced by a wait for the test. So a test
+    steps the very code production runs, on the thread production runs it
+    on, at the injected clock's ``now``, without a production mode for it:
+
+    - the thread parks after beginning the attempt (before its first cycle)
+      and after every cycle; report calls' wakes do not move it;
+    - :meth:`cycle`, called from the test's thread, lets it run one cycle
+      and returns once it is parked again;
+    - it is not held while a request is in flight on a sender thread
+      (several destinations, or a journal: production's rule) nor while a
+      ``flush()`` waits: it waits as production does, woken when the sender
+      ends the request (its answer settled in the cycle that follows, as in
+      production), so a test never sees a request ended but not settled;
+    - once ``close()`` began it is never held again: the closing pass runs
+      on the thread within the real-time deadline and ``close()`` joins it.
+
+    Every wait for the thread is bounded by :data:`STEP_TIMEOUT_SECONDS` and
+    fails the test (``AssertionError``) rather than hang.
     """
-    reporter._start(threaded=False)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._turn = threading.Condition()
+        self._grants = 0  # cycles the test allowed and the thread has not begun
+        self._cycles = 0  # cycles the thread ran
+        self._between = False  # between cycles, nothing in flight: the test may look
+        self._last_wait = 0.0
+
+    # --- on the reporter thread ------------------------------------------------------
+
+    def _begin(self) -> None:
+        first = not self._began
+        super()._begin()
+        if first and threading.current_thread() is self.thread:
+            self._hold()  # the first cycle waits for the test too
+            self._leave()
+
+    def idle(self, seconds: float) -> None:
+        """Park until the test grants a cycle; otherwise wait as production does."""
+        if self._hold() == "run":
+            super().idle(seconds)
+        self._leave()
+
+    def _hold(self) -> str:
+        """``"grant"`` (the test's cycle), ``"stop"`` (close) or ``"run"`` (production's wait)."""
+        with self._turn:
+            while True:
+                if self._stopping:
+                    return "stop"
+                if self._grants:
+                    self._grants -= 1
+                    return "grant"
+                busy = any(d.job is not None for d in self.destinations)
+                self._between = not busy
+                self._turn.notify_all()
+                if busy or self.core.flush.waiting:
+                    return "run"
+                self._turn.wait()
+
+    def _leave(self) -> None:
+        with self._turn:
+            self._between = False
+
+    # --- on the test's thread ----------------------------------------------------------
+
+    def cycle(self) -> float:
+        """From the test: one cycle of the reporter thread, then wait until it is between cycles.
+
+        On the reporter thread itself this is :meth:`Worker.cycle`.
+
+        Returns:
+            the seconds the thread waits after the last cycle it ran.
+        """
+        if threading.current_thread() is self.thread:
+            wait = super().cycle()
+            with self._turn:
+                self._last_wait = wait
+                self._cycles += 1
+            return wait
+        assert self.thread.is_alive(), "the reporter thread has ended (close() was called)"
+        with self._turn:
+            ran = self._cycles
+            self._grants += 1
+            self._turn.notify_all()
+        self.wake.set()  # cuts production's wait short, if the thread is in it
+        with self._turn:
+            assert self._turn.wait_for(
+                lambda: (
+                    (self._cycles > ran and self._between and not self._grants)
+                    or not self.thread.is_alive()
+                ),
+                STEP_TIMEOUT_SECONDS,
+            ), "the reporter thread did not finish its cycle (a request did not end?)"
+            return self._last_wait
+
+    def wait_parked(self) -> None:
+        """Wait until the thread is between cycles with nothing in flight (or has ended)."""
+        with self._turn:
+            assert self._turn.wait_for(
+                lambda: self._between or not self.thread.is_alive(), STEP_TIMEOUT_SECONDS
+            ), "the reporter thread did not park"
+
+    def everything_delivered(self) -> bool:
+        """:meth:`Worker.everything_delivered`, once the requests a flush made are settled.
+
+        ``flush()`` asks it after its wait: the test sees the answers applied.
+        """
+        if threading.current_thread() is not self.thread and self.thread.is_alive():
+            self.wait_parked()
+        return super().everything_delivered()
+
+    def request_flush(self) -> threading.Event:
+        """:meth:`Worker.request_flush`, and let the held thread go (a flush waits)."""
+        done = super().request_flush()
+        with self._turn:
+            self._turn.notify_all()
+        return done
+
+    def stop(self, deadline: float) -> None:
+        """:meth:`Worker.stop`, and let the held thread go to its closing pass."""
+        super().stop(deadline)
+        with self._turn:
+            self._turn.notify_all()
+
+
+def drive(reporter: Any) -> SteppedWorker:
+    """Start ``reporter`` with its thread held between cycles (:class:`SteppedWorker`).
+
+    Returns the worker once its thread began the attempt (at the clock's
+    ``now``) and parked before its first cycle; the test then runs cycles
+    with ``worker.cycle()`` (or ``reporter._worker.cycle()``), and
+    ``flush()`` and ``close()`` work as in production. The reporter builds a
+    :class:`SteppedWorker` instead of a :class:`Worker` for this one
+    ``start()`` (the driver is looked up when the reporter starts).
+    """
+    original = _worker_module.Worker
+    _worker_module.Worker = SteppedWorker  # type: ignore[misc]
+    try:
+        reporter.start()
+    finally:
+        _worker_module.Worker = original  # type: ignore[misc]
     worker = reporter._worker
-    assert worker is not None
+    assert isinstance(worker, SteppedWorker)
+    worker.wait_parked()
     return worker
+
+
+def exited(reporter: Any) -> None:
+    """Wait until ``reporter``'s thread ended, as if its process exited as ``close()`` returned.
+
+    ``close(timeout)`` returns by its deadline while the thread ends its closing
+    pass (the journal's last record, the sinks closed) just after; a test that
+    models the process dying there, and starts the next one in the same
+    process, waits for that end first, so the next process finds the
+    journal's lock released as the kernel would have.
+    """
+    worker = reporter._worker
+    if worker is not None:
+        worker.thread.join(STEP_TIMEOUT_SECONDS)
+        assert not worker.thread.is_alive(), "the reporter thread did not end after close()"
 
 
 def clean_env(**extra: str) -> dict[str, str]:

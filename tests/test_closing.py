@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from faults import black_hole_server, closed_port
-from helpers import ScriptedSink, curve, held
+from helpers import ScriptedSink, curve, drive, held
 from trainreport import HttpSink, Reporter, ReportingConfig, RetryLater
 from trainreport._engine._closing import CLOSE_NOTICE_SECONDS, wait_for_close
 from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS, close_wait
@@ -54,11 +54,12 @@ def started(sink: Any, **config: Any) -> tuple[Reporter, FakeClock]:
     clock = FakeClock()
     settings = {"min_report_interval_seconds": 10.0, "backoff_jitter": 0.0, **config}
     reporter = Reporter(sink, ReportingConfig(**settings), clock=clock, rank=0)
-    reporter.start()
+    drive(reporter)
     return reporter, clock
 
 
 def cycle(reporter: Reporter) -> None:
+    """One cycle of the reporter thread, held between cycles by ``drive``."""
     worker = reporter._worker
     assert worker is not None
     worker.cycle()

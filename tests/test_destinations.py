@@ -218,7 +218,9 @@ def test_resume_seeds_from_the_first_destination_that_holds_the_task() -> None:
     empty = MemorySink(series_suffix=True)
     holding = MemorySink(_task_with_loss(range(1, 8)), series_suffix=True)
     reporter = Reporter(sinks=[empty, holding], config=FAST, clock=FakeClock(), rank=0)
-    drive(reporter)
+    # Both first opens answer (each on its sender) before close(): once close() began,
+    # the seed waits for no other first open (Resume.seed_if_decided's ``stopping``).
+    drive(reporter).cycle()
     reporter.report_train_step(step=8, metrics={"loss": 8.0})
     assert reporter.close(timeout=5)
     assert list(range(1, 9)) == [p[0] for p in curve(empty.task, "train_loss")]

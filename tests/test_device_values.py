@@ -2,8 +2,7 @@
 
 Without a GPU: a stand-in (``fake_cuda.FakeTorch``) records which calls each
 thread made. The report calls run on the test's thread, the reporter
-thread's cycles on a thread named ``reporter`` (or, where the thread does not
-matter, on the test's thread with ``drive``).
+thread's cycles on the reporter thread itself, stepped with ``drive``.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import math
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +38,8 @@ def make(**config: Any) -> tuple[Reporter, MemorySink, FakeClock]:
     return Reporter(sink, ReportingConfig(**settings), clock=clock, rank=0), sink, clock
 
 
-def on_thread(name: str, work: Callable[[], object]) -> None:
-    """Run ``work`` on a thread called ``name`` (the reporter thread's side) and wait for it."""
-    thread = threading.Thread(target=work, name=name)
-    thread.start()
-    thread.join(10)
-    assert not thread.is_alive()
+#: The reporter thread's name: ``drive``'s cycles run on the reporter thread itself.
+REPORTER_THREAD = "trainreport-reporter"
 
 
 def test_training_thread_makes_no_item_or_synchronize_call(torch: fake_cuda.FakeTorch) -> None:
@@ -62,14 +56,14 @@ def test_training_thread_makes_no_item_or_synchronize_call(torch: fake_cuda.Fake
         loss, norm = torch.tensor(1.0 / step), torch.tensor(float(step), dtype="bfloat16")
         reporter.report_train_step(step=step, metrics={"loss": loss, "grad_norm": norm, "lr": 0.1})
     torch.complete()
-    on_thread("reporter", worker.cycle)
+    worker.cycle()
     on_caller = torch.calls_on(me)
     assert [] == [c for c in on_caller if c in ("item", "synchronize", "query", "tolist")]
     assert {"stack", "empty", "copy_", "record"} <= set(on_caller)
     assert all(d["non_blocking"] for name, _, d in torch.calls if name == "copy_")
     assert all(d["pin_memory"] for name, _, d in torch.calls if name == "empty")
-    assert {"query", "tolist"} <= set(torch.calls_on("reporter"))
-    assert "item" not in torch.calls_on("reporter")
+    assert {"query", "tolist"} <= set(torch.calls_on(REPORTER_THREAD))
+    assert "item" not in torch.calls_on(REPORTER_THREAD)
     assert reporter.close(timeout=5)
     assert [(1, 1, 1.0), (2, 1, 0.5), (3, 1, 1 / 3)] == curve(sink.task, "train_loss")
     assert [1.0, 2.0, 3.0] == [p[2] for p in curve(sink.task, "train_grad_norm")]
@@ -346,10 +340,10 @@ def test_the_reporter_thread_queries_and_reads_each_copy_on_its_own_device(
     worker = drive(reporter)
     metrics = {"loss": torch.tensor(1.0, device=1), "norm": torch.tensor(2.0, device=0)}
     reporter.report_train_step(step=1, metrics=metrics)
-    on_thread("reporter", worker.cycle)  # queried while in flight
+    worker.cycle()  # queried while in flight
     torch.complete()
-    on_thread("reporter", worker.cycle)  # queried and read
-    calls = [(name, d) for name, on, d in torch.calls if on == "reporter"]
+    worker.cycle()  # queried and read
+    calls = [(name, d) for name, on, d in torch.calls if on == REPORTER_THREAD]
     assert {("query", 0), ("query", 1), ("tolist", 0), ("tolist", 1)} == {
         (name, d["own"]) for name, d in calls if name in ("query", "tolist")
     }
@@ -375,7 +369,11 @@ def test_cpu_tensors_are_converted_on_the_callers_thread_as_today() -> None:
     loss.add_(1.0)
     assert all(type(item) is dict for item in worker.queue)
     assert all(
-        type(v) in (float, int) for item in worker.queue for k, v in item.items() if k[0] != "\x00"
+        type(v) in (float, int)
+        for item in worker.queue
+        if isinstance(item, dict)  # every one is (asserted above)
+        for k, v in item.items()
+        if k[0] != "\x00"
     )
     assert reporter.close(timeout=5)
     assert [2.5, 0.5] == [p[2] for p in curve(sink.task, "train_loss")]

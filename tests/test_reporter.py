@@ -917,7 +917,7 @@ def test_the_first_point_is_sent_at_once(series_suffix: bool, kind: str) -> None
     """The opening send does not hold back the first point for a whole interval."""
     sink = MemorySink(series_suffix=series_suffix)
     reporter, _, clock = make(sink)
-    reporter.start()  # threaded: the report call itself must wake the reporter thread
+    reporter.start()  # not held: the report call itself must wake the reporter thread
     deadline = time.monotonic() + 5.0
     while not sink.requests and time.monotonic() < deadline:  # the opening send
         threading.Event().wait(0.005)

@@ -3,8 +3,8 @@
 docs/design.md#failure-handling: "A failed send is not retried in a loop: the scheduler backs off
 (exponential with jitter, reset on success ...)". With a clock that does not
 move, no backoff can ever elapse, so a handful of reporter cycles must make at
-most the first send and one immediate retry. (``Worker.cycle`` runs one
-whole pass on the test's thread; a scheduler that let a send through on
+most the first send and one immediate retry. (``drive``'s ``cycle()`` lets the
+reporter thread run one whole pass; a scheduler that let a send through on
 every pass would make one send per cycle.)
 """
 

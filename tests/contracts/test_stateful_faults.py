@@ -39,8 +39,8 @@ rewinds applied, status and checkpoint path right; and ``reporter.snapshot()``
 equals the ``GET`` with each series from its first point still in memory on.
 
 Scheduling runs on injected clocks (:class:`~trainreport.testing.FakeClock`,
-advanced by the rules) and the worker is stepped on the test's thread
-(``Worker.cycle``, no reporter thread); real time
+advanced by the rules) and each reporter thread is held between cycles
+and stepped one cycle at a time (``drive`` in ``tests/helpers.py``); real time
 is spent only in the short configured HTTP timeouts, the close retry cap and
 the faults' own bounded durations. Nothing sleeps and hopes.
 
@@ -82,7 +82,7 @@ from hypothesis.stateful import (
 )
 
 from faults import FaultProxy
-from helpers import drive
+from helpers import drive, exited
 from trainreport import AttemptIdentity, HttpSink, Reporter, ReportingConfig
 from trainreport._facade._process_hooks import forget
 from trainreport._record._store import MetricStore
@@ -562,6 +562,7 @@ class StatefulFaults(RuleBasedStateMachine):
             return
         reporter = self.live.reporter
         reporter.close(timeout=0.0)  # a crash: nothing more is sent
+        exited(reporter)  # the process is gone: its journal's lock with it
         self.closed.append(reporter)
         self.heal()
         if not self.suffix_mode:
@@ -652,6 +653,7 @@ class StatefulFaults(RuleBasedStateMachine):
             clock.advance(10.0)
             worker.cycle()
         assert not reporter.close(timeout=0.3)
+        exited(reporter)  # nothing of the zombie's reaches the service later
         self.closed.append(reporter)
 
     # -- the invariant ----------------------------------------------------------------------

@@ -34,7 +34,9 @@ class Sender:
 
     Args:
         sink: the destination's sink.
-        threaded: run requests on a thread of its own.
+        on_own_thread: run requests on a thread of its own, started with the
+            first (the driver's rule: several destinations, or a journal);
+            otherwise on the thread that submits them (the reporter thread).
         on_done: called (from the sender thread) when a job is done (wakes
             the reporter thread).
         name: the thread's name.
@@ -48,14 +50,14 @@ class Sender:
         self,
         sink: Sink,
         *,
-        threaded: bool,
+        on_own_thread: bool,
         on_done: Any = None,
         name: str = "trainreport-sender",
         after_open: Callable[[Sink, Opened, float | None], OpenResult] | None = None,
     ) -> None:
         self._sink = sink
         self._after_open = after_open
-        self._threaded = threaded
+        self._on_own_thread = on_own_thread
         self._on_done = on_done
         self._name = name
         self._jobs: list[Job] = []
@@ -65,7 +67,7 @@ class Sender:
 
     def submit(self, job: Job) -> None:
         """Run ``job`` (at once on this thread, or on the sender thread)."""
-        if not self._threaded:
+        if not self._on_own_thread:
             self._run(job)
             return
         with self._ready:

@@ -22,9 +22,10 @@ a ``MemorySink``) is sent to from the reporter thread itself.
 Closing: drain, send the tail to every destination (the core's closing
 regime, within the shared real-time deadline), close the journal and the sinks.
 
-Tests drive the same code without a thread: ``Worker(..., threaded=False)``,
-then :meth:`Worker.cycle` as often as they like and :meth:`Worker.finish`; the
-core's decisions are tested on the core itself (``tests/test_core.py``).
+There is one mode: :meth:`Worker.start` starts the thread. The core's
+decisions are tested on the core itself (``tests/test_core.py``); tests that
+need the real sinks step this thread one cycle at a time through the one wait
+it makes between cycles (:meth:`Worker.idle`, ``tests/helpers.py``'s ``drive``).
 """
 
 from __future__ import annotations
@@ -76,8 +77,6 @@ class Worker:
             guard's count) and whether a report call should wake the thread only
             at ``drain_queue_depth`` (the first point was applied, or the
             stored task is not read yet) rather than at once.
-        threaded: run on a thread of its own (``start()``); ``False`` for tests,
-            which call :meth:`cycle` and :meth:`finish` themselves.
         open_journal: called once, when the attempt begins (on the reporter
             thread), with the recorder; returns the journal keeper or ``None``
             (``docs/engine.md``, "The journal in front of a service"). The
@@ -105,7 +104,6 @@ class Worker:
         wall_clock: Callable[[], str] | None = None,
         cancel_requested: threading.Event,
         on_drained: Callable[[int, bool], None] | None = None,
-        threaded: bool = True,
         open_journal: Callable[[Recorder], JournalKeeper | None] | None = None,
         journal_destination: int = 0,
         local_log_interval_seconds: float | None = None,
@@ -116,7 +114,6 @@ class Worker:
         self.clock = clock
         self.wall_clock = wall_clock if wall_clock is not None else Stamps()
         self.on_drained = on_drained
-        self.threaded = threaded
         self.wake = threading.Event()
         local = local_log_interval_seconds
         self.destinations = [
@@ -132,11 +129,11 @@ class Worker:
         self._journal_destination = journal_destination
         # A request that hangs holds only its sender's thread: the reporter thread
         # keeps the other destinations' cadence and the journal's (docs/engine.md).
-        own_threads = threaded and (len(sinks) > 1 or open_journal is not None)
+        isolated = len(sinks) > 1 or open_journal is not None
         senders = [
             Sender(
                 d.sink,
-                threaded=own_threads,
+                on_own_thread=isolated,
                 on_done=self.wake.set,
                 name=f"trainreport-send-{i}",
                 after_open=self._resume.recover if i == journal_destination else None,
@@ -172,11 +169,8 @@ class Worker:
     # --- control from other threads ----------------------------------------------
 
     def start(self) -> None:
-        """Begin the attempt; start the thread when threaded (returns at once)."""
-        if self.threaded:
-            self.thread.start()
-        else:
-            self._begin()
+        """Start the reporter thread, which begins the attempt (returns at once)."""
+        self.thread.start()
 
     def stop(self, deadline: float) -> None:
         """Ask the thread to drain, send the tail and exit by ``deadline`` (time.monotonic)."""
@@ -193,8 +187,8 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        """The reporter thread runs (or, unthreaded, has not finished)."""
-        return self.thread.is_alive() if self.threaded else not self._stopping
+        """The reporter thread runs."""
+        return self.thread.is_alive()
 
     def everything_delivered(self) -> bool:
         """True when nothing queued or recorded is undelivered, to any destination."""
@@ -227,14 +221,21 @@ class Worker:
         try:
             self._begin()
             while not self._stopping:
-                timeout = self.cycle()
-                if self.wake.wait(timeout):
-                    self.wake.clear()
+                self.idle(self.cycle())
             self.finish()
         except BaseException as exc:
             _log.error("trainreport.reporter_thread_crashed", error=describe_exception(exc))
         finally:
             self.core.flush.release()
+
+    def idle(self, seconds: float) -> None:
+        """The wait between two cycles: ``seconds`` at most, cut short by :attr:`wake`.
+
+        The thread's only wait while running (the close pass waits on
+        :attr:`wake` too, for the core's closing regime). Never raises.
+        """
+        if self.wake.wait(seconds):
+            self.wake.clear()
 
     def cycle(self) -> float:
         """One pass: drain, record the journal when due, settle ended requests, send what is due.

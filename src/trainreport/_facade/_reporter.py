@@ -878,10 +878,6 @@ class Reporter:
         Returns:
             ``self``, for chaining. Never raises for a destination problem.
         """
-        return self._start(threaded=True)
-
-    def _start(self: _R, *, threaded: bool) -> _R:
-        """``start()``; ``threaded=False`` (tests) drives the same worker without a thread."""
         from trainreport._engine._worker import Worker  # noqa: PLC0415 - the driver, built at start
 
         if self._machine.state is not ReporterState.NEW:
@@ -914,7 +910,6 @@ class Reporter:
             clock=self._clock,
             cancel_requested=self.cancel_requested,
             on_drained=self._drained,
-            threaded=threaded,
             **options,
         )
         self._machine.apply(ReporterInput.START)
@@ -942,8 +937,6 @@ class Reporter:
         if worker is None or self._machine.state is not ReporterState.RUNNING:
             return self._machine.state is not ReporterState.NEW and self._delivered()
         done = worker.request_flush()
-        if not worker.threaded:  # tests: one cycle on this thread
-            worker.cycle()
         return done.wait(self._budget(timeout)) and worker.everything_delivered()
 
     def close(self, timeout: float | None = None) -> bool:
@@ -993,8 +986,6 @@ class Reporter:
             self._machine.apply(ReporterInput.CLOSE)
             self._accepting = False
             worker.stop(deadline)
-            if not worker.threaded:  # tests: the closing pass on this thread
-                worker.finish()
         waited = self._wait_for_thread(worker, deadline)
         if waited == "interrupted":
             return False
@@ -1050,8 +1041,6 @@ class Reporter:
             ``"ended"``, ``"deadline"`` or ``"interrupted"`` (a Ctrl-C, logged
             ``trainreport.close_interrupted``). Never raises.
         """
-        if not worker.threaded:
-            return "ended"
         thread = worker.thread
         if os.getpid() != self._pid:  # a forked copy never joins its parent's thread
             return "deadline" if thread.is_alive() else "ended"
