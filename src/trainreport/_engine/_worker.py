@@ -115,14 +115,8 @@ class Worker:
         self.wall_clock = wall_clock if wall_clock is not None else Stamps()
         self.on_drained = on_drained
         self.wake = threading.Event()
-        local = local_log_interval_seconds
         self.destinations = [
-            new_destination(
-                i,
-                sink,
-                config,
-                interval=local if getattr(sink, "local_run_log", False) is True else None,
-            )
+            new_destination(i, sink, config, interval=local_log_interval_seconds)
             for i, sink in enumerate(sinks)
         ]
         self._resume = Resume(open_journal, interval=config.min_report_interval_seconds)
