@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from trainreport._wire._payloads import (
     StoredState,
-    decode_column,
     encode_patch_body,
     encode_suffix_body,
     parse_stored_task,
 )
+from trainreport._wire._protocol import decode_column
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 
@@ -83,9 +83,9 @@ def test_suffix_body_carries_columns_offsets_generation_and_sequence() -> None:
         "status_details": {"step": 5},
     } == {k: v for k, v in body.items() if k != "series"}
     assert 3 == columns["offset"]
-    assert [4, 5] == decode_column(columns["steps"], "q")
-    assert [1, 1] == decode_column(columns["epochs"], "i")
-    assert [0.5, -math.inf] == decode_column(columns["values"], "d")
+    assert [4, 5] == decode_column(columns["steps"], "q").tolist()
+    assert [1, 1] == decode_column(columns["epochs"], "i").tolist()
+    assert [0.5, -math.inf] == decode_column(columns["values"], "d").tolist()
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30), st.text(max_size=20))
