@@ -45,8 +45,10 @@ def compact_points(column: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
     """A column as :class:`ColumnPoints` of three arrays (24 bytes a point).
 
     A column the arrays cannot hold (a step that is not an int64, a value
-    that is not a number) is given as :func:`dict_points`, as read. Never
-    raises for such a column.
+    that is not a number) is given as :func:`dict_points`, as read.
+
+    Raises:
+        ValueError: the columns differ in length (as :func:`dict_points`).
     """
     try:
         return ColumnPoints.from_json(column["steps"], column["epochs"], column["values"])
