@@ -215,7 +215,9 @@ def to_pandas(task: Mapping[str, Any]) -> pd.DataFrame:
 
     Args:
         task: a task in the ``GET`` shape (from :func:`read_task`, ``MemorySink.task``
-            or ``Reporter.snapshot()``).
+            or ``Reporter.snapshot()``); a series held as ``ColumnPoints``
+            (``read_task(..., columns=True)``) is read from its arrays, with no
+            dictionary a point.
 
     Returns:
         A ``pandas.DataFrame`` with columns ``series`` (str), ``step`` (int64),
