@@ -21,7 +21,8 @@ never counts in another's), per tree:
 5. **read_back (HTTP)**: ``HttpSink.read_back`` (what a long run's
    ``Reporter.snapshot()`` reads the points that left memory with).
 6. **read_task (run log)**: ``trainreport.read_task(path)``, the same.
-7. **show (run log)**: ``trainreport show --file`` (a subprocess of its own):
+7. **read_task (run log, columns)**: ``trainreport.read_task(path, columns=True)``.
+8. **show (run log)**: ``trainreport show --file`` (a subprocess of its own):
    its peak RSS (``ru_maxrss`` of the child) and wall time.
 
 Run:
@@ -91,6 +92,11 @@ elif kind == "read-back-http":
     t0 = time.perf_counter()
     task = sink.read_back(600)
     points = sum(len(p) for p in task["status_details"]["metrics"].values())
+elif kind == "read-file-columns":
+    base = rss_kib()
+    t0 = time.perf_counter()
+    task = trainreport.read_task(path, columns=True)
+    points = sum(len(p) for p in task["status_details"]["metrics"].values())
 else:
     base = rss_kib()
     t0 = time.perf_counter()
@@ -111,6 +117,7 @@ _KINDS = (
     "read-http-columns",
     "read-back-http",
     "read-file",
+    "read-file-columns",
 )
 
 
