@@ -27,6 +27,7 @@ import urllib3
 from faults import FaultProxy, black_hole_server, closed_port
 from helpers import without_updated_at
 from trainreport import AttemptIdentity, FileSink, Reporter, ReportingConfig, read_task
+from trainreport._wire._payloads import ColumnPoints
 from trainreport.server import ServerHandle
 from trainreport.sinks._http import _open as _http_open
 from trainreport.sinks._http._sink import HttpSink
@@ -319,6 +320,31 @@ def test_read_back_from_a_service_without_series_is_the_plain_get(server: Server
 
     assert stored(server.url) == held
     assert f"/v1/jobs/{JOB}/tasks/train" == paths[-1]
+
+
+@pytest.mark.parametrize("destination", ["http", "file"])
+def test_a_read_back_keeps_each_series_as_columns(
+    server: ServerHandle, tmp_path: Path, destination: str
+) -> None:
+    """``read_back`` of either built-in sink: ``ColumnPoints`` a series, equal to what is held.
+
+    A long run's ``snapshot()`` then builds point dictionaries only for the
+    prefix that left memory, never for the whole stored record.
+    """
+    log = tmp_path / "run.log"
+    sink = HttpSink(server.url, JOB) if destination == "http" else FileSink(log)
+    reporter = Reporter(sink, CONFIG, rank=0).start()
+    _long_run(reporter, steps=600)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+    held = sink.read_back(5.0)
+
+    assert held is not None
+    series = held["status_details"]["metrics"]
+    assert {"train_loss", "train_lr"} == set(series)
+    assert all(isinstance(points, ColumnPoints) for points in series.values())
+    assert (stored(server.url) if destination == "http" else read_task(log)) == held
 
 
 def test_a_snapshot_no_destination_can_read_back_says_it_is_partial(
