@@ -16,8 +16,13 @@ never counts in another's), per tree:
 3. **read_task (HTTP)**: ``trainreport.client.read_task``: peak RSS above
    the baseline and wall time (what it returns is counted: it is the ``GET``
    shape, a dictionary per point).
-4. **read_task (run log)**: ``trainreport.read_task(path)``, the same.
-5. **show (run log)**: ``trainreport show --file`` (a subprocess of its own):
+4. **read_task (HTTP, columns)**: ``client.read_task(..., columns=True)``:
+   each series three arrays (``ColumnPoints``), the same figures.
+5. **read_back (HTTP)**: ``HttpSink.read_back`` (what a long run's
+   ``Reporter.snapshot()`` reads the points that left memory with).
+6. **read_task (run log)**: ``trainreport.read_task(path)``, the same.
+7. **read_task (run log, columns)**: ``trainreport.read_task(path, columns=True)``.
+8. **show (run log)**: ``trainreport show --file`` (a subprocess of its own):
    its peak RSS (``ru_maxrss`` of the child) and wall time.
 
 Run:
@@ -75,6 +80,23 @@ elif kind == "read-http":
     t0 = time.perf_counter()
     task = client.read_task(url, job, "train", timeout_seconds=600)
     points = sum(len(p) for p in task["status_details"]["metrics"].values())
+elif kind == "read-http-columns":
+    base = rss_kib()
+    t0 = time.perf_counter()
+    task = client.read_task(url, job, "train", timeout_seconds=600, columns=True)
+    points = sum(len(p) for p in task["status_details"]["metrics"].values())
+elif kind == "read-back-http":
+    from trainreport.sinks._http._sink import HttpSink
+    sink = HttpSink(url, job, read_timeout_seconds=600)
+    base = rss_kib()
+    t0 = time.perf_counter()
+    task = sink.read_back(600)
+    points = sum(len(p) for p in task["status_details"]["metrics"].values())
+elif kind == "read-file-columns":
+    base = rss_kib()
+    t0 = time.perf_counter()
+    task = trainreport.read_task(path, columns=True)
+    points = sum(len(p) for p in task["status_details"]["metrics"].values())
 else:
     base = rss_kib()
     t0 = time.perf_counter()
@@ -85,6 +107,18 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"rss_mb": (peak - base) / 1024, "seconds": seconds,
                   "ok": bool(globals().get("delivered", True))}))
 """
+
+
+#: The figures measured in a child, in the table's order.
+_KINDS = (
+    "resume-http",
+    "resume-file",
+    "read-http",
+    "read-http-columns",
+    "read-back-http",
+    "read-file",
+    "read-file-columns",
+)
 
 
 def _store(url: str, log: Path, points: int) -> None:
@@ -171,15 +205,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stored {args.points:,} points in {time.perf_counter() - t0:.1f} s")
             rows = []
             for label, tree in trees:
-                for kind in ("resume-http", "resume-file", "read-http", "read-file"):
+                for kind in _KINDS:
                     rows.append((label, kind, _child(tree, kind, server.url, log)))
                 rows.append((label, "show-file", _show(tree, log)))
         finally:
             server.stop()
-    print(f"\n{'tree':<10} {'figure':<12} {'RSS MB':>9} {'seconds':>8}")
+    print(f"\n{'tree':<10} {'figure':<17} {'RSS MB':>9} {'seconds':>8}")
     for label, kind, fig in rows:
         said = "" if fig.get("ok", True) else f"  not delivered {fig.get('error', '')}"
-        print(f"{label:<10} {kind:<12} {fig['rss_mb']:>9.1f} {fig['seconds']:>8.2f}{said}")
+        print(f"{label:<10} {kind:<17} {fig['rss_mb']:>9.1f} {fig['seconds']:>8.2f}{said}")
     return 0
 
 
@@ -188,13 +222,7 @@ def test_resume_and_reads_run_at_a_small_size(capsys: Any) -> None:
     assert main(["--points", "2000"]) == 0
     table = capsys.readouterr().out
     assert "not delivered" not in table
-    assert (
-        sum(
-            kind in table
-            for kind in ("resume-http", "resume-file", "read-http", "read-file", "show-file")
-        )
-        == 5
-    )
+    assert sum(f" {kind} " in table for kind in (*_KINDS, "show-file")) == len(_KINDS) + 1
 
 
 if __name__ == "__main__":

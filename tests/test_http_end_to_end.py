@@ -27,7 +27,9 @@ import urllib3
 from faults import FaultProxy, black_hole_server, closed_port
 from helpers import without_updated_at
 from trainreport import AttemptIdentity, FileSink, Reporter, ReportingConfig, read_task
+from trainreport._wire._payloads import ColumnPoints
 from trainreport.server import ServerHandle
+from trainreport.sinks._http import _open as _http_open
 from trainreport.sinks._http._sink import HttpSink
 from trainreport.testing import FakeClock, capture_events
 
@@ -274,6 +276,75 @@ def test_a_long_runs_snapshot_reads_back_the_points_that_left_memory(
     assert 2000 == len(snapshot["status_details"]["metrics"]["train_loss"])
     assert [] == [e for e in events if e["event"] == "trainreport.snapshot_partial"]
     assert reporter.close(timeout=10)
+
+
+def test_read_back_reads_the_curves_as_columns_like_read_task(
+    server: ServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HttpSink.read_back`` asks ?metrics=false, the summary, then /series in groups.
+
+    Never the whole task's ``GET`` from the reference server (a long run's
+    snapshot would hold one JSON document of it); what it returns equals that
+    ``GET``, point for point.
+    """
+    monkeypatch.setattr(_http_open, "_POINTS_PER_READ", 30)
+    reporter = reporter_for(server.url)
+    train(reporter, range(1, 41), flush_every=20)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+    with FaultProxy.for_url(server.url) as proxy:
+        held = HttpSink(proxy.url, JOB).read_back(5.0)
+        paths = [r.path for r in proxy.requests]
+
+    assert held is not None
+    assert stored(server.url) == held
+    assert [
+        f"/v1/jobs/{JOB}/tasks/train?metrics=false",
+        f"/v1/jobs/{JOB}/tasks/train/series/summary",
+    ] == paths[:2]
+    assert 3 == len(paths[2:])  # train_loss, train_lr (40 points each), val_loss: 30 a read
+    assert all("/series?name=" in p for p in paths[2:]), paths
+    assert f"/v1/jobs/{JOB}/tasks/train" not in paths
+
+
+def test_read_back_from_a_service_without_series_is_the_plain_get(server: ServerHandle) -> None:
+    """A 404 from .../series/summary (a plain job API): the task's plain ``GET``, equal."""
+    reporter = reporter_for(server.url)
+    train(reporter, range(1, 21), flush_every=20)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+    with FaultProxy.for_url(server.url) as proxy:
+        proxy.fail_next(1, 404, path="/series/summary")
+        held = HttpSink(proxy.url, JOB).read_back(5.0)
+        paths = [r.path for r in proxy.requests]
+
+    assert stored(server.url) == held
+    assert f"/v1/jobs/{JOB}/tasks/train" == paths[-1]
+
+
+@pytest.mark.parametrize("destination", ["http", "file"])
+def test_a_read_back_keeps_each_series_as_columns(
+    server: ServerHandle, tmp_path: Path, destination: str
+) -> None:
+    """``read_back`` of either built-in sink: ``ColumnPoints`` a series, equal to what is held.
+
+    A long run's ``snapshot()`` then builds point dictionaries only for the
+    prefix that left memory, never for the whole stored record.
+    """
+    log = tmp_path / "run.log"
+    sink = HttpSink(server.url, JOB) if destination == "http" else FileSink(log)
+    reporter = Reporter(sink, CONFIG, rank=0).start()
+    _long_run(reporter, steps=600)
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+    held = sink.read_back(5.0)
+
+    assert held is not None
+    series = held["status_details"]["metrics"]
+    assert {"train_loss", "train_lr"} == set(series)
+    assert all(isinstance(points, ColumnPoints) for points in series.values())
+    assert (stored(server.url) if destination == "http" else read_task(log)) == held
 
 
 def test_a_snapshot_no_destination_can_read_back_says_it_is_partial(

@@ -12,13 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainreport._wire._payloads import (
+    NO_EPOCH,
+    ColumnPoints,
     StoredState,
-    decode_column,
     encode_patch_body,
     encode_suffix_body,
     parse_stored_task,
 )
+from trainreport._wire._protocol import decode_column
 from trainreport._wire._sink_interface import SeriesUpdate, Update
+from trainreport.sinks._http._read import compact_points, dict_points
 
 
 def series(name: str, values: list[float], offset: int = 0) -> SeriesUpdate:
@@ -83,9 +86,9 @@ def test_suffix_body_carries_columns_offsets_generation_and_sequence() -> None:
         "status_details": {"step": 5},
     } == {k: v for k, v in body.items() if k != "series"}
     assert 3 == columns["offset"]
-    assert [4, 5] == decode_column(columns["steps"], "q")
-    assert [1, 1] == decode_column(columns["epochs"], "i")
-    assert [0.5, -math.inf] == decode_column(columns["values"], "d")
+    assert [4, 5] == decode_column(columns["steps"], "q").tolist()
+    assert [1, 1] == decode_column(columns["epochs"], "i").tolist()
+    assert [0.5, -math.inf] == decode_column(columns["values"], "d").tolist()
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30), st.text(max_size=20))
@@ -195,3 +198,57 @@ def test_an_unreadable_series_is_kept_as_strict_json() -> None:
     body = strict_loads(encode_patch_body(update))
     assert isinstance(body, dict)
     assert {"a": state.damaged["a"]} == body["status_details"]["metrics"]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**63 - 1),
+            st.one_of(st.none(), st.integers(0, 2**31 - 1)),
+            st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)),
+        ),
+        max_size=30,
+    )
+)
+def test_column_points_from_json_reads_as_the_get_shape(
+    points: list[tuple[int, int | None, float | None]],
+) -> None:
+    """``/series`` columns (``null`` epochs and values included) as arrays equal the point list."""
+    expected = [{"step": s, "epoch": e, "value": v} for s, e, v in points]
+    column = {
+        "steps": [p[0] for p in points],
+        "epochs": [p[1] for p in points],
+        "values": [p[2] for p in points],
+    }
+
+    compact = compact_points(column)
+
+    assert isinstance(compact, ColumnPoints)
+    assert expected == list(compact)
+    assert compact == expected
+    assert expected == dict_points(column)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        {"steps": [1.5], "epochs": [1], "values": [0.5]},
+        {"steps": [2**64], "epochs": [1], "values": [0.5]},
+        {"steps": [1], "epochs": [NO_EPOCH], "values": [0.5]},
+        {"steps": [1], "epochs": [1], "values": ["x"]},
+        {"steps": [1, 2], "epochs": [1], "values": [0.5]},
+    ],
+    ids=["float-step", "step-past-int64", "the-sentinel-epoch", "text-value", "lengths-differ"],
+)
+def test_a_column_the_arrays_cannot_hold_is_kept_as_point_dictionaries(
+    column: dict[str, list[Any]],
+) -> None:
+    """Never a wrong array: what int64/float64 cannot hold stays as read (a dict a point)."""
+    if len(column["steps"]) != len(column["epochs"]):
+        with pytest.raises(ValueError, match="differ in length"):
+            ColumnPoints.from_json(column["steps"], column["epochs"], column["values"])
+        return
+    kept = compact_points(column)
+
+    assert isinstance(kept, list)
+    assert dict_points(column) == kept

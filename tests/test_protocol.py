@@ -152,6 +152,23 @@ def test_decode_column_refuses_what_is_not_whole_items_of_base64(
         _protocol.decode_column(text, "q")
 
 
+def test_the_column_codec_is_defined_once() -> None:
+    """One ``decode_column`` in the package (``_wire/_protocol.py``), shared by client and server.
+
+    A second one (a list-returning wrapper once lived in ``_payloads``) would be
+    a second rule for what a column on the wire means.
+    """
+    src = Path(trainreport.__file__).resolve().parent
+    defined = sorted(
+        str(path.relative_to(src))
+        for path in src.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name == "decode_column"
+    )
+
+    assert ["_wire/_protocol.py"] == defined
+
+
 def test_new_columns_have_the_wire_typecodes() -> None:
     """Stores, records and logs build their columns with the wire's typecodes."""
     assert ("q", "i", "d") == tuple(c.typecode for c in _protocol.new_columns())

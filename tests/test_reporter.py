@@ -25,7 +25,7 @@ from trainreport._record._reports import (
     completed,
     queued_bytes,
 )
-from trainreport._wire._payloads import decode_column
+from trainreport._wire._protocol import decode_column
 from trainreport.testing import FakeClock, capture_events
 
 pytestmark = pytest.mark.timeout(60)

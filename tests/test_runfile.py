@@ -9,12 +9,13 @@ import time
 import zlib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import curve, record_ends
-from trainreport import FileSink, Reporter, RunLogError, read_task
+from trainreport import FileSink, Reporter, RunLogError, client, read_task
 from trainreport._runlog._format import MAGIC, encode_record
 from trainreport._runlog._runfile import load_run_file
 from trainreport._wire._payloads import ColumnPoints
@@ -227,6 +228,28 @@ def test_show_summarises_a_run_log_from_its_columns_exactly_as_from_its_task(
     )
     assert describe_task(run.task) == describe_task(shown)
     assert run.task == read_task(path)
+
+
+def test_read_task_of_a_run_log_with_columns_keeps_each_series_as_arrays(tmp_path: Path) -> None:
+    """``read_task(path, columns=True)``: ``ColumnPoints`` series equal to the ``GET`` shape's.
+
+    The replayed columns are handed out as they are (no dictionary a point),
+    and ``client.to_pandas`` gives the same frame from them.
+    """
+    path = tmp_path / "job.log"
+    reporter = Reporter(FileSink(path), rank=0).start()
+    for step in range(1, 101):
+        loss = math.nan if step == 7 else 1.0 / step
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": loss})
+    reporter.report_completed()
+    assert reporter.close(timeout=5)
+
+    task = read_task(path, columns=True)
+
+    series = task["status_details"]["metrics"]
+    assert all(isinstance(points, ColumnPoints) for points in series.values())
+    assert read_task(path) == task
+    pd.testing.assert_frame_equal(client.to_pandas(read_task(path)), client.to_pandas(task))
 
 
 @given(

@@ -24,13 +24,15 @@ the file instead.
 from __future__ import annotations
 
 import json
+import math
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import urllib3
 
-from trainreport._wire._payloads import ColumnPoints
+from trainreport._wire._payloads import NO_EPOCH, ColumnPoints
 from trainreport._wire._protocol import (
     CAPABILITIES_PATH,
     JOB_PATH_TEMPLATE,
@@ -44,7 +46,7 @@ from trainreport.exceptions import (
     UnauthorizedError,
     UnreachableError,
 )
-from trainreport.sinks._http._open import series_groups
+from trainreport.sinks._http._read import compact_points, dict_points, read_task_by_series
 from trainreport.sinks._http._transport import shown_url as _shown_url
 from trainreport.sinks._http._transport import split_userinfo as _split_userinfo
 from trainreport.sinks._http._transport import userinfo_problem as _userinfo_problem
@@ -73,17 +75,26 @@ def read_task(
     token: str | None = None,
     *,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    columns: bool = False,
 ) -> dict[str, Any]:
     """The stored task with every point (``GET /v1/jobs/{job_id}/tasks/{task_id}``).
 
     From the reference server the curves are read as columns
     (``?metrics=false``, then ``GET .../series/summary`` and ``GET .../series``
-    for groups of about 200,000 points), so reading a long run costs what is
-    returned, never one JSON document of the whole task on top of it; from
-    a plain job API (which answers the first ``GET`` with every point, or
-    has no ``/series``) it is that one ``GET``. The answer is the same
-    either way; of a task still being written, each group of series is
-    as of its own read (docs/protocol.md).
+    for groups of about 200,000 points), so a read never holds one JSON
+    document of the whole task; from a plain job API (which answers the
+    first ``GET`` with every point, or has no ``/series``) it is that one
+    ``GET``. The answer is the same either way; of a task still being
+    written, each group of series is as of its own read (docs/protocol.md).
+
+    By default each series is a list of point dictionaries, exactly the
+    ``GET`` (``json.dumps`` it, append to it): about 280 bytes a point.
+    With ``columns=True`` each series read as columns is a
+    :class:`~trainreport._wire._payloads.ColumnPoints` instead: three arrays,
+    24 bytes a point, that read as that list (indexing, slicing, iteration,
+    ``len``, ``==`` a list of points) and that :func:`to_pandas` turns into a
+    frame without a dictionary per point. Use it for a long run
+    (``trainreport show`` does); ``list(points)`` gives the dictionaries.
 
     Args:
         url: the service's base URL, e.g. ``http://127.0.0.1:8321`` (a
@@ -92,6 +103,8 @@ def read_task(
         task_id: the task, e.g. ``"train"``.
         token: a bearer token (the admin token or the job's token), or ``None``.
         timeout_seconds: the connect and the read timeout, in seconds.
+        columns: keep each series read from ``/series`` as columns (see above);
+            a plain job API's answer is returned as it came.
 
     Returns:
         The task in the ``GET`` shape: ``{"status": str, "status_details":
@@ -103,97 +116,19 @@ def read_task(
         NotFoundError: 404 (no such task, or no such job).
         ClientError: another error status, or an answer that is not a JSON object.
     """
-    return _read_task(url, job_id, task_id, token, timeout_seconds, _points)
-
-
-def _points(column: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A ``GET .../series`` column as the ``GET`` shape's points."""
-    return [
-        {"step": st, "epoch": ep, "value": v}
-        for st, ep, v in zip(column["steps"], column["epochs"], column["values"], strict=True)
-    ]
-
-
-def _column_points(column: Mapping[str, Any]) -> ColumnPoints:
-    """A ``GET .../series`` column kept as columns (``trainreport show``)."""
-    return ColumnPoints(column["steps"], column["epochs"], column["values"])
-
-
-def _read_task(
-    url: str,
-    job_id: str,
-    task_id: str,
-    token: str | None,
-    timeout_seconds: float,
-    points: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
-) -> dict[str, Any]:
-    """:func:`read_task`, each series' points made by ``points`` from its column.
-
-    Raises:
-        as :func:`read_task`.
-    """
-    path = task_path(_quote(job_id), _quote(task_id))
     ids = {"job_id": job_id, "task_id": task_id}
-    try:
-        task = _get(url, path + "?metrics=false", token, timeout_seconds, **ids)
-    except ClientError as exc:
-        if exc.status != 400:  # a service that refuses the query: the plain GET
-            raise
-        task = None
-    details = task.get("status_details") if isinstance(task, dict) else None
-    if isinstance(task, dict) and isinstance(details, dict) and "metrics" not in details:
-        metrics = _read_series(url, path, token, timeout_seconds, points, ids)
-        if metrics is not None:
-            if metrics:
-                details["metrics"] = metrics
-            return task
-    elif isinstance(task, dict):
-        return task  # the query was ignored: every point is there
-    task = _get(url, path, token, timeout_seconds, **ids)
+
+    def get(path: str) -> Any:
+        return _get(url, path, token, timeout_seconds, **ids)
+
+    task = read_task_by_series(
+        get,
+        task_path(_quote(job_id), _quote(task_id)),
+        compact_points if columns else dict_points,
+    )
     if not isinstance(task, dict):
         raise _error(ClientError, "the answer is not a task object", url, job_id, task_id, 200)
     return task
-
-
-def _read_series(
-    url: str,
-    path: str,
-    token: str | None,
-    timeout_seconds: float,
-    points: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
-    ids: Mapping[str, str],
-) -> dict[str, Any] | None:
-    """The task's series from ``GET .../series``, in groups; ``None``: not offered here."""
-    try:
-        summary = _get(url, path + "/series/summary", token, timeout_seconds, **ids)
-    except ClientError as exc:
-        if exc.status in (404, 405, 501):  # no such endpoint (or the task went: GET says)
-            return None
-        raise
-    listed = summary.get("series") if isinstance(summary, dict) else None
-    if not isinstance(listed, dict):
-        return None
-    lengths: dict[str, int] = {
-        str(name): entry["length"]
-        for name, entry in listed.items()
-        if isinstance(entry, dict) and type(entry.get("length")) is int
-    }
-    metrics: dict[str, Any] = {}
-    for names in series_groups(lengths):
-        query = "&".join(f"name={_quote(n)}" for n in names)
-        doc = _get(url, f"{path}/series?{query}", token, timeout_seconds, **ids)
-        columns = doc.get("series") if isinstance(doc, dict) else None
-        del doc
-        if not isinstance(columns, dict):
-            return None
-        for name in names:
-            column = columns.pop(name, None)
-            if column is None:
-                continue  # removed between the reads (a rewind emptied it)
-            if not isinstance(column, dict) or column.get("first_index", 0) != 0:
-                return None
-            metrics[name] = points(column)
-    return metrics
 
 
 def read_job(
@@ -280,7 +215,9 @@ def to_pandas(task: Mapping[str, Any]) -> pd.DataFrame:
 
     Args:
         task: a task in the ``GET`` shape (from :func:`read_task`, ``MemorySink.task``
-            or ``Reporter.snapshot()``).
+            or ``Reporter.snapshot()``); a series held as ``ColumnPoints``
+            (``read_task(..., columns=True)``) is read from its arrays, with no
+            dictionary a point.
 
     Returns:
         A ``pandas.DataFrame`` with columns ``series`` (str), ``step`` (int64),
@@ -298,22 +235,61 @@ def to_pandas(task: Mapping[str, Any]) -> pd.DataFrame:
         raise ImportError(
             'to_pandas needs pandas: pip install "trainreport[pandas]"', name="pandas"
         ) from exc
+    import numpy as np  # noqa: PLC0415 - pandas' own dependency
+
     details = task.get("status_details") or {}
     metrics: Mapping[str, Any] = details.get("metrics") or {}
-    names, steps, epochs, values = [], [], [], []
+    names: list[Any] = []
+    steps: list[Any] = []
+    epochs: list[Any] = []
+    values: list[Any] = []
     for name, points in metrics.items():
-        for point in points:
-            names.append(name)
-            steps.append(point["step"])
-            epochs.append(point.get("epoch"))
-            value = point.get("value")
-            values.append(float("nan") if value is None else float(value))
+        if isinstance(points, ColumnPoints):  # from the arrays: no dictionary a point
+            step_column, epoch_column, value_column = points.columns()
+            step_array = np.asarray(step_column, dtype=np.int64)
+            epoch_array = np.asarray(
+                [NO_EPOCH if e is None else e for e in epoch_column]
+                if not isinstance(epoch_column, array)
+                else epoch_column,
+                dtype=np.int64,
+            )
+            value_array = np.asarray(
+                [math.nan if v is None else v for v in value_column]
+                if not isinstance(value_column, array)
+                else value_column,
+                dtype=np.float64,
+            )
+        else:
+            step_list, epoch_list, value_list = [], [], []
+            for point in points:
+                step_list.append(point["step"])
+                epoch = point.get("epoch")
+                epoch_list.append(NO_EPOCH if epoch is None else epoch)
+                value = point.get("value")
+                value_list.append(math.nan if value is None else float(value))
+            step_array = np.asarray(step_list, dtype=np.int64)
+            epoch_array = np.asarray(epoch_list, dtype=np.int64)
+            value_array = np.asarray(value_list, dtype=np.float64)
+        names.append(np.full(len(step_array), name, dtype=object))
+        steps.append(step_array)
+        epochs.append(epoch_array)
+        values.append(value_array)
+    epoch_all = np.concatenate(epochs) if epochs else np.zeros(0, dtype=np.int64)
+    value_all = np.concatenate(values) if values else np.zeros(0, dtype=np.float64)
+    value_all[~np.isfinite(value_all)] = math.nan
+    unknown = epoch_all == NO_EPOCH
     return pd.DataFrame(
         {
-            "series": pd.Series(names, dtype="object"),
-            "step": pd.Series(steps, dtype="int64"),
-            "epoch": pd.Series(epochs, dtype="Int64"),
-            "value": pd.Series(values, dtype="float64"),
+            "series": pd.Series(
+                np.concatenate(names) if names else np.zeros(0, dtype=object), dtype="object"
+            ),
+            "step": pd.Series(
+                np.concatenate(steps) if steps else np.zeros(0, dtype=np.int64), dtype="int64"
+            ),
+            "epoch": pd.Series(
+                pd.arrays.IntegerArray(np.where(unknown, 0, epoch_all), unknown), dtype="Int64"
+            ),
+            "value": pd.Series(value_all, dtype="float64"),
         }
     )
 

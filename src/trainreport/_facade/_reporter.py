@@ -67,6 +67,7 @@ from trainreport._record._reports import (
 from trainreport._record._values import MetricValue
 from trainreport._reporting_config import ReportingConfig, from_env_over
 from trainreport._runlog._journal import Journal, JournalPaths
+from trainreport._wire._payloads import ColumnPoints
 from trainreport._wire._sink_interface import Sink
 from trainreport._wire._stamps import utc_now_iso
 from trainreport.exceptions import ConfigError, TransitionError
@@ -390,7 +391,8 @@ class Reporter:
         points that every destination holds leave memory (``docs/engine.md``,
         "Memory"); they are read back here from the first destination that can
         (``Sink.read_back``: a ``FileSink``'s run log first, then an
-        ``HttpSink``'s ``GET``, each within ``timeout_seconds``), so the
+        ``HttpSink``'s read, as ``client.read_task`` reads, each within
+        ``timeout_seconds``), so the
         snapshot is still the whole record. If none can, such a series is
         given from its first point still in memory, with one
         ``trainreport.snapshot_partial`` event. Never raises.
@@ -422,7 +424,7 @@ class Reporter:
                 continue
             for name, base in list(missing.items()):
                 points = stored.get(name)
-                if isinstance(points, list) and len(points) >= base:
+                if isinstance(points, list | ColumnPoints) and len(points) >= base:
                     metrics[name] = points[:base] + metrics.get(name, [])
                     del missing[name]
         if missing:

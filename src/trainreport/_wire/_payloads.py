@@ -35,17 +35,16 @@ import attrs
 import cattrs
 
 from trainreport._wire._protocol import check_name, new_columns
-from trainreport._wire._protocol import decode_column as _decode_column
 from trainreport._wire._protocol import encode_column as _b64
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 __all__ = [
+    "NO_EPOCH",
     "ColumnPoints",
     "ColumnTask",
     "StoredState",
     "UpdateResponse",
     "WriterResponse",
-    "decode_column",
     "encode_details",
     "encode_patch_body",
     "encode_points",
@@ -250,15 +249,6 @@ def encode_suffix_body(
     )
 
 
-def decode_column(text: str, typecode: str) -> list[Any]:
-    """Decode one base64 column of :func:`encode_suffix_series` (``"q"``, ``"i"`` or ``"d"``).
-
-    Raises:
-        ValueError: when ``text`` is not base64 of whole items.
-    """
-    return _decode_column(text, typecode).tolist()
-
-
 # --- parsing what a destination holds ------------------------------------------------
 
 
@@ -292,19 +282,29 @@ class StoredState:
     problems: tuple[str, ...] = ()
 
 
-class ColumnPoints(Sequence[dict[str, Any]]):
-    """A series' points read as columns that look like the ``GET`` shape's list of points.
+#: The epoch a :class:`ColumnPoints` epochs column holds for "unknown" (``null``):
+#: the wire's epochs are int32, so no stored epoch is this.
+NO_EPOCH = -(2**63)
 
-    ``trainreport show`` summarises a long run from its columns (28 bytes a
-    point) without building a dictionary per point (about 240 bytes): an item
-    is built when it is read, and :meth:`values` gives the values for a
-    sparkline straight from the column.
+
+class ColumnPoints(Sequence[dict[str, Any]]):
+    """A series' points held as columns that read as the ``GET`` shape's list of points.
+
+    ``client.read_task(..., columns=True)``, ``trainreport show`` and a long
+    run's ``Reporter.snapshot()`` read-back hold a series as three arrays
+    (int64 steps, int64 or int32 epochs, float64 values: 20-24 bytes a
+    point) instead of a dictionary a point (about 280 bytes): an item is
+    built when it is read, it compares equal to the list of point
+    dictionaries it stands for, and :meth:`columns` gives the arrays
+    (``client.to_pandas`` builds its frame from them).
 
     Args:
         steps: the steps column.
-        epochs: the epochs column (an item ``None`` where unknown).
+        epochs: the epochs column (an item ``None`` or :data:`NO_EPOCH` where unknown).
         values: the values column (``None``, or a non-finite float, for ``null``).
     """
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, which has no hash
 
     def __init__(
         self,
@@ -313,6 +313,34 @@ class ColumnPoints(Sequence[dict[str, Any]]):
         values: Sequence[float | None],
     ) -> None:
         self._steps, self._epochs, self._values = steps, epochs, values
+
+    @classmethod
+    def from_json(
+        cls, steps: Sequence[Any], epochs: Sequence[Any], values: Sequence[Any]
+    ) -> ColumnPoints:
+        """The columns of a ``GET .../series`` answer (JSON lists) as three arrays.
+
+        ``null`` epochs become :data:`NO_EPOCH` and ``null`` values NaN (the
+        ``GET`` shape gives every non-finite value as ``null``).
+
+        Raises:
+            TypeError, OverflowError: an item is not an int64 (steps, epochs)
+                or a number (values); a JSON ``true`` is read as 1, as a
+                reference server never stores one.
+            ValueError: the columns differ in length, or an epoch is :data:`NO_EPOCH`.
+        """
+        if not len(steps) == len(epochs) == len(values):
+            raise ValueError("the columns differ in length")
+        if NO_EPOCH in epochs:
+            raise ValueError("an epoch is the sentinel for unknown")
+        step_column = array("q", steps)
+        epoch_column = array(
+            "q", [NO_EPOCH if e is None else e for e in epochs] if None in epochs else epochs
+        )
+        value_column = array(
+            "d", [math.nan if v is None else v for v in values] if None in values else values
+        )
+        return cls(step_column, epoch_column, value_column)
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -328,15 +356,29 @@ class ColumnPoints(Sequence[dict[str, Any]]):
             return [self[i] for i in range(*index.indices(len(self)))]
         value = self._values[index]
         finite = value is not None and _isfinite(value)
+        epoch = self._epochs[index]
         return {
             "step": self._steps[index],
-            "epoch": self._epochs[index],
+            "epoch": None if epoch == NO_EPOCH else epoch,
             "value": value if finite else None,
         }
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for i in range(len(self)):
             yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list (or another ``ColumnPoints``) of the same point dictionaries."""
+        if not isinstance(other, list | ColumnPoints):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    def __repr__(self) -> str:
+        return f"ColumnPoints(points={len(self)})"
+
+    def columns(self) -> tuple[Sequence[int], Sequence[int | None], Sequence[float | None]]:
+        """The ``(steps, epochs, values)`` columns as held (arrays, or sequences). Never raises."""
+        return self._steps, self._epochs, self._values
 
     def values(self) -> list[float | None]:
         """The values, ``None`` where not finite. Never raises."""

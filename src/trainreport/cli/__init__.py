@@ -569,8 +569,7 @@ def _read_shown_task(url: str, job_id: str, task_id: str, token: str | None) -> 
     """
     from trainreport import client  # noqa: PLC0415
 
-    timeout = client.DEFAULT_TIMEOUT_SECONDS
-    return client._read_task(url, job_id, task_id, token, timeout, client._column_points)
+    return client.read_task(url, job_id, task_id, token, columns=True)
 
 
 #: What clears a terminal and puts the cursor at its top left (ANSI: home, erase display).

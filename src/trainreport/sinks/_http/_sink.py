@@ -72,8 +72,9 @@ from trainreport._wire._sink_interface import (
     Sink,
     Update,
 )
-from trainreport.exceptions import ConfigError, SinkError
+from trainreport.exceptions import ClientError, ConfigError, SinkError
 from trainreport.sinks._http._open import open_session
+from trainreport.sinks._http._read import compact_points, read_task_by_series
 from trainreport.sinks._http._send import BodyLimit, SuffixSender, send_patch
 from trainreport.sinks._http._transport import (
     AMBIGUOUS_USERINFO,
@@ -275,19 +276,31 @@ class HttpSink(Sink):
         )
 
     def read_back(self, timeout_seconds: float) -> Mapping[str, Any] | None:
-        """``GET`` of the task on a connection of its own (any thread); ``None`` on failure.
+        """The task on a connection of its own (any thread); ``None`` on failure.
 
-        The task path's answer as it is (a plain job API's or the reference
-        server's whole task). Never raises.
+        Read as ``trainreport.client.read_task`` reads it (one reader,
+        ``_read.py``): from the reference server without its curves, then the
+        curves from ``/series`` in groups, each series kept as
+        :class:`~trainreport._wire._payloads.ColumnPoints` (24 bytes a point,
+        never the whole task as one JSON document); from a plain job API
+        without ``/series``, its plain ``GET`` as it is. Everything within
+        ``timeout_seconds``. Never raises.
         """
         transport = self._new_transport()
-        try:
-            response = transport.request(
-                "GET", self._path, None, time.monotonic() + timeout_seconds
-            )
+        deadline = time.monotonic() + timeout_seconds
+
+        def get(path: str) -> Any:
+            response = transport.request("GET", path, None, deadline)
             if not 200 <= response.status < 300:
-                return None
-            task = json.loads(response.data)
+                raise ClientError(
+                    f"GET {path} answered {response.status}",
+                    url=transport.shown_url,
+                    status=response.status,
+                )
+            return json.loads(response.data)
+
+        try:
+            task = read_task_by_series(get, self._path, compact_points)
         except Exception:  # a snapshot never fails for its read-back
             return None
         finally:
