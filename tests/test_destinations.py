@@ -273,6 +273,30 @@ def test_a_holder_whose_first_open_answers_during_close_keeps_its_history() -> N
     assert [] == [e for e in events if e["event"] == "trainreport.destination_replaced"]
 
 
+def test_closing_a_first_open_that_hangs_holds_the_other_destination_back_only_to_the_bound() -> (
+    None
+):
+    """[healthy, one whose first open hangs], a point reported, close(1) at once: the point
+    waits in the queue for the seed, which is made at the close's last attempt (1 s less
+    its 0.1 s lead here), and the healthy destination still receives it by the deadline."""
+    healthy = MemorySink(series_suffix=True)
+    hanging = ScriptedSink(MemorySink(series_suffix=True))
+    hanging.open_gate = threading.Event()
+    reporter = Reporter(sinks=[healthy, hanging], config=FAST, clock=FakeClock(), rank=0)
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    try:
+        with capture_events() as events:
+            delivered = reporter.close(timeout=1.0)
+    finally:
+        hanging.open_gate.set()  # let its sender thread end
+
+    assert not delivered  # the hanging one holds nothing
+    assert [1] == [p[0] for p in curve(healthy.task, "train_loss")]
+    undelivered = "trainreport.close_undelivered"
+    assert [repr(hanging)] == [e["destination"] for e in events if e["event"] == undelivered]
+
+
 @pytest.mark.slow
 def test_flush_and_close_share_the_deadline_across_destinations(server: ServerHandle) -> None:
     """With one destination hanging, flush(0.5) and close(0.8) return False on time.

@@ -443,7 +443,7 @@ class EngineCore:
         )
         for dest in waiting:
             if not dest.waits_for_seed:  # seeded: told to look again later, it is sent now
-                closing.states[dest.index].next_at = 0.0
+                closing.states[dest.index].next_at = 0.0 if real is None else real
 
     def cycle_failed(self, exc: Exception, now: float) -> None:
         """The engine raised during a pass: every destination not in flight backs off."""
@@ -514,10 +514,9 @@ class EngineCore:
             state.next_at = real + max(floor_at - now, 0.0)
             return None
         if dest.waits_for_seed:
-            self.seed_if_decided(now, real=real)
-        if dest.waits_for_seed:
-            # Waiting for another destination's first open to decide the resume:
-            # that open's answer wakes the driver, the bound ends the wait.
+            # Waiting for another destination's first open to decide the resume: that
+            # open's answer wakes the driver; at the bound, the driver's pass seeds
+            # (seed_if_decided), drains what waited in the queue, and this goes.
             state.next_at = min(real + _RESUME_POLL_SECONDS, closing.seed_by(self.destinations))
             return None
         state.attempted = True
