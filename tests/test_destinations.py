@@ -31,7 +31,7 @@ from trainreport import (
     RetryLater,
     Split,
 )
-from trainreport._engine._core import next_wait
+from trainreport._engine._core import Regime, next_wait
 from trainreport._engine._destination import (
     Destination,
     Job,
@@ -218,8 +218,8 @@ def test_resume_seeds_from_the_first_destination_that_holds_the_task() -> None:
     empty = MemorySink(series_suffix=True)
     holding = MemorySink(_task_with_loss(range(1, 8)), series_suffix=True)
     reporter = Reporter(sinks=[empty, holding], config=FAST, clock=FakeClock(), rank=0)
-    # Both first opens answer (each on its sender) before close(): once close() began,
-    # the seed waits for no other first open (Resume.seed_if_decided's ``stopping``).
+    # Both first opens answer (each on its sender) before close(); one that answers
+    # during close() is waited for too (the next test).
     drive(reporter).cycle()
     reporter.report_train_step(step=8, metrics={"loss": 8.0})
     assert reporter.close(timeout=5)
@@ -227,6 +227,74 @@ def test_resume_seeds_from_the_first_destination_that_holds_the_task() -> None:
     assert list(range(1, 9)) == [p[0] for p in curve(holding.task, "train_loss")]
     offsets = [r["series"]["train_loss"]["offset"] for r in holding.requests if "series" in r]
     assert [7] == offsets
+
+
+def test_a_holder_whose_first_open_answers_during_close_keeps_its_history() -> None:
+    """[empty, holder of 1..7], one report (8), close() at once: the holder's first open
+    answers only after the close's first seed decision, and still seeds the store.
+
+    Before, once close() began, the seed waited for no other first open: it was
+    made "from nothing" from the empty destination, and the holder, answering a
+    moment later, had its seven points replaced (``destination_replaced``).
+    Deterministic: the holder's open waits at a gate that the close's first seed
+    decision with the empty destination open opens.
+    """
+    empty = MemorySink(series_suffix=True)
+    holding = ScriptedSink(MemorySink(_task_with_loss(range(1, 8)), series_suffix=True))
+    holding.open_gate = threading.Event()
+    # The scheduling clock stands still: the running rule (one debounce interval after
+    # the first successful open) never seeds; only the closing rule decides.
+    reporter = Reporter(sinks=[empty, holding], config=FAST, clock=FakeClock(), rank=0)
+    reporter.start()
+    worker = reporter._worker
+    assert worker is not None
+    core = worker.core
+    decide = core.seed_if_decided
+
+    def decide_then_let_the_holder_answer(now: float, **kwargs: Any) -> None:
+        # The close pass's first own decision (not the one right after an open ended)
+        # with the empty destination open and waiting: only then may the holder answer.
+        waiting = (
+            core.regime is Regime.CLOSING
+            and not kwargs.get("patient")
+            and any(d.waits_for_seed for d in core.destinations)
+        )
+        decide(now, **kwargs)
+        if waiting and holding.open_gate is not None:
+            holding.open_gate.set()
+
+    core.seed_if_decided = decide_then_let_the_holder_answer  # type: ignore[method-assign]
+    reporter.report_train_step(step=8, metrics={"loss": 8.0})
+    with capture_events() as events:
+        assert reporter.close(timeout=5)
+
+    assert list(range(1, 9)) == [p[0] for p in curve(holding.inner.task, "train_loss")]
+    assert list(range(1, 9)) == [p[0] for p in curve(empty.task, "train_loss")]
+    assert [] == [e for e in events if e["event"] == "trainreport.destination_replaced"]
+
+
+def test_closing_a_first_open_that_hangs_holds_the_other_destination_back_only_to_the_bound() -> (
+    None
+):
+    """[healthy, one whose first open hangs], a point reported, close(1) at once: the point
+    waits in the queue for the seed, which is made at the close's last attempt (1 s less
+    its 0.1 s lead here), and the healthy destination still receives it by the deadline."""
+    healthy = MemorySink(series_suffix=True)
+    hanging = ScriptedSink(MemorySink(series_suffix=True))
+    hanging.open_gate = threading.Event()
+    reporter = Reporter(sinks=[healthy, hanging], config=FAST, clock=FakeClock(), rank=0)
+    reporter.start()
+    reporter.report_train_step(step=1, metrics={"loss": 1.0})
+    try:
+        with capture_events() as events:
+            delivered = reporter.close(timeout=1.0)
+    finally:
+        hanging.open_gate.set()  # let its sender thread end
+
+    assert not delivered  # the hanging one holds nothing
+    assert [1] == [p[0] for p in curve(healthy.task, "train_loss")]
+    undelivered = "trainreport.close_undelivered"
+    assert [repr(hanging)] == [e["destination"] for e in events if e["event"] == undelivered]
 
 
 @pytest.mark.slow

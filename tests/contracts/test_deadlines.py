@@ -67,7 +67,7 @@ def run_close(
                     job = core.follow_up(dest, job, t, t)
                 if core.close_request(dest, t, t, queue_empty=True) is None:
                     break
-        core.seed_if_decided(t)
+        core.seed_if_decided(t, real=t)
         wait = core.close_wait_seconds(t)
         if wait is None:
             return started, t

@@ -65,6 +65,7 @@ __all__ = [
     "FlushRequests",
     "Regime",
     "close_wait",
+    "last_attempt_lead",
     "next_wait",
 ]
 
@@ -240,6 +241,20 @@ def next_wait(
     return wait
 
 
+def last_attempt_lead(cap: float, remaining: float) -> float:
+    """How long (seconds) before its deadline a close's last attempt starts, to have time to end.
+
+    :data:`LAST_ATTEMPT_LEAD_SECONDS`, or a quarter of ``cap``
+    (``close_retry_max_seconds``) when that is longer, but never more than half
+    of ``remaining`` (real seconds left to the deadline). The one definition of
+    "what the close needs to deliver": :func:`close_wait` starts the last
+    attempt this long before the deadline, and the seed of a resume stops
+    waiting for first opens in flight by then (:meth:`EngineCore.seed_if_decided`).
+    Never raises.
+    """
+    return min(max(cap / 4, LAST_ATTEMPT_LEAD_SECONDS), max(remaining, 0.0) / 2)
+
+
 def close_wait(
     scheduler: SendScheduler, now: float, remaining: float, cap: float
 ) -> tuple[float, bool]:
@@ -265,8 +280,7 @@ def close_wait(
     backoff = 0.0 if due is None else max(due - now, 0.0)
     asked = 0.0 if scheduler.not_before is None else max(scheduler.not_before - now, 0.0)
     wait = max(min(backoff, cap), asked)
-    # The last attempt starts this long before the deadline, to have time to finish.
-    lead = min(max(cap / 4, LAST_ATTEMPT_LEAD_SECONDS), remaining / 2)
+    lead = last_attempt_lead(cap, remaining)
     last = wait >= remaining - lead
     if last:
         wait = max(remaining - lead, 0.0)
@@ -302,6 +316,8 @@ class _Closing:
     deadline: float
     started: float
     unanswered: float
+    #: The longest wait between two attempts (``close_retry_max_seconds``).
+    cap: float
     states: list[CloseState]
 
     def deadline_for(self, dest: Destination) -> float:
@@ -309,6 +325,21 @@ class _Closing:
         if dest.answered:
             return self.deadline
         return min(self.deadline, self.started + self.unanswered)
+
+    def seed_by(self, destinations: list[Destination]) -> float:
+        """The real time until which the seed of a resume waits for first opens in flight.
+
+        The time of the close's last attempt (the deadline less
+        :func:`last_attempt_lead`), so that every destination that opened is
+        still sent everything in time; and no later than the deadline of a
+        destination whose first open has not ended (it never answered: the
+        close stops trying it then, so nothing is sent to it after, and none
+        of its stored points can be replaced). docs/engine.md, "Resume,
+        across destinations".
+        """
+        whole = self.deadline - last_attempt_lead(self.cap, self.deadline - self.started)
+        pending = [self.deadline_for(d) for d in destinations if not d.first_open_ended]
+        return min(whole, max(pending, default=whole))
 
 
 class EngineCore:
@@ -378,22 +409,41 @@ class EngineCore:
             deadline=deadline,
             started=started,
             unanswered=self.config.close_unanswered_seconds,
+            cap=self.config.close_retry_max_seconds,
             states=[CloseState() for _ in self.destinations],
         )
 
-    def seed_if_decided(self, now: float, *, patient: bool = False) -> None:
-        """Seed the store once the resume rule can decide (``_resume.py``); closing waits less.
+    def seed_if_decided(
+        self, now: float, *, real: float | None = None, patient: bool = False
+    ) -> None:
+        """Seed the store once the resume rule can decide (``_resume.py``).
 
-        ``patient``: wait for every first open (right after one ended).
+        Running, a first open in flight holds the seed back one debounce
+        interval after the first successful open; closing, until the real
+        time ``_Closing.seed_by`` gives from the deadline.
+
+        Args:
+            now: the scheduling clock's time (seconds).
+            real: real time (``time.monotonic``, seconds), while closing; without
+                it a closing core waits on for first opens in flight.
+            patient: wait for every first open (right after one ended).
         """
-        if not self.recorder.seeded:
+        if self.recorder.seeded:
+            return
+        closing = self._closing
+        if closing is None:
             self.resume.seed_if_decided(
-                self.destinations,
-                self.recorder,
-                now,
-                stopping=self._closing is not None,
-                patient=patient,
+                self.destinations, self.recorder, now, closing_late=None, patient=patient
             )
+            return
+        late = real is not None and real >= closing.seed_by(self.destinations)
+        waiting = [d for d in self.destinations if d.waits_for_seed]
+        self.resume.seed_if_decided(
+            self.destinations, self.recorder, now, closing_late=late, patient=patient
+        )
+        for dest in waiting:
+            if not dest.waits_for_seed:  # seeded: told to look again later, it is sent now
+                closing.states[dest.index].next_at = 0.0 if real is None else real
 
     def cycle_failed(self, exc: Exception, now: float) -> None:
         """The engine raised during a pass: every destination not in flight backs off."""
@@ -464,8 +514,10 @@ class EngineCore:
             state.next_at = real + max(floor_at - now, 0.0)
             return None
         if dest.waits_for_seed:
-            # Waiting for another destination's first open to decide the resume.
-            state.next_at = real + _RESUME_POLL_SECONDS
+            # Waiting for another destination's first open to decide the resume: that
+            # open's answer wakes the driver; at the bound, the driver's pass seeds
+            # (seed_if_decided), drains what waited in the queue, and this goes.
+            state.next_at = min(real + _RESUME_POLL_SECONDS, closing.seed_by(self.destinations))
             return None
         state.attempted = True
         timeout = None if deadline == float("inf") else deadline - real
@@ -573,7 +625,7 @@ class EngineCore:
             result = job.result
             settled = settle_open(dest, self.recorder, result, now)  # type: ignore[arg-type]
             self.open_failed = self.open_failed or not isinstance(result, Opened)
-            self.seed_if_decided(now, patient=True)
+            self.seed_if_decided(now, real=real, patient=True)
             answer = Answer(delivered=settled.delivered, drain=settled.delivered)
         else:
             settled = settle_send(

@@ -299,7 +299,8 @@ def seed_source(
     destination whose first open failed does not hold the others back (it is
     brought up to date when it opens, from its own lengths), and one whose
     first open is still in flight holds them back only until ``stop_waiting``
-    (the driver allows one debounce interval after the first successful open).
+    (``Resume.seed_if_decided``: running, one debounce interval after the first
+    successful open; closing, a bound computed from the close's deadline).
 
     Returns:
         the destination to seed from; ``None`` when none holds the task (a new

@@ -6,7 +6,9 @@ the first one, in list order, that holds the task (:func:`seed_source`); every
 other destination is brought up to date from its own lengths
 (:func:`adopt`). A destination whose first open is still in flight holds the
 decision back one debounce interval at most after the first successful open,
-so a hanging one never stalls the others (``docs/engine.md``).
+so a hanging one never stalls the others; once ``close()`` began, until a
+bound the engine core computes from the close's deadline, so that every
+destination is still sent everything in time (``docs/engine.md``).
 
 The journal (``docs/engine.md``, "The journal in front of a service") is
 claimed when the attempt begins; what dead processes left in it is delivered
@@ -123,7 +125,7 @@ class Resume:
         recorder: Recorder,
         now: float,
         *,
-        stopping: bool,
+        closing_late: bool | None,
         patient: bool,
     ) -> None:
         """Seed the store once :func:`seed_source` can decide, then adopt every other destination.
@@ -132,15 +134,22 @@ class Resume:
             destinations: the reporter's destinations, in order.
             recorder: the attempt's state (not seeded yet).
             now: the scheduling clock's time (seconds).
-            stopping: ``close()`` began: wait for no other first open.
+            closing_late: ``None`` while running (first opens in flight are
+                waited for one debounce interval after the first successful
+                open); once ``close()`` began, whether the bound the engine
+                core computes from the close's deadline has passed
+                (``EngineCore.seed_if_decided``): they are waited for until then.
             patient: wait for every first open (right after one ended).
         """
         if self._first_opened_at is None and any(d.is_open for d in destinations):
             self._first_opened_at = now
-        waited = self._first_opened_at is not None and (
-            now - self._first_opened_at >= self._interval
-        )
-        source = seed_source(destinations, stop_waiting=not patient and (waited or stopping))
+        if closing_late is None:
+            late = self._first_opened_at is not None and (
+                now - self._first_opened_at >= self._interval
+            )
+        else:
+            late = closing_late
+        source = seed_source(destinations, stop_waiting=not patient and late)
         if source is False:
             return
         state = StoredState(series={})

@@ -446,7 +446,7 @@ class Worker:
                     if job is None:
                         break
                     self._perform(dest, job)
-            core.seed_if_decided(self.clock())
+            core.seed_if_decided(self.clock(), real=time.monotonic())
             wait = core.close_wait_seconds(time.monotonic())
             if wait is None:
                 return
