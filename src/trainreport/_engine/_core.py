@@ -48,6 +48,7 @@ from trainreport._engine._destination import (
     settle_open,
     settle_send,
 )
+from trainreport._engine._journal_feed import RecoveryStep
 from trainreport._engine._resume import Resume
 from trainreport._engine._scheduler import SendScheduler
 from trainreport._record._recorder import Recorder
@@ -113,11 +114,15 @@ class Answer:
         drain: move the queue into the recorder now (after a first open, what
             waited for the stored task goes with the first send; while closing,
             after each delivery, what was reported meanwhile).
+        writer_generation: the journal destination's open was answered under
+            this writer generation: the driver records it in the journal
+            (``Journal.mark_writer``) before any send under it, else ``None``.
     """
 
     delivered: bool
     cancel: bool = False
     drain: bool = False
+    writer_generation: int | None = None
 
 
 class FlushRequests:
@@ -304,9 +309,13 @@ class _Closing:
     unanswered: float
     states: list[CloseState]
 
-    def deadline_for(self, dest: Destination) -> float:
-        """The deadline closing works to: the whole one, or a short one for a wrong URL."""
-        if dest.answered:
+    def deadline_for(self, dest: Destination, *, recovering: bool = False) -> float:
+        """The deadline closing works to: the whole one, or a short one for a wrong URL.
+
+        ``recovering``: the destination opened and delivers left-over journals
+        (it answered, though its open is not settled yet).
+        """
+        if dest.answered or recovering:
             return self.deadline
         return min(self.deadline, self.started + self.unanswered)
 
@@ -324,6 +333,9 @@ class EngineCore:
             source, not read for any decision).
         backlog_send_points: the points a suffix-mode destination may lack
             before it is sent to inside the debounce (:data:`BACKLOG_SEND_POINTS`).
+        journal_destination: the index of the destination the journal (if
+            any, ``resume.journal``) is kept for: its opens are followed by
+            the recovery of what dead processes left (docs/engine.md, "Recovery").
 
     Owned by the reporter thread (the driver); see the module docstring.
     """
@@ -337,6 +349,7 @@ class EngineCore:
         resume: Resume,
         wall_clock: Callable[[], str],
         backlog_send_points: int = BACKLOG_SEND_POINTS,
+        journal_destination: int = 0,
     ) -> None:
         self.recorder = recorder
         self.destinations = destinations
@@ -347,6 +360,10 @@ class EngineCore:
         self.flush = FlushRequests(len(destinations))
         #: An open failed (with a journal, reports are drained from then on).
         self.open_failed = False
+        self.journal_destination = journal_destination
+        #: The next recovery request of the journal destination (its open succeeded and
+        #: left-over journals wait), or ``None``: handed out instead of a new open.
+        self.recovery: RecoveryStep | None = None
         self._closing: _Closing | None = None
 
     @property
@@ -445,7 +462,7 @@ class EngineCore:
         state = closing.states[dest.index]
         if state.done:
             return None
-        deadline = closing.deadline_for(dest)
+        deadline = self._deadline_for(closing, dest)
         if dest.job is not None:
             if real >= deadline:
                 state.done = True  # a request still in flight at the deadline
@@ -486,13 +503,15 @@ class EngineCore:
         in a later pass, and the send waits for its turn (:meth:`running_request`,
         :meth:`close_request`).
         """
-        if job.build is not None or not dest.in_step or dest.job is not None:
+        if job.build is not None or dest.job is not None:
+            return None
+        if not dest.in_step and self._recovering(dest) is None:
             return None
         timeout = None
         if job.closing:
             closing = self._closing
             assert closing is not None
-            deadline = closing.deadline_for(dest)
+            deadline = self._deadline_for(closing, dest)
             if deadline - real < MIN_TIMEOUT_SECONDS:
                 return None
             timeout = None if deadline == float("inf") else deadline - real
@@ -511,13 +530,17 @@ class EngineCore:
 
         A superseded destination (a later attempt owns the task) gets no
         request: nothing it is sent can be accepted (``docs/engine.md``); one
-        waiting for the seed gets no send.
+        waiting for the seed gets no send. While the journal destination
+        delivers left-over journals (:attr:`recovery`), its requests are
+        recovery's, with the same timeouts, backoff and deadlines.
         """
         if dest.superseded:
             return None
         if not dest.is_open:
-            dest.requests_sent += 1  # reading the stored task is a request too
-            job = Job(None, closing=closing, complete=complete, timeout=timeout)
+            step = self._recovering(dest)
+            if step is None:
+                dest.requests_sent += 1  # reading the stored task is a request too
+            job = Job(None, recovery=step, closing=closing, complete=complete, timeout=timeout)
         else:
             recorder = self.recorder
             if not recorder.seeded or not dest.in_step:
@@ -565,16 +588,35 @@ class EngineCore:
             return None
         dest.job = None
         opening = job.build is None
+        result = job.result
+        generation = None
+        keeper = self.resume.journal
+        if job.error is not None:
+            self.recovery = None  # the next open begins the recovery again
+        elif opening and keeper is not None and dest.index == self.journal_destination:
+            # An open (or a recovery request) of the journal's destination: what dead
+            # processes left goes first, one request at a time (docs/engine.md, "Recovery").
+            following, generation = keeper.advance(job.recovery, result)  # type: ignore[arg-type]
+            if isinstance(following, RecoveryStep):
+                self.recovery = following
+                if self._closing is not None:
+                    self._closing.states[dest.index].next_at = real  # it goes on at once
+                return Answer(delivered=False, writer_generation=generation)
+            self.recovery = None
+            result = following
         if job.error is not None:
             settle_error(dest, job.error, now, opening=opening)
             self.open_failed = self.open_failed or opening
             answer = Answer(delivered=False)
         elif opening:
-            result = job.result
             settled = settle_open(dest, self.recorder, result, now)  # type: ignore[arg-type]
             self.open_failed = self.open_failed or not isinstance(result, Opened)
             self.seed_if_decided(now, patient=True)
-            answer = Answer(delivered=settled.delivered, drain=settled.delivered)
+            answer = Answer(
+                delivered=settled.delivered,
+                drain=settled.delivered,
+                writer_generation=generation,
+            )
         else:
             settled = settle_send(
                 dest,
@@ -611,7 +653,7 @@ class EngineCore:
         if dest.due_at() is None:  # rejected or superseded: the same data will not be taken
             state.done = True
             return
-        remaining = closing.deadline_for(dest) - real
+        remaining = self._deadline_for(closing, dest) - real
         wait, state.last = close_wait(
             dest.scheduler, now, remaining, self.config.close_retry_max_seconds
         )
@@ -639,6 +681,13 @@ class EngineCore:
         if not pending:
             return None
         return min(pending) - real
+
+    def _recovering(self, dest: Destination) -> RecoveryStep | None:
+        """The recovery request ``dest`` is to get next, if it is the journal's and recovers."""
+        return self.recovery if dest.index == self.journal_destination else None
+
+    def _deadline_for(self, closing: _Closing, dest: Destination) -> float:
+        return closing.deadline_for(dest, recovering=self._recovering(dest) is not None)
 
     def _holds_everything(self, dest: Destination, queue_empty: bool) -> bool:
         return dest.in_step and queue_empty and not self.recorder.has_changes(dest.index)
