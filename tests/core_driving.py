@@ -82,17 +82,18 @@ def leave_journals(directory: Path, count: int) -> None:
 
 
 def make_recovering_core(
-    directory: Path, sink: Sink, left_overs: int, **config: float
+    directory: Path, sink: Sink, left_overs: int, *, others: int = 0, **config: float
 ) -> EngineCore:
     """A core over ``sink`` with a journal holding ``left_overs`` dead journals, begun at time 0.
 
-    Its journal's destination is destination 0; requests are performed with
-    :func:`perform` (the sink is called, on this thread, through a real sender).
+    Its journal's destination is destination 0 (``others`` memory sinks
+    follow it); its requests are performed with :func:`perform` (the sink is
+    called, on this thread, through a real sender).
     """
     leave_journals(directory, left_overs)
     settings_ = {"backoff_jitter": 0.0, "min_report_interval_seconds": 10.0, **config}
     cfg = ReportingConfig(**settings_)  # type: ignore[arg-type]
-    recorder = Recorder(cfg, destinations=1)
+    recorder = Recorder(cfg, destinations=1 + others)
     journal = Journal.claim(directory, "job-1", "train")
     assert journal is not None
     assert left_overs == len(journal.left_over)
@@ -103,7 +104,9 @@ def make_recovering_core(
     resume = Resume(lambda _recorder: keeper, interval=cfg.min_report_interval_seconds)
     core = EngineCore(
         recorder=recorder,
-        destinations=[new_destination(0, sink, cfg)],
+        destinations=[
+            new_destination(i, sink if i == 0 else MemorySink(), cfg) for i in range(1 + others)
+        ],
         config=cfg,
         resume=resume,
         wall_clock=lambda: stamp,

@@ -235,3 +235,25 @@ def test_a_request_in_flight_never_holds_the_journal_back(tmp_path: Path) -> Non
     assert in_flight is not None
     assert "recover" == kind(in_flight)
     assert 0.25 == core.next_wait(1.0, journal_due=1.25)
+
+
+def test_another_destination_s_failed_request_leaves_the_recovery_where_it_was(
+    tmp_path: Path,
+) -> None:
+    """A second destination's open raises while the journal's destination recovers: the
+    journal's destination still gets its left-over's send next, not a new open."""
+    core = make_recovering_core(tmp_path, ScriptedSink(), left_overs=1, others=1)
+    journal_dest, other = core.destinations
+    opening = core.running_request(journal_dest, 0.0)
+    assert opening is not None
+    perform(core, opening)
+    core.settle(journal_dest, 0.0, 0.0, queue_empty=True)
+    failing = core.running_request(other, 0.0)
+    assert failing is not None
+    failing.error, failing.done = OSError("disk"), True
+    core.settle(other, 0.0, 0.0, queue_empty=True)
+
+    following = core.running_request(journal_dest, 0.0)
+
+    assert following is not None
+    assert "recover" == kind(following)

@@ -23,6 +23,10 @@ Time comes in as arguments: ``now`` is the scheduling clock (injectable,
 :class:`~trainreport._engine._destination.Job` the core hands out (its timeout, while
 closing, never ends after the destination's deadline); the driver runs it
 through the destination's sink and hands it back to :meth:`EngineCore.settle`.
+While the journal's destination delivers what dead processes left, its
+requests are recovery's (:attr:`EngineCore.recovery`: a left-over's send, a
+re-open), handed out and settled like any other, their answers read by
+``JournalKeeper.advance`` (docs/engine.md, "Recovery").
 The answers are settled by the pure rules of ``_engine/_destination.py``; the resume
 decision is ``_engine/_resume.py``'s; how long the thread may sleep is
 :meth:`EngineCore.next_wait` (running) and :meth:`EngineCore.close_wait_seconds`
@@ -591,9 +595,10 @@ class EngineCore:
         result = job.result
         generation = None
         keeper = self.resume.journal
-        if job.error is not None:
-            self.recovery = None  # the next open begins the recovery again
-        elif opening and keeper is not None and dest.index == self.journal_destination:
+        journals = keeper is not None and dest.index == self.journal_destination
+        if job.error is not None and journals:
+            self.recovery = None  # the open failed: the next one begins the recovery again
+        elif opening and keeper is not None and journals:
             # An open (or a recovery request) of the journal's destination: what dead
             # processes left goes first, one request at a time (docs/engine.md, "Recovery").
             following, generation = keeper.advance(job.recovery, result)  # type: ignore[arg-type]
