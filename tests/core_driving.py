@@ -7,15 +7,21 @@ deadline's clock) moved by the test.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
+from pathlib import Path
 
 from trainreport import Delivered, MemorySink, Opened, ReportingConfig
 from trainreport._engine._core import EngineCore
-from trainreport._engine._destination import new_destination
+from trainreport._engine._destination import Job, new_destination
+from trainreport._engine._journal_feed import JournalKeeper
 from trainreport._engine._resume import Resume
+from trainreport._engine._sender import Sender
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
+from trainreport._runlog._journal import Journal
+from trainreport._wire._sink_interface import SeriesUpdate, Sink, Update
 
 
 def make_core(destinations: int = 1, **config: float) -> EngineCore:
@@ -61,3 +67,63 @@ def deliver(core: EngineCore, t: float) -> None:
         assert job.build is not None
         job.result, job.done = Delivered(), True
         core.settle(dest, t, t, queue_empty=True)
+
+
+def leave_journals(directory: Path, count: int) -> None:
+    """``count`` journals of dead processes for job-1/train, each 3 points (steps 1-3, 4-6, ...)."""
+    for k in range(count):
+        dead = Journal.claim(directory, "job-1", "train")
+        assert dead is not None
+        steps = [3 * k + 1, 3 * k + 2, 3 * k + 3]
+        values = array("d", [1.0 / s for s in steps])
+        series = SeriesUpdate("train_loss", 0, array("q", steps), array("i", [1] * 3), values)
+        dead.append(Update("running", {"phase": "train"}, (series,), False))
+        dead._release(remove_files=False)  # the lock dies with the process; the file stays
+
+
+def make_recovering_core(
+    directory: Path, sink: Sink, left_overs: int, *, others: int = 0, **config: float
+) -> EngineCore:
+    """A core over ``sink`` with a journal holding ``left_overs`` dead journals, begun at time 0.
+
+    Its journal's destination is destination 0 (``others`` memory sinks
+    follow it); its requests are performed with :func:`perform` (the sink is
+    called, on this thread, through a real sender).
+    """
+    leave_journals(directory, left_overs)
+    settings_ = {"backoff_jitter": 0.0, "min_report_interval_seconds": 10.0, **config}
+    cfg = ReportingConfig(**settings_)  # type: ignore[arg-type]
+    recorder = Recorder(cfg, destinations=1 + others)
+    journal = Journal.claim(directory, "job-1", "train")
+    assert journal is not None
+    assert left_overs == len(journal.left_over)
+    stamp = "2026-01-01T00:00:00.000Z"
+    keeper = JournalKeeper(
+        journal, recorder, interval_seconds=1.0, clock=lambda: 0.0, wall_clock=lambda: stamp
+    )
+    resume = Resume(lambda _recorder: keeper, interval=cfg.min_report_interval_seconds)
+    core = EngineCore(
+        recorder=recorder,
+        destinations=[
+            new_destination(i, sink if i == 0 else MemorySink(), cfg) for i in range(1 + others)
+        ],
+        config=cfg,
+        resume=resume,
+        wall_clock=lambda: stamp,
+        journal_destination=0,
+    )
+    resume.open_journal(recorder, core.wall_clock, 0.0)
+    core.begin(0.0)
+    return core
+
+
+def perform(core: EngineCore, job: Job) -> None:
+    """Run ``job`` through destination 0's sink on this thread (a real ``Sender``'s code)."""
+    Sender(core.destinations[0].sink, on_own_thread=False).submit(job)
+
+
+def kind(job: Job) -> str:
+    """``open``, ``send``, ``recover`` (a left-over's send) or ``reopen`` (recovery's)."""
+    if job.recovery is not None:
+        return "reopen" if job.recovery.reopen else "recover"
+    return "open" if job.build is None else "send"

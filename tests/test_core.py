@@ -7,19 +7,22 @@ asserted exactly on the core, are in tests/contracts/test_deadlines.py.
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from core_driving import deliver, make_core, open_all, record
-from trainreport import MemorySink, Opened, ReportingConfig, RetryLater
+from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
+from helpers import ScriptedSink, curve, held
+from trainreport import MemorySink, Opened, Rejected, ReportingConfig, RetryLater
 from trainreport._engine._core import EngineCore, Regime
 from trainreport._engine._destination import Job, new_destination
 from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
+from trainreport.testing import capture_events
 
 
 def test_the_regime_is_running_then_flushing_then_closing() -> None:
@@ -273,3 +276,132 @@ def test_running_a_holder_whose_first_open_is_late_keeps_its_stored_points() -> 
     send = core.running_request(core.destinations[1], 12.0)
 
     assert [*range(1, 9)] == _loss_steps(send)
+
+
+# --- journal recovery: the core's own requests (docs/engine.md, "Recovery") ------------
+
+
+def _recovery_pass(core: EngineCore, t: float) -> list[str]:
+    """Every request the core hands out to destination 0 at ``t``, performed and settled."""
+    dest = core.destinations[0]
+    kinds = []
+    while (job := core.running_request(dest, t)) is not None:
+        kinds.append(kind(job))
+        perform(core, job)
+        core.settle(dest, t, t, queue_empty=True)
+    return kinds
+
+
+def test_a_left_over_journal_is_sent_by_the_core_s_requests_before_the_store_is_seeded(
+    tmp_path: Path,
+) -> None:
+    """After the open, the core hands out the left-over's send and a re-open, then seeds the
+    store from the task read again: the dead process's points, delivered, file removed."""
+    sink = ScriptedSink()
+    core = make_recovering_core(tmp_path, sink, left_overs=1)
+    keeper = core.resume.journal
+    assert keeper is not None
+    left = list(keeper.journal.left_over)
+
+    with capture_events() as events:
+        kinds = _recovery_pass(core, 0.0)
+
+    assert ["open", "recover", "reopen", "send"] == kinds
+    assert [1, 2, 3] == [p[0] for p in curve(held(sink), "train_loss")]
+    assert core.recorder.seeded
+    assert core.destinations[0].in_step
+    assert [] == keeper.journal.left_over
+    assert not left[0].exists()
+    recovered = [e for e in events if e["event"] == "trainreport.journal_recovered"]
+    assert [3] == [e["points"] for e in recovered]
+
+
+@pytest.mark.parametrize(("asked", "due"), [(None, 1.0), (30.0, 30.0)])
+def test_a_retry_later_during_recovery_backs_off_by_the_scheduler_s_rule(
+    tmp_path: Path, asked: float | None, due: float
+) -> None:
+    """A left-over's send answered RetryLater fails the open: the next request, an open that
+    begins the recovery again, is due after the backoff (1 s) or the Retry-After, not before;
+    the left-over stays on disk, first in line."""
+    sink = ScriptedSink()
+    sink.fail_sends.append(RetryLater("HTTP 503", delay_seconds=asked))
+    core = make_recovering_core(tmp_path, sink, left_overs=1)
+    keeper = core.resume.journal
+    assert keeper is not None
+    left = list(keeper.journal.left_over)
+
+    kinds = _recovery_pass(core, 0.0)
+    dest = core.destinations[0]
+    due_at = dest.scheduler.due_at()
+    early = core.running_request(dest, due - 0.01)
+    later = _recovery_pass(core, due)
+
+    assert ["open", "recover"] == kinds
+    assert due == due_at
+    assert early is None
+    assert core.open_failed
+    assert ["open", "recover", "reopen", "send"] == later
+    assert [] == keeper.journal.left_over
+    assert not left[0].exists()
+
+
+def test_a_rejected_left_over_is_given_up_kept_on_disk_and_the_next_one_is_sent(
+    tmp_path: Path,
+) -> None:
+    """The destination rejects the oldest left-over: it is logged, kept for ``trainreport
+    sync``, and the next left-over is sent under the same open."""
+    sink = ScriptedSink()
+    sink.fail_sends.append(Rejected("HTTP 422: bad", 422))
+    core = make_recovering_core(tmp_path, sink, left_overs=2)
+    keeper = core.resume.journal
+    assert keeper is not None
+    oldest, newest = keeper.journal.left_over
+
+    with capture_events() as events:
+        kinds = _recovery_pass(core, 0.0)
+
+    assert ["open", "recover", "recover", "reopen", "send"] == kinds
+    failed = [e for e in events if e["event"] == "trainreport.journal_recovery_failed"]
+    assert [str(oldest)] == [e["path"] for e in failed]
+    assert oldest.exists()
+    assert not newest.exists()
+    assert [(oldest, "HTTP 422: bad")] == keeper.given_up
+    assert [4, 5, 6] == [p[0] for p in curve(held(sink), "train_loss")]
+
+
+def test_a_request_in_flight_never_holds_the_journal_back(tmp_path: Path) -> None:
+    """Journaling is the driver's own action: with a left-over's send in flight (or any
+    request), the core's wait ends when the journal's next record is due, not later."""
+    core = make_recovering_core(tmp_path, ScriptedSink(), left_overs=1)
+    dest = core.destinations[0]
+    opening = core.running_request(dest, 0.0)
+    assert opening is not None
+    perform(core, opening)
+    core.settle(dest, 0.0, 0.0, queue_empty=True)
+    in_flight = core.running_request(dest, 0.0)  # not performed: it hangs
+
+    assert in_flight is not None
+    assert "recover" == kind(in_flight)
+    assert 0.25 == core.next_wait(1.0, journal_due=1.25)
+
+
+def test_another_destination_s_failed_request_leaves_the_recovery_where_it_was(
+    tmp_path: Path,
+) -> None:
+    """A second destination's open raises while the journal's destination recovers: the
+    journal's destination still gets its left-over's send next, not a new open."""
+    core = make_recovering_core(tmp_path, ScriptedSink(), left_overs=1, others=1)
+    journal_dest, other = core.destinations
+    opening = core.running_request(journal_dest, 0.0)
+    assert opening is not None
+    perform(core, opening)
+    core.settle(journal_dest, 0.0, 0.0, queue_empty=True)
+    failing = core.running_request(other, 0.0)
+    assert failing is not None
+    failing.error, failing.done = OSError("disk"), True
+    core.settle(other, 0.0, 0.0, queue_empty=True)
+
+    following = core.running_request(journal_dest, 0.0)
+
+    assert following is not None
+    assert "recover" == kind(following)

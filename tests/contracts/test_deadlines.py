@@ -18,17 +18,19 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core_driving import deliver, make_core, open_all, record
+from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
 from helpers import ScriptedSink, curve, drive
 from trainreport import Delivered, MemorySink, Reporter, ReportingConfig, RetryLater
 from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS, EngineCore
 from trainreport._engine._destination import Job
+from trainreport._engine._journal_feed import RecoveryOutcome, run_recovery
 from trainreport._wire._sink_interface import OpenResult, SendResult
 from trainreport.testing import FakeClock
 
@@ -36,7 +38,7 @@ pytestmark = pytest.mark.timeout(60)
 
 #: What a scripted destination does with a request started at a time: its answer,
 #: and how long (seconds) it took; a request never outlives its timeout.
-Script = Callable[[Job, float], tuple[OpenResult | SendResult, float]]
+Script = Callable[[Job, float], tuple[OpenResult | SendResult | RecoveryOutcome, float]]
 
 
 def run_close(
@@ -190,6 +192,65 @@ def test_a_close_with_everything_delivered_makes_no_request(took: float) -> None
     started, ended = run_close(core, script, start=took, timeout=5.0)
 
     assert ([], took) == (started, ended)
+
+
+@pytest.mark.parametrize(("answer", "took"), [("hang", float("inf")), ("busy", 0.2)])
+def test_no_journal_recovery_request_of_a_close_ends_after_its_deadline(
+    tmp_path: Path, answer: str, took: float
+) -> None:
+    """close() while a dead process's journal is recovered: every recovery request (the
+    left-over's sends, the opens) gets a timeout that ends by the deadline, and the close ends
+    by it; the destination opened, so it keeps the whole deadline, not the unanswered one."""
+    sink = ScriptedSink()
+    core = make_recovering_core(tmp_path, sink, left_overs=1, close_unanswered_seconds=0.5)
+
+    def script(job: Job, t: float) -> tuple[OpenResult | SendResult | RecoveryOutcome, float]:
+        if job.recovery is None or job.recovery.reopen:
+            return MemorySink().open(), 0.0
+        timed_out = RetryLater("timed out") if answer == "hang" else RetryLater("HTTP 503")
+        sink.fail_sends.append(timed_out)
+        return run_recovery(job.recovery, sink, job.timeout), took
+
+    started, ended = run_close(core, script, start=0.0, timeout=5.0)
+
+    recovering = [(at, job) for _, at, job in started if "recover" == kind(job)]
+    assert recovering
+    for _, at, job in started:
+        assert job.timeout is not None
+        assert at + job.timeout <= 5.0
+    assert ended <= 5.0
+    first_at, first = recovering[0]  # right after the first open, before it is settled
+    assert 5.0 == first_at + (first.timeout or 0.0)
+
+
+def test_closing_the_seed_waits_for_a_recovering_journal_destination_past_the_unanswered_budget(
+    tmp_path: Path,
+) -> None:
+    """close() while the journal's destination delivers a dead process's journal (it opened;
+    its open is settled only once the recovery ends): the seed waits for it like any first
+    open that answered, to the close's last attempt, not only ``close_unanswered_seconds``
+    (seeded from the other destination alone, the recovered history would be replaced)."""
+    sink = ScriptedSink()
+    core = make_recovering_core(
+        tmp_path, sink, left_overs=1, others=1, close_unanswered_seconds=0.5
+    )
+    journal_dest, other = core.destinations
+    core.close(deadline=5.0, started=0.0)
+    opened = core.close_request(other, 0.0, 0.0, queue_empty=True)
+    assert opened is not None
+    opened.result, opened.done = other.sink.open(), True
+    core.settle(other, 0.0, 0.0, queue_empty=True, within_attempt=True)
+    job = core.close_request(journal_dest, 0.0, 0.0, queue_empty=True)
+    assert job is not None
+    perform(core, job)
+    core.settle(journal_dest, 0.0, 0.0, queue_empty=True, within_attempt=True)
+    recovering = core.follow_up(journal_dest, job, 0.0, 0.0)
+    assert recovering is not None
+    assert "recover" == kind(recovering)
+
+    core.seed_if_decided(1.0, real=1.0)  # the recovery's send still in flight
+
+    assert not core.recorder.seeded
 
 
 # ------------------------------------------------------------ the reporter, real time

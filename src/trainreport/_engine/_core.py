@@ -23,6 +23,10 @@ Time comes in as arguments: ``now`` is the scheduling clock (injectable,
 :class:`~trainreport._engine._destination.Job` the core hands out (its timeout, while
 closing, never ends after the destination's deadline); the driver runs it
 through the destination's sink and hands it back to :meth:`EngineCore.settle`.
+While the journal's destination delivers what dead processes left, its
+requests are recovery's (:attr:`EngineCore.recovery`: a left-over's send, a
+re-open), handed out and settled like any other, their answers read by
+``JournalKeeper.advance`` (docs/engine.md, "Recovery").
 The answers are settled by the pure rules of ``_engine/_destination.py``; the resume
 decision is ``_engine/_resume.py``'s; how long the thread may sleep is
 :meth:`EngineCore.next_wait` (running) and :meth:`EngineCore.close_wait_seconds`
@@ -48,6 +52,7 @@ from trainreport._engine._destination import (
     settle_open,
     settle_send,
 )
+from trainreport._engine._journal_feed import RecoveryStep
 from trainreport._engine._resume import Resume
 from trainreport._engine._scheduler import SendScheduler
 from trainreport._record._recorder import Recorder
@@ -114,11 +119,15 @@ class Answer:
         drain: move the queue into the recorder now (after a first open, what
             waited for the stored task goes with the first send; while closing,
             after each delivery, what was reported meanwhile).
+        writer_generation: the journal destination's open was answered under
+            this writer generation: the driver records it in the journal
+            (``Journal.mark_writer``) before any send under it, else ``None``.
     """
 
     delivered: bool
     cancel: bool = False
     drain: bool = False
+    writer_generation: int | None = None
 
 
 class FlushRequests:
@@ -320,13 +329,17 @@ class _Closing:
     cap: float
     states: list[CloseState]
 
-    def deadline_for(self, dest: Destination) -> float:
-        """The deadline closing works to: the whole one, or a short one for a wrong URL."""
-        if dest.answered:
+    def deadline_for(self, dest: Destination, *, recovering: bool = False) -> float:
+        """The deadline closing works to: the whole one, or a short one for a wrong URL.
+
+        ``recovering``: the destination opened and delivers left-over journals
+        (it answered, though its open is not settled yet).
+        """
+        if dest.answered or recovering:
             return self.deadline
         return min(self.deadline, self.started + self.unanswered)
 
-    def seed_by(self, destinations: list[Destination]) -> float:
+    def seed_by(self, destinations: list[Destination], *, recovering: int | None = None) -> float:
         """The real time until which the seed of a resume waits for first opens in flight.
 
         The time of the close's last attempt (the deadline less
@@ -334,11 +347,17 @@ class _Closing:
         still sent everything in time; and no later than the deadline of a
         destination whose first open has not ended (it never answered: the
         close stops trying it then, so nothing is sent to it after, and none
-        of its stored points can be replaced). docs/engine.md, "Resume,
-        across destinations".
+        of its stored points can be replaced). The journal's destination
+        while it recovers (index ``recovering``) opened: it keeps the whole
+        deadline (:meth:`deadline_for`). docs/engine.md, "Resume, across
+        destinations".
         """
         whole = self.deadline - last_attempt_lead(self.cap, self.deadline - self.started)
-        pending = [self.deadline_for(d) for d in destinations if not d.first_open_ended]
+        pending = [
+            self.deadline_for(d, recovering=d.index == recovering)
+            for d in destinations
+            if not d.first_open_ended
+        ]
         return min(whole, max(pending, default=whole))
 
 
@@ -355,6 +374,9 @@ class EngineCore:
             source, not read for any decision).
         backlog_send_points: the points a suffix-mode destination may lack
             before it is sent to inside the debounce (:data:`BACKLOG_SEND_POINTS`).
+        journal_destination: the index of the destination the journal (if
+            any, ``resume.journal``) is kept for: its opens are followed by
+            the recovery of what dead processes left (docs/engine.md, "Recovery").
 
     Owned by the reporter thread (the driver); see the module docstring.
     """
@@ -368,6 +390,7 @@ class EngineCore:
         resume: Resume,
         wall_clock: Callable[[], str],
         backlog_send_points: int = BACKLOG_SEND_POINTS,
+        journal_destination: int = 0,
     ) -> None:
         self.recorder = recorder
         self.destinations = destinations
@@ -378,6 +401,10 @@ class EngineCore:
         self.flush = FlushRequests(len(destinations))
         #: An open failed (with a journal, reports are drained from then on).
         self.open_failed = False
+        self.journal_destination = journal_destination
+        #: The next recovery request of the journal destination (its open succeeded and
+        #: left-over journals wait), or ``None``: handed out instead of a new open.
+        self.recovery: RecoveryStep | None = None
         self._closing: _Closing | None = None
 
     @property
@@ -436,7 +463,9 @@ class EngineCore:
                 self.destinations, self.recorder, now, closing_late=None, patient=patient
             )
             return
-        late = real is not None and real >= closing.seed_by(self.destinations)
+        late = real is not None and real >= closing.seed_by(
+            self.destinations, recovering=self._recovering_index()
+        )
         waiting = [d for d in self.destinations if d.waits_for_seed]
         self.resume.seed_if_decided(
             self.destinations, self.recorder, now, closing_late=late, patient=patient
@@ -495,7 +524,7 @@ class EngineCore:
         state = closing.states[dest.index]
         if state.done:
             return None
-        deadline = closing.deadline_for(dest)
+        deadline = self._deadline_for(closing, dest)
         if dest.job is not None:
             if real >= deadline:
                 state.done = True  # a request still in flight at the deadline
@@ -517,7 +546,10 @@ class EngineCore:
             # Waiting for another destination's first open to decide the resume: that
             # open's answer wakes the driver; at the bound, the driver's pass seeds
             # (seed_if_decided), drains what waited in the queue, and this goes.
-            state.next_at = min(real + _RESUME_POLL_SECONDS, closing.seed_by(self.destinations))
+            state.next_at = min(
+                real + _RESUME_POLL_SECONDS,
+                closing.seed_by(self.destinations, recovering=self._recovering_index()),
+            )
             return None
         state.attempted = True
         timeout = None if deadline == float("inf") else deadline - real
@@ -538,13 +570,15 @@ class EngineCore:
         in a later pass, and the send waits for its turn (:meth:`running_request`,
         :meth:`close_request`).
         """
-        if job.build is not None or not dest.in_step or dest.job is not None:
+        if job.build is not None or dest.job is not None:
+            return None
+        if not dest.in_step and self._recovering(dest) is None:
             return None
         timeout = None
         if job.closing:
             closing = self._closing
             assert closing is not None
-            deadline = closing.deadline_for(dest)
+            deadline = self._deadline_for(closing, dest)
             if deadline - real < MIN_TIMEOUT_SECONDS:
                 return None
             timeout = None if deadline == float("inf") else deadline - real
@@ -563,13 +597,17 @@ class EngineCore:
 
         A superseded destination (a later attempt owns the task) gets no
         request: nothing it is sent can be accepted (``docs/engine.md``); one
-        waiting for the seed gets no send.
+        waiting for the seed gets no send. While the journal destination
+        delivers left-over journals (:attr:`recovery`), its requests are
+        recovery's, with the same timeouts, backoff and deadlines.
         """
         if dest.superseded:
             return None
         if not dest.is_open:
-            dest.requests_sent += 1  # reading the stored task is a request too
-            job = Job(None, closing=closing, complete=complete, timeout=timeout)
+            step = self._recovering(dest)
+            if step is None:
+                dest.requests_sent += 1  # reading the stored task is a request too
+            job = Job(None, recovery=step, closing=closing, complete=complete, timeout=timeout)
         else:
             recorder = self.recorder
             if not recorder.seeded or not dest.in_step:
@@ -617,16 +655,36 @@ class EngineCore:
             return None
         dest.job = None
         opening = job.build is None
+        result = job.result
+        generation = None
+        keeper = self.resume.journal
+        journals = keeper is not None and dest.index == self.journal_destination
+        if job.error is not None and journals:
+            self.recovery = None  # the open failed: the next one begins the recovery again
+        elif opening and keeper is not None and journals:
+            # An open (or a recovery request) of the journal's destination: what dead
+            # processes left goes first, one request at a time (docs/engine.md, "Recovery").
+            following, generation = keeper.advance(job.recovery, result)  # type: ignore[arg-type]
+            if isinstance(following, RecoveryStep):
+                self.recovery = following
+                if self._closing is not None:
+                    self._closing.states[dest.index].next_at = real  # it goes on at once
+                return Answer(delivered=False, writer_generation=generation)
+            self.recovery = None
+            result = following
         if job.error is not None:
             settle_error(dest, job.error, now, opening=opening)
             self.open_failed = self.open_failed or opening
             answer = Answer(delivered=False)
         elif opening:
-            result = job.result
             settled = settle_open(dest, self.recorder, result, now)  # type: ignore[arg-type]
             self.open_failed = self.open_failed or not isinstance(result, Opened)
             self.seed_if_decided(now, real=real, patient=True)
-            answer = Answer(delivered=settled.delivered, drain=settled.delivered)
+            answer = Answer(
+                delivered=settled.delivered,
+                drain=settled.delivered,
+                writer_generation=generation,
+            )
         else:
             settled = settle_send(
                 dest,
@@ -663,7 +721,7 @@ class EngineCore:
         if dest.due_at() is None:  # rejected or superseded: the same data will not be taken
             state.done = True
             return
-        remaining = closing.deadline_for(dest) - real
+        remaining = self._deadline_for(closing, dest) - real
         wait, state.last = close_wait(
             dest.scheduler, now, remaining, self.config.close_retry_max_seconds
         )
@@ -691,6 +749,17 @@ class EngineCore:
         if not pending:
             return None
         return min(pending) - real
+
+    def _recovering_index(self) -> int | None:
+        """The journal's destination while it recovers left-over journals, else ``None``."""
+        return self.journal_destination if self.recovery is not None else None
+
+    def _recovering(self, dest: Destination) -> RecoveryStep | None:
+        """The recovery request ``dest`` is to get next, if it is the journal's and recovers."""
+        return self.recovery if dest.index == self.journal_destination else None
+
+    def _deadline_for(self, closing: _Closing, dest: Destination) -> float:
+        return closing.deadline_for(dest, recovering=self._recovering(dest) is not None)
 
     def _holds_everything(self, dest: Destination, queue_empty: bool) -> bool:
         return dest.in_step and queue_empty and not self.recorder.has_changes(dest.index)

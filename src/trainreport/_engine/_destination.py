@@ -16,6 +16,8 @@ the driver must do (set ``cancel_requested``). They read no clock (``now`` and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from trainreport._engine._scheduler import SendScheduler
@@ -38,6 +40,9 @@ from trainreport._wire._sink_interface import (
     Split,
     sink_repr,
 )
+
+if TYPE_CHECKING:
+    from trainreport._engine._journal_feed import RecoveryOutcome, RecoveryStep
 
 __all__ = [
     "MAX_FLOOR_SECONDS",
@@ -109,19 +114,23 @@ def keeps_local_run_log(sink: Sink) -> bool:
 
 @attrs.define(eq=False)
 class Job:
-    """One request to a destination: an open (``build`` None) or a send.
+    """One request to a destination: an open (``build`` None), a send, or a recovery request.
 
-    The sender fills ``result`` (or ``error``, when the sink raised) and then
-    sets ``done``; the reporter thread reads them only after ``done``.
+    A recovery request (``recovery``, ``build`` None) is the send of a
+    left-over journal or a re-open while the journal's destination delivers
+    what dead processes left (``docs/engine.md``, "Recovery"). The sender
+    fills ``result`` (or ``error``, when the sink raised) and then sets
+    ``done``; the reporter thread reads them only after ``done``.
     """
 
     build: Build | None
+    recovery: RecoveryStep | None = None
     include_metrics: bool = True
     closing: bool = False
     #: A ``flush()`` waited when it was made (its attempt's send carries the curves).
     complete: bool = False
     timeout: float | None = None
-    result: OpenResult | SendResult | None = None
+    result: OpenResult | SendResult | RecoveryOutcome | None = None
     error: Exception | None = None
     done: bool = False
 

@@ -12,22 +12,29 @@ The reporter thread and the journal's destination drive it (``docs/engine.md``,
   it cut, in the same record. When the stored task seeded the store (the
   indices become the service's), the journal is rewritten atomically as one
   snapshot instead, once.
-- :meth:`JournalKeeper.recover`, called with the journal's destination's
-  open (on whichever thread runs that destination's requests), before the
-  stored task seeds the store and before the first send: the journals a
-  dead process left are planned against the stored task
-  (:func:`trainreport._runlog._plan.plan_recovery`, shared with
-  ``trainreport sync``) and sent, oldest first.
+- recovery, scheduled by the engine core like any other request
+  (``_engine/_core.py``): after each successful open of the journal's
+  destination, before the stored task seeds the store and before the first
+  send, the core hands out one request at a time for the journals a dead
+  process left, oldest first: the send of one left-over (read, planned
+  against the task as last read with
+  :func:`trainreport._runlog._plan.plan_recovery`, shared with
+  ``trainreport sync``, and sent), or a re-open (the task read again).
+  :func:`run_recovery` is a request's I/O, run on the destination's sender;
+  :meth:`JournalKeeper.advance` (reporter thread, no I/O) reads its answer and
+  says what comes next.
 - :meth:`JournalKeeper.close` at the end: the journal is removed when every
   destination holds everything, ``fsync``-ed and kept otherwise.
 
 The record is read through :meth:`Recorder.journal_view` (under the
 recorder's lock); the current journal file is touched only by the reporter
-thread, the left-over journals only by :meth:`recover`.
+thread (the writer generation of each open included: the driver records it
+before any send under it), the left-over journals only by :func:`run_recovery`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -40,21 +47,30 @@ from trainreport._record._recorder import Recorder
 from trainreport._runlog._journal import Journal, mark_sent_under
 from trainreport._runlog._plan import StaleJournalError, SyncError, plan_recovery
 from trainreport._runlog._replay import DamageKind, replay
-from trainreport._runlog._runfile import load_run_file
+from trainreport._runlog._runfile import RunFile, load_run_file
 from trainreport._runlog._state import LogState
 from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
     Opened,
     OpenResult,
+    Rejected,
     Resynchronise,
     RetryLater,
+    SendResult,
     Sink,
     Update,
 )
 from trainreport.exceptions import RunLogError
 
-__all__ = ["JournalKeeper", "JournalWatch", "journal_identity"]
+__all__ = [
+    "JournalKeeper",
+    "JournalWatch",
+    "RecoveryOutcome",
+    "RecoveryStep",
+    "journal_identity",
+    "run_recovery",
+]
 
 _log = get_logger()
 _MISSING = object()
@@ -217,112 +233,124 @@ class JournalKeeper:
             self.records += 1
         self._lengths = view.lengths
 
-    # --- recovery ---------------------------------------------------------------------
+    # --- recovery (the core's requests: docs/engine.md, "Recovery") ------------------
 
-    def recover(self, sink: Sink, opened: Opened, timeout_seconds: float | None) -> OpenResult:
-        """Send what the journals of dead processes hold, before this process's first send.
+    def advance(
+        self, step: RecoveryStep | None, result: OpenResult | RecoveryOutcome | None
+    ) -> tuple[RecoveryStep | OpenResult, int | None]:
+        """The next recovery request after ``step``'s answer, or the open's result to settle.
+
+        Called by the engine core on the reporter thread, for every answer of
+        the journal destination's opens and recovery requests; it does no I/O
+        (the requests' I/O is :func:`run_recovery`'s, on the sender). Left-overs
+        go oldest first; a delivered one is followed by a re-open (the task is
+        read again), a ``Resynchronise`` by one re-open and one more send of
+        the same left-over; one that cannot be read, is rejected or
+        resynchronised twice is given up on (``trainreport.journal_recovery_failed``,
+        kept on disk), a stale one set aside (``trainreport.journal_superseded``).
 
         Args:
-            sink: the destination, just opened.
-            opened: its answer (the stored task).
-            timeout_seconds: for each send and re-open.
+            step: the recovery request answered, or ``None`` for an open the
+                core handed out itself (a recovery begins with it).
+            result: the answer: an open's (:class:`Opened` or a failure), or
+                a left-over's send (:class:`RecoveryOutcome`).
 
         Returns:
-            the :class:`Opened` to seed the store from (read again after a
-            delivery), or the failed result of a send or re-open (the caller
-            retries the open later; nothing is lost). A left-over journal that
-            cannot be read, or that the destination rejects, is logged
-            (``trainreport.journal_recovery_failed``) and left on disk for
-            ``trainreport sync``. Never raises.
+            ``(next, generation)``: ``next`` is the next recovery request, or
+            the :class:`OpenResult` the core settles as the open (the last
+            task read once every left-over is done, or the failure that makes
+            the open fail: a ``RetryLater`` backs off like any send's); and
+            ``generation`` is the writer generation an open was answered
+            under, which the driver records in the journal before any send
+            under it (``Journal.mark_writer``), else ``None``. Never raises.
         """
-        self.note_open(opened)
-        self._fields_from_older = False
-        for path in list(self.journal.left_over):
-            result = self._recover_one(sink, opened, path, timeout_seconds)
-            if isinstance(result, Opened):
-                opened = result
-            elif result is not None:
-                return result
-        return opened
+        if step is None or step.reopen:
+            if not isinstance(result, Opened):
+                if isinstance(result, RetryLater | Rejected):
+                    return result, None
+                return RetryLater(f"unexpected answer to an open: {type(result).__name__}"), None
+            generation = self._learn_open(result)
+            if step is None:
+                self._fields_from_older = False
+            elif step.path is not None:  # after a Resynchronise: the same left-over once more
+                again = attrs.evolve(
+                    step,
+                    reopen=False,
+                    opened=result,
+                    resynchronised=True,
+                    last_writer=self._last_writer,
+                    after_older=self._fields_from_older,
+                )
+                return again, generation
+            return self._next(result), generation
+        path, opened = step.path, step.opened
+        assert isinstance(result, RecoveryOutcome)
+        assert path is not None
+        assert opened is not None
+        self._done_with(path)
+        if result.empty:
+            _log.info("trainreport.journal_left_over_empty", path=str(path))
+        elif result.gave_up is not None:
+            self._give_up(path, result.gave_up)
+        elif result.stale is not None:
+            self._set_aside_stale(path, result.stale)
+        elif isinstance(result.sent, Delivered):
+            _log.info("trainreport.journal_recovered", path=str(path), points=result.points)
+            # The next left-over (recorded later here) is newer than these fields.
+            self._fields_from_older = result.details_sent
+            return self._reopen(None, None), None
+        elif isinstance(result.sent, RetryLater):
+            self.journal.left_over.insert(0, path)  # still waiting: tried first at the next open
+            return result.sent, None
+        elif isinstance(result.sent, Resynchronise) and not step.resynchronised:
+            self.journal.left_over.insert(0, path)
+            return self._reopen(path, result.run), None
+        elif result.sent is not None:
+            self._give_up(path, getattr(result.sent, "reason", type(result.sent).__name__))
+        return self._next(opened), None
 
-    def note_open(self, opened: OpenResult) -> OpenResult:
-        """Learn the generations of an open: ours (the journal says so), and the last writer's.
+    def _next(self, opened: Opened) -> RecoveryStep | Opened:
+        """The send of the oldest left-over not done yet, or ``opened`` when none is left."""
+        left = self.journal.left_over
+        if not left:
+            return opened
+        return RecoveryStep(
+            journal=self.journal,
+            path=left[0],
+            opened=opened,
+            last_writer=self._last_writer,
+            after_older=self._fields_from_older,
+        )
+
+    def _reopen(self, path: Path | None, run: RunFile | None) -> RecoveryStep:
+        """A re-open; then ``path`` once more (after a ``Resynchronise``), or the next left-over."""
+        return RecoveryStep(
+            journal=self.journal,
+            path=path,
+            reopen=True,
+            run=run,
+            last_writer=self._last_writer,
+            after_older=self._fields_from_older,
+        )
+
+    def _done_with(self, path: Path) -> None:
+        with contextlib.suppress(ValueError):
+            self.journal.left_over.remove(path)
+
+    def _learn_open(self, opened: Opened) -> int | None:
+        """Learn an open's generations: ours (returned, for the journal), and the last writer's.
 
         The last writer's generation is kept from before this process wrote:
         a left-over it recovered was written under its generation on the
         left-over's behalf, so it never makes the next left-over look older.
         """
-        if not isinstance(opened, Opened):
-            return opened
         mine = opened.writer_generation
         if mine is not None:
             self._own_generations.add(mine)
-            self.journal.mark_writer(generation=mine)
         last = opened.last_writer_generation
         if last is None or last not in self._own_generations:
             self._last_writer = last
-        return opened
-
-    def _recover_one(
-        self, sink: Sink, opened: Opened, path: Path, timeout_seconds: float | None
-    ) -> OpenResult | None:
-        """One left-over: the re-opened task, ``None`` (nothing changed) or a failure to return."""
-        journal = self.journal
-        try:
-            run = load_run_file(path)
-        except RunLogError as exc:
-            if _recorded_nothing(path):  # a process killed before its first record
-                _log.info("trainreport.journal_left_over_empty", path=str(path))
-                journal.delivered_left_over(path)
-                return None
-            self._give_up(path, str(exc))  # kept: a newer trainreport may read it
-            return None
-        except OSError as exc:
-            self._give_up(path, f"cannot read it: {describe_exception(exc)}")
-            return None
-        full_state = CAPABILITY_SERIES_SUFFIX not in opened.capabilities
-        for attempt in range(2):
-            try:
-                plan = plan_recovery(
-                    run.state,
-                    run.run,
-                    opened.stored_task,
-                    full_state=full_state,
-                    last_writer_generation=self._last_writer,
-                    after_older_journal=self._fields_from_older,
-                )
-            except StaleJournalError as exc:
-                self._set_aside_stale(path, str(exc))
-                return None
-            except SyncError as exc:
-                self._give_up(path, str(exc))
-                return None
-            if plan.update is None:
-                journal.delivered_left_over(path)
-                return None
-            if opened.writer_generation is not None:
-                # Said before the send: a kill during it leaves the left-over whose
-                # generation wrote the service's last points (the next recovery's rule).
-                mark_sent_under(path, opened.writer_generation)
-            result = sink.send(plan.update, timeout_seconds=timeout_seconds)
-            if isinstance(result, Delivered):
-                sent = sum(s.sent for s in plan.series)
-                _log.info("trainreport.journal_recovered", path=str(path), points=sent)
-                journal.delivered_left_over(path)
-                # The next left-over (recorded later here) is newer than these fields.
-                self._fields_from_older = plan.details_sent
-                return self.note_open(sink.open(timeout_seconds=timeout_seconds))
-            if isinstance(result, RetryLater):
-                return result
-            if isinstance(result, Resynchronise) and not attempt:
-                reopened = self.note_open(sink.open(timeout_seconds=timeout_seconds))
-                if not isinstance(reopened, Opened):
-                    return reopened
-                opened = reopened
-                continue
-            self._give_up(path, getattr(result, "reason", type(result).__name__))
-            return None
-        return None  # pragma: no cover - the loop returns
+        return mine
 
     def _set_aside_stale(self, path: Path, reason: str) -> None:
         """A left-over of a superseded or older writer: kept for inspection, never replayed."""
@@ -360,3 +388,121 @@ class JournalKeeper:
         if not delivered:
             self.record()
         self.journal.close(delivered=delivered)
+
+
+@attrs.frozen(eq=False)
+class RecoveryStep:
+    """One request of journal recovery, handed out by the engine core (``docs/engine.md``).
+
+    Either the send of one left-over (``path``, planned against ``opened``)
+    or a re-open (``reopen``: after a delivery, ``path`` ``None``; after a
+    ``Resynchronise``, the left-over to send once more, with the file as
+    first read, ``run``). Made on the reporter thread, run by
+    :func:`run_recovery` on the destination's sender.
+
+    Attributes:
+        journal: the journal whose left-over it is (a delivered one is removed).
+        path: the left-over journal, or ``None`` (a re-open after a delivery).
+        reopen: the request is an ``open()``.
+        opened: the task as last read (the plan's base), for a send.
+        run: the left-over as read before its first send (its generation is
+            the one it had before ``mark_sent_under``), or ``None``.
+        last_writer: the task's last writer generation before this process wrote.
+        after_older: the service's task fields were sent by this recovery from
+            an older left-over.
+        resynchronised: a send of this left-over was answered ``Resynchronise``.
+    """
+
+    journal: Journal
+    path: Path | None
+    reopen: bool = False
+    opened: Opened | None = None
+    run: RunFile | None = None
+    last_writer: int | None = None
+    after_older: bool = False
+    resynchronised: bool = False
+
+
+@attrs.frozen
+class RecoveryOutcome:
+    """What the send of one left-over found (:func:`run_recovery`, on the sender thread).
+
+    Attributes:
+        sent: the destination's answer, or ``None`` when nothing was sent.
+        points: the points the plan sent.
+        details_sent: the plan sent the journal's task fields.
+        empty: the left-over recorded nothing (a process killed before its first record).
+        gave_up: why it cannot be delivered (unreadable, refused by the plan).
+        stale: why it is a superseded or older writer's (never replayed).
+        run: the left-over as read (kept for a send again after a ``Resynchronise``).
+    """
+
+    sent: SendResult | None = None
+    points: int = 0
+    details_sent: bool = False
+    empty: bool = False
+    gave_up: str | None = None
+    stale: str | None = None
+    run: RunFile | None = None
+
+
+def run_recovery(
+    step: RecoveryStep, sink: Sink, timeout_seconds: float | None
+) -> OpenResult | RecoveryOutcome:
+    """Perform one recovery request: its I/O, on the destination's sender thread.
+
+    A re-open is ``sink.open()``. A send reads the left-over (unless it was
+    read already), plans it against the task as last read
+    (:func:`~trainreport._runlog._plan.plan_recovery`, pure), records in it the
+    generation it is sent under (``mark_sent_under``, before the send: a kill
+    during it leaves the left-over whose generation wrote the service's last
+    points), sends the update, and removes the file once delivered (also one
+    with nothing to send, or that recorded nothing). What the answer means is
+    the core's (:meth:`JournalKeeper.advance`).
+
+    Raises:
+        Exception: what the sink raised (the sender settles it as an error).
+    """
+    if step.reopen:
+        return sink.open(timeout_seconds=timeout_seconds)
+    path, opened, journal = step.path, step.opened, step.journal
+    assert path is not None
+    assert opened is not None
+    run = step.run
+    if run is None:
+        try:
+            run = load_run_file(path)
+        except RunLogError as exc:
+            if _recorded_nothing(path):
+                journal.delivered_left_over(path)
+                return RecoveryOutcome(empty=True)
+            return RecoveryOutcome(gave_up=str(exc))  # kept: a newer trainreport may read it
+        except OSError as exc:
+            return RecoveryOutcome(gave_up=f"cannot read it: {describe_exception(exc)}")
+    try:
+        plan = plan_recovery(
+            run.state,
+            run.run,
+            opened.stored_task,
+            full_state=CAPABILITY_SERIES_SUFFIX not in opened.capabilities,
+            last_writer_generation=step.last_writer,
+            after_older_journal=step.after_older,
+        )
+    except StaleJournalError as exc:
+        return RecoveryOutcome(stale=str(exc))
+    except SyncError as exc:
+        return RecoveryOutcome(gave_up=str(exc))
+    if plan.update is None:
+        journal.delivered_left_over(path)
+        return RecoveryOutcome()
+    if opened.writer_generation is not None:
+        mark_sent_under(path, opened.writer_generation)
+    result = sink.send(plan.update, timeout_seconds=timeout_seconds)
+    if isinstance(result, Delivered):
+        journal.delivered_left_over(path)
+    return RecoveryOutcome(
+        sent=result,
+        points=sum(s.sent for s in plan.series),
+        details_sent=plan.details_sent,
+        run=run,
+    )

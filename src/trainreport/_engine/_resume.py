@@ -12,8 +12,9 @@ destination is still sent everything in time (``docs/engine.md``).
 
 The journal (``docs/engine.md``, "The journal in front of a service") is
 claimed when the attempt begins; what dead processes left in it is delivered
-right after the journal destination's first open, on that destination's
-sender, before the stored task seeds anything. Reports wait in the queue for
+right after the journal destination's first open, before the stored task
+seeds anything, by requests the engine core hands out like any other
+(``_engine/_core.py``, ``JournalKeeper.advance``). Reports wait in the queue for
 the stored task no longer than the journal allows (:meth:`Resume.reports_wait`).
 """
 
@@ -27,7 +28,6 @@ from trainreport._logging import describe_exception, get_logger
 from trainreport._record._machines import DestinationInput
 from trainreport._record._recorder import Recorder
 from trainreport._wire._payloads import StoredState
-from trainreport._wire._sink_interface import Opened, OpenResult, Sink
 
 __all__ = ["Resume"]
 
@@ -103,21 +103,6 @@ class Resume:
         """
         first = self._first_opened_at
         return None if first is None else first + self._interval
-
-    def recover(self, sink: Sink, opened: Opened, timeout: float | None) -> OpenResult:
-        """After the journal destination's open: deliver what dead processes left first.
-
-        The journal first records the writer generation it is now sent under
-        (before any send under it), so a recovery never mistakes this process's
-        own writes for a newer writer's.
-        """
-        journal = self.journal
-        if journal is None:
-            return opened
-        journal.note_open(opened)
-        if not journal.journal.left_over:
-            return opened
-        return journal.recover(sink, opened, timeout)
 
     def seed_if_decided(
         self,

@@ -1,7 +1,8 @@
 """A destination's requests, run on the reporter thread or on a small thread of its own.
 
 With several destinations, or with a journal, each gets a sender thread, so one
-that hangs holds only its own thread (``docs/engine.md``). The sender runs a :class:`Job` and
+that hangs holds only its own thread (``docs/engine.md``). The sender runs a :class:`Job`
+(an open, a send, or a journal recovery request's I/O: ``run_recovery``) and
 touches nothing else; the reporter thread settles the job once it is done.
 """
 
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from trainreport._engine._destination import Job
+from trainreport._engine._journal_feed import run_recovery
 from trainreport._logging import describe_exception, get_logger
-from trainreport._wire._sink_interface import Opened, OpenResult, Sink
+from trainreport._wire._sink_interface import Sink
 
 __all__ = ["Sender"]
 
@@ -40,10 +41,6 @@ class Sender:
         on_done: called (from the sender thread) when a job is done (wakes
             the reporter thread).
         name: the thread's name.
-        after_open: called with the sink, the :class:`Opened` answer and the
-            job's timeout after a successful open, on the same thread; its
-            result is the open's (the journal delivers what dead processes
-            left there, before the stored task seeds anything).
     """
 
     def __init__(
@@ -53,10 +50,8 @@ class Sender:
         on_own_thread: bool,
         on_done: Any = None,
         name: str = "trainreport-sender",
-        after_open: Callable[[Sink, Opened, float | None], OpenResult] | None = None,
     ) -> None:
         self._sink = sink
-        self._after_open = after_open
         self._on_own_thread = on_own_thread
         self._on_done = on_done
         self._name = name
@@ -80,11 +75,10 @@ class Sender:
     def _run(self, job: Job) -> None:
         sink = self._sink
         try:
-            if job.build is None:
-                opened = sink.open(timeout_seconds=job.timeout)
-                if self._after_open is not None and isinstance(opened, Opened):
-                    opened = self._after_open(sink, opened, job.timeout)
-                job.result = opened
+            if job.recovery is not None:  # a left-over journal's send, or a re-open
+                job.result = run_recovery(job.recovery, sink, job.timeout)
+            elif job.build is None:
+                job.result = sink.open(timeout_seconds=job.timeout)
             else:
                 job.result = sink.send(job.build.update, timeout_seconds=job.timeout)
         except Exception as exc:  # a raising sink gets the backoff, never kills a thread

@@ -85,9 +85,10 @@ class Worker:
             destination's requests run on its sender thread, so none delays
             it; reports are drained before the stored task is read once the
             first opens are that late, one failed, or ``close()`` began), the
-            journals of dead processes are delivered with the first open of
-            destination ``journal_destination`` (on its sender), and it is
-            closed, or removed when every destination holds everything, at the end.
+            journals of dead processes are delivered after the first open of
+            destination ``journal_destination`` (requests the core hands out,
+            run on its sender), and it is closed, or removed when every
+            destination holds everything, at the end.
         journal_destination: the index of the destination the journal is kept for.
         local_log_interval_seconds: the send interval of a ``FileSink`` (the
             local run log is its own journal), when shorter than the config's.
@@ -130,7 +131,6 @@ class Worker:
                 on_own_thread=isolated,
                 on_done=self.wake.set,
                 name=f"trainreport-send-{i}",
-                after_open=self._resume.recover if i == journal_destination else None,
             )
             for i, d in enumerate(self.destinations)
         ]
@@ -142,6 +142,7 @@ class Worker:
             config=config,
             resume=self._resume,
             wall_clock=self.wall_clock,
+            journal_destination=journal_destination,
         )
         self.thread = threading.Thread(target=self._run, name="trainreport-reporter", daemon=True)
         self._stopping = False
@@ -282,6 +283,11 @@ class Worker:
             self._react(dest, answer)
 
     def _react(self, dest: Destination, answer: Answer) -> None:
+        journal = self.journal
+        if answer.writer_generation is not None and journal is not None:
+            # Before any send under it: a recovery never takes this process's own
+            # writes for a newer writer's (docs/engine.md, "Recovery").
+            journal.journal.mark_writer(generation=answer.writer_generation)
         if answer.cancel and not self._cancel_requested.is_set():
             _log.warning("trainreport.cancel_requested", destination=dest.label)
             self._cancel_requested.set()
