@@ -385,7 +385,7 @@ def test_long_run_smoke(benchmark: Any) -> None:
 
 def test_long_run_probe_smoke() -> None:
     """The probe samples where the memory is during and after a short run, with tracemalloc."""
-    result = child("file+journal", 20_000, 20, 0.0, None, probe=50.0, trace=3)
+    result = child("file+journal", 5_000, 20, 0.0, None, probe=50.0, trace=3)
     after_loop = list(MOMENTS)
     moments = [p["step"] for p in result["probes"]]
     assert after_loop == moments[-4:]
@@ -393,8 +393,8 @@ def test_long_run_probe_smoke() -> None:
     nothing_waits = {"queue_reports": 0, "unsent_points": [0]}
     assert nothing_waits == {k: after_flush[k] for k in nothing_waits}
     sites = [site["where"] for site in after_flush["top"]]
-    assert all(sites), sites  # tracemalloc's top 3, each with its traceback
-    assert len(sites) <= 3, sites
+    assert 1 <= len(sites) <= 3, sites  # tracemalloc's top 3 ...
+    assert all(sites), sites  # ... each with its traceback
     assert "after flush()" in probe_table(result["probes"])
 
 
