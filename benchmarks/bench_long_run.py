@@ -139,6 +139,9 @@ def probe_sample(reporter: Any, step: int, baseline: int, trace: int) -> dict[st
             for d in range(len(reporter._sinks))
         ],
         "journal_points": keeper.journal.state.point_count() if keeper is not None else None,
+        # Python's live memory blocks (pymalloc and larger): a count that grows with
+        # the run while the store and queue hold nothing is something kept per point.
+        "allocated_blocks": sys.getallocatedblocks(),
     }
     if trace:
         current, peak = tracemalloc.get_traced_memory()
@@ -350,8 +353,8 @@ def probe_table(probes: list[dict[str, Any]]) -> str:
     """The probe samples as a Markdown table, each with its top allocation sites below."""
     lines = [
         "| step | RSS growth | queued reports | queued (estimate) | retained points "
-        "| unsent points | journal points | traced |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| unsent points | journal points | live blocks | traced |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     tops = []
     for p in probes:
@@ -362,7 +365,7 @@ def probe_table(probes: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {moment} | {p['rss_growth_mb']:+.1f} MB "
             f"| {p['queue_reports']:,} | {p['queue_mb']:.1f} MB | {p['retained_points']:,} "
-            f"| {unsent} | {journal} | {traced} |"
+            f"| {unsent} | {journal} | {p['allocated_blocks']:,} | {traced} |"
         )
         for site in p.get("top", ())[:5]:
             tops.append(
