@@ -6,6 +6,10 @@ as make ``--points`` points (default 2 M: 20,000 steps), through
 - ``file``: the embedded default, a ``FileSink`` run log;
 - ``http``: ``HttpSink`` to the reference server in another process
   (series-suffix mode, the default 1 s send interval);
+- ``http-full`` (only with ``--only``): the same server taken as a plain job
+  API with a 1 MiB body limit (``HttpSink(use_extension=False,
+  max_body_bytes=2**20)``: full-state mode, every point each send, thinned
+  to the limit once the curves no longer fit it);
 
 each with the journal on and off (``ReportingConfig(journal=...)``; a
 ``FileSink`` is its own journal, so "on" sends to it at least every
@@ -39,12 +43,17 @@ Run:
     python benchmarks/bench_long_run.py                    # 2 M points, every configuration
     python benchmarks/bench_long_run.py --points 10e6      # the issue's 10 M
     python benchmarks/bench_long_run.py --points 50e6 --only file
+    python benchmarks/bench_long_run.py --points 2e6 --only file+journal --probe 5
+        # where the memory is: every 5 % of the run, the RSS, the queue depth,
+        # the points the store retains and each destination lacks, what the
+        # journal holds, and (``--trace N``) tracemalloc's top N by traceback
     pytest benchmarks/bench_long_run.py --benchmark-disable   # a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -52,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +70,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import busy, calibrate
 
 CONFIGS = ("file", "file+journal", "http", "http+journal")
+#: Run only when named (``--only``): HTTP to the reference server as to a plain job
+#: API (``HttpSink(use_extension=False)``: full-state mode, every point each send).
+EXTRA_CONFIGS = ("http-full", "http-full+journal")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SAMPLE_EVERY = 1000
+#: The probe's samples after the loop, by the step they stand for (``probe_sample``).
+END_OF_LOOP, AFTER_FLUSH, AFTER_CLOSE, AFTER_TRIM = -4, -1, -2, -3
+MOMENTS = {
+    END_OF_LOOP: "end of loop",
+    AFTER_FLUSH: "after flush()",
+    AFTER_CLOSE: "after close()",
+    AFTER_TRIM: "after malloc_trim",
+}
 
 
 def rss_bytes() -> int:
@@ -87,6 +108,57 @@ def thread_cpu_seconds(name: str) -> float:
     return float("nan")
 
 
+def malloc_trim() -> bool:
+    """Ask glibc to give freed heap back to the system (False where there is no glibc)."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def probe_sample(reporter: Any, step: int, baseline: int, trace: int) -> dict[str, Any]:
+    """Where the memory is now: RSS, queue, store, journal and (``trace``) tracemalloc's top.
+
+    Reads the reporter's private state from the training thread (a benchmark's
+    probe, not an API): the queue's length and estimated bytes, the points the
+    store retains and each destination lacks, and the points the journal's
+    in-memory state holds.
+    """
+    recorder = reporter._recorder
+    watch = getattr(reporter, "_journal_watch", None)
+    keeper = getattr(watch, "keeper", None)
+    sample: dict[str, Any] = {
+        "step": step,
+        "t": time.monotonic(),
+        "rss_growth_mb": (rss_bytes() - baseline) / 1e6,
+        "queue_reports": len(reporter._queue),
+        "queue_mb": reporter._queued_bytes / 1e6,
+        "retained_points": recorder.retained_points() if recorder is not None else -1,
+        "unsent_points": [
+            recorder.unsent_points(d) if recorder is not None else -1
+            for d in range(len(reporter._sinks))
+        ],
+        "journal_points": keeper.journal.state.point_count() if keeper is not None else None,
+        # Python's live memory blocks (pymalloc and larger): a count that grows with
+        # the run while the store and queue hold nothing is something kept per point.
+        "allocated_blocks": sys.getallocatedblocks(),
+    }
+    if trace:
+        current, peak = tracemalloc.get_traced_memory()
+        sample["traced_mb"] = current / 1e6
+        sample["traced_peak_mb"] = peak / 1e6
+        stats = tracemalloc.take_snapshot().statistics("traceback")
+        sample["top"] = [
+            {
+                "mb": stat.size / 1e6,
+                "blocks": stat.count,
+                "where": [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in stat.traceback],
+            }
+            for stat in stats[:trace]
+        ]
+    return sample
+
+
 def _loop(steps: int, names: list[str], iterations: int, report: Any, sample: Any) -> float:
     """The training loop: busy work, then one report of every metric; wall seconds."""
     t0 = time.perf_counter()
@@ -101,9 +173,21 @@ def _loop(steps: int, names: list[str], iterations: int, report: Any, sample: An
 
 
 def child(
-    config: str, points: int, metrics: int, step_us: float, url: str | None
+    config: str,
+    points: int,
+    metrics: int,
+    step_us: float,
+    url: str | None,
+    probe: float = 0.0,
+    trace: int = 0,
 ) -> dict[str, Any]:
-    """One configuration in this process; returns its figures."""
+    """One configuration in this process; returns its figures.
+
+    ``probe`` (a percentage of the run's steps, 0: none) adds a
+    :func:`probe_sample` every that many steps, and ``trace`` (a count, 0:
+    none) runs tracemalloc with 6 frames and keeps its top ``trace``
+    allocation sites in each sample.
+    """
     from trainreport import FileSink, HttpSink, Reporter, ReportingConfig  # noqa: PLC0415
 
     steps = max(1, points // metrics)
@@ -121,7 +205,10 @@ def child(
             sink = FileSink(run_dir / "run.log")
         else:
             assert url is not None
-            sink = HttpSink(url, job, "train")
+            full = config.startswith("http-full")  # a plain job API with a 1 MiB body limit
+            sink = HttpSink(
+                url, job, "train", use_extension=not full, max_body_bytes=2**20 if full else None
+            )
         reporter = Reporter(
             sink,
             ReportingConfig(journal=journal, journal_dir=str(Path(tmp) / "journal")),
@@ -129,15 +216,27 @@ def child(
         ).start()
         reporter.report_training_start(max_steps=steps)
         time.sleep(0.2)  # the first open settles before the baseline
+        if trace:
+            tracemalloc.start(6)
         baseline = rss_bytes()
         peak = [baseline]
+        probes: list[dict[str, Any]] = []
+        probe_every = max(SAMPLE_EVERY, int(steps * probe / 100) // SAMPLE_EVERY * SAMPLE_EVERY)
+        samples = [0]
 
         def sample() -> None:
             peak[0] = max(peak[0], rss_bytes())
+            samples[0] += 1
+            if probe and (samples[0] * SAMPLE_EVERY) % probe_every == 0:
+                probes.append(probe_sample(reporter, samples[0] * SAMPLE_EVERY, baseline, trace))
 
         wall = _loop(steps, names, iterations, reporter.report_train_step, sample)
+        if probe:
+            probes.append(probe_sample(reporter, END_OF_LOOP, baseline, trace))
         reporter.flush(timeout=120)
-        sample()
+        peak[0] = max(peak[0], rss_bytes())
+        if probe:
+            probes.append(probe_sample(reporter, AFTER_FLUSH, baseline, trace))
         recorder = reporter._recorder
         retained = recorder.retained_points() if recorder is not None else -1
         cpu = thread_cpu_seconds("trainreport-reporter")
@@ -146,6 +245,10 @@ def child(
         closed = reporter.close(timeout=120)
         close_s = time.perf_counter() - t0
         stats = reporter.stats()
+        if probe:
+            probes.append(probe_sample(reporter, AFTER_CLOSE, baseline, 0))
+            malloc_trim()
+            probes.append(probe_sample(reporter, AFTER_TRIM, baseline, 0))
         if config.startswith("file"):
             written = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
         else:
@@ -166,15 +269,30 @@ def child(
             "bare_s": bare,
             "slowdown_pct": None if bare is None else (wall / bare - 1) * 100,
             "drops": dict(stats.drops),
+            "destination": {
+                "requests_sent": stats.destinations[0].requests_sent,
+                "requests_failed": stats.destinations[0].requests_failed,
+                "thinned_to": stats.destinations[0].thinned_to,
+                "last_error": stats.destinations[0].last_error,
+            },
+            **({"probes": probes} if probe else {}),
         }
 
 
 def run_config(
-    config: str, points: int, metrics: int, step_us: float, url: str | None, timeout: float
+    config: str,
+    points: int,
+    metrics: int,
+    step_us: float,
+    url: str | None,
+    timeout: float,
+    probe: float = 0.0,
+    trace: int = 0,
 ) -> dict[str, Any]:
     """Run one configuration in a child process (its own baseline)."""
     argv = [sys.executable, __file__, "--child", config, "--points", str(points)]
     argv += ["--metrics", str(metrics), "--step-us", str(step_us)]
+    argv += ["--probe", str(probe), "--trace", str(trace)]
     if url:
         argv += ["--url", url]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -190,6 +308,8 @@ def measure(
     step_us: float = 200.0,
     only: tuple[str, ...] = CONFIGS,
     timeout: float = 3600.0,
+    probe: float = 0.0,
+    trace: int = 0,
 ) -> list[dict[str, Any]]:
     """Every configuration in ``only``; the HTTP ones against one reference server."""
     results = []
@@ -203,7 +323,8 @@ def measure(
             url = server_cm.__enter__().url
         try:
             for config in only:
-                results.append(run_config(config, points, metrics, step_us, url, timeout))
+                result = run_config(config, points, metrics, step_us, url, timeout, probe, trace)
+                results.append(result)
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each ends
         finally:
             if server_cm is not None:
@@ -228,6 +349,32 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def probe_table(probes: list[dict[str, Any]]) -> str:
+    """The probe samples as a Markdown table, each with its top allocation sites below."""
+    lines = [
+        "| step | RSS growth | queued reports | queued (estimate) | retained points "
+        "| unsent points | journal points | live blocks | traced |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    tops = []
+    for p in probes:
+        traced = f"{p['traced_mb']:.1f} MB" if "traced_mb" in p else "-"
+        journal = "-" if p["journal_points"] is None else f"{p['journal_points']:,}"
+        unsent = ", ".join(f"{u:,}" for u in p["unsent_points"])
+        moment = MOMENTS.get(p["step"], f"{p['step']:,}")
+        lines.append(
+            f"| {moment} | {p['rss_growth_mb']:+.1f} MB "
+            f"| {p['queue_reports']:,} | {p['queue_mb']:.1f} MB | {p['retained_points']:,} "
+            f"| {unsent} | {journal} | {p['allocated_blocks']:,} | {traced} |"
+        )
+        for site in p.get("top", ())[:5]:
+            tops.append(
+                f"  {moment}: {site['mb']:.1f} MB in {site['blocks']:,} blocks: "
+                + " < ".join(site["where"][::-1][:4])
+            )
+    return "\n".join(lines + (["", *tops] if tops else []))
+
+
 def test_long_run_smoke(benchmark: Any) -> None:
     """A short run of every configuration: the figures are produced and the runs close."""
     results = benchmark.pedantic(
@@ -239,27 +386,69 @@ def test_long_run_smoke(benchmark: Any) -> None:
         assert r["recorded"] == 20_000, r
 
 
+def test_long_run_probe_smoke() -> None:
+    """The probe samples where the memory is during and after a short run, with tracemalloc."""
+    result = child("file+journal", 5_000, 20, 0.0, None, probe=50.0, trace=3)
+    after_loop = list(MOMENTS)
+    moments = [p["step"] for p in result["probes"]]
+    assert after_loop == moments[-4:]
+    after_flush = result["probes"][-3]
+    nothing_waits = {"queue_reports": 0, "unsent_points": [0]}
+    assert nothing_waits == {k: after_flush[k] for k in nothing_waits}
+    sites = [site["where"] for site in after_flush["top"]]
+    assert 1 <= len(sites) <= 3, sites  # tracemalloc's top 3 ...
+    assert all(sites), sites  # ... each with its traceback
+    assert "after flush()" in probe_table(result["probes"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table (or, with ``--child``, one configuration's JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=float, default=2e6)
     parser.add_argument("--metrics", type=int, default=100)
     parser.add_argument("--step-us", type=float, default=200.0)
-    parser.add_argument("--only", action="append", choices=CONFIGS)
+    parser.add_argument("--only", action="append", choices=CONFIGS + EXTRA_CONFIGS)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--probe",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="sample where the memory is every PCT %% of the steps (printed as a table)",
+    )
+    parser.add_argument(
+        "--trace",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --probe: run tracemalloc, keep its top N sites by traceback (slow)",
+    )
+    parser.add_argument("--child", choices=CONFIGS + EXTRA_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     points = int(args.points)
     if args.child:
-        print(json.dumps(child(args.child, points, args.metrics, args.step_us, args.url)))
+        figures = child(
+            args.child, points, args.metrics, args.step_us, args.url, args.probe, args.trace
+        )
+        print(json.dumps(figures))
         return 0
-    results = measure(points, args.metrics, args.step_us, tuple(args.only or CONFIGS))
+    results = measure(
+        points,
+        args.metrics,
+        args.step_us,
+        tuple(args.only or CONFIGS),
+        probe=args.probe,
+        trace=args.trace,
+    )
     print(
         f"{points:,} points: {args.metrics} metrics a step, "
         f"{args.step_us:g} µs of busy work a step\n"
     )
     print(table(results))
+    for r in results:
+        if "probes" in r:
+            print(f"\n{r['config']}:\n{probe_table(r['probes'])}")
     if args.json:
         print(json.dumps(results, indent=1))
     return 0
