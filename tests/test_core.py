@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
 from helpers import ScriptedSink, curve, held
-from trainreport import MemorySink, Opened, Rejected, ReportingConfig, RetryLater
+from trainreport import Delivered, MemorySink, Opened, Rejected, ReportingConfig, RetryLater
 from trainreport._engine._core import EngineCore, Regime
 from trainreport._engine._destination import Job, new_destination
 from trainreport._engine._resume import Resume
@@ -248,6 +248,70 @@ def test_running_the_seed_waits_one_debounce_interval_after_the_first_successful
     assert 11.0 == core.resume.seed_due()
     assert (False, None) == waiting
     assert [1] == _loss_steps(send)
+
+
+def test_closing_a_holder_that_answers_after_the_seed_bound_is_not_sent_to() -> None:
+    """close(1.5): the seed bound (1.25 s, the last attempt) passes with the holder's first
+    open in flight; it answers at 1.3 s, inside its own deadline. Seeded without it, a send
+    would replace its 7 stored points (``destination_replaced`` and a send from offset 0):
+    nothing more is sent to it in this close; its points stay where they are."""
+    core = make_core(2, close_unanswered_seconds=10.0)
+    holder_job, empty_job = _first_opens_in_flight(core)
+    record(core, 0.0, 8)
+    _answer(core, empty_job, 1, Opened(stored_task=None), 0.0)
+    core.close(deadline=1.5, started=0.0)
+    sent: dict[int, list[Job]] = {0: [], 1: []}
+    t = 0.0
+    while t < 1.5:
+        if t >= 1.3 and not holder_job.done:
+            holder_job.result, holder_job.done = (
+                Opened(stored_task=_task_with_loss(range(1, 8))),
+                True,
+            )
+        for dest in core.destinations:
+            core.settle(dest, t, t, queue_empty=True)
+            job = core.close_request(dest, t, t, queue_empty=True)
+            if job is not None:
+                sent[dest.index].append(job)
+                job.result, job.done = (
+                    (Opened(stored_task=None) if job.build is None else Delivered()),
+                    True,
+                )
+                core.settle(dest, t, t, queue_empty=True)
+        core.seed_if_decided(t, real=t)
+        t = round(t + 0.05, 3)
+
+    assert [] == [job for job in sent[0] if job.build is not None]
+    assert [[8]] == [_loss_steps(job) for job in sent[1]]
+
+
+@pytest.mark.parametrize(
+    "failure", [RetryLater("HTTP 503"), RetryLater("refused", unreachable=True)], ids=str
+)
+def test_running_a_holder_whose_first_open_failed_once_still_seeds_the_store(
+    failure: RetryLater,
+) -> None:
+    """Running, a holder's first open answered 503 (or found no listener) while another
+    destination opened a new task: it holds the seed back like an open in flight (one
+    debounce interval), so its retry, answering at 1.5 s, seeds the store and keeps its
+    history (seeded from nothing at once, its 7 stored points were replaced)."""
+    core = make_core(2)
+    holder_job, empty_job = _first_opens_in_flight(core)
+    record(core, 0.0, 8)
+    holder_job.result, holder_job.done = failure, True
+    core.settle(core.destinations[0], 0.0, 0.0, queue_empty=True)
+    _answer(core, empty_job, 1, Opened(stored_task=None), 0.0)
+
+    waiting = core.recorder.seeded
+    retry = core.running_request(core.destinations[0], 1.5)
+    assert retry is not None
+    with capture_logs() as logs:
+        _answer(core, retry, 0, Opened(stored_task=_task_with_loss(range(1, 8))), 1.5)
+    sends = [core.running_request(dest, 1.5) for dest in core.destinations]
+
+    assert not waiting
+    assert [] == [e for e in logs if e["event"] == "trainreport.destination_replaced"]
+    assert [[*range(1, 9)]] * 2 == [_loss_steps(send) for send in sends]
 
 
 @pytest.mark.xfail(

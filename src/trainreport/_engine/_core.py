@@ -88,9 +88,6 @@ LAST_ATTEMPT_LEAD_SECONDS = 0.1
 #: While closing, no request is started with less than this (real seconds) left to
 #: its deadline: its timeout is the time left, and shorter ones cannot complete.
 MIN_TIMEOUT_SECONDS = 0.001
-#: How often (real seconds) a destination that opened checks again whether the
-#: resume was decided (it waits for another destination's first open).
-_RESUME_POLL_SECONDS = 0.01
 #: The longest single wait of the reporter thread (a day): bounded so that a huge
 #: configured interval never overflows ``Event.wait``.
 _MAX_SLEEP_SECONDS = MAX_FLOOR_SECONDS
@@ -467,12 +464,21 @@ class EngineCore:
             self.destinations, recovering=self._recovering_index()
         )
         waiting = [d for d in self.destinations if d.waits_for_seed]
+        pending = [d for d in self.destinations if not d.first_open_ended]
         self.resume.seed_if_decided(
             self.destinations, self.recorder, now, closing_late=late, patient=patient
         )
-        for dest in waiting:
-            if not dest.waits_for_seed:  # seeded: told to look again later, it is sent now
-                closing.states[dest.index].next_at = 0.0 if real is None else real
+        if all(d.waits_for_seed for d in waiting):
+            return  # not seeded yet (seeding ends every destination's wait)
+        for dest in waiting:  # seeded: told to look again later, each is sent to now
+            closing.states[dest.index].next_at = 0.0 if real is None else real
+        for dest in pending:
+            # Seeded without it (the bound passed with its first open, or its recovery, in
+            # flight): were it sent to when it answers, the store it did not seed would
+            # replace what it holds. Nothing more goes to it in this close; its points stay
+            # there, and the run's are in the journal (docs/engine.md, "Resume, across
+            # destinations").
+            closing.states[dest.index].done = True
 
     def cycle_failed(self, exc: Exception, now: float) -> None:
         """The engine raised during a pass: every destination not in flight backs off."""
@@ -544,12 +550,10 @@ class EngineCore:
             return None
         if dest.waits_for_seed:
             # Waiting for another destination's first open to decide the resume: that
-            # open's answer wakes the driver; at the bound, the driver's pass seeds
-            # (seed_if_decided), drains what waited in the queue, and this goes.
-            state.next_at = min(
-                real + _RESUME_POLL_SECONDS,
-                closing.seed_by(self.destinations, recovering=self._recovering_index()),
-            )
+            # open's answer wakes the driver (and seeding makes this due at once); at the
+            # bound, the driver's pass seeds (seed_if_decided), drains what waited in the
+            # queue, and this goes.
+            state.next_at = closing.seed_by(self.destinations, recovering=self._recovering_index())
             return None
         state.attempted = True
         timeout = None if deadline == float("inf") else deadline - real

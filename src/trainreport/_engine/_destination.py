@@ -62,6 +62,10 @@ __all__ = [
 
 _log = get_logger()
 _IN = DestinationInput
+#: The states of a destination no open of which succeeded yet.
+_NEVER_OPENED = frozenset(
+    {DestinationState.NEW, DestinationState.UNREACHABLE, DestinationState.REFUSED}
+)
 #: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
 #: to compare the curves with a large field when the destination refuses a size.
 _POINT_JSON_BYTES = 45
@@ -211,6 +215,11 @@ class Destination:
         return self.state is not DestinationState.NEW
 
     @property
+    def never_opened(self) -> bool:
+        """No open of it succeeded yet (new, unreachable or refused): it may hold the task."""
+        return self.state in _NEVER_OPENED
+
+    @property
     def answered(self) -> bool:
         """It answered at least once (anything but a refused or unresolvable connection)."""
         return self.state not in _UNANSWERED
@@ -299,17 +308,21 @@ def new_destination(
 
 
 def seed_source(
-    destinations: list[Destination], *, stop_waiting: bool = False
+    destinations: list[Destination], *, stop_waiting: bool = False, running: bool = False
 ) -> Destination | bool | None:
     """Which destination's stored task seeds the store, once that can be decided.
 
     The first destination, in list order, whose first open succeeded and that
     holds the task. Nothing is decided before one open succeeded. A
-    destination whose first open failed does not hold the others back (it is
-    brought up to date when it opens, from its own lengths), and one whose
-    first open is still in flight holds them back only until ``stop_waiting``
-    (``Resume.seed_if_decided``: running, one debounce interval after the first
-    successful open; closing, a bound computed from the close's deadline).
+    destination whose first open is still in flight holds the others back
+    until ``stop_waiting`` (``Resume.seed_if_decided``: running, one debounce
+    interval after the first successful open; closing, a bound computed from
+    the close's deadline). While ``running``, so does one whose opens all
+    failed so far (a 503, no listener): it may hold the task, and its retry
+    comes within the backoff, well inside the interval; seeded without it, its
+    stored points would be replaced when it opens. While closing, a
+    destination whose first open failed does not hold the others back (the
+    close would give them only its last moments).
 
     Returns:
         the destination to seed from; ``None`` when none holds the task (a new
@@ -318,7 +331,8 @@ def seed_source(
     opened = [d for d in destinations if d.waits_for_seed]
     if not opened:
         return False
-    if not stop_waiting and not all(d.first_open_ended for d in destinations):
+    pending = [d for d in destinations if not d.first_open_ended or (running and d.never_opened)]
+    if not stop_waiting and pending:
         return False
     for dest in opened:
         if dest.holds_task:

@@ -134,7 +134,9 @@ class Resume:
             )
         else:
             late = closing_late
-        source = seed_source(destinations, stop_waiting=not patient and late)
+        source = seed_source(
+            destinations, stop_waiting=not patient and late, running=closing_late is None
+        )
         if source is False:
             return
         state = StoredState(series={})
