@@ -8,6 +8,7 @@ updates and read the stored task are test_http_sink.py's.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 
 import pytest
@@ -15,11 +16,20 @@ import urllib3
 
 from faults import FaultProxy
 from test_http_sink import decoded, points, steps_of, stored, update
-from trainreport import Delivered, Rejected, Resynchronise, RetryLater, Split
+from trainreport import (
+    Delivered,
+    Rejected,
+    Reporter,
+    ReportingConfig,
+    Resynchronise,
+    RetryLater,
+    Split,
+)
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport.server import ServerHandle
 from trainreport.sinks._http._send import BodyLimit
 from trainreport.sinks._http._sink import HttpSink
+from trainreport.testing import capture_events
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -213,7 +223,8 @@ def test_a_full_state_body_over_max_body_bytes_is_a_split_without_a_request(
 def test_a_413_says_the_size_refused_and_the_largest_body_taken(
     start_server: Callable[..., ServerHandle],
 ) -> None:
-    """A plain 413 teaches the sink: the refused body's size, and what fitted before."""
+    """A plain 413 teaches the sink the refused body's size; what fitted before (a body
+    far smaller) is not given as a size to aim at (the reporter halves instead)."""
     server = start_server(max_body_bytes=16 * 1024)
     sink = HttpSink(server.url, "job-1", use_extension=False)
     sink.open()
@@ -224,7 +235,35 @@ def test_a_413_says_the_size_refused_and_the_largest_body_taken(
     assert isinstance(result, Split)
     assert result.body_bytes is not None
     assert result.body_bytes > 16 * 1024
-    assert (True, taken) == (0 < taken < 16 * 1024, result.limit_bytes)
+    assert (True, None) == (0 < 2 * taken < result.body_bytes, result.limit_bytes)
+
+
+def test_a_body_limit_far_above_the_largest_body_taken_is_found_by_halving_not_by_it(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """The first full state taken was one step (a few hundred bytes); the first refused, 2,000
+    steps. Sizing the thinned curves to what fitted would cut them to a handful of points a
+    series (or freeze them: ``metrics_too_large``) under a limit a hundred times larger: the
+    budget is halved until a body fits, within a factor of two of the limit."""
+    server = start_server(max_body_bytes=64 * 1024)
+    config = ReportingConfig(journal=False, min_report_interval_seconds=0.2)
+    reporter = Reporter(HttpSink(server.url, "thin-1", use_extension=False), config, rank=0)
+    reporter.start()
+    noise = random.Random(7)  # values gzip cannot shrink much: the body is over the limit
+    with capture_events() as events:
+        reporter.report_train_step(step=1, metrics={f"m{i}": 1.0 for i in range(5)})
+        assert reporter.flush(timeout=10)
+        for step in range(2, 2001):
+            reporter.report_train_step(
+                step=step, metrics={f"m{i}": noise.random() for i in range(5)}
+            )
+        assert reporter.flush(timeout=30)
+        thinned_to = reporter.stats().destinations[0].thinned_to
+        reporter.close(timeout=10)
+
+    assert [] == [e for e in events if e["event"] == "trainreport.metrics_too_large"]
+    assert thinned_to is not None
+    assert thinned_to >= 100, thinned_to
 
 
 def test_a_413_below_what_fitted_before_forgets_it() -> None:
@@ -235,3 +274,16 @@ def test_a_413_below_what_fitted_before_forgets_it() -> None:
     assert limit.refused(9_000) is None
     assert 0 == limit.fitted
     assert 5_000 == BodyLimit(5_000).refused(8_000)
+
+
+def test_a_body_taken_far_below_the_refused_one_is_no_size_to_aim_at() -> None:
+    """What fitted counts only within a factor of two of what was refused; else the
+    reporter halves (``None``); a configured limit always counts."""
+    limit = BodyLimit(None)
+    limit.fitted = 10_000
+    assert limit.refused(20_001) is None
+    assert 10_000 == limit.fitted  # still true: a later, smaller refusal may use it
+    assert 10_000 == limit.refused(15_000)
+    configured = BodyLimit(5_000)
+    configured.fitted = 4_000
+    assert 5_000 == configured.refused(1_000_000)

@@ -79,12 +79,24 @@ class BodyLimit:
         self.fitted = 0
 
     def refused(self, body_bytes: int) -> int | None:
-        """A body of ``body_bytes`` (as sent) was refused: a size known to fit, or ``None``."""
+        """A body of ``body_bytes`` (as sent) was refused: a size known to fit, or ``None``.
+
+        The configured limit when there is one. Else the largest body taken,
+        but only when it is at least half the refused one: the limit lies
+        somewhere between the two, and a body taken far below (the first
+        full state of a run, one step) says little of where; sizing the curves
+        to it would thin them to a few points a series (or freeze them,
+        ``metrics_too_large``) under a limit a hundred times larger. ``None``
+        lets the reporter halve instead (``_record/_thinning.next_budget``), so
+        a few refusals find the limit within a factor of two.
+        """
         if body_bytes <= self.fitted:  # the limit went down: what fitted is no evidence now
             self.fitted = 0
-        known = [n for n in (self.configured, self.fitted or None) if n is not None]
-        fits = min(known, default=None)
-        return fits if fits is not None and fits < body_bytes else None
+        if self.configured is not None:
+            return self.configured if self.configured < body_bytes else None
+        if self.fitted and 2 * self.fitted >= body_bytes:
+            return self.fitted
+        return None
 
 
 def send_patch(
