@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainreport._record._thinning import MIN_POINTS, budget_for, keep_indices, thin_columns
+from trainreport._record._thinning import (
+    MIN_POINTS,
+    Summary,
+    bucket_width,
+    budget_for,
+    keep_indices,
+    thin_columns,
+    thin_series,
+)
 
 values_lists = st.lists(
     st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=0, max_size=400
@@ -66,16 +74,18 @@ def test_first_last_minimum_and_maximum_are_kept(values: list[float], budget: in
 def test_each_bucket_keeps_its_extremes(values: list[float], budget: int) -> None:
     """Between two kept points, no skipped point is outside their bucket's range of values.
 
-    Stated on the buckets themselves: each bucket's lowest and highest value (NaN
-    highest) is among the kept points of that bucket.
+    Stated on the buckets themselves: each bucket (``bucket_width`` points,
+    aligned at index 1, the last one shorter) keeps its lowest and highest value
+    (NaN highest) among its kept points.
     """
     n = len(values)
     if n <= budget:
         return
     keep = set(keep_indices(array("d", values), budget))
-    buckets = (budget - 2) // 2
-    for i in range(buckets):
-        start, stop = 1 + i * (n - 2) // buckets, 1 + (i + 1) * (n - 2) // buckets
+    width = bucket_width(n, budget)
+    assert (budget - 2) // 2 >= -(-(n - 2) // width)  # no more buckets than the budget holds
+    for start in range(1, n - 1, width):
+        stop = min(start + width, n - 1)
         ranks = [_rank(values[j]) for j in range(start, stop)]
         kept = [_rank(values[j]) for j in range(start, stop) if j in keep]
         assert min(ranks) == min(kept)

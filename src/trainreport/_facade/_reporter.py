@@ -415,7 +415,11 @@ class Reporter:
         """Put back each series' first ``bases[name]`` points, read from a destination."""
         metrics = view["status_details"].setdefault("metrics", {})
         missing = dict(bases)
-        for sink in sorted(self._sinks, key=lambda sink: not sink.local_run_log):
+        recorder = self._recorder
+        thinned = recorder.counts().thinned_to if recorder is not None else ()
+        # A thinned destination holds fewer points than left memory: not read back.
+        sinks = [s for d, s in enumerate(self._sinks) if d >= len(thinned) or thinned[d] is None]
+        for sink in sorted(sinks, key=lambda sink: not sink.local_run_log):
             if not missing:
                 break
             held = sink.read_back(timeout_seconds)
@@ -428,14 +432,19 @@ class Reporter:
                     metrics[name] = points[:base] + metrics.get(name, [])
                     del missing[name]
         if missing:
+            summaries = recorder.released_summaries(missing) if recorder is not None else {}
+            for name, points in summaries.items():  # as a thinned destination was sent them
+                metrics[name] = points + list(metrics.get(name, []))
             self._once.warning(
                 "snapshot_partial",
                 "trainreport.snapshot_partial",
                 series=len(missing),
+                thinned_series=len(summaries),
                 example=next(iter(missing)),
                 hint="no destination could be read back for the points that left memory: "
-                "the snapshot gives those series from their first point in memory; read "
-                "the whole record with trainreport.read_task",
+                "the snapshot gives those series from their first point in memory (thinned "
+                "series: from their thinned points, as the destination was sent them); read "
+                "the whole record with trainreport.read_task, or keep a FileSink beside",
             )
 
     def stats(self) -> ReporterStats:
