@@ -660,7 +660,7 @@ def test_a_growing_baseline_run_keeps_sending_thinned_curves_after_the_first_413
 
 
 def _thinned_long_run(reporter: Reporter, steps: int, spike_at: int) -> int:
-    """``steps`` flushed steps of ``loss`` (``spike_at``: 50.0) and ``lr``; points in memory after."""
+    """``steps`` flushed steps of ``loss`` (50.0 at ``spike_at``) and ``lr``; points kept after."""
     for step in range(1, steps + 1):
         loss = 50.0 if step == spike_at else 1.0 / step
         reporter.report_train_step(step=step, epoch=1, metrics={"loss": loss, "lr": step * 1e-6})

@@ -229,7 +229,7 @@ def test_a_purge_after_a_step_that_left_memory_keeps_the_right_prefix() -> None:
 
 
 def _full_state_store(points: int, budgets: list[int | None], spike_at: int = 0) -> MetricStore:
-    """One series ``a`` to full-state destinations thinned to ``budgets``, acknowledged every 100."""
+    """Series ``a`` to full-state destinations thinned to ``budgets``, acknowledged every 100."""
     store = MetricStore(destinations=len(budgets))
     store.admit("a", as_series=True)
     for d, budget in enumerate(budgets):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from typing import TypeAlias
 
 import pytest
 from hypothesis import given
@@ -149,8 +150,11 @@ def test_budget_for_keeps_at_most_the_ratio_and_cuts_the_longest_first(
 
 # --- the summary of points that left memory (docs/engine.md, "Memory") -----------------
 
+#: One series' four columns.
+Cols: TypeAlias = "tuple[array[int], array[int], array[float], array[float]]"
 
-def _columns(values: list[float]) -> tuple[array[int], array[int], array[float], array[float]]:
+
+def _columns(values: list[float]) -> Cols:
     """Steps 1.., epochs by hundreds, the values, times 1e9 + index."""
     n = len(values)
     return (
@@ -166,18 +170,22 @@ def _same(a: object, b: object) -> bool:
     return repr(a) == repr(b)
 
 
+def _tail(columns: Cols, base: int) -> Cols:
+    """The columns from index ``base`` on."""
+    return columns[0][base:], columns[1][base:], columns[2][base:], columns[3][base:]
+
+
 def _fold_prefixes(
-    columns: tuple[array[int], array[int], array[float], array[float]],
+    columns: Cols,
     cuts: list[int],
     budgets: list[int],
 ) -> tuple[Summary, int]:
     """Fold the points before each cut into a summary, as ``MetricStore.release`` does."""
     summary, base = Summary(), 0
-    for cut, budget in zip(cuts, budgets, strict=False):
-        cut = min(cut, len(columns[0]) - 1)  # the newest point stays in memory
+    for asked, budget in zip(cuts, budgets, strict=False):
+        cut = min(asked, len(columns[0]) - 1)  # the newest point stays in memory
         if cut > base:
-            tail = tuple(c[base:] for c in columns)
-            summary.fold(base, tail, cut - base, bucket_width(cut + 1, budget))  # type: ignore[arg-type]
+            summary.fold(base, _tail(columns, base), cut - base, bucket_width(cut + 1, budget))
             base = cut
     return summary, base
 
@@ -199,10 +207,9 @@ def test_a_summary_and_the_points_in_memory_thin_as_the_whole_series_does(
     """
     columns = _columns(values)
     summary, base = _fold_prefixes(columns, cuts, [budget + e for e in extra])
-    tail = tuple(c[base:] for c in columns)
     assert _same(
         thin_columns(*columns, budget),
-        thin_series(summary if base else None, base, tail, budget),  # type: ignore[arg-type]
+        thin_series(summary if base else None, base, _tail(columns, base), budget),
     )
 
 
@@ -210,7 +217,7 @@ def test_a_summary_and_the_points_in_memory_thin_as_the_whole_series_does(
 def test_a_summary_holds_at_most_twice_the_budget_whatever_the_length(n: int, budget: int) -> None:
     """Buckets merge pairwise as the series grows: the entries stay under ``2 * budget``."""
     columns = _columns([float(i % 97) for i in range(n)])
-    summary, _ = _fold_prefixes(columns, list(range(256, n, 256)) + [n - 1], [budget] * n)
+    summary, _ = _fold_prefixes(columns, [*range(256, n, 256), n - 1], [budget] * n)
     assert len(summary) <= 2 * budget
 
 
@@ -236,7 +243,12 @@ def test_a_rewind_into_a_summary_keeps_the_rule_but_for_the_bucket_it_cuts(
     summary.truncate(cut)
     new_point = (array("q", [10_000]), array("i", [9]), array("d", [-1.0]), array("d", [2e9]))
     kept = thin_series(summary, cut, new_point, budget)
-    whole = tuple(c[:cut] + p for c, p in zip(columns, new_point, strict=True))
+    whole: Cols = (
+        columns[0][:cut] + new_point[0],
+        columns[1][:cut] + new_point[1],
+        columns[2][:cut] + new_point[2],
+        columns[3][:cut] + new_point[3],
+    )
     pairs = list(zip(whole[0], whole[2], strict=True))
     sent = list(zip(kept[0], kept[2], strict=True))
     assert len(sent) <= budget
@@ -244,4 +256,4 @@ def test_a_rewind_into_a_summary_keeps_the_rule_but_for_the_bucket_it_cuts(
     assert sorted({s for s, _ in sent}) == [s for s, _ in sent]
     assert all(p in pairs or math.isnan(p[1]) for p in sent)
     if (cut - 1) % summary.width == 0 and summary.width == bucket_width(cut + 1, budget):
-        assert _same(thin_columns(*whole, budget), kept)  # type: ignore[arg-type]
+        assert _same(thin_columns(*whole, budget), kept)

@@ -32,7 +32,10 @@ the lengths above and every offset count from index 0 of the whole series, so
 a rewind to a step that left memory still cuts at the right absolute index
 and the next suffix starts there. A destination that takes only the full
 state (or a ``MemorySink``) is marked :meth:`MetricStore.keep_every_point`,
-and then nothing leaves.
+and then nothing leaves, until a full-state destination is thinned
+(:meth:`MetricStore.thin`): it then needs only each series'
+:class:`~trainreport._record._thinning.Summary` of the points that left, and
+its body is built from that and the points in memory (:meth:`Series.thinned`).
 
 A series needs sending to ``d`` when either of the first two differs from its
 length. The payload builder sends each series from ``delivered[d]`` on (0 in

@@ -9,14 +9,26 @@ budget of ``b`` points:
 
 - ``n <= b``: every point, unchanged (thinning is exact below the limit);
 - else the first and the last point are kept, and the points between them are
-  cut into ``(b - 2) // 2`` buckets of consecutive points (equal counts, the
-  remainder spread one a bucket); each bucket keeps its lowest and its highest
+  cut into buckets of ``w`` consecutive points from index 1 on (the last one
+  shorter), ``w`` the least power of two that makes at most ``(b - 2) // 2``
+  buckets (:func:`bucket_width`); each bucket keeps its lowest and its highest
   value (the first of equals), so a spike survives whatever the resolution.
   A NaN (a diverging loss, sent as JSON ``null``) ranks above ``+Inf``: a
   bucket that holds one keeps it as its highest, so the gap still shows.
 - The kept points are in the series' order (step order), none twice, and
-  never more than ``b``; the global minimum and maximum are always among them
-  (each is its bucket's, or the first or the last point).
+  never more than ``b`` (at least about ``b / 2`` of a longer series); the
+  global minimum and maximum are always among them (each is its bucket's, or
+  the first or the last point).
+
+How it differs from the rule before session 28 (``(b - 2) // 2`` buckets of
+equal counts): those boundaries move with every point the series gains, so
+the thinned curve could only be computed from every point. Power-of-two
+buckets aligned at index 1 only ever merge pairwise as the series grows, and
+the min/max rule composes (the extremes of a union of buckets are the
+extremes of their extremes), so the points that left memory can be kept as a
+bounded :class:`Summary` and the body built from it and the points in memory
+is the same (:func:`thin_series`; docs/engine.md, "Memory once thinned"). The
+price: a long series is sent with between half and all of its budget.
 
 Source: the M4 aggregation (Jugel et al., "M4: A Visualization-Oriented Time
 Series Data Aggregation", VLDB 2014) keeps the first, last, minimum and maximum
@@ -24,11 +36,12 @@ of each pixel column so a line chart drawn from the thinned series differs
 from the full one by at most a pixel; keeping only the extremes (and the
 series' ends) is its min/max variant, the one TensorBoard and wandb's
 "full fidelity" mode use for the same reason (a spike must not vanish at low
-resolution). The reference server's ``/series?max_points=`` thins the same
-way (``server/_page.py``), keeping one more point per bucket for a gap.
+resolution). The reference server's ``/series?max_points=`` thins with the
+same min/max idea over equal-count buckets (``server/_page.py``), keeping one
+more point per bucket for a gap: it holds every point.
 
-Pure: no I/O, no state. The latest value of a series is its last point, so
-it stays exact at every resolution.
+Pure functions, and :class:`Summary` (state, no I/O). The latest value of a
+series is its last point, so it stays exact at every resolution.
 """
 
 from __future__ import annotations
@@ -38,7 +51,17 @@ from array import array
 from collections.abc import Sequence
 from typing import TypeAlias
 
-__all__ = ["MIN_POINTS", "Columns", "budget_for", "keep_indices", "next_budget", "thin_columns"]
+__all__ = [
+    "MIN_POINTS",
+    "Columns",
+    "Summary",
+    "bucket_width",
+    "budget_for",
+    "keep_indices",
+    "next_budget",
+    "thin_columns",
+    "thin_series",
+]
 
 #: The smallest budget that keeps a series' first and last point and one bucket's extremes.
 MIN_POINTS = 4
@@ -137,8 +160,13 @@ class Summary:
             array("d", (self.values[e] for _, e in order)),
         )
 
-    def _put(self, e: int, src: tuple[array[int], array[int], array[float], array[float]],
-             p: int, index: int) -> None:
+    def _put(
+        self,
+        e: int,
+        src: tuple[array[int], array[int], array[float], array[float]],
+        p: int,
+        index: int,
+    ) -> None:
         self.index[e] = index
         self.steps[e] = src[0][p]
         self.epochs[e] = src[1][p]
@@ -203,9 +231,7 @@ class Summary:
                 q = i - start + p
                 held = self.index[e]
                 v = values[q]
-                if held < 0 or (
-                    _below(v, self.values[e]) if lower else _below(self.values[e], v)
-                ):
+                if held < 0 or (_below(v, self.values[e]) if lower else _below(self.values[e], v)):
                     self._put(e, columns, q, i + p)
             i = stop
         self.end = max(self.end, stop_all)
@@ -245,7 +271,7 @@ def _higher_entry(s: Summary, a: int, b: int) -> int:
 def _picks(
     summary: Summary | None, base: int, values: Sequence[float], n: int, budget: int
 ) -> list[int]:
-    """The kept points in order: ``p >= 0`` the in-memory point ``p``, ``~e`` summary entry ``e``."""
+    """The kept points in order: ``p >= 0`` is in-memory point ``p``, ``~e`` summary entry ``e``."""
     if budget < MIN_POINTS:
         raise ValueError(f"a thinning budget is at least {MIN_POINTS} points, not {budget}")
     held = summary is not None and base > 0
@@ -341,8 +367,12 @@ def thin_series(
     picks = _picks(summary, base, values, base + len(steps), budget)
     if summary is None and len(picks) == len(steps):
         return steps[:], epochs[:], values[:], None if times is None else times[:]
-    out: Columns = (array(steps.typecode), array(epochs.typecode), array(values.typecode),
-                    None if times is None else array("d"))
+    out: Columns = (
+        array(steps.typecode),
+        array(epochs.typecode),
+        array(values.typecode),
+        None if times is None else array("d"),
+    )
     for pick in picks:
         if pick >= 0:
             out[0].append(steps[pick])
