@@ -6,6 +6,10 @@ as make ``--points`` points (default 2 M: 20,000 steps), through
 - ``file``: the embedded default, a ``FileSink`` run log;
 - ``http``: ``HttpSink`` to the reference server in another process
   (series-suffix mode, the default 1 s send interval);
+- ``full-state`` (only with ``--only full-state``): the same server as a
+  plain job API (``use_extension=False``) with
+  ``max_body_bytes=1 MiB``, so the curves are sent thinned once the state
+  outgrows it (docs/engine.md, "Thinning under a body limit");
 
 each with the journal on and off (``ReportingConfig(journal=...)``; a
 ``FileSink`` is its own journal, so "on" sends to it at least every
@@ -60,6 +64,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _loop import busy, calibrate
 
 CONFIGS = ("file", "file+journal", "http", "http+journal")
+#: Measured only when asked (``--only``): not part of the default table.
+EXTRA_CONFIGS = ("full-state",)
+#: The body limit of the ``full-state`` configuration, bytes.
+FULL_STATE_LIMIT = 1 << 20
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SAMPLE_EVERY = 1000
@@ -119,6 +127,9 @@ def child(
         sink: Any
         if config.startswith("file"):
             sink = FileSink(run_dir / "run.log")
+        elif config == "full-state":
+            assert url is not None
+            sink = HttpSink(url, job, "train", use_extension=False, max_body_bytes=FULL_STATE_LIMIT)
         else:
             assert url is not None
             sink = HttpSink(url, job, "train")
@@ -140,6 +151,8 @@ def child(
         sample()
         recorder = reporter._recorder
         retained = recorder.retained_points() if recorder is not None else -1
+        store = recorder._record.store if recorder is not None else None
+        summarised = getattr(store, "summarised_points", lambda: 0)()
         cpu = thread_cpu_seconds("trainreport-reporter")
         reporter.report_completed()
         t0 = time.perf_counter()
@@ -166,6 +179,8 @@ def child(
             "bare_s": bare,
             "slowdown_pct": None if bare is None else (wall / bare - 1) * 100,
             "drops": dict(stats.drops),
+            "thinned_to": stats.destinations[0].thinned_to,
+            "summary_entries": summarised,
         }
 
 
@@ -196,7 +211,7 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         server_cm: Any = None
         url = None
-        if any(c.startswith("http") for c in only):
+        if any(c.startswith("http") or c == "full-state" for c in only):
             from trainreport.server import start_subprocess  # noqa: PLC0415
 
             server_cm = start_subprocess(Path(tmp) / "long.db")
@@ -245,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", type=float, default=2e6)
     parser.add_argument("--metrics", type=int, default=100)
     parser.add_argument("--step-us", type=float, default=200.0)
-    parser.add_argument("--only", action="append", choices=CONFIGS)
+    parser.add_argument("--only", action="append", choices=CONFIGS + EXTRA_CONFIGS)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    parser.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=CONFIGS + EXTRA_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     points = int(args.points)

@@ -393,9 +393,12 @@ class Reporter:
         (``Sink.read_back``: a ``FileSink``'s run log first, then an
         ``HttpSink``'s read, as ``client.read_task`` reads, each within
         ``timeout_seconds``), so the
-        snapshot is still the whole record. If none can, such a series is
-        given from its first point still in memory, with one
-        ``trainreport.snapshot_partial`` event. Never raises.
+        snapshot is still the whole record. A destination the curves are sent
+        thinned to is not read back (it holds fewer points). If none can, such
+        a series is given from its first point still in memory (a thinned
+        series: from the thinned points it was sent of those that left,
+        then the points in memory), with one ``trainreport.snapshot_partial``
+        event. Never raises.
 
         Args:
             timeout_seconds: the most a read-back may take, seconds (only a
