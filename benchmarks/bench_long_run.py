@@ -29,7 +29,9 @@ its own, so its baseline and growth are its own:
 - **slowdown**: with ``--step-us`` busy work a step (default 200 µs, the
   paced loop of docs/performance.md), the loop's wall time over the bare
   loop's (the same work, no reporter), measured in the same child; ``--step-us 0``
-  is the tight loop (no slowdown figure).
+  is the tight loop (no slowdown figure);
+- ``--flush``: ``flush()`` before each RSS sample (every 1,000 steps), so the
+  queue between drains stays short and the growth is what the engine keeps.
 
 The store keeps what a destination has not acknowledged: with ``http`` the
 figure holds only while the server keeps up. The reference server takes
@@ -109,7 +111,7 @@ def _loop(steps: int, names: list[str], iterations: int, report: Any, sample: An
 
 
 def child(
-    config: str, points: int, metrics: int, step_us: float, url: str | None
+    config: str, points: int, metrics: int, step_us: float, url: str | None, flush: bool = False
 ) -> dict[str, Any]:
     """One configuration in this process; returns its figures."""
     from trainreport import FileSink, HttpSink, Reporter, ReportingConfig  # noqa: PLC0415
@@ -144,6 +146,8 @@ def child(
         peak = [baseline]
 
         def sample() -> None:
+            if flush:
+                reporter.flush(timeout=120)
             peak[0] = max(peak[0], rss_bytes())
 
         wall = _loop(steps, names, iterations, reporter.report_train_step, sample)
@@ -185,11 +189,18 @@ def child(
 
 
 def run_config(
-    config: str, points: int, metrics: int, step_us: float, url: str | None, timeout: float
+    config: str,
+    points: int,
+    metrics: int,
+    step_us: float,
+    url: str | None,
+    timeout: float,
+    flush: bool = False,
 ) -> dict[str, Any]:
     """Run one configuration in a child process (its own baseline)."""
     argv = [sys.executable, __file__, "--child", config, "--points", str(points)]
     argv += ["--metrics", str(metrics), "--step-us", str(step_us)]
+    argv += ["--flush"] if flush else []
     if url:
         argv += ["--url", url]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -205,6 +216,7 @@ def measure(
     step_us: float = 200.0,
     only: tuple[str, ...] = CONFIGS,
     timeout: float = 3600.0,
+    flush: bool = False,
 ) -> list[dict[str, Any]]:
     """Every configuration in ``only``; the HTTP ones against one reference server."""
     results = []
@@ -218,7 +230,7 @@ def measure(
             url = server_cm.__enter__().url
         try:
             for config in only:
-                results.append(run_config(config, points, metrics, step_us, url, timeout))
+                results.append(run_config(config, points, metrics, step_us, url, timeout, flush))
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each ends
         finally:
             if server_cm is not None:
@@ -260,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", type=float, default=2e6)
     parser.add_argument("--metrics", type=int, default=100)
     parser.add_argument("--step-us", type=float, default=200.0)
+    parser.add_argument("--flush", action="store_true", help="flush() at each RSS sample")
     parser.add_argument("--only", action="append", choices=CONFIGS + EXTRA_CONFIGS)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument("--child", choices=CONFIGS + EXTRA_CONFIGS, help=argparse.SUPPRESS)
@@ -267,9 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = int(args.points)
     if args.child:
-        print(json.dumps(child(args.child, points, args.metrics, args.step_us, args.url)))
+        print(
+            json.dumps(child(args.child, points, args.metrics, args.step_us, args.url, args.flush))
+        )
         return 0
-    results = measure(points, args.metrics, args.step_us, tuple(args.only or CONFIGS))
+    only = tuple(args.only or CONFIGS)
+    results = measure(points, args.metrics, args.step_us, only, flush=args.flush)
     print(
         f"{points:,} points: {args.metrics} metrics a step, "
         f"{args.step_us:g} µs of busy work a step\n"
