@@ -29,7 +29,9 @@ its own, so its baseline and growth are its own:
 - **slowdown**: with ``--step-us`` busy work a step (default 200 µs, the
   paced loop of docs/performance.md), the loop's wall time over the bare
   loop's (the same work, no reporter), measured in the same child; ``--step-us 0``
-  is the tight loop (no slowdown figure).
+  is the tight loop (no slowdown figure);
+- ``--flush``: ``flush()`` before each RSS sample (every 1,000 steps), so the
+  queue between drains stays short and the growth is what the engine keeps.
 
 The store keeps what a destination has not acknowledged: with ``http`` the
 figure holds only while the server keeps up. The reference server takes
@@ -180,6 +182,7 @@ def child(
     url: str | None,
     probe: float = 0.0,
     trace: int = 0,
+    flush: bool = False,
 ) -> dict[str, Any]:
     """One configuration in this process; returns its figures.
 
@@ -225,6 +228,8 @@ def child(
         samples = [0]
 
         def sample() -> None:
+            if flush:
+                reporter.flush(timeout=120)
             peak[0] = max(peak[0], rss_bytes())
             samples[0] += 1
             if probe and (samples[0] * SAMPLE_EVERY) % probe_every == 0:
@@ -239,6 +244,8 @@ def child(
             probes.append(probe_sample(reporter, AFTER_FLUSH, baseline, trace))
         recorder = reporter._recorder
         retained = recorder.retained_points() if recorder is not None else -1
+        store = recorder._record.store if recorder is not None else None
+        summarised = getattr(store, "summarised_points", lambda: 0)()
         cpu = thread_cpu_seconds("trainreport-reporter")
         reporter.report_completed()
         t0 = time.perf_counter()
@@ -273,6 +280,7 @@ def child(
                 "requests_sent": stats.destinations[0].requests_sent,
                 "requests_failed": stats.destinations[0].requests_failed,
                 "thinned_to": stats.destinations[0].thinned_to,
+                "summary_entries": summarised,
                 "last_error": stats.destinations[0].last_error,
             },
             **({"probes": probes} if probe else {}),
@@ -288,11 +296,13 @@ def run_config(
     timeout: float,
     probe: float = 0.0,
     trace: int = 0,
+    flush: bool = False,
 ) -> dict[str, Any]:
     """Run one configuration in a child process (its own baseline)."""
     argv = [sys.executable, __file__, "--child", config, "--points", str(points)]
     argv += ["--metrics", str(metrics), "--step-us", str(step_us)]
     argv += ["--probe", str(probe), "--trace", str(trace)]
+    argv += ["--flush"] if flush else []
     if url:
         argv += ["--url", url]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -310,6 +320,7 @@ def measure(
     timeout: float = 3600.0,
     probe: float = 0.0,
     trace: int = 0,
+    flush: bool = False,
 ) -> list[dict[str, Any]]:
     """Every configuration in ``only``; the HTTP ones against one reference server."""
     results = []
@@ -323,7 +334,9 @@ def measure(
             url = server_cm.__enter__().url
         try:
             for config in only:
-                result = run_config(config, points, metrics, step_us, url, timeout, probe, trace)
+                result = run_config(
+                    config, points, metrics, step_us, url, timeout, probe, trace, flush
+                )
                 results.append(result)
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each ends
         finally:
@@ -423,13 +436,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="with --probe: run tracemalloc, keep its top N sites by traceback (slow)",
     )
+    parser.add_argument("--flush", action="store_true", help="flush() at each RSS sample")
     parser.add_argument("--child", choices=CONFIGS + EXTRA_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     points = int(args.points)
     if args.child:
         figures = child(
-            args.child, points, args.metrics, args.step_us, args.url, args.probe, args.trace
+            args.child,
+            points,
+            args.metrics,
+            args.step_us,
+            args.url,
+            args.probe,
+            args.trace,
+            args.flush,
         )
         print(json.dumps(figures))
         return 0
@@ -440,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.only or CONFIGS),
         probe=args.probe,
         trace=args.trace,
+        flush=args.flush,
     )
     print(
         f"{points:,} points: {args.metrics} metrics a step, "

@@ -659,6 +659,76 @@ def test_a_growing_baseline_run_keeps_sending_thinned_curves_after_the_first_413
     assert 1 == len(_thinned_events(events))
 
 
+def _thinned_long_run(reporter: Reporter, steps: int, spike_at: int) -> int:
+    """``steps`` flushed steps of ``loss`` (50.0 at ``spike_at``) and ``lr``; points kept after."""
+    for step in range(1, steps + 1):
+        loss = 50.0 if step == spike_at else 1.0 / step
+        reporter.report_train_step(step=step, epoch=1, metrics={"loss": loss, "lr": step * 1e-6})
+        if step % 500 == 0:
+            assert reporter.flush(timeout=10)
+    recorder = reporter._recorder
+    assert recorder is not None
+    return recorder.retained_points()
+
+
+def test_a_thinned_full_state_destination_lets_points_leave_memory(
+    start_server: Callable[..., ServerHandle],
+) -> None:
+    """Issue 23 item 3: once thinned, a plain job API no longer keeps every point in memory.
+
+    6,000 flushed steps of two series over a 32 KiB limit: the store keeps a
+    tail and each series' bounded summary; the stored curve still covers the
+    run (first, last, the spike) within the budget; ``stats()`` counts the
+    whole run; ``snapshot()`` (nothing can read the points back: the
+    destination holds the thinned curve only) gives the thinned points, then
+    the tail, and says so once.
+    """
+    server = start_server(max_body_bytes=32 * 1024)
+    reporter = reporter_for(server.url, use_extension=False)
+    retained = _thinned_long_run(reporter, 6_000, spike_at=4_321)
+    recorder = reporter._recorder
+    assert recorder is not None
+    store = recorder._record.store
+    with capture_events() as events:
+        snapshot = reporter.snapshot()
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+    budget = reporter.stats().destinations[0].thinned_to
+    assert budget is not None
+    assert retained < 2 * 1_000, retained  # of 12,000 points recorded
+    assert 0 < store.points_released
+    assert store.summarised_points() <= 2 * 2 * budget  # two series, two entries a bucket
+    task = stored(server.url)
+    _assert_covers_the_run(task, "train_loss", 6_000, (4_321, 50.0))
+    assert len(task["status_details"]["metrics"]["train_loss"]) <= budget
+    assert 12_000 == reporter.stats().points_recorded
+    assert 12_000 == reporter.stats().destinations[0].points_delivered
+    _assert_covers_the_run(snapshot, "train_loss", 6_000, (4_321, 50.0))
+    [partial] = [e for e in events if e["event"] == "trainreport.snapshot_partial"]
+    assert (2, 2) == (partial["series"], partial["thinned_series"])
+
+
+def test_a_thinned_destination_beside_a_run_log_snapshots_the_whole_record(
+    start_server: Callable[..., ServerHandle], tmp_path: Path
+) -> None:
+    """The run log holds every point: points leave memory, and snapshot() reads them back whole."""
+    server = start_server(max_body_bytes=32 * 1024)
+    log = tmp_path / "run.log"
+    sinks = [HttpSink(server.url, JOB, use_extension=False), FileSink(log)]
+    reporter = Reporter(sinks=sinks, config=CONFIG, rank=0).start()
+    retained = _thinned_long_run(reporter, 4_000, spike_at=1_234)
+    snapshot = reporter.snapshot()
+    reporter.report_completed()
+    assert reporter.close(timeout=10)
+
+    assert retained < 2 * 1_000, retained
+    assert reporter.stats().destinations[0].thinned_to is not None
+    assert list(range(1, 4_001)) == steps_of(snapshot, "train_loss")
+    assert list(range(1, 4_001)) == steps_of(read_task(log), "train_loss")
+    _assert_covers_the_run(stored(server.url), "train_loss", 4_000, (1_234, 50.0))
+
+
 def test_below_the_body_limit_the_curves_are_stored_exactly(
     start_server: Callable[..., ServerHandle],
 ) -> None:

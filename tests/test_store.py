@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
+
 from trainreport._record._store import RELEASE_MIN_POINTS, MetricStore, Series
+from trainreport._record._thinning import thin_columns
 
 
 def steps(series: Series) -> list[int]:
@@ -220,3 +223,104 @@ def test_a_purge_after_a_step_that_left_memory_keeps_the_right_prefix() -> None:
     store.record("a", 1_500, 1, 7.0)  # the purged step itself is replaced, not duplicated
     assert 1_500 == len(store.series["a"])
     assert [7.0] == list(store.series["a"].values)
+
+
+# --- a thinned full-state destination (docs/engine.md, "Memory") -------------------------
+
+
+def _full_state_store(points: int, budgets: list[int | None], spike_at: int = 0) -> MetricStore:
+    """Series ``a`` to full-state destinations thinned to ``budgets``, acknowledged every 100."""
+    store = MetricStore(destinations=len(budgets))
+    store.admit("a", as_series=True)
+    for d, budget in enumerate(budgets):
+        store.keep_every_point(d)
+        if budget is not None:
+            store.thin(d, budget)
+    for step in range(1, points + 1):
+        store.record("a", step, 1, 50.0 if step == spike_at else 1.0 / step)
+        if step % 100 == 0:
+            _acknowledge_all(store)
+    return store
+
+
+def _whole(points: int, spike_at: int = 0) -> tuple[array[int], array[int], array[float]]:
+    steps = array("q", range(1, points + 1))
+    values = array("d", (50.0 if s == spike_at else 1.0 / s for s in steps))
+    return steps, array("i", [1] * points), values
+
+
+def test_a_thinned_full_state_destination_lets_points_leave_memory_as_a_summary() -> None:
+    """Thinned to 100 points: a tail and a bounded summary stay, and the body is unchanged.
+
+    Before thinning (``thin`` not called) the same destination keeps every point.
+    """
+    kept = _full_state_store(20_000, [None])
+    assert 20_000 == kept.retained_points()
+    store = _full_state_store(20_000, [100], spike_at=12_345)
+    a = store.series["a"]
+    assert store.retained_points() <= RELEASE_MIN_POINTS + 100
+    assert 19_000 < store.points_released
+    assert store.summarised_points() <= 2 * 100
+    steps, epochs, values = _whole(20_000, spike_at=12_345)
+    expected = thin_columns(steps, epochs, values, None, 100)
+    sent = a.thinned(100)
+    assert (list(expected[0]), list(expected[2])) == (list(sent[0]), list(sent[2]))
+    assert 12_345 in sent[0]
+    assert 20_000 == len(a)
+
+
+def test_a_full_state_destination_not_thinned_keeps_every_point_beside_a_thinned_one() -> None:
+    """One full-state destination still sent every point: nothing leaves."""
+    store = _full_state_store(2_000, [100, None])
+    assert 2_000 == store.retained_points()
+    assert 0 == store.points_released
+
+
+def test_the_summary_serves_every_thinned_budget_at_once() -> None:
+    """Thinned to 100 and to 40: the summary is bucketed for 100, each body is its own thinning."""
+    store = _full_state_store(20_000, [100, 40], spike_at=777)
+    steps, epochs, values = _whole(20_000, spike_at=777)
+    a = store.series["a"]
+    assert 0 < store.points_released
+    for budget in (100, 40):
+        expected = thin_columns(steps, epochs, values, None, budget)
+        assert list(expected[0]) == list(a.thinned(budget)[0])
+
+
+def test_the_journal_still_holds_points_back_from_a_thinned_destination() -> None:
+    """A journal that was not given the points: they stay, thinned or not."""
+    store = MetricStore(destinations=1)
+    store.journal_fed = True
+    store.admit("a", as_series=True)
+    store.keep_every_point(0)
+    store.thin(0, 100)
+    for step in range(1, 2_001):
+        store.record("a", step, 1, float(step))
+    _acknowledge_all(store)
+    assert 2_000 == store.retained_points()
+
+
+def test_a_rewind_into_summarised_points_cuts_the_summary_too() -> None:
+    """Back to step 4,000 of 10,000: the body covers steps 1 to 4,000, none after the cut."""
+    store = _full_state_store(10_000, [100])
+    a = store.series["a"]
+    assert a.base > 5_000
+    store.record("a", 4_000, 2, -1.0)
+    assert (4_000, 3_999) == (len(a), a.base)
+    sent = a.thinned(100)
+    assert (1, 4_000) == (sent[0][0], sent[0][-1])
+    assert all(s < 4_000 for s in sent[0][:-1])
+    assert -1.0 == sent[2][-1]
+    assert len(sent[0]) <= 100
+
+
+def test_seeding_a_series_drops_its_summary() -> None:
+    """A resume's seed replaces the series' start: every point it has is in memory again."""
+    store = _full_state_store(5_000, [100])
+    in_memory = list(store.series["a"].steps)
+    assert store.series["a"].summary is not None
+    store.seed("a", array("q", [1, 2]), array("i", [1, 1]), array("d", [1.0, 0.5]))
+    a = store.series["a"]
+    assert (None, 0) == (a.summary, a.base)
+    assert [1, 2, *in_memory] == list(a.steps)
+    assert list(thin_columns(a.steps, a.epochs, a.values, None, 100)[0]) == list(a.thinned(100)[0])

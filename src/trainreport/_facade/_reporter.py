@@ -393,9 +393,12 @@ class Reporter:
         (``Sink.read_back``: a ``FileSink``'s run log first, then an
         ``HttpSink``'s read, as ``client.read_task`` reads, each within
         ``timeout_seconds``), so the
-        snapshot is still the whole record. If none can, such a series is
-        given from its first point still in memory, with one
-        ``trainreport.snapshot_partial`` event. Never raises.
+        snapshot is still the whole record. A destination the curves are sent
+        thinned to is not read back (it holds fewer points). If none can, such
+        a series is given from its first point still in memory (a thinned
+        series: from the thinned points it was sent of those that left,
+        then the points in memory), with one ``trainreport.snapshot_partial``
+        event. Never raises.
 
         Args:
             timeout_seconds: the most a read-back may take, seconds (only a
@@ -415,7 +418,11 @@ class Reporter:
         """Put back each series' first ``bases[name]`` points, read from a destination."""
         metrics = view["status_details"].setdefault("metrics", {})
         missing = dict(bases)
-        for sink in sorted(self._sinks, key=lambda sink: not sink.local_run_log):
+        recorder = self._recorder
+        thinned = recorder.counts().thinned_to if recorder is not None else ()
+        # A thinned destination holds fewer points than left memory: not read back.
+        sinks = [s for d, s in enumerate(self._sinks) if d >= len(thinned) or thinned[d] is None]
+        for sink in sorted(sinks, key=lambda sink: not sink.local_run_log):
             if not missing:
                 break
             held = sink.read_back(timeout_seconds)
@@ -428,14 +435,19 @@ class Reporter:
                     metrics[name] = points[:base] + metrics.get(name, [])
                     del missing[name]
         if missing:
+            summaries = recorder.released_summaries(missing) if recorder is not None else {}
+            for name, points in summaries.items():  # as a thinned destination was sent them
+                metrics[name] = points + list(metrics.get(name, []))
             self._once.warning(
                 "snapshot_partial",
                 "trainreport.snapshot_partial",
                 series=len(missing),
+                thinned_series=len(summaries),
                 example=next(iter(missing)),
                 hint="no destination could be read back for the points that left memory: "
-                "the snapshot gives those series from their first point in memory; read "
-                "the whole record with trainreport.read_task",
+                "the snapshot gives those series from their first point in memory (thinned "
+                "series: from their thinned points, as the destination was sent them); read "
+                "the whole record with trainreport.read_task, or keep a FileSink beside",
             )
 
     def stats(self) -> ReporterStats:

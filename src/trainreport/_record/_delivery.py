@@ -24,7 +24,6 @@ from trainreport._record._details import DetailsView
 from trainreport._record._run_record import RunRecord
 from trainreport._record._seeding import points_json
 from trainreport._record._store import Series
-from trainreport._record._thinning import thin_columns
 from trainreport._wire._payloads import StoredState, encode_details
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 
@@ -141,10 +140,8 @@ class Delivery:
                     budget = held.thinned_to
                     series_updates = tuple(
                         SeriesUpdate(n, 0, s.steps[:], s.epochs[:], s.values[:], s.times[:])
-                        if budget is None or len(s) <= budget
-                        else SeriesUpdate(
-                            n, 0, *thin_columns(s.steps, s.epochs, s.values, s.times, budget)
-                        )
+                        if budget is None
+                        else SeriesUpdate(n, 0, *s.thinned(budget))
                         for n, s in store_series.items()
                         if s
                     )
@@ -244,6 +241,7 @@ class Delivery:
         """Thin ``d``'s full-state curves to ``budget`` points a series; returns the last budget."""
         held = self._held[d]
         before, held.thinned_to = held.thinned_to, budget
+        self._record.store.thin(d, budget)  # its points may leave memory, summarised
         return before
 
     def thinned_to(self, d: int) -> int | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -43,7 +43,7 @@ from trainreport._record._machines import TaskEvent, TaskStatus
 from trainreport._record._name_table import RESERVED_KEYS, NameTables
 from trainreport._record._reports import TERMINAL_KINDS, Kind, Report, kind_of
 from trainreport._record._run_record import RunRecord
-from trainreport._record._seeding import seed
+from trainreport._record._seeding import points_json, seed
 from trainreport._reporting_config import ReportingConfig
 from trainreport._wire._payloads import StoredState
 from trainreport._wire._sink_interface import Update
@@ -297,6 +297,21 @@ class Recorder:
         with self._lock:
             bases = {name: s.base for name, s in self._record.store.series.items() if s.base}
             return self._details.snapshot(), bases
+
+    def released_summaries(self, names: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """Of each named series, the points that left memory as its summary keeps them.
+
+        The first point and each bucket's lowest and highest (``_thinning.py``):
+        what a thinned full-state destination was sent of them. A series
+        without a summary is not in the answer.
+        """
+        with self._lock:
+            series = self._record.store.series
+            return {
+                name: points_json(*s.summary.points())
+                for name in names
+                if (s := series.get(name)) is not None and s.summary is not None
+            }
 
     def counts(self) -> RecorderCounts:
         """Counters for ``Reporter.stats()``."""

@@ -32,7 +32,10 @@ the lengths above and every offset count from index 0 of the whole series, so
 a rewind to a step that left memory still cuts at the right absolute index
 and the next suffix starts there. A destination that takes only the full
 state (or a ``MemorySink``) is marked :meth:`MetricStore.keep_every_point`,
-and then nothing leaves.
+and then nothing leaves, until a full-state destination is thinned
+(:meth:`MetricStore.thin`): it then needs only each series'
+:class:`~trainreport._record._thinning.Summary` of the points that left, and
+its body is built from that and the points in memory (:meth:`Series.thinned`).
 
 A series needs sending to ``d`` when either of the first two differs from its
 length. The payload builder sends each series from ``delivered[d]`` on (0 in
@@ -48,6 +51,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
+
+from trainreport._record._thinning import Columns, Summary, bucket_width, thin_series
 
 __all__ = ["RELEASE_MIN_POINTS", "UNKNOWN_TIME", "MetricStore", "Rewound", "Series"]
 
@@ -80,6 +85,7 @@ class Series:
         "runs",
         "server_length",
         "steps",
+        "summary",
         "times",
         "values",
     )
@@ -97,6 +103,9 @@ class Series:
         self.base = 0
         #: Where the steps before :attr:`base` were: runs of evenly spaced steps.
         self.runs = _StepRuns()
+        #: The points before :attr:`base` as the thinning rule keeps them, when a
+        #: thinned full-state destination is sent this series (``None``: not kept).
+        self.summary: Summary | None = None
 
     def __len__(self) -> int:
         return self.base + len(self.steps)
@@ -140,6 +149,8 @@ class Series:
             cut = length - self.base
             if cut < 0:  # into the points that left memory: none of those in memory stays
                 self.runs.truncate(length)
+                if self.summary is not None:
+                    self.summary.truncate(length)
                 self.base = length
                 cut = 0
             del self.steps[cut:]
@@ -158,15 +169,24 @@ class Series:
         self.truncate(cut)
         return discarded
 
-    def forget(self, upto: int) -> int:
+    def forget(self, upto: int, budget: int | None = None) -> int:
         """Let the points before absolute index ``upto`` leave memory (the newest stays).
 
         Their steps are kept as runs (:class:`_StepRuns`), so that a rewind
-        still finds its index. Returns how many points left.
+        still finds its index; with a ``budget`` (the most points a series is
+        sent with to a thinned full-state destination) they are folded into
+        :attr:`summary` too, bucketed for that budget. Returns how many points left.
         """
         count = min(upto, len(self) - 1) - self.base
         if count <= 0:
             return 0
+        if self.summary is not None and budget is not None:
+            self.summary.fold(
+                self.base,
+                (self.steps, self.epochs, self.values, self.times),
+                count,
+                bucket_width(len(self), budget),
+            )
         self.runs.extend(self.base, self.steps[:count])
         del self.steps[:count]
         del self.epochs[:count]
@@ -174,6 +194,18 @@ class Series:
         del self.times[:count]
         self.base += count
         return count
+
+    def thinned(self, budget: int) -> Columns:
+        """The whole series thinned to ``budget`` points (``_record/_thinning.py``).
+
+        Built from :attr:`summary` (the points that left memory) and the
+        points in memory; the same points the rule keeps of the whole series.
+
+        Raises:
+            ValueError: ``budget`` is below the rule's minimum.
+        """
+        columns = (self.steps, self.epochs, self.values, self.times)
+        return thin_series(self.summary, self.base, columns, budget)
 
     def needs_send(self, d: int) -> bool:
         """True when destination ``d`` does not hold exactly this series."""
@@ -303,6 +335,9 @@ class MetricStore:
         self.points_discarded = 0
         #: Per destination: it needs every point kept (full state, MemorySink).
         self.keeps_every_point = [False] * destinations
+        #: Per destination: the full-state budget it is thinned to (``None``: every point);
+        #: a thinned destination needs only each series' summary of what left memory.
+        self.thinned_to: list[int | None] = [None] * destinations
         #: A journal is fed (:meth:`journaled_up_to`): points it was not given stay.
         self.journal_fed = False
         #: Points that left memory (:meth:`release`), over the run.
@@ -434,6 +469,7 @@ class MetricStore:
         # mutate in place: callers may hold the Series object
         s.base = 0
         s.runs = _StepRuns()
+        s.summary = None
         s.steps = steps[:keep]
         s.epochs = epochs[:keep]
         s.values = values[:keep]
@@ -469,21 +505,40 @@ class MetricStore:
         """Points held in memory (the rest left it: :meth:`release`)."""
         return sum(len(s.steps) for s in self.series.values())
 
+    def summarised_points(self) -> int:
+        """Entries the series' summaries hold (bounded by the thinned budgets)."""
+        return sum(len(s.summary) for s in self.series.values() if s.summary is not None)
+
     def keep_every_point(self, d: int) -> None:
         """Destination ``d`` needs every point kept in memory (full state, ``MemorySink``)."""
         self.keeps_every_point[d] = True
+
+    def thin(self, d: int, budget: int) -> None:
+        """Full-state destination ``d`` is sent every series thinned to ``budget`` points.
+
+        From then on it needs, of the points that left memory, only each
+        series' :class:`Summary` (``docs/engine.md``, "Memory").
+        """
+        self.thinned_to[d] = budget
 
     def release(self) -> int:
         """Let the points every destination holds (and the journal was given) leave memory.
 
         A series keeps at least its newest point; nothing leaves while a
-        destination :meth:`keep_every_point`. Points leave in batches of at
+        destination :meth:`keep_every_point` and is not thinned (:meth:`thin`).
+        With thinned full-state destinations the points that leave are folded
+        into each series' summary, bucketed for the largest of their budgets.
+        Points leave in batches of at
         least :attr:`release_min_points` (:data:`RELEASE_MIN_POINTS`) a
         series, so the columns' prefix is not moved at every acknowledgement.
         Returns how many left.
         """
-        if any(self.keeps_every_point):
-            return 0
+        budget: int | None = None
+        for keeps, thinned in zip(self.keeps_every_point, self.thinned_to, strict=True):
+            if keeps:
+                if thinned is None:
+                    return 0
+                budget = thinned if budget is None else max(budget, thinned)
         released = 0
         journal = self.journal_fed
         batch = self.release_min_points
@@ -492,7 +547,11 @@ class MetricStore:
             if journal and s.journaled < upto:
                 upto = s.journaled
             if upto - s.base >= batch:
-                released += s.forget(upto)
+                if budget is not None and s.summary is None:
+                    if s.base:  # left memory before it was summarised: cannot be
+                        continue
+                    s.summary = Summary()
+                released += s.forget(upto, budget)
         self.points_released += released
         return released
 
