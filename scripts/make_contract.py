@@ -7,7 +7,7 @@ Usage::
 
 Everything comes from ``trainreport.server._contract`` (the route table, the
 request declarations that validate bodies, the response declarations), so the
-output is a pure function of the code; ``tests/test_server_contract.py`` fails
+output is a pure function of the code; ``tests/server/test_server_contract.py`` fails
 when a checked-in copy drifts.
 """
 

@@ -6,7 +6,7 @@ Usage::
     python scripts/make_lifecycle_diagrams.py --check    # exit 1 if it is out of date
 
 The output is a pure function of the tables (rows sorted by enum declaration
-order), so it is byte-identical on every run; ``tests/test_lifecycle.py`` pins
+order), so it is byte-identical on every run; ``tests/record/test_lifecycle.py`` pins
 the checked-in file against :func:`render`.
 """
 

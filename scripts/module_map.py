@@ -7,7 +7,7 @@ Usage::
 
 Each row is a module (or package) of ``src/trainreport`` and the first line of its
 docstring, so a module added, moved, folded away or re-described shows up as a drift
-that ``--check`` (run by ``scripts/check``, and ``tests/test_module_map.py``) refuses.
+that ``--check`` (run by ``scripts/check``, and ``tests/docs/test_module_map.py``) refuses.
 Only the text between the marker comments is generated; the rest of each page is prose.
 The output is sorted by a fixed package order, then by name, so it is byte-identical on
 every run.

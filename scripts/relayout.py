@@ -6,7 +6,7 @@ Usage (from the repository root, on a clean work tree)::
     python scripts/relayout.py              # git mv, create the packages, rewrite the texts
 
 The one table below (``MAPPING``) says where each module goes (``docs/design.md#layout``
-explains the layers, and ``tests/test_layering.py`` checks what may import what). The
+explains the layers, and ``tests/docs/test_layering.py`` checks what may import what). The
 script is idempotent: a module already at its new place is not moved again, and a
 reference already rewritten no longer matches, so it can be run again after more branches
 are merged (a straggler that still names an old module is rewritten then). A module

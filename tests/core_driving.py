@@ -1,6 +1,6 @@
 """Driving the engine core (``_engine/_core.py``) directly: no thread, no clock read, no sink.
 
-Shared by tests/test_core.py and tests/contracts/test_deadlines.py: time is an
+Shared by tests/engine/test_core.py and tests/contracts/test_deadlines.py: time is an
 argument, one fake time (used as both the scheduling clock and the real-time
 deadline's clock) moved by the test.
 """

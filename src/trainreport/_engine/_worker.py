@@ -23,7 +23,7 @@ Closing: drain, send the tail to every destination (the core's closing
 regime, within the shared real-time deadline), close the journal and the sinks.
 
 There is one mode: :meth:`Worker.start` starts the thread. The core's
-decisions are tested on the core itself (``tests/test_core.py``); tests that
+decisions are tested on the core itself (``tests/engine/test_core.py``); tests that
 need the real sinks step this thread one cycle at a time through the one wait
 it makes between cycles (:meth:`Worker.idle`, ``tests/helpers.py``'s ``drive``).
 """

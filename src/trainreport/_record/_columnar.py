@@ -26,7 +26,7 @@ rewinds, non-numbers, the epoch base decision, other kinds) takes the
 per-point path. Both forms of a training step's report are taken: the
 ``TRAIN`` tuple and the short form (the metrics' copy with its header keys
 last, ``_reports``), whose plan is that of its metric keys. A Hypothesis
-property (``tests/test_columnar.py``) checks that both paths leave the same
+property (``tests/record/test_columnar.py``) checks that both paths leave the same
 store, counters, marks and log events.
 
 Not thread-safe on its own: the Recorder guards it with its lock.

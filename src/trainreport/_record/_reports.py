@@ -49,14 +49,14 @@ an ``int``, a ``float`` or ``None`` (every training loop's case); any other call
 makes the ``TRAIN`` tuple above. ``Reporter.report_train_step`` builds it
 inline, the one place it is built: a call to a builder here cost 9-18 % of
 the call's CPU when measured; the byte estimate it adds is
-:func:`queued_bytes`' (a test in ``tests/test_reports.py`` pins that they
+:func:`queued_bytes`' (a test in ``tests/record/test_reports.py`` pins that they
 agree). Why the short form: a copy of plain numbers is a container the
 garbage collector does not track, so a report queued in this form costs
 the training thread's collections nothing however long the queue grows (a
 hanging or unreachable destination keeps every report queued until the stored
 task is read), and the copy is the call's only allocation. :func:`dispatch`
 takes the header keys back out, so the handler sees the same arguments for
-both forms (a Hypothesis property in ``tests/test_reports.py`` pins it).
+both forms (a Hypothesis property in ``tests/record/test_reports.py`` pins it).
 
 The rule for values (both forms): an ``int`` or ``float`` is queued as it
 is; a one-element CUDA tensor is copied off the device without a sync

@@ -3,7 +3,7 @@
 This is also the one place the integrations reach the core's private modules:
 trainreport's logger (``get_logger``, ``OnceLogger``) is re-exported from here, so
 the adapters and hooks import only the public API plus their own package
-(pinned by ``tests/test_public_api.py``).
+(pinned by ``tests/api/test_public_api.py``).
 """
 
 from __future__ import annotations

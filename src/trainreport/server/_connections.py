@@ -21,7 +21,7 @@ A missed deadline answers 408 ``request_timeout`` (unless a response has
 already started) and closes the connection. The protocol is uvicorn's h11
 protocol with timers added; what it relies on (``conn``, ``cycle``,
 ``connections``, ``on_response_complete``) is pinned by
-``tests/test_server_limits.py`` against the uvicorn version installed.
+``tests/server/test_server_limits.py`` against the uvicorn version installed.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Nothing here is written twice: the endpoints, their access rules and query
 parameters come from the route table (``_routes.ENDPOINTS``), the request
 bodies from the declarations that validate them (``_wire.REQUEST_BODIES``,
 ``_wire.STATUS_DETAILS``), and the responses from the declarations below,
-which ``tests/test_server_contract.py`` checks real answers against.
+which ``tests/server/test_server_contract.py`` checks real answers against.
 ``python scripts/make_contract.py`` writes the checked-in copies
 (``docs/openapi.json``, ``docs/schemas/*.schema.json``); a test fails when
 they drift from what this module generates. The server serves the same

@@ -10,7 +10,7 @@ A JSON Schema cannot say everything a check does; where it cannot, the check
 is stricter and the schema's ``description`` says so (equal column lengths,
 base64 columns whose length is a whole number of items, Unicode text without
 lone surrogates). So a body the server accepts always validates against the
-schema; ``tests/test_server_contract.py`` checks that with generated bodies.
+schema; ``tests/server/test_server_contract.py`` checks that with generated bodies.
 
 Pure: no I/O.
 """

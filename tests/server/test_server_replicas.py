@@ -28,7 +28,7 @@ from trainreport.sinks._http._sink import HttpSink
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Api:

@@ -35,7 +35,7 @@ from trainreport.server._errors import ApiError
 from trainreport.server._routes import ENDPOINTS
 from trainreport.server._wire import validate_patch, validate_update
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 JSON = {"Content-Type": "application/json"}
 

@@ -61,7 +61,7 @@ def short_form(t: float, step: object, epoch: object, metrics: object) -> Report
     """A training step's report as ``report_train_step`` queues it when it can: the short form.
 
     The metrics' copy with the header keys last (``_reports``); the general
-    ``TRAIN`` tuple when the short form does not apply. tests/test_reports.py
+    ``TRAIN`` tuple when the short form does not apply. tests/record/test_reports.py
     pins the real call against the same rule.
     """
     item = train(t, step, epoch, metrics)

@@ -44,7 +44,7 @@ from trainreport.testing import capture_events
 S, E, P = TaskStatus, TaskEvent, Phase
 R, In = ReporterState, ReporterInput
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "make_lifecycle_diagrams.py"
 DOC = ROOT / "docs" / "lifecycle.md"
 

@@ -12,7 +12,7 @@ import pytest
 
 from trainreport import read_task
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def python_blocks() -> list[str]:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import attrs
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "trainreport"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: Texts that cite a document this repository does not hold.
 FOREIGN = re.compile(
     r"DESIGN §|DESIGN\.md|STYLE §|STYLE habit|STYLE\.md|\.\./shared|shared/DESIGN|§\d"

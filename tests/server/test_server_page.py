@@ -202,7 +202,7 @@ def test_only_the_listed_static_files_are_served(
 
 def test_the_vendored_uplot_is_the_version_the_update_script_records() -> None:
     """uPlot is vendored whole (its build, style, licence) at the version in VERSION."""
-    vendor = Path(__file__).parents[1] / "src/trainreport/server/static/vendor/uplot"
+    vendor = Path(__file__).parents[2] / "src/trainreport/server/static/vendor/uplot"
     version = (vendor / "VERSION").read_text().strip()
     script = (vendor / "uPlot.iife.min.js").read_text()
 
@@ -398,7 +398,7 @@ def test_the_index_page_lists_jobs_in_a_real_browser(
 # -- the rendered page ------------------------------------------------------------------
 
 HF_HYPERPARAMETERS = json.loads(
-    (Path(__file__).parent / "data" / "hf_hyperparameters.json").read_text(encoding="utf-8")
+    (Path(__file__).parents[1] / "data" / "hf_hyperparameters.json").read_text(encoding="utf-8")
 )  # a Hugging Face run's: TrainingArguments and a GPT-2 config, flattened (157 keys)
 CHECKPOINT = "/home/researcher/experiments/llama_finetune_v2/trainer_output/checkpoint-600"
 

@@ -355,7 +355,7 @@ def test_a_log_written_before_times_still_reads_with_unknown_times() -> None:
     the run log carried times. Its points read with unknown (NaN) times, and
     an update without times is still written as format 1, as before.
     """
-    data = (Path(__file__).parent / "data" / "runlog_v1.log").read_bytes()
+    data = (Path(__file__).parents[1] / "data" / "runlog_v1.log").read_bytes()
 
     replayed = replay(data)
 

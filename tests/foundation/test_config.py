@@ -646,7 +646,7 @@ def test_env_lenient_never_raises(environ: dict[str, str]) -> None:
 
 def test_docs_table_lists_every_field_with_variable_and_default() -> None:
     """docs/configuration.md has a table row per field, with its variable and default."""
-    docs = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     rows = {
         match.group(1): match.group(0)
         for match in re.finditer(r"^\| `([a-z_]+)` \|.*$", docs.read_text(), re.MULTILINE)

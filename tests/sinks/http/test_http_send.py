@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 import urllib3
+from test_http_sink import decoded, points, steps_of, stored, update
 
 from faults import FaultProxy
-from test_http_sink import decoded, points, steps_of, stored, update
 from trainreport import (
     Delivered,
     Rejected,
