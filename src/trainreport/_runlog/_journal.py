@@ -385,6 +385,12 @@ def _reopen(
 class Journal:
     """One process's journal of one job and task; use :meth:`claim`.
 
+    It keeps no point in memory between calls: its writer's state holds,
+    per series, the length (as its base) and the task fields, and the
+    journal the first index of each series it must still keep; a compaction
+    and a restart read the points back from its file (``docs/engine.md``,
+    "Recording, trimming, removal").
+
     Attributes:
         paths: the task's journal files.
         writer: the run log being appended to (see :attr:`unavailable`).
@@ -555,7 +561,7 @@ class Journal:
 
     @property
     def state(self) -> LogState:
-        """What the journal holds, read back from its file (series from what is not known delivered).
+        """What the journal holds, read back from its file (series from what is not delivered).
 
         Replays the whole file (for inspection and tests; the engine reads
         :attr:`task` and :meth:`held_points`). Never raises: an empty state
