@@ -220,7 +220,7 @@ class JournalKeeper:
                 self.records += 1
             self._lengths = view.lengths
             return
-        task = journal.state.task
+        task = journal.task
         changed = {
             k: v
             for k, v in view.details.items()
