@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
 from trainreport._runlog._writer import RunLogWriter
-from trainreport._wire._sink_interface import SendResult, SeriesUpdate, Sink, Update
+from trainreport._wire._sink_interface import Opened, SendResult, SeriesUpdate, Sink, Update
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -457,6 +458,51 @@ def _journaled_steps(path: Path) -> list[int]:
         return []
     points = task["status_details"].get("metrics", {}).get("train_loss", [])
     return [p["step"] for p in points]
+
+
+def test_seeding_never_trims_the_journal_with_the_service_s_indices_before_its_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service was down at start: the journal holds this process's points at its own
+    indices. Once the stored task (100 points) seeds the store, the acknowledged lengths are
+    the service's; trimmed with them before the rewrite, the local journal lost every point
+    from disk (its compaction was due) until the rewrite put them back: a kill -9 or a
+    failed rewrite there lost the whole outage. The file holds them at every moment."""
+    from trainreport._engine._destination import _stored_state  # noqa: PLC0415
+    from trainreport._record import _reports as reports  # noqa: PLC0415
+    from trainreport._record._recorder import Recorder  # noqa: PLC0415
+
+    journal = Journal.claim(tmp_path, "job-1", "train")
+    assert journal is not None
+    recorder = Recorder(ReportingConfig(), destinations=1)
+    stamp = "2026-01-01T00:00:00.000Z"
+    keeper = JournalKeeper(
+        journal, recorder, interval_seconds=1.0, clock=lambda: 0.0, wall_clock=lambda: stamp
+    )
+    recorder.start_attempt()
+    queue = deque(reports.train(0.0, step, 1, {"loss": 1.0 / step}) for step in range(101, 131))
+    recorder.apply_all(queue)
+    keeper.record()
+    path = tmp_path / "job-1" / "train.log"
+    assert list(range(101, 131)) == _journaled_steps(path)
+    on_disk_at_rewrite: list[list[int]] = []
+    rewrite = journal.reset
+
+    def reset(state: Any, *, absolute: bool) -> bool:
+        on_disk_at_rewrite.append(_journaled_steps(path))
+        return rewrite(state, absolute=absolute)
+
+    monkeypatch.setattr(journal, "reset", reset)
+    points = [{"step": s, "epoch": 1, "value": 1.0 / s} for s in range(1, 101)]
+    task = {"status": "running", "status_details": {"metrics": {"train_loss": points}}}
+    stored = _stored_state(Opened(stored_task=task))
+    assert not isinstance(stored, str)
+    recorder.seed(stored)
+    journal.writer.min_compact_bytes = journal.writer._compact_at = 0  # compaction due now
+    keeper.record()
+    journal.close(delivered=False)
+
+    assert [list(range(101, 131))] == on_disk_at_rewrite
 
 
 def _eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:

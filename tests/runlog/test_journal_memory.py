@@ -10,6 +10,8 @@ front of a service").
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from array import array
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from trainreport import read_task
 from trainreport._runlog._journal import Journal
 from trainreport._runlog._state import LogState
+from trainreport._runlog._writer import RunLogWriter
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport.testing import capture_events
 
@@ -145,3 +148,35 @@ def test_a_deleted_journal_is_recreated_with_every_unacknowledged_point(tmp_path
     assert 0 == journal.memory_points()
     journal.close(delivered=False)
     assert list(range(21, 52)) == journaled_steps(tmp_path / "job-1" / "train.log")
+
+
+def test_a_restart_that_fails_leaves_no_descriptor_closed_under_another_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal's directory deleted (a cleanup job), then its new file cannot be written
+    (a full disk): the journal stops, and the lock descriptor it keeps is one it still
+    holds open. It kept the number of a lock it had closed, so ``close()`` closed whatever
+    file the process had opened since under that number."""
+    journal = Journal.claim(tmp_path, "job", "t")
+    assert journal is not None
+    one = update("a", 0, [1, 2])
+    assert journal.append(one)
+    before = set(os.listdir("/proc/self/fd"))
+    shutil.rmtree(tmp_path / "job")
+
+    def no_space(*args: object, **kwargs: object) -> RunLogWriter:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLogWriter, "open", no_space)
+    assert not journal.append(one)
+    monkeypatch.undo()
+    leaked = set(os.listdir("/proc/self/fd")) - before
+    victim = os.open(tmp_path / "victim", os.O_CREAT | os.O_RDWR)
+    try:
+        journal.close(delivered=False)
+        os.fstat(victim)  # raises when the journal closed it
+    finally:
+        os.close(victim)
+
+    assert journal.failed
+    assert set() == leaked

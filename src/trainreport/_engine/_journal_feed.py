@@ -210,9 +210,13 @@ class JournalKeeper:
     def _record(self) -> None:
         journal, recorder = self.journal, self.recorder
         view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
-        if recorder.seeded:
+        rewrite = view.version != self._version
+        if recorder.seeded and not rewrite:
+            # Not before a rewrite: the journal is still at this process's own indices and
+            # the acknowledged lengths are the service's; trimmed with them, every point
+            # would leave the file (a compaction was due) until the rewrite put them back.
             journal.trim(view.acknowledged)
-        if view.version != self._version:
+        if rewrite:
             self._version = view.version
             state = LogState()
             state.reset(Update(view.status, view.details, view.series, False))

@@ -355,28 +355,37 @@ def _reopen(
             (``LogBusyError``: another process claimed the task meanwhile).
     """
     paths.job_dir.mkdir(parents=True, exist_ok=True)
+    taken: int | None = None
     if lock is None or not names_file(lock, paths.lock):
-        fd = _take_lock(paths.lock)
-        if fd is None:
+        taken = _take_lock(paths.lock)
+        if taken is None:
             raise LogBusyError(
                 0, "another process claimed this task's journal after it was deleted"
             )
+    try:
+        if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
+            paths.set_aside(paths.current)
+        state = _read_back(old, held_from)
+        writer = RunLogWriter.open(paths.current, run=old.run)
+        try:
+            writer.min_compact_bytes = old.min_compact_bytes
+            writer.state = state
+            writer.compact()
+        except BaseException:
+            writer.close()
+            raise
+        finally:
+            _forget_points(state)
+    except BaseException:
+        # The caller keeps the lock it had: a descriptor closed here and kept there
+        # would later close whatever file was given its number.
+        if taken is not None:
+            os.close(taken)
+        raise
+    if taken is not None:
         if lock is not None:
             os.close(lock)
-        lock = fd
-    if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
-        paths.set_aside(paths.current)
-    state = _read_back(old, held_from)
-    writer = RunLogWriter.open(paths.current, run=old.run)
-    try:
-        writer.min_compact_bytes = old.min_compact_bytes
-        writer.state = state
-        writer.compact()
-    except BaseException:
-        writer.close()
-        raise
-    finally:
-        _forget_points(state)
+        lock = taken
     with contextlib.suppress(OSError, ValueError):
         old.close()  # the unlinked file's descriptor
     return writer, lock
