@@ -140,7 +140,7 @@ def probe_sample(reporter: Any, step: int, baseline: int, trace: int) -> dict[st
             recorder.unsent_points(d) if recorder is not None else -1
             for d in range(len(reporter._sinks))
         ],
-        "journal_points": keeper.journal.memory_points() if keeper is not None else None,
+        "journal_points": keeper.journal.state.point_count() if keeper is not None else None,
         # Python's live memory blocks (pymalloc and larger): a count that grows with
         # the run while the store and queue hold nothing is something kept per point.
         "allocated_blocks": sys.getallocatedblocks(),

@@ -96,7 +96,6 @@ MAPPING: Mapping[str, str] = {
     "test_values": "record",
     # -- _runlog -------------------------------------------------------------------------
     "test_journal_fencing": "runlog",
-    "test_journal_memory": "runlog",  # the journal's own state (_runlog/_journal.py)
     "test_runfile": "runlog",
     "test_runlog": "runlog",
     "test_runlog_writer": "runlog",

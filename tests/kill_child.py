@@ -115,10 +115,7 @@ def main(spec: dict[str, object]) -> None:
     if spec.get("compact_always"):
         from trainreport._runlog._writer import RunLogWriter  # noqa: PLC0415
 
-        def compact_always(self: RunLogWriter, points: int | None = None) -> bool:
-            return True
-
-        RunLogWriter.compaction_due = compact_always  # type: ignore[method-assign]
+        RunLogWriter.compaction_due = lambda self: True  # type: ignore[method-assign]
     salt = float(spec.get("salt", 0.0))  # type: ignore[arg-type]
     interval = float(spec["interval"])  # type: ignore[arg-type]
     config = ReportingConfig(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import threading
 import time
 from array import array
@@ -1114,3 +1115,35 @@ def test_a_sink_that_is_its_own_run_log_gets_no_journal_whatever_its_class() -> 
     assert journal_identity(_LocalLog()) is None
     assert journal_identity(FileSink("run.log")) is None
     assert ("job-1", "train") == journal_identity(_Remote())
+
+
+def test_a_restart_that_fails_leaves_no_descriptor_closed_under_another_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal's directory deleted (a cleanup job), then its new file cannot be written
+    (a full disk): the journal stops, and the lock descriptor it keeps is one it still
+    holds open. It kept the number of a lock it had closed, so ``close()`` closed whatever
+    file the process had opened since under that number."""
+    journal = Journal.claim(tmp_path, "job", "t")
+    assert journal is not None
+    one = update("a", 0, [1, 2])
+    assert journal.append(one)
+    before = set(os.listdir("/proc/self/fd"))
+    shutil.rmtree(tmp_path / "job")
+
+    def no_space(*args: object, **kwargs: object) -> RunLogWriter:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLogWriter, "open", no_space)
+    assert not journal.append(one)
+    monkeypatch.undo()
+    leaked = set(os.listdir("/proc/self/fd")) - before
+    victim = os.open(tmp_path / "victim", os.O_CREAT | os.O_RDWR)
+    try:
+        journal.close(delivered=False)
+        os.fstat(victim)  # raises when the journal closed it
+    finally:
+        os.close(victim)
+
+    assert journal.failed
+    assert set() == leaked

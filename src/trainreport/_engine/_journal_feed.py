@@ -224,7 +224,7 @@ class JournalKeeper:
                 self.records += 1
             self._lengths = view.lengths
             return
-        task = journal.task
+        task = journal.state.task
         changed = {
             k: v
             for k, v in view.details.items()

@@ -309,15 +309,8 @@ def encode_snapshot(state: LogState) -> list[bytes]:
     return _frame(RecordKind.SNAPSHOT, body, TIMED_VERSION)
 
 
-def snapshot_bytes(state: LogState, points: int | None = None) -> int:
-    """Size of :func:`encode_snapshot` for ``state``, in bytes, without copying any column.
-
-    Args:
-        state: the state a snapshot would hold.
-        points: the points it would hold, when not ``state``'s own (a journal
-            whose points left memory: they are in its file). Default: the
-            state's :meth:`~LogState.point_count`.
-    """
+def snapshot_bytes(state: LogState) -> int:
+    """Size of :func:`encode_snapshot` for ``state``, in bytes, without copying any column."""
     task = state.task
     head: dict[str, Any] = {"status": task.status, "details": task.details}
     head["series"] = [[n, state.bases.get(n, 0), len(c[0])] for n, c in task.series.items()]
@@ -327,8 +320,7 @@ def snapshot_bytes(state: LogState, points: int | None = None) -> int:
         head_bytes = len(_dumps(head).encode("utf-8"))
     except ValueError:
         head_bytes = 0
-    held = state.point_count() if points is None else points
-    return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * held
+    return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * state.point_count()
 
 
 def encode_run(run: Mapping[str, str]) -> list[bytes]:

@@ -58,7 +58,6 @@ from trainreport._wire._attempt import AttemptIdentity, current_attempt, follow
 from trainreport._wire._protocol import ID_PATTERN
 from trainreport._wire._sink_interface import Update
 from trainreport._wire._stamps import utc_now_iso
-from trainreport._wire._task_record import TaskRecord
 
 __all__ = [
     "JOURNAL_MIN_COMPACT_BYTES",
@@ -310,42 +309,12 @@ def _take_lock(path: Path) -> int | None:
         return None
 
 
-def _forget_points(state: LogState) -> None:
-    """Let ``state``'s points leave memory: each series keeps its length (its base).
-
-    What a journal (like ``FileSink``'s run log) needs to go on: the next
-    record is a suffix at those lengths; the points are in the file.
-    """
-    state.trim(state.lengths())
-
-
-def _read_back(writer: RunLogWriter, held_from: Mapping[str, int]) -> LogState:
-    """What ``writer``'s file holds, each series from ``held_from[name]`` on (read from disk).
-
-    Raises:
-        OSError: the file cannot be read.
-        ValueError: the writer is closed, or its own file does not replay
-            whole (it was written by this process: nothing is guessed).
-    """
-    replayed = writer.replay_file()
-    if replayed.damage is not None:
-        raise ValueError(f"the journal's own file does not replay: {replayed.damage.describe()}")
-    state = replayed.state
-    state.trim(held_from)
-    return state
-
-
-def _reopen(
-    paths: JournalPaths, old: RunLogWriter, lock: int | None, held_from: Mapping[str, int]
-) -> tuple[RunLogWriter, int]:
-    """A new journal at ``paths`` holding what ``old`` holds; its lock taken again when it went.
+def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[RunLogWriter, int]:
+    """A new journal at ``paths`` holding ``old``'s state; its lock taken again when it went.
 
     For a journal whose file (or lock file) was deleted or replaced under it.
-    The points are read back from ``old``'s file through its descriptor (an
-    unlinked file stays readable while open), each series from
-    ``held_from[name]`` on (what is not known delivered). ``old`` is closed
-    and ``lock`` released when a new lock replaces it. The new writer's state
-    keeps no point in memory (:func:`_forget_points`).
+    ``old`` is closed (its file is no longer there) and ``lock`` released when
+    a new lock replaces it.
 
     Returns:
         ``(the new writer, the lock's descriptor)``.
@@ -365,17 +334,14 @@ def _reopen(
     try:
         if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
             paths.set_aside(paths.current)
-        state = _read_back(old, held_from)
         writer = RunLogWriter.open(paths.current, run=old.run)
         try:
             writer.min_compact_bytes = old.min_compact_bytes
-            writer.state = state
+            writer.state = old.state
             writer.compact()
         except BaseException:
             writer.close()
             raise
-        finally:
-            _forget_points(state)
     except BaseException:
         # The caller keeps the lock it had: a descriptor closed here and kept there
         # would later close whatever file was given its number.
@@ -386,6 +352,7 @@ def _reopen(
         if lock is not None:
             os.close(lock)
         lock = taken
+    assert lock is not None  # taken above whenever there was none
     with contextlib.suppress(OSError, ValueError):
         old.close()  # the unlinked file's descriptor
     return writer, lock
@@ -393,12 +360,6 @@ def _reopen(
 
 class Journal:
     """One process's journal of one job and task; use :meth:`claim`.
-
-    It keeps no point in memory between calls: its writer's state holds,
-    per series, the length (as its base) and the task fields, and the
-    journal the first index of each series it must still keep; a compaction
-    and a restart read the points back from its file (``docs/engine.md``,
-    "Recording, trimming, removal").
 
     Attributes:
         paths: the task's journal files.
@@ -448,11 +409,6 @@ class Journal:
         self._write_lock = threading.Lock()
         #: An append since the last ``fsync`` (:meth:`sync` has something to do).
         self._unsynced = False
-        #: Per series, the first index the journal must keep (what no destination is
-        #: known to hold): the points from there on are in the file, none in memory.
-        self._held_from: dict[str, int] = {} if writer is None else dict(writer.state.bases)
-        if writer is not None:
-            _forget_points(writer.state)
 
     @property
     def owner(self) -> JournalOwner:
@@ -570,40 +526,8 @@ class Journal:
 
     @property
     def state(self) -> LogState:
-        """What the journal holds, read back from its file (series from what is not delivered).
-
-        Replays the whole file (for inspection and tests; the engine reads
-        :attr:`task` and :meth:`held_points`). Never raises: an empty state
-        when the journal is unavailable, its in-memory state (lengths and
-        task fields, no points) when the file cannot be read.
-        """
-        writer = self._writer
-        if writer is None:
-            return LogState()
-        with self._write_lock:
-            try:
-                return _read_back(writer, self._held_from)
-            except (OSError, ValueError):
-                return writer.state
-
-    @property
-    def task(self) -> TaskRecord:
-        """The task fields the journal holds (status, details; its series' points are on disk)."""
-        return TaskRecord(None) if self._writer is None else self._writer.state.task
-
-    def held_points(self) -> int:
-        """Points the journal's file holds past what is known delivered (none are in memory)."""
-        if self._writer is None:
-            return 0
-        lengths, held_from = self._writer.state.lengths(), self._held_from
-        return sum(
-            max(lengths.get(name, 0) - held_from.get(name, 0), 0)
-            for name in self._writer.state.task.series
-        )
-
-    def memory_points(self) -> int:
-        """Points the journal holds in memory: 0 between calls (they are in its file)."""
-        return 0 if self._writer is None else self._writer.state.point_count()
+        """What the journal holds (series trimmed to what is not known delivered)."""
+        return LogState() if self._writer is None else self._writer.state
 
     @property
     def bytes_written(self) -> int:
@@ -632,7 +556,7 @@ class Journal:
         ):
             return True
         try:
-            self._writer, self._lock_fd = _reopen(paths, old, lock, self._held_from)
+            self._writer, self._lock_fd = _reopen(paths, old, lock)
         except (OSError, ValueError) as exc:
             self._fail(exc)
             return False
@@ -644,7 +568,7 @@ class Journal:
                 "trainreport.journal_deleted",
                 path=str(paths.current),
                 restarts=self.restarts,
-                points=self.held_points(),
+                points=self.writer.state.point_count(),
                 reason="the journal file was deleted or replaced while this process wrote it "
                 "(a cleanup of journal_dir?); a new one holds every point not yet acknowledged",
                 hint="keep cleanups of journal_dir away from jobs that are running; after "
@@ -666,8 +590,6 @@ class Journal:
                 return False
             try:
                 self.writer.append(update)
-                self._rebase(update)
-                _forget_points(self.writer.state)
                 self.writer.flush()
                 self._unsynced = True
                 now = self.clock()
@@ -741,15 +663,12 @@ class Journal:
                 return False
             writer = self.writer
             writer.state = state
-            self._held_from = dict(state.bases)
             writer.run["offsets"] = _ABSOLUTE_OFFSETS if absolute else LOCAL_OFFSETS
             try:
                 writer.compact()
             except (OSError, ValueError) as exc:
                 self._fail(exc)
                 return False
-            finally:
-                _forget_points(state)
             self._fsynced(self.clock())  # compact() fsyncs the new file
             return True
 
@@ -766,53 +685,16 @@ class Journal:
         with self._write_lock:
             if self.failed:
                 return
-            self._keep_from(keep_from)
-            if self.writer.compaction_due(self.held_points()) and self.ensure_file():
+            writer = self.writer
+            writer.state.trim(keep_from)
+            if writer.compaction_due() and self.ensure_file():
                 writer = self.writer
                 try:
-                    state = _read_back(writer, self._held_from)
-                    writer.state = state
-                    try:
-                        writer.compact()
-                    finally:
-                        _forget_points(state)
+                    writer.compact()
                 except (OSError, ValueError) as exc:
                     self._fail(exc)
                 else:
                     self._fsynced(self.clock())
-
-    def _keep_from(self, keep_from: Mapping[str, int]) -> None:
-        """Move each named series' first kept index up to ``keep_from[name]`` (clamped).
-
-        ``LogState.trim``'s rule, on the indices alone: never back, never past
-        the series' length, only for a series the journal holds.
-        """
-        lengths, held_from = self.writer.state.lengths(), self._held_from
-        series = self.writer.state.task.series
-        for name, start in keep_from.items():
-            if name not in series:
-                continue
-            base = held_from.get(name, 0)
-            kept = min(max(start, base), lengths.get(name, 0))
-            if kept:
-                held_from[name] = kept
-
-    def _rebase(self, update: Update) -> None:
-        """After ``update`` was applied: a suffix before a series' first kept index keeps it.
-
-        ``LogState.apply``'s rule, on the indices alone: a suffix from before
-        the points held replaces all of them, so they are held from its offset.
-        """
-        held_from = self._held_from
-        if update.full_state and update.series is not None:
-            held_from.clear()
-            return
-        for s in update.series or ():
-            if s.offset < held_from.get(s.name, 0):
-                if s.offset:
-                    held_from[s.name] = s.offset
-                else:
-                    held_from.pop(s.name, None)
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = True

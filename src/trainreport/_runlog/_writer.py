@@ -413,37 +413,16 @@ class RunLogWriter:
         self.flush()
         os.fsync(self._require_open())
 
-    def replay_file(self) -> Replayed:
-        """Flush, then replay the file this writer has open (its descriptor, not its path).
-
-        For a writer whose :attr:`state` let its points leave memory (a
-        journal): the points are read back from the file, even one deleted or
-        replaced under it. Costs one read and one replay of the whole file.
-
-        Raises:
-            OSError: the flush or the read failed.
-            ValueError: the writer is closed.
-        """
-        fd = self._require_open()
-        self.flush()
-        return replay(_read_all(fd))
-
-    def compaction_due(self, points: int | None = None) -> bool:
+    def compaction_due(self) -> bool:
         """True when the log (flushed and pending) is over twice the snapshot it would become.
 
         Never below :attr:`min_compact_bytes`. The snapshot's size is computed
         only when the log has grown past the last threshold.
-
-        Args:
-            points: the points the snapshot would hold, when :attr:`state` does
-                not hold them (a journal: they are in the file). Default: the
-                state's own.
         """
         size = self.size + self._pending_bytes
         if size <= max(self._compact_at, self.min_compact_bytes):
             return False
-        held = snapshot_bytes(self.state, points) if self.state.exists else 0
-        snapshot = self._header_bytes() + held
+        snapshot = self._header_bytes() + (snapshot_bytes(self.state) if self.state.exists else 0)
         if size > 2 * snapshot:
             return True
         self._compact_at = max(2 * snapshot, self.min_compact_bytes)
