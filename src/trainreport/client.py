@@ -228,6 +228,7 @@ def to_pandas(task: Mapping[str, Any]) -> pd.DataFrame:
     Raises:
         ImportError: pandas is not installed (the message names the extra).
         KeyError: a point without a ``step``.
+        ValueError: a step or epoch that is not a whole number (1.5; 2.0 is 2).
     """
     try:
         import pandas as pd  # noqa: PLC0415 - an optional dependency
@@ -243,33 +244,32 @@ def to_pandas(task: Mapping[str, Any]) -> pd.DataFrame:
     steps: list[Any] = []
     epochs: list[Any] = []
     values: list[Any] = []
+
+    def whole_numbers(column: Any) -> Any:
+        """int64 of a step or epoch column; 1.5 raises ValueError (pandas' int64 rule)."""
+        if isinstance(column, array):
+            return np.asarray(column, dtype=np.int64)
+        return pd.Series(column, dtype="int64").to_numpy()
+
     for name, points in metrics.items():
         if isinstance(points, ColumnPoints):  # from the arrays: no dictionary a point
             step_column, epoch_column, value_column = points.columns()
-            step_array = np.asarray(step_column, dtype=np.int64)
-            epoch_array = np.asarray(
-                [NO_EPOCH if e is None else e for e in epoch_column]
-                if not isinstance(epoch_column, array)
-                else epoch_column,
-                dtype=np.int64,
-            )
-            value_array = np.asarray(
-                [math.nan if v is None else v for v in value_column]
-                if not isinstance(value_column, array)
-                else value_column,
-                dtype=np.float64,
-            )
         else:
-            step_list, epoch_list, value_list = [], [], []
-            for point in points:
-                step_list.append(point["step"])
-                epoch = point.get("epoch")
-                epoch_list.append(NO_EPOCH if epoch is None else epoch)
-                value = point.get("value")
-                value_list.append(math.nan if value is None else float(value))
-            step_array = np.asarray(step_list, dtype=np.int64)
-            epoch_array = np.asarray(epoch_list, dtype=np.int64)
-            value_array = np.asarray(value_list, dtype=np.float64)
+            step_column = [point["step"] for point in points]
+            epoch_column = [point.get("epoch") for point in points]
+            value_column = [point.get("value") for point in points]
+        step_array = whole_numbers(step_column)
+        epoch_array = whole_numbers(
+            epoch_column
+            if isinstance(epoch_column, array)
+            else [NO_EPOCH if e is None else e for e in epoch_column]
+        )
+        value_array = np.asarray(
+            value_column
+            if isinstance(value_column, array)
+            else [math.nan if v is None else float(v) for v in value_column],
+            dtype=np.float64,
+        )
         names.append(np.full(len(step_array), name, dtype=object))
         steps.append(step_array)
         epochs.append(epoch_array)

@@ -363,6 +363,18 @@ def test_to_pandas_of_a_task_without_series_is_an_empty_frame_with_the_columns()
     assert pd.isna(no_epoch.loc[0, "epoch"])
 
 
+@pytest.mark.parametrize("field", ["step", "epoch"])
+def test_to_pandas_refuses_a_step_or_epoch_that_is_not_an_integer(field: str) -> None:
+    """A step (or epoch) of 1.5 is an error, as the frame's integer columns always made it:
+    never silently truncated to 1 (a whole float, 2.0, is the integer 2)."""
+    point = {"step": 3, "epoch": 1, "value": 1.0}
+    whole = client.to_pandas({"status_details": {"metrics": {"a": [{**point, field: 2.0}]}}})
+
+    with pytest.raises(ValueError, match="integer"):
+        client.to_pandas({"status_details": {"metrics": {"a": [{**point, field: 1.5}]}}})
+    assert 2 == whole.loc[0, field]
+
+
 def test_to_pandas_without_pandas_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     """pandas missing: ImportError that says which extra to install."""
     monkeypatch.setitem(sys.modules, "pandas", None)
