@@ -171,16 +171,52 @@ def test_the_next_claimant_is_ordered_after_the_dead_attempt_whose_journal_it_ta
     assert dead is not None
     dead._release(remove_files=False)  # the lock dies with the process; the file stays
     monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
-    assert own == _attempt.current_attempt({}).started_at  # nothing followed yet
+    assert own == _attempt.current_attempt("job-1", "train", {}).started_at  # nothing followed
 
     journal = Journal.claim(tmp_path, "job-1", "train")
 
     assert journal is not None
     after = round(own + 3600.0 + _attempt.FOLLOW_MARGIN_SECONDS, 3)
     assert (after, after) == (
-        _attempt.current_attempt({}).started_at,
+        _attempt.current_attempt("job-1", "train", {}).started_at,
         journal.owner.attempt().started_at,
     )
+
+
+def test_taking_over_one_task_s_journal_leaves_the_other_task_s_claim_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: ServerHandle
+) -> None:
+    """A process that runs two reporters, for tasks ``train`` and ``eval`` of one job, takes
+    over a dead process's ``train`` journal: only ``train`` is ordered after the dead attempt.
+    ``eval``'s journal and its claim at the service keep this process's own start time (no
+    dead process held ``eval``, so nothing says this one came after anything there)."""
+    from trainreport._wire import _attempt  # noqa: PLC0415 - patched below
+
+    own = _attempt.process_started_at()
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
+    dead = Journal.claim(tmp_path, "job-1", "train")
+    assert dead is not None
+    dead._release(remove_files=False)  # the lock dies with the process; the file stays
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
+    train = Journal.claim(tmp_path, "job-1", "train")
+    assert train is not None
+
+    evaluation = Journal.claim(tmp_path, "job-1", "eval")
+    sink = HttpSink(server.url, job_id="job-1", task_id="eval", use_extension=True)
+    opened = sink.open(timeout_seconds=10.0)
+
+    assert evaluation is not None
+    assert isinstance(opened, Opened), opened
+    assert sink.attempt is not None
+    after = round(own + 3600.0 + _attempt.FOLLOW_MARGIN_SECONDS, 3)
+    assert (after, own, own) == (
+        train.owner.attempt().started_at,
+        evaluation.owner.attempt().started_at,
+        sink.attempt.started_at,
+    )
+    sink.close()
+    evaluation._release(remove_files=True)
+    train._release(remove_files=True)
 
 
 @pytest.mark.parametrize(
