@@ -15,13 +15,22 @@ from structlog.testing import capture_logs
 
 from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
 from helpers import ScriptedSink, curve, held
-from trainreport import Delivered, MemorySink, Opened, Rejected, ReportingConfig, RetryLater
+from trainreport import (
+    Delivered,
+    MemorySink,
+    Opened,
+    Rejected,
+    ReportingConfig,
+    Resynchronise,
+    RetryLater,
+)
 from trainreport._engine._core import EngineCore, Regime
 from trainreport._engine._destination import Job, new_destination
 from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
+from trainreport._wire._sink_interface import SendResult
 from trainreport.testing import capture_events
 
 
@@ -431,6 +440,64 @@ def test_a_rejected_left_over_is_given_up_kept_on_disk_and_the_next_one_is_sent(
     assert not newest.exists()
     assert [(oldest, "HTTP 422: bad")] == keeper.given_up
     assert [4, 5, 6] == [p[0] for p in curve(held(sink), "train_loss")]
+
+
+@pytest.mark.parametrize(
+    ("script", "left_overs", "expected_kinds", "failed"),
+    [
+        ([], 1, ["open", "recover", "reopen", "send"], 0),
+        ([Rejected("HTTP 422: bad", 422)], 2, ["open", "recover", "recover", "reopen", "send"], 1),
+        ([RetryLater("HTTP 503")], 1, ["open", "recover"], 1),
+        (
+            [Resynchronise("HTTP 409: lengths")],
+            1,
+            ["open", "recover", "reopen", "recover", "reopen", "send"],
+            1,
+        ),
+    ],
+    ids=["delivered", "rejected", "retry-later", "resynchronised"],
+)
+def test_recovery_s_requests_count_in_the_destination_s_figures(
+    tmp_path: Path,
+    script: list[SendResult],
+    left_overs: int,
+    expected_kinds: list[str],
+    failed: int,
+) -> None:
+    """Every request recovery makes of the sink (a left-over's send, a re-open) counts in
+    ``requests_sent`` like the core's own, one not delivered in ``requests_failed`` (once),
+    and a delivered left-over's bytes in ``bytes_sent``: what ``stats()`` shows."""
+    sink = ScriptedSink()
+    sink.fail_sends.extend(script)
+    core = make_recovering_core(tmp_path, sink, left_overs=left_overs)
+
+    kinds = _recovery_pass(core, 0.0)
+
+    dest = core.destinations[0]
+    sent_bytes = sum(r.bytes_sent for r in sink.results if isinstance(r, Delivered))
+    assert sent_bytes > 0 or not any(k == "send" for k in kinds)
+    assert (expected_kinds, len(kinds), failed, sent_bytes) == (
+        kinds,
+        dest.requests_sent,
+        dest.requests_failed,
+        dest.bytes_sent,
+    )
+
+
+def test_a_left_over_that_recorded_nothing_is_no_request(tmp_path: Path) -> None:
+    """A dead process killed before its first record left a file with nothing to send:
+    recovery removes it without asking the sink anything, and counts no request."""
+    sink = ScriptedSink()
+    core = make_recovering_core(tmp_path, sink, left_overs=1)
+    keeper = core.resume.journal
+    assert keeper is not None
+    keeper.journal.left_over[0].write_bytes(b"")
+
+    kinds = _recovery_pass(core, 0.0)
+
+    dest = core.destinations[0]
+    assert ["open", "recover", "send"] == kinds
+    assert (2, 1) == (dest.requests_sent, len(sink.sent))  # the open and the core's own send
 
 
 def test_a_request_in_flight_never_holds_the_journal_back(tmp_path: Path) -> None:

@@ -23,14 +23,29 @@ import pytest
 import urllib3
 
 from faults import closed_port
-from helpers import ScriptedSink, curve, drive, held
-from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
+from helpers import ScriptedSink, curve, drive, exited, held
+from trainreport import (
+    Delivered,
+    FileSink,
+    HttpSink,
+    MemorySink,
+    Reporter,
+    ReportingConfig,
+    read_task,
+)
 from trainreport._engine._journal_feed import JournalKeeper, journal_identity
 from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
 from trainreport._runlog._writer import RunLogWriter
-from trainreport._wire._sink_interface import Opened, SendResult, SeriesUpdate, Sink, Update
+from trainreport._wire._sink_interface import (
+    Opened,
+    OpenResult,
+    SendResult,
+    SeriesUpdate,
+    Sink,
+    Update,
+)
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -312,6 +327,54 @@ def test_the_next_process_sends_a_left_journal_before_its_own_points(
     assert [] == list(journal_dir.iterdir())
     recovered = [e for e in events if e["event"] == "trainreport.journal_recovered"]
     assert [50] == [e["points"] for e in recovered]
+
+
+class _CountingHttpSink(HttpSink):
+    """An ``HttpSink`` that counts the requests asked of it and the bytes of its delivered sends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests = 0
+        self.delivered_bytes = 0
+
+    def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
+        self.requests += 1
+        return super().open(timeout_seconds=timeout_seconds)
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        self.requests += 1
+        result = super().send(update, timeout_seconds=timeout_seconds)
+        if isinstance(result, Delivered):
+            self.delivered_bytes += result.bytes_sent
+        return result
+
+
+def test_stats_count_the_requests_and_bytes_of_recovery(
+    tmp_path: Path, down_url: str, server: ServerHandle
+) -> None:
+    """The left-over's send and the re-open after it are requests to the service like any
+    other: ``stats()`` counts every request the sink was asked to make, and the bytes of
+    every delivered send, the dead run's 50 points included."""
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 51))
+    sink = _CountingHttpSink(server.url, "job-1", connect_timeout_seconds=0.5)
+    reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
+    with capture_events() as events:
+        for step in range(51, 61):
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        assert reporter.close(timeout=5.0)
+        exited(reporter)
+    stats = reporter.stats()
+
+    assert ["trainreport.journal_recovered"] == [
+        e["event"] for e in events if e["event"] == "trainreport.journal_recovered"
+    ]
+    assert list(range(1, 61)) == stored_steps(server.url)
+    assert (sink.requests, sink.delivered_bytes) == (stats.requests_sent, stats.bytes_sent)
+    assert (stats.requests_sent, stats.bytes_sent) == (
+        stats.destinations[0].requests_sent,
+        stats.destinations[0].bytes_sent,
+    )
 
 
 def test_recovery_sends_each_points_time_from_the_journal(
