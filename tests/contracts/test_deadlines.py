@@ -179,6 +179,40 @@ def test_a_destination_that_never_answered_gets_the_short_deadline() -> None:
     assert max(answered) > 1.0
 
 
+@pytest.mark.parametrize(
+    ("before", "budget"),
+    [([], 1.0), ([RetryLater("timed out")], 30.0), ([RetryLater("HTTP 503")], 30.0)],
+    ids=["first open in flight", "answered a timeout", "answered a 503"],
+)
+def test_a_destination_whose_first_open_is_in_flight_at_close_never_answered(
+    before: list[OpenResult], budget: float
+) -> None:
+    """The rule of ``close_unanswered_seconds``: a destination that nothing came back from
+    since ``start()`` gets it, also when its connection was accepted and its first open
+    still waits when ``close()`` begins (a host that hangs looks like a wrong URL whose
+    connect hangs); once any open was answered (a timeout, any HTTP status) the close
+    waits the whole deadline for the open in flight. No request of the close is started
+    either way (one is in flight), and the close ends at the destination's deadline."""
+    core = make_core(close_unanswered_seconds=1.0)
+    dest = core.destinations[0]
+    t = 0.0
+    for answer in before:
+        job = core.running_request(dest, t)
+        assert job is not None
+        job.result, job.done = answer, True
+        core.settle(dest, t, t, queue_empty=True)
+        t = dest.scheduler.due_at() or t
+    in_flight = core.running_request(dest, t)  # never answered: the service hangs
+    assert in_flight is not None
+
+    def script(job: Job, t: float) -> tuple[OpenResult | SendResult, float]:
+        raise AssertionError("no request expected: the open is in flight")
+
+    started, ended = run_close(core, script, start=t, timeout=30.0)
+
+    assert ([], t + budget) == (started, ended)
+
+
 @pytest.mark.parametrize("took", [0.0, 0.5])
 def test_a_close_with_everything_delivered_makes_no_request(took: float) -> None:
     """Every destination holds everything: closing is done at once, with no request."""
