@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,57 +24,25 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
+from core_driving import (
+    deliver,
+    kind,
+    make_core,
+    make_recovering_core,
+    open_all,
+    perform,
+    record,
+    run_close,
+)
 from helpers import ScriptedSink, curve, drive
 from trainreport import Delivered, MemorySink, Reporter, ReportingConfig, RetryLater
-from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS, EngineCore
+from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS
 from trainreport._engine._destination import Job
 from trainreport._engine._journal_feed import RecoveryOutcome, run_recovery
 from trainreport._wire._sink_interface import OpenResult, SendResult
 from trainreport.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
-
-#: What a scripted destination does with a request started at a time: its answer,
-#: and how long (seconds) it took; a request never outlives its timeout.
-Script = Callable[[Job, float], tuple[OpenResult | SendResult | RecoveryOutcome, float]]
-
-
-def run_close(
-    core: EngineCore, script: Script, *, start: float, timeout: float
-) -> tuple[list[tuple[int, float, Job]], float]:
-    """The closing regime, as the driver runs it with no sender thread, on fake time.
-
-    Returns:
-        every request started, as (destination, start time, job), and the
-        time the close ended.
-    """
-    core.close(deadline=start + timeout, started=start)
-    t = start
-    started: list[tuple[int, float, Job]] = []
-    for _ in range(10_000):
-        for dest in core.destinations:
-            while True:
-                core.settle(dest, t, t, queue_empty=True)
-                job = core.close_request(dest, t, t, queue_empty=True)
-                while job is not None:
-                    started.append((dest.index, t, job))
-                    result, took = script(job, t)
-                    if job.timeout is not None:
-                        took = min(took, job.timeout)
-                    t += took
-                    job.result, job.done = result, True
-                    core.settle(dest, t, t, queue_empty=True, within_attempt=True)
-                    job = core.follow_up(dest, job, t, t)
-                if core.close_request(dest, t, t, queue_empty=True) is None:
-                    break
-        core.seed_if_decided(t, real=t)
-        wait = core.close_wait_seconds(t)
-        if wait is None:
-            return started, t
-        t += max(wait, 0.0)
-    raise AssertionError("the close never ended")
-
 
 # ------------------------------------------------------------- exact, on the core
 

@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
+from core_driving import (
+    deliver,
+    kind,
+    make_core,
+    make_recovering_core,
+    open_all,
+    perform,
+    record,
+    run_close,
+)
 from helpers import ScriptedSink, curve, held
 from trainreport import (
     Delivered,
@@ -30,7 +39,7 @@ from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
-from trainreport._wire._sink_interface import SendResult
+from trainreport._wire._sink_interface import OpenResult, SendResult
 from trainreport.testing import capture_events
 
 
@@ -261,35 +270,30 @@ def test_running_the_seed_waits_one_debounce_interval_after_the_first_successful
 
 def test_closing_a_holder_that_answers_after_the_seed_bound_is_not_sent_to() -> None:
     """close(1.5): the seed bound (1.25 s, the last attempt) passes with the holder's first
-    open in flight; it answers at 1.3 s, inside its own deadline. Seeded without it, a send
-    would replace its 7 stored points (``destination_replaced`` and a send from offset 0):
-    nothing more is sent to it in this close; its points stay where they are."""
+    open in flight; it answers in the next pass, inside its own deadline. Seeded without it, a
+    send would replace its 7 stored points (``destination_replaced`` and a send from offset
+    0): nothing more is sent to it in this close; its points stay where they are."""
     core = make_core(2, close_unanswered_seconds=10.0)
     holder_job, empty_job = _first_opens_in_flight(core)
     record(core, 0.0, 8)
     _answer(core, empty_job, 1, Opened(stored_task=None), 0.0)
-    core.close(deadline=1.5, started=0.0)
-    sent: dict[int, list[Job]] = {0: [], 1: []}
-    t = 0.0
-    while t < 1.5:
-        if t >= 1.3 and not holder_job.done:
-            holder_job.result, holder_job.done = (
-                Opened(stored_task=_task_with_loss(range(1, 8))),
-                True,
-            )
-        for dest in core.destinations:
-            core.settle(dest, t, t, queue_empty=True)
-            job = core.close_request(dest, t, t, queue_empty=True)
-            if job is not None:
-                sent[dest.index].append(job)
-                job.result, job.done = (
-                    (Opened(stored_task=None) if job.build is None else Delivered()),
-                    True,
-                )
-                core.settle(dest, t, t, queue_empty=True)
-        core.seed_if_decided(t, real=t)
-        t = round(t + 0.05, 3)
 
+    def late_answer(t: float) -> None:
+        if core.recorder.seeded and not holder_job.done:  # the bound passed without it
+            holder_job.result = Opened(stored_task=_task_with_loss(range(1, 8)))
+            holder_job.done = True
+            answered.append(t)
+
+    def script(job: Job, t: float) -> tuple[OpenResult | SendResult, float]:
+        return (Opened(stored_task=None) if job.build is None else Delivered()), 0.0
+
+    answered: list[float] = []
+    started, _ = run_close(core, script, start=0.0, timeout=1.5, before_pass=late_answer)
+    sent: dict[int, list[Job]] = {0: [], 1: []}
+    for index, _at, job in started:
+        sent[index].append(job)
+
+    assert [1.25] == answered
     assert [] == [job for job in sent[0] if job.build is not None]
     assert [[8]] == [_loss_steps(job) for job in sent[1]]
 
