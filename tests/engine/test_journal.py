@@ -38,6 +38,7 @@ from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
 from trainreport._runlog._writer import RunLogWriter
+from trainreport._wire import _attempt
 from trainreport._wire._sink_interface import (
     Opened,
     OpenResult,
@@ -172,20 +173,25 @@ def test_a_journal_left_by_a_dead_process_is_moved_aside_for_recovery(tmp_path: 
     assert not journal.state.exists
 
 
+def _left_by_an_attempt_an_hour_later(directory: Path, monkeypatch: pytest.MonkeyPatch) -> float:
+    """A dead process's job-1/train journal under ``directory``, its attempt started an hour
+    after this one's (this clock was stepped back since). Returns this process's start time."""
+    own = _attempt.process_started_at()
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
+    dead = Journal.claim(directory, "job-1", "train")
+    assert dead is not None
+    dead._release(remove_files=False)  # the lock dies with the process; the file stays
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
+    return own
+
+
 def test_the_next_claimant_is_ordered_after_the_dead_attempt_whose_journal_it_takes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A dead process that started an hour "later" (this one's clock was stepped back since):
     the claimant's attempt, at the service and in its own journal, comes after the dead one's,
     so the service does not refuse it as an older attempt (409 ``stale_attempt``)."""
-    from trainreport._wire import _attempt  # noqa: PLC0415 - patched below
-
-    own = _attempt.process_started_at()
-    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
-    dead = Journal.claim(tmp_path, "job-1", "train")
-    assert dead is not None
-    dead._release(remove_files=False)  # the lock dies with the process; the file stays
-    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
+    own = _left_by_an_attempt_an_hour_later(tmp_path, monkeypatch)
     assert own == _attempt.current_attempt("job-1", "train", {}).started_at  # nothing followed
 
     journal = Journal.claim(tmp_path, "job-1", "train")
@@ -205,14 +211,7 @@ def test_taking_over_one_task_s_journal_leaves_the_other_task_s_claim_as_it_was(
     over a dead process's ``train`` journal: only ``train`` is ordered after the dead attempt.
     ``eval``'s journal and its claim at the service keep this process's own start time (no
     dead process held ``eval``, so nothing says this one came after anything there)."""
-    from trainreport._wire import _attempt  # noqa: PLC0415 - patched below
-
-    own = _attempt.process_started_at()
-    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
-    dead = Journal.claim(tmp_path, "job-1", "train")
-    assert dead is not None
-    dead._release(remove_files=False)  # the lock dies with the process; the file stays
-    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
+    own = _left_by_an_attempt_an_hour_later(tmp_path, monkeypatch)
     train = Journal.claim(tmp_path, "job-1", "train")
     assert train is not None
 
