@@ -152,7 +152,8 @@ _DESTINATION_INTRO = """\
 The life of one destination of a reporter (`Reporter(sinks=[...])`), applied by
 the engine to each sink's answers (`_engine/_destination.py`). A destination is `new`
 until an open of it ends; `unreachable` while nothing answered its opens (such
-a destination gets `close_unanswered_seconds` at close, not the whole
+a destination, and a `new` one whose first open is still in flight, never
+answered: it gets `close_unanswered_seconds` at close, not the whole
 deadline), `refused` once one was answered without opening it. Its first
 successful open keeps the stored task (`seeding`) until the store is seeded,
 from it (the first in list order that holds the task) or from another, when it

@@ -167,7 +167,6 @@ MAPPING: Mapping[str, str] = {
     # -- scripts and benchmarks ------------------------------------------------------------
     "test_benchmarks": "tools",
     "test_mirror_tests": "tools",
-    "test_relayout": "tools",
 }
 
 #: Where ``tests/test_<name>.py`` is rewritten (CHANGELOG.md is history: never).

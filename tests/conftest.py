@@ -117,11 +117,12 @@ def _no_journal_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _an_attempt_that_followed_no_dead_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The dead attempts this process took journals of (``_wire._attempt.follow``) are
-    process-wide: each test starts with none, whatever journals earlier tests claimed."""
+    """The dead attempts this process took journals of (``_wire._attempt.follow``, by job and
+    task) last as long as the process: each test starts with none, whatever journals earlier
+    tests claimed."""
     from trainreport._wire import _attempt  # noqa: PLC0415 - fixtures import lazily
 
-    monkeypatch.setattr(_attempt, "_predecessors", [])
+    monkeypatch.setattr(_attempt, "_predecessors", {})
 
 
 @pytest.fixture

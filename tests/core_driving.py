@@ -2,26 +2,32 @@
 
 Shared by tests/engine/test_core.py and tests/contracts/test_deadlines.py: time is an
 argument, one fake time (used as both the scheduling clock and the real-time
-deadline's clock) moved by the test.
+deadline's clock) moved by the test, or by what a request took and what the core
+said to wait (:func:`run_close`).
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from trainreport import Delivered, MemorySink, Opened, ReportingConfig
 from trainreport._engine._core import EngineCore
 from trainreport._engine._destination import Job, new_destination
-from trainreport._engine._journal_feed import JournalKeeper
+from trainreport._engine._journal_feed import JournalKeeper, RecoveryOutcome
 from trainreport._engine._resume import Resume
 from trainreport._engine._sender import Sender
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
 from trainreport._runlog._journal import Journal
-from trainreport._wire._sink_interface import SeriesUpdate, Sink, Update
+from trainreport._wire._sink_interface import OpenResult, SendResult, SeriesUpdate, Sink, Update
+
+#: What a scripted destination does with a request started at a time: its answer,
+#: and how long (seconds) it took; a request never outlives its timeout.
+Script = Callable[[Job, float], tuple[OpenResult | SendResult | RecoveryOutcome, float]]
 
 
 def make_core(destinations: int = 1, **config: float) -> EngineCore:
@@ -127,3 +133,59 @@ def kind(job: Job) -> str:
     if job.recovery is not None:
         return "reopen" if job.recovery.reopen else "recover"
     return "open" if job.build is None else "send"
+
+
+def run_close(
+    core: EngineCore,
+    script: Script,
+    *,
+    start: float,
+    timeout: float,
+    before_pass: Callable[[float], None] | None = None,
+) -> tuple[list[tuple[int, float, Job]], float]:
+    """The closing regime, as the driver runs it with no sender thread, on fake time.
+
+    Each pass settles and steps every destination (a request the core hands
+    out runs at once through ``script``, the time moving by what it took);
+    then the next pass comes when the core says (``close_wait_seconds``).
+
+    Args:
+        core: a core with the close not begun yet.
+        script: the destinations' answers to the close's requests.
+        start: the time ``close()`` begins (seconds).
+        timeout: the close's timeout (seconds).
+        before_pass: called with the time at the start of every pass: a test ends
+            there a request that was in flight before the close (a late answer:
+            set its ``result`` and ``done``), which that pass settles.
+
+    Returns:
+        every request started, as (destination, start time, job), and the
+        time the close ended.
+    """
+    core.close(deadline=start + timeout, started=start)
+    t = start
+    started: list[tuple[int, float, Job]] = []
+    for _ in range(10_000):
+        if before_pass is not None:
+            before_pass(t)
+        for dest in core.destinations:
+            while True:
+                core.settle(dest, t, t, queue_empty=True)
+                job = core.close_request(dest, t, t, queue_empty=True)
+                while job is not None:
+                    started.append((dest.index, t, job))
+                    result, took = script(job, t)
+                    if job.timeout is not None:
+                        took = min(took, job.timeout)
+                    t += took
+                    job.result, job.done = result, True
+                    core.settle(dest, t, t, queue_empty=True, within_attempt=True)
+                    job = core.follow_up(dest, job, t, t)
+                if core.close_request(dest, t, t, queue_empty=True) is None:
+                    break
+        core.seed_if_decided(t, real=t)
+        wait = core.close_wait_seconds(t)
+        if wait is None:
+            return started, t
+        t += max(wait, 0.0)
+    raise AssertionError("the close never ended")

@@ -320,12 +320,16 @@ class ReportingConfig:
             apart, whatever the backoff had grown to, and one last attempt is
             made before the deadline when there is time for one. Seconds,
             default 1.0.
-        close_unanswered_seconds: budget of ``close()`` while the destination
-            has never answered since ``start()`` (every attempt refused at
-            connect, its name unresolvable or its TLS handshake failed: a wrong
-            URL); a destination that
-            answered once, or that accepts and hangs, gets the whole close
-            timeout. Seconds, default 2.0.
+        close_unanswered_seconds: budget of ``close()`` for a destination
+            that has never answered since ``start()``: every open refused at
+            connect, its host name unresolvable or its TLS handshake failed (a
+            wrong URL), or its first open still waiting when ``close()``
+            begins (nothing came back yet: a service that accepted the
+            connection and hangs is not told from a wrong URL whose connect
+            hangs). A destination that answered once (any HTTP status, a
+            timeout or a reset is an answer) gets the whole close timeout,
+            also when it hangs after. Seconds, default 2.0. The rule:
+            docs/engine.md, "Closing" (issue 10).
         atexit_timeout_seconds: budget of the ``atexit`` fallback close of a
             reporter the user forgot to close. Seconds, default 5.0.
             docs/design.md#failure-handling.

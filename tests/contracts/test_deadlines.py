@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,57 +24,25 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
+from core_driving import (
+    deliver,
+    kind,
+    make_core,
+    make_recovering_core,
+    open_all,
+    perform,
+    record,
+    run_close,
+)
 from helpers import ScriptedSink, curve, drive
 from trainreport import Delivered, MemorySink, Reporter, ReportingConfig, RetryLater
-from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS, EngineCore
+from trainreport._engine._core import LAST_ATTEMPT_LEAD_SECONDS
 from trainreport._engine._destination import Job
 from trainreport._engine._journal_feed import RecoveryOutcome, run_recovery
 from trainreport._wire._sink_interface import OpenResult, SendResult
 from trainreport.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
-
-#: What a scripted destination does with a request started at a time: its answer,
-#: and how long (seconds) it took; a request never outlives its timeout.
-Script = Callable[[Job, float], tuple[OpenResult | SendResult | RecoveryOutcome, float]]
-
-
-def run_close(
-    core: EngineCore, script: Script, *, start: float, timeout: float
-) -> tuple[list[tuple[int, float, Job]], float]:
-    """The closing regime, as the driver runs it with no sender thread, on fake time.
-
-    Returns:
-        every request started, as (destination, start time, job), and the
-        time the close ended.
-    """
-    core.close(deadline=start + timeout, started=start)
-    t = start
-    started: list[tuple[int, float, Job]] = []
-    for _ in range(10_000):
-        for dest in core.destinations:
-            while True:
-                core.settle(dest, t, t, queue_empty=True)
-                job = core.close_request(dest, t, t, queue_empty=True)
-                while job is not None:
-                    started.append((dest.index, t, job))
-                    result, took = script(job, t)
-                    if job.timeout is not None:
-                        took = min(took, job.timeout)
-                    t += took
-                    job.result, job.done = result, True
-                    core.settle(dest, t, t, queue_empty=True, within_attempt=True)
-                    job = core.follow_up(dest, job, t, t)
-                if core.close_request(dest, t, t, queue_empty=True) is None:
-                    break
-        core.seed_if_decided(t, real=t)
-        wait = core.close_wait_seconds(t)
-        if wait is None:
-            return started, t
-        t += max(wait, 0.0)
-    raise AssertionError("the close never ended")
-
 
 # ------------------------------------------------------------- exact, on the core
 
@@ -177,6 +144,40 @@ def test_a_destination_that_never_answered_gets_the_short_deadline() -> None:
     assert wrong_url
     assert max(wrong_url) <= 1.0
     assert max(answered) > 1.0
+
+
+@pytest.mark.parametrize(
+    ("before", "budget"),
+    [([], 1.0), ([RetryLater("timed out")], 30.0), ([RetryLater("HTTP 503")], 30.0)],
+    ids=["first open in flight", "answered a timeout", "answered a 503"],
+)
+def test_a_destination_whose_first_open_is_in_flight_at_close_never_answered(
+    before: list[OpenResult], budget: float
+) -> None:
+    """The rule of ``close_unanswered_seconds``: a destination that nothing came back from
+    since ``start()`` gets it, also when its connection was accepted and its first open
+    still waits when ``close()`` begins (a host that hangs looks like a wrong URL whose
+    connect hangs); once any open was answered (a timeout, any HTTP status) the close
+    waits the whole deadline for the open in flight. No request of the close is started
+    either way (one is in flight), and the close ends at the destination's deadline."""
+    core = make_core(close_unanswered_seconds=1.0)
+    dest = core.destinations[0]
+    t = 0.0
+    for answer in before:
+        job = core.running_request(dest, t)
+        assert job is not None
+        job.result, job.done = answer, True
+        core.settle(dest, t, t, queue_empty=True)
+        t = dest.scheduler.due_at() or t
+    in_flight = core.running_request(dest, t)  # never answered: the service hangs
+    assert in_flight is not None
+
+    def script(job: Job, t: float) -> tuple[OpenResult | SendResult, float]:
+        raise AssertionError("no request expected: the open is in flight")
+
+    started, ended = run_close(core, script, start=t, timeout=30.0)
+
+    assert ([], t + budget) == (started, ended)
 
 
 @pytest.mark.parametrize("took", [0.0, 0.5])

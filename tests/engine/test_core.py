@@ -13,15 +13,33 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core_driving import deliver, kind, make_core, make_recovering_core, open_all, perform, record
+from core_driving import (
+    deliver,
+    kind,
+    make_core,
+    make_recovering_core,
+    open_all,
+    perform,
+    record,
+    run_close,
+)
 from helpers import ScriptedSink, curve, held
-from trainreport import Delivered, MemorySink, Opened, Rejected, ReportingConfig, RetryLater
+from trainreport import (
+    Delivered,
+    MemorySink,
+    Opened,
+    Rejected,
+    ReportingConfig,
+    Resynchronise,
+    RetryLater,
+)
 from trainreport._engine._core import EngineCore, Regime
 from trainreport._engine._destination import Job, new_destination
 from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
+from trainreport._wire._sink_interface import OpenResult, SendResult
 from trainreport.testing import capture_events
 
 
@@ -252,35 +270,30 @@ def test_running_the_seed_waits_one_debounce_interval_after_the_first_successful
 
 def test_closing_a_holder_that_answers_after_the_seed_bound_is_not_sent_to() -> None:
     """close(1.5): the seed bound (1.25 s, the last attempt) passes with the holder's first
-    open in flight; it answers at 1.3 s, inside its own deadline. Seeded without it, a send
-    would replace its 7 stored points (``destination_replaced`` and a send from offset 0):
-    nothing more is sent to it in this close; its points stay where they are."""
+    open in flight; it answers in the next pass, inside its own deadline. Seeded without it, a
+    send would replace its 7 stored points (``destination_replaced`` and a send from offset
+    0): nothing more is sent to it in this close; its points stay where they are."""
     core = make_core(2, close_unanswered_seconds=10.0)
     holder_job, empty_job = _first_opens_in_flight(core)
     record(core, 0.0, 8)
     _answer(core, empty_job, 1, Opened(stored_task=None), 0.0)
-    core.close(deadline=1.5, started=0.0)
-    sent: dict[int, list[Job]] = {0: [], 1: []}
-    t = 0.0
-    while t < 1.5:
-        if t >= 1.3 and not holder_job.done:
-            holder_job.result, holder_job.done = (
-                Opened(stored_task=_task_with_loss(range(1, 8))),
-                True,
-            )
-        for dest in core.destinations:
-            core.settle(dest, t, t, queue_empty=True)
-            job = core.close_request(dest, t, t, queue_empty=True)
-            if job is not None:
-                sent[dest.index].append(job)
-                job.result, job.done = (
-                    (Opened(stored_task=None) if job.build is None else Delivered()),
-                    True,
-                )
-                core.settle(dest, t, t, queue_empty=True)
-        core.seed_if_decided(t, real=t)
-        t = round(t + 0.05, 3)
 
+    def late_answer(t: float) -> None:
+        if core.recorder.seeded and not holder_job.done:  # the bound passed without it
+            holder_job.result = Opened(stored_task=_task_with_loss(range(1, 8)))
+            holder_job.done = True
+            answered.append(t)
+
+    def script(job: Job, t: float) -> tuple[OpenResult | SendResult, float]:
+        return (Opened(stored_task=None) if job.build is None else Delivered()), 0.0
+
+    answered: list[float] = []
+    started, _ = run_close(core, script, start=0.0, timeout=1.5, before_pass=late_answer)
+    sent: dict[int, list[Job]] = {0: [], 1: []}
+    for index, _at, job in started:
+        sent[index].append(job)
+
+    assert [1.25] == answered
     assert [] == [job for job in sent[0] if job.build is not None]
     assert [[8]] == [_loss_steps(job) for job in sent[1]]
 
@@ -431,6 +444,64 @@ def test_a_rejected_left_over_is_given_up_kept_on_disk_and_the_next_one_is_sent(
     assert not newest.exists()
     assert [(oldest, "HTTP 422: bad")] == keeper.given_up
     assert [4, 5, 6] == [p[0] for p in curve(held(sink), "train_loss")]
+
+
+@pytest.mark.parametrize(
+    ("script", "left_overs", "expected_kinds", "failed"),
+    [
+        ([], 1, ["open", "recover", "reopen", "send"], 0),
+        ([Rejected("HTTP 422: bad", 422)], 2, ["open", "recover", "recover", "reopen", "send"], 1),
+        ([RetryLater("HTTP 503")], 1, ["open", "recover"], 1),
+        (
+            [Resynchronise("HTTP 409: lengths")],
+            1,
+            ["open", "recover", "reopen", "recover", "reopen", "send"],
+            1,
+        ),
+    ],
+    ids=["delivered", "rejected", "retry-later", "resynchronised"],
+)
+def test_recovery_s_requests_count_in_the_destination_s_figures(
+    tmp_path: Path,
+    script: list[SendResult],
+    left_overs: int,
+    expected_kinds: list[str],
+    failed: int,
+) -> None:
+    """Every request recovery makes of the sink (a left-over's send, a re-open) counts in
+    ``requests_sent`` like the core's own, one not delivered in ``requests_failed`` (once),
+    and a delivered left-over's bytes in ``bytes_sent``: what ``stats()`` shows."""
+    sink = ScriptedSink()
+    sink.fail_sends.extend(script)
+    core = make_recovering_core(tmp_path, sink, left_overs=left_overs)
+
+    kinds = _recovery_pass(core, 0.0)
+
+    dest = core.destinations[0]
+    sent_bytes = sum(r.bytes_sent for r in sink.results if isinstance(r, Delivered))
+    assert sent_bytes > 0 or not any(k == "send" for k in kinds)
+    assert (expected_kinds, len(kinds), failed, sent_bytes) == (
+        kinds,
+        dest.requests_sent,
+        dest.requests_failed,
+        dest.bytes_sent,
+    )
+
+
+def test_a_left_over_that_recorded_nothing_is_no_request(tmp_path: Path) -> None:
+    """A dead process killed before its first record left a file with nothing to send:
+    recovery removes it without asking the sink anything, and counts no request."""
+    sink = ScriptedSink()
+    core = make_recovering_core(tmp_path, sink, left_overs=1)
+    keeper = core.resume.journal
+    assert keeper is not None
+    keeper.journal.left_over[0].write_bytes(b"")
+
+    kinds = _recovery_pass(core, 0.0)
+
+    dest = core.destinations[0]
+    assert ["open", "recover", "send"] == kinds
+    assert (2, 1) == (dest.requests_sent, len(sink.sent))  # the open and the core's own send
 
 
 def test_a_request_in_flight_never_holds_the_journal_back(tmp_path: Path) -> None:

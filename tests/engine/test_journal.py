@@ -23,14 +23,30 @@ import pytest
 import urllib3
 
 from faults import closed_port
-from helpers import ScriptedSink, curve, drive, held
-from trainreport import FileSink, HttpSink, MemorySink, Reporter, ReportingConfig, read_task
+from helpers import ScriptedSink, curve, drive, exited, held
+from trainreport import (
+    Delivered,
+    FileSink,
+    HttpSink,
+    MemorySink,
+    Reporter,
+    ReportingConfig,
+    read_task,
+)
 from trainreport._engine._journal_feed import JournalKeeper, journal_identity
 from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
 from trainreport._runlog._writer import RunLogWriter
-from trainreport._wire._sink_interface import Opened, SendResult, SeriesUpdate, Sink, Update
+from trainreport._wire import _attempt
+from trainreport._wire._sink_interface import (
+    Opened,
+    OpenResult,
+    SendResult,
+    SeriesUpdate,
+    Sink,
+    Update,
+)
 from trainreport.server import ServerHandle
 from trainreport.testing import FakeClock, capture_events
 
@@ -157,30 +173,64 @@ def test_a_journal_left_by_a_dead_process_is_moved_aside_for_recovery(tmp_path: 
     assert not journal.state.exists
 
 
+def _left_by_an_attempt_an_hour_later(directory: Path, monkeypatch: pytest.MonkeyPatch) -> float:
+    """A dead process's job-1/train journal under ``directory``, its attempt started an hour
+    after this one's (this clock was stepped back since). Returns this process's start time."""
+    own = _attempt.process_started_at()
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
+    dead = Journal.claim(directory, "job-1", "train")
+    assert dead is not None
+    dead._release(remove_files=False)  # the lock dies with the process; the file stays
+    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
+    return own
+
+
 def test_the_next_claimant_is_ordered_after_the_dead_attempt_whose_journal_it_takes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A dead process that started an hour "later" (this one's clock was stepped back since):
     the claimant's attempt, at the service and in its own journal, comes after the dead one's,
     so the service does not refuse it as an older attempt (409 ``stale_attempt``)."""
-    from trainreport._wire import _attempt  # noqa: PLC0415 - patched below
-
-    own = _attempt.process_started_at()
-    monkeypatch.setattr(_attempt, "process_started_at", lambda: own + 3600.0)
-    dead = Journal.claim(tmp_path, "job-1", "train")
-    assert dead is not None
-    dead._release(remove_files=False)  # the lock dies with the process; the file stays
-    monkeypatch.setattr(_attempt, "process_started_at", lambda: own)
-    assert own == _attempt.current_attempt({}).started_at  # nothing followed yet
+    own = _left_by_an_attempt_an_hour_later(tmp_path, monkeypatch)
+    assert own == _attempt.current_attempt("job-1", "train", {}).started_at  # nothing followed
 
     journal = Journal.claim(tmp_path, "job-1", "train")
 
     assert journal is not None
     after = round(own + 3600.0 + _attempt.FOLLOW_MARGIN_SECONDS, 3)
     assert (after, after) == (
-        _attempt.current_attempt({}).started_at,
+        _attempt.current_attempt("job-1", "train", {}).started_at,
         journal.owner.attempt().started_at,
     )
+
+
+def test_taking_over_one_task_s_journal_leaves_the_other_task_s_claim_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: ServerHandle
+) -> None:
+    """A process that runs two reporters, for tasks ``train`` and ``eval`` of one job, takes
+    over a dead process's ``train`` journal: only ``train`` is ordered after the dead attempt.
+    ``eval``'s journal and its claim at the service keep this process's own start time (no
+    dead process held ``eval``, so nothing says this one came after anything there)."""
+    own = _left_by_an_attempt_an_hour_later(tmp_path, monkeypatch)
+    train = Journal.claim(tmp_path, "job-1", "train")
+    assert train is not None
+
+    evaluation = Journal.claim(tmp_path, "job-1", "eval")
+    sink = HttpSink(server.url, job_id="job-1", task_id="eval", use_extension=True)
+    opened = sink.open(timeout_seconds=10.0)
+
+    assert evaluation is not None
+    assert isinstance(opened, Opened), opened
+    assert sink.attempt is not None
+    after = round(own + 3600.0 + _attempt.FOLLOW_MARGIN_SECONDS, 3)
+    assert (after, own, own) == (
+        train.owner.attempt().started_at,
+        evaluation.owner.attempt().started_at,
+        sink.attempt.started_at,
+    )
+    sink.close()
+    evaluation._release(remove_files=True)
+    train._release(remove_files=True)
 
 
 @pytest.mark.parametrize(
@@ -276,6 +326,54 @@ def test_the_next_process_sends_a_left_journal_before_its_own_points(
     assert [] == list(journal_dir.iterdir())
     recovered = [e for e in events if e["event"] == "trainreport.journal_recovered"]
     assert [50] == [e["points"] for e in recovered]
+
+
+class _CountingHttpSink(HttpSink):
+    """An ``HttpSink`` that counts the requests asked of it and the bytes of its delivered sends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests = 0
+        self.delivered_bytes = 0
+
+    def open(self, *, timeout_seconds: float | None = None) -> OpenResult:
+        self.requests += 1
+        return super().open(timeout_seconds=timeout_seconds)
+
+    def send(self, update: Update, *, timeout_seconds: float | None = None) -> SendResult:
+        self.requests += 1
+        result = super().send(update, timeout_seconds=timeout_seconds)
+        if isinstance(result, Delivered):
+            self.delivered_bytes += result.bytes_sent
+        return result
+
+
+def test_stats_count_the_requests_and_bytes_of_recovery(
+    tmp_path: Path, down_url: str, server: ServerHandle
+) -> None:
+    """The left-over's send and the re-open after it are requests to the service like any
+    other: ``stats()`` counts every request the sink was asked to make, and the bytes of
+    every delivered send, the dead run's 50 points included."""
+    journal_dir = tmp_path / "journal"
+    assert not train(down_url, journal_dir, range(1, 51))
+    sink = _CountingHttpSink(server.url, "job-1", connect_timeout_seconds=0.5)
+    reporter = Reporter(sink, config_for(journal_dir), rank=0).start()
+    with capture_events() as events:
+        for step in range(51, 61):
+            reporter.report_train_step(step=step, epoch=1, metrics={"loss": 1.0 / step})
+        assert reporter.close(timeout=5.0)
+        exited(reporter)
+    stats = reporter.stats()
+
+    assert ["trainreport.journal_recovered"] == [
+        e["event"] for e in events if e["event"] == "trainreport.journal_recovered"
+    ]
+    assert list(range(1, 61)) == stored_steps(server.url)
+    assert (sink.requests, sink.delivered_bytes) == (stats.requests_sent, stats.bytes_sent)
+    assert (stats.requests_sent, stats.bytes_sent) == (
+        stats.destinations[0].requests_sent,
+        stats.destinations[0].bytes_sent,
+    )
 
 
 def test_recovery_sends_each_points_time_from_the_journal(

@@ -59,7 +59,9 @@ def test_the_process_start_time_is_before_now_and_stable() -> None:
 
 def test_current_attempt_combines_both() -> None:
     """The identity holds the number from the environment and the process start time."""
-    assert AttemptIdentity(5, process_started_at()) == current_attempt({"TRAINREPORT_ATTEMPT": "5"})
+    assert AttemptIdentity(5, process_started_at()) == current_attempt(
+        "job-1", "train", {"TRAINREPORT_ATTEMPT": "5"}
+    )
 
 
 @pytest.mark.parametrize(
@@ -93,9 +95,23 @@ def test_an_attempt_that_follows_a_dead_one_is_ordered_after_it(
 def test_current_attempt_is_ordered_after_every_attempt_it_followed() -> None:
     """``follow`` is remembered for the process: the latest predecessor wins, in any order."""
     own = process_started_at()
-    follow(AttemptIdentity(None, own + 7200.0))
-    follow(AttemptIdentity(None, own + 3600.0))
-    follow(AttemptIdentity(9, own + 99999.0))  # numbered: ordered by number against 5
+    follow("job-1", "train", AttemptIdentity(None, own + 7200.0))
+    follow("job-1", "train", AttemptIdentity(None, own + 3600.0))
+    follow("job-1", "train", AttemptIdentity(9, own + 99999.0))  # numbered: by number against 5
     assert AttemptIdentity(5, round(own + 7200.0 + FOLLOW_MARGIN_SECONDS, 3)) == current_attempt(
-        {"TRAINREPORT_ATTEMPT": "5"}
+        "job-1", "train", {"TRAINREPORT_ATTEMPT": "5"}
+    )
+
+
+def test_following_a_dead_attempt_on_one_task_leaves_every_other_task_s_identity() -> None:
+    """The order is per job and task: the same task id in another job, or another task of
+    the same job, is claimed with this process's own start time."""
+    own = process_started_at()
+    follow("job-1", "train", AttemptIdentity(None, own + 3600.0))
+    assert [AttemptIdentity(None, own)] * 3 == [
+        current_attempt(job, task, {})
+        for job, task in [("job-1", "eval"), ("job-2", "train"), ("job-1train", "")]
+    ]
+    assert AttemptIdentity(None, round(own + 3600.0 + FOLLOW_MARGIN_SECONDS, 3)) == (
+        current_attempt("job-1", "train", {})
     )

@@ -52,12 +52,12 @@ from trainreport._engine._destination import (
     settle_open,
     settle_send,
 )
-from trainreport._engine._journal_feed import RecoveryStep
+from trainreport._engine._journal_feed import RecoveryOutcome, RecoveryStep
 from trainreport._engine._resume import Resume
 from trainreport._engine._scheduler import SendScheduler
 from trainreport._record._recorder import Recorder
 from trainreport._reporting_config import ReportingConfig
-from trainreport._wire._sink_interface import Opened
+from trainreport._wire._sink_interface import Delivered, Opened, RetryLater
 
 __all__ = [
     "BACKLOG_SEND_POINTS",
@@ -96,6 +96,31 @@ _MIN_SLEEP_SECONDS = 0.05
 #: The shortest wait between two journal records (seconds): a journal interval of 0
 #: means a record at every wake, never a busy loop.
 MIN_JOURNAL_WAIT_SECONDS = 0.001
+
+
+def _count_left_over_send(dest: Destination, job: Job) -> None:
+    """A left-over's send (a recovery request) in ``dest``'s figures, as ``stats()`` shows them.
+
+    A request when the sink was asked (or the request raised), its bytes when
+    delivered, and a failure when it was refused or resynchronised; none when
+    nothing was sent (the left-over recorded nothing, held nothing the
+    service lacked, could not be read or is stale). A ``RetryLater`` or an
+    error is counted as a failure where the core settles it (it fails the
+    open: ``settle_open``, ``settle_error``). Re-opens are counted when handed
+    out, as every open is. Never raises.
+    """
+    if job.error is not None:
+        dest.requests_sent += 1
+        return
+    outcome = job.result
+    if not isinstance(outcome, RecoveryOutcome) or outcome.sent is None:
+        return
+    dest.requests_sent += 1
+    sent = outcome.sent
+    if isinstance(sent, Delivered):
+        dest.bytes_sent += sent.bytes_sent
+    elif not isinstance(sent, RetryLater):
+        dest.requests_failed += 1
 
 
 class Regime(enum.Enum):
@@ -609,7 +634,7 @@ class EngineCore:
             return None
         if not dest.is_open:
             step = self._recovering(dest)
-            if step is None:
+            if step is None or step.reopen:
                 dest.requests_sent += 1  # reading the stored task is a request too
             job = Job(None, recovery=step, closing=closing, complete=complete, timeout=timeout)
         else:
@@ -658,6 +683,8 @@ class EngineCore:
         if job is None or not job.done:
             return None
         dest.job = None
+        if job.recovery is not None and not job.recovery.reopen:
+            _count_left_over_send(dest, job)
         opening = job.build is None
         result = job.result
         generation = None

@@ -49,10 +49,13 @@ class DestinationStats:
 
     Attributes:
         destination: the sink, as its repr shows it (``HttpSink`` shows URL, job, task).
-        requests_sent: requests attempted to it (reads of the stored task included).
+        requests_sent: requests attempted to it: sends, opens (reads of the
+            stored task) and journal recovery's (the sends of journals a dead
+            process left, and the re-opens after them) included.
         requests_failed: those that were not delivered.
         consecutive_failures: failures since its last delivered send.
-        bytes_sent: request bytes put on the wire (as the sink counts them).
+        bytes_sent: request bytes put on the wire (as the sink counts them), by
+            delivered sends, journal recovery's included.
         points_delivered: points it is known to hold.
         points_unsent: points it is not known to hold (queued reports included).
         last_error: its last failure's reason, or None.
@@ -128,10 +131,12 @@ class ReporterStats:
     Attributes:
         state: the reporter's lifecycle state (``new``, ``running``, ``closing``,
             ``closed``, ``inert``).
-        requests_sent: sends attempted (including failed ones).
-        requests_failed: sends that were not delivered.
+        requests_sent: requests attempted (failed ones, opens and journal
+            recovery's included: ``DestinationStats.requests_sent``).
+        requests_failed: requests that were not delivered.
         consecutive_failures: failures since the last delivered send.
-        bytes_sent: request bytes put on the wire (as the sink counts them).
+        bytes_sent: request bytes put on the wire (as the sink counts them), by
+            delivered sends, journal recovery's included.
         points_recorded: series points applied to the store.
         points_delivered: points the destination is known to hold.
         points_unsent: points not yet known to be delivered.

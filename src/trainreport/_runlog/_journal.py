@@ -473,8 +473,8 @@ class Journal:
                 moved = paths.set_aside(paths.current)
                 _log.info("trainreport.journal_left_over", path=str(moved))
             for left in paths.left_over():  # dead attempts: this one comes after them
-                follow(JournalOwner.of(_first_run(left)).attempt())
-            attempt = current_attempt()
+                follow(job_id, task_id, JournalOwner.of(_first_run(left)).attempt())
+            attempt = current_attempt(job_id, task_id)
             run = {
                 "job_id": job_id,
                 "task_id": task_id,

@@ -6,9 +6,11 @@ service later), so the service orders writers by their attempts, not by the
 order in which they open (``docs/protocol.md``, ``POST .../writers``). The
 identity is an attempt number when the job system gives one, read from
 :data:`ATTEMPT_VARIABLES` (first one set wins), and the process's start time,
-which orders attempts that have no number. A process that takes over the
-journal of a dead attempt (:func:`follow`) comes after it whatever its clock
-says: its start time is moved past the dead attempt's (:func:`ordered_after`).
+which orders attempts that have no number. A process that takes over a task's
+journal from a dead attempt (:func:`follow`) comes after it on that task
+whatever its clock says: its start time for that job and task is moved past
+the dead attempt's (:func:`ordered_after`). Other tasks the process reports
+(it may run several reporters) keep its own start time.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ _IMPORTED_AT = time.time()
 #: How far past a predecessor's start time :func:`ordered_after` moves this
 #: process's (seconds): /proc's resolution (10 ms clock ticks).
 FOLLOW_MARGIN_SECONDS = 0.01
-#: The dead attempts this process took the journals of (:func:`follow`).
-_predecessors: list[AttemptIdentity] = []
+#: The dead attempts this process took the journals of (:func:`follow`), by (job id, task id).
+_predecessors: dict[tuple[str, str], list[AttemptIdentity]] = {}
 _predecessors_lock = threading.Lock()
 
 
@@ -148,25 +150,37 @@ def ordered_after(own: AttemptIdentity, predecessor: AttemptIdentity) -> Attempt
     return attrs.evolve(own, started_at=round(predecessor.started_at + FOLLOW_MARGIN_SECONDS, 3))
 
 
-def follow(predecessor: AttemptIdentity) -> None:
-    """Record that this process took over the journal of the dead attempt ``predecessor``.
+def follow(job_id: str, task_id: str, predecessor: AttemptIdentity) -> None:
+    """Record that this process took over ``job_id``/``task_id``'s journal from ``predecessor``.
 
-    From then on :func:`current_attempt` is ordered after it
-    (:func:`ordered_after`). Called by the journal when it claims a task whose
-    previous journal a dead process left (``_runlog/_journal.py``), before
-    any destination opens. Never raises.
-    """
-    with _predecessors_lock:
-        _predecessors.append(predecessor)
-
-
-def current_attempt(environ: Mapping[str, str] | None = None) -> AttemptIdentity:
-    """The identity of this process's attempt: its number (when set) and start time.
-
-    The start time is moved past every dead attempt this process took the
-    journal of (:func:`follow`, :func:`ordered_after`).
+    From then on :func:`current_attempt` for that job and task is ordered
+    after the dead attempt (:func:`ordered_after`); other tasks are not (no
+    dead process held them, so nothing says this one came after it there).
+    Called by the journal when it claims a task whose previous journal a dead
+    process left (``_runlog/_journal.py``), before any destination opens.
+    Never raises.
 
     Args:
+        job_id: the job's id.
+        task_id: the task's id within the job.
+        predecessor: the identity recorded in the dead attempt's journal.
+    """
+    with _predecessors_lock:
+        _predecessors.setdefault((job_id, task_id), []).append(predecessor)
+
+
+def current_attempt(
+    job_id: str, task_id: str, environ: Mapping[str, str] | None = None
+) -> AttemptIdentity:
+    """The identity this process claims ``job_id``/``task_id`` with: its number and start time.
+
+    The number comes from ``environ`` (when set); the start time is moved past
+    every dead attempt this process took that task's journal from
+    (:func:`follow`, :func:`ordered_after`).
+
+    Args:
+        job_id: the job's id.
+        task_id: the task's id within the job.
         environ: the environment (default ``os.environ``).
 
     Never raises.
@@ -174,7 +188,7 @@ def current_attempt(environ: Mapping[str, str] | None = None) -> AttemptIdentity
     env = os.environ if environ is None else environ
     own = AttemptIdentity(number=attempt_number(env), started_at=process_started_at())
     with _predecessors_lock:
-        predecessors = list(_predecessors)
+        predecessors = list(_predecessors.get((job_id, task_id), ()))
     for predecessor in predecessors:
         own = ordered_after(own, predecessor)
     return own

@@ -117,6 +117,7 @@ def open_session(
     transport: HttpTransport,
     task_resource: str,
     *,
+    task: tuple[str, str],
     use_extension: bool,
     attempt: AttemptIdentity | None,
     max_request_bytes: int,
@@ -125,6 +126,17 @@ def open_session(
     """Learn the server's capabilities, open a writer (extension) or read the task.
 
     Sets ``transport.gzip`` from the capabilities.
+
+    Args:
+        transport: the sink's transport.
+        task_resource: the task's path on the service.
+        task: the job's and the task's ids: the claim's attempt, when
+            ``attempt`` is ``None``, is this process's for them
+            (:func:`~trainreport._wire._attempt.current_attempt`).
+        use_extension: open a writer when the service offers the extension.
+        attempt: the identity to claim with, or ``None`` to read it (once).
+        max_request_bytes: the request cap, bytes, before the service's.
+        deadline: the monotonic time the requests must end by, or ``None``.
 
     Raises:
         TransportError, ProtocolError, SinkError: as a request raises them, or a
@@ -146,7 +158,7 @@ def open_session(
         caps |= {EXTENSION_SERIES_TIMES}
     if found.extension and use_extension:
         if attempt is None:  # read once: every re-open claims as the same attempt
-            attempt = current_attempt()
+            attempt = current_attempt(*task)
         claim = json.dumps({"attempt": attempt.to_json()}).encode()
         response = transport.request(
             "POST", task_resource + WRITERS_PATH + _WITHOUT_METRICS, claim, deadline

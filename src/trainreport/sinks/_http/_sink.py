@@ -167,7 +167,8 @@ class HttpSink(Sink):
             the first :meth:`open`: the attempt number from
             ``TRAINREPORT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``,
             ``SLURM_RESTART_COUNT`` or ``AWS_BATCH_JOB_ATTEMPT``, and the
-            process's start time.
+            process's start time (moved past a dead attempt's when this
+            process took over this job and task's journal from it).
 
     Raises:
         ConfigError: a non-positive timeout, request cap or body limit, a ``task_path``
@@ -493,6 +494,7 @@ class HttpSink(Sink):
         session = open_session(
             self._transport,
             self._path,
+            task=(self.job_id, self.task_id),
             use_extension=self.use_extension,
             attempt=self.attempt,
             max_request_bytes=self.max_request_bytes,
