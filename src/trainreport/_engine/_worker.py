@@ -263,6 +263,7 @@ class Worker:
             warn_if_unsent_old(
                 self.destinations, self.recorder, self.config.unsent_warning_seconds, now
             )
+            core.check_behind(now)
         except Exception as exc:  # a bug must not kill the thread; back off instead
             core.cycle_failed(exc, self.clock())
         return self._sleep_seconds()
