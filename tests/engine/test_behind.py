@@ -32,13 +32,13 @@ from trainreport import (
     ReportingConfig,
     RetryLater,
 )
-from trainreport._engine._behind import BEHIND_WARNING_POINTS, LagWatch
+from trainreport._engine._behind import BEHIND_WARNING_POINTS, CHECK_SECONDS, LagWatch
 from trainreport._engine._core import EngineCore
 from trainreport._engine._destination import Job, new_destination
 from trainreport._record._recorder import Recorder
 from trainreport._record._store import POINT_COLUMN_BYTES, Series
 from trainreport._wire._sink_interface import SendResult
-from trainreport.testing import capture_events
+from trainreport.testing import FakeClock, capture_events
 
 _BEHIND = "trainreport.destination_behind"
 _CAUGHT_UP = "trainreport.destination_caught_up"
@@ -350,9 +350,11 @@ def test_the_memory_a_point_costs_is_what_the_store_s_columns_hold() -> None:
 
 def test_the_reporter_thread_checks_at_every_cycle() -> None:
     """A reporter whose sends fail: the cycle that drains the 6th point warns (threshold 5)."""
+    clock = FakeClock()
     sink = ScriptedSink(MemorySink(series_suffix=True))
     sink.fail_sends.extend(RetryLater("503") for _ in range(100))
-    reporter = Reporter(sink, ReportingConfig(backoff_jitter=0.0, journal=False), rank=0)
+    config = ReportingConfig(backoff_jitter=0.0, journal=False)
+    reporter = Reporter(sink, config, clock=clock, rank=0)
     worker = drive(reporter)
     worker.core.lag = LagWatch(1, (5,))
     try:
@@ -360,12 +362,36 @@ def test_the_reporter_thread_checks_at_every_cycle() -> None:
             worker.cycle()  # the open
             for step in range(1, 6):
                 reporter.report_train_step(step=step, metrics={"loss": 1.0})
+            clock.advance(1.0)
             worker.cycle()
             quiet = list(_behind(events))
             reporter.report_train_step(step=6, metrics={"loss": 1.0})
+            clock.advance(1.0)
             worker.cycle()
     finally:
         reporter.close(timeout=0.5)
 
     assert [] == quiet
     assert [6] == [e["points_unsent"] for e in _behind(events)]
+
+
+def test_points_lacked_are_counted_at_most_once_a_second() -> None:
+    """Passes every 0.25 s: past the threshold at 0.25 s, the warning comes at the 1 s pass.
+
+    However often the reporter thread wakes, the count (a sum over the series
+    per destination) is made at most once per ``CHECK_SECONDS``.
+    """
+    core = make_suffix_core(behind_points=(10,), backlog_send_points=100_000)
+    dest = core.destinations[0]
+    record_wide(core, 0.0, 1, 10, first=True)
+    assert core.running_request(dest, 0.0) is not None  # held in flight: nothing acknowledged
+    warned_at = []
+    with capture_events() as events:
+        for quarter in range(6):
+            t = quarter / 4
+            if quarter == 1:
+                record_wide(core, t, 2, 10)
+            core.check_behind(t)
+            warned_at.extend(t for _ in _behind(events)[len(warned_at) :])
+
+    assert (1.0, [1.0]) == (CHECK_SECONDS, warned_at)

@@ -36,6 +36,7 @@ from trainreport._record._store import POINT_COLUMN_BYTES
 
 __all__ = [
     "BEHIND_WARNING_POINTS",
+    "CHECK_SECONDS",
     "RATE_WINDOW_SECONDS",
     "LagWatch",
     "behind_cause",
@@ -54,6 +55,12 @@ BEHIND_WARNING_POINTS: tuple[int, ...] = (1_000_000, 10_000_000, 100_000_000)
 RATE_WINDOW_SECONDS = 60.0
 _SAMPLE_SECONDS = RATE_WINDOW_SECONDS / 4
 _SAMPLES = 5
+#: The points lacked are counted at most this often (scheduling clock, seconds): a pass
+#: can come every 50 ms, and a destination falls behind by a million points in seconds
+#: at the fastest (docs/performance.md: 500,000 points a second), so a warning comes at
+#: most this late while the count's cost (one sum over the series per destination,
+#: ``benchmarks/bench_lag_watch.py``) stays bounded however often the thread wakes.
+CHECK_SECONDS = 1.0
 
 #: What a slow destination (its last request was delivered) should make the user do.
 _SLOW_HINT = (
@@ -144,6 +151,7 @@ class LagWatch:
         #: Per destination: when it last warned, while it has not caught up since.
         self._behind_since: list[float | None] = [None] * destinations
         self._samples: collections.deque[_Sample] = collections.deque(maxlen=_SAMPLES)
+        self._checked_at: float | None = None
 
     def check(
         self,
@@ -156,6 +164,9 @@ class LagWatch:
     ) -> None:
         """Warn for each destination past a threshold it has not warned at; note who caught up.
 
+        At most once per :data:`CHECK_SECONDS` of ``now``: a call sooner after
+        the last one does nothing.
+
         Args:
             destinations: the reporter's destinations.
             recorder: the attempt's state (its counts are read, under its lock).
@@ -167,8 +178,10 @@ class LagWatch:
 
         Never raises (a count that cannot be read is a bug the core's pass catches).
         """
-        if not self.thresholds:
+        last = self._checked_at
+        if not self.thresholds or (last is not None and 0 <= now - last < CHECK_SECONDS):
             return
+        self._checked_at = now
         samples = self._samples
         if not samples or now - samples[-1].at >= _SAMPLE_SECONDS:
             samples.append(self._sample(recorder, now))
