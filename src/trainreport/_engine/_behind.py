@@ -62,21 +62,26 @@ _SAMPLES = 5
 #: ``benchmarks/bench_lag_watch.py``) stays bounded however often the thread wakes.
 CHECK_SECONDS = 1.0
 
-#: What a slow destination (its last request was delivered) should make the user do.
-_SLOW_HINT = (
+#: What a slow destination (its last request was delivered) should make the user do,
+#: by wire mode; a longer ``min_report_interval_seconds`` would not help either.
+_SLOW = (
     "the destination answers but takes fewer points a second than the run makes; a "
-    "longer min_report_interval_seconds does not help (a series-suffix destination "
-    "that lacks many points is sent to as soon as its last request ends, and a "
-    "full-state one is sent the whole run at every send). Use a "
-    "service that keeps up (the reference server, `trainreport serve`, takes only the "
-    "points it lacks: the series-suffix extension; a faster or nearer server), or "
-    "make fewer points: keep fewer histories (ReportingConfig(time_series_metrics="
-    "...): the others keep only their current value) or report every few steps "
+    "longer min_report_interval_seconds does not help "
+)
+_FEWER_POINTS = (
+    "or make fewer points: keep fewer histories (ReportingConfig(time_series_metrics="
+    "...): the other metrics keep only their current value) or report every few steps "
     "instead of every step"
 )
-_FULL_STATE_HINT = (
-    "; a full-state destination (a plain job API) is sent every point at every send: "
-    "the reference server takes series suffixes instead"
+_SLOW_SUFFIX_HINT = (
+    _SLOW + "(a series-suffix destination that lacks many points is sent to as soon as "
+    "its last request ends). Give it a service that keeps up (a faster or less loaded "
+    "server, nearer the job), " + _FEWER_POINTS
+)
+_SLOW_FULL_STATE_HINT = (
+    _SLOW + "(a full-state destination is sent every point at every send). Use a "
+    "service that takes series suffixes (the reference server, `trainreport serve`: "
+    "only the points it lacks at each send), " + _FEWER_POINTS
 )
 _FAILING_HINT = (
     "its requests fail (last_error): the points wait in memory until it answers "
@@ -244,7 +249,7 @@ class LagWatch:
         cause = behind_cause(dest, recorder)
         if cause == "slow":
             full_state = dest.full_state and not dest.never_opened
-            hint = _SLOW_HINT + (_FULL_STATE_HINT if full_state else "")
+            hint = _SLOW_FULL_STATE_HINT if full_state else _SLOW_SUFFIX_HINT
         elif cause == "failing":
             hint = _FAILING_HINT
         elif cause == "superseded":

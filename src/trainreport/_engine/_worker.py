@@ -254,6 +254,10 @@ class Worker:
                     self.recorder.record_system(now, sample)
             self._record_journal(drained_at)
             core.seed_if_decided(now)
+            # Before the sends: a destination sent to on this thread holds the thread for
+            # its request, and what is reported meanwhile waits in the queue; drained
+            # just now, it is what the destination lacks (docs/engine.md, "Memory").
+            core.check_behind(now)
             for dest in self.destinations:
                 self._settle(dest)
                 self._perform(dest, core.running_request(dest, now))
@@ -263,7 +267,6 @@ class Worker:
             warn_if_unsent_old(
                 self.destinations, self.recorder, self.config.unsent_warning_seconds, now
             )
-            core.check_behind(now)
         except Exception as exc:  # a bug must not kill the thread; back off instead
             core.cycle_failed(exc, self.clock())
         return self._sleep_seconds()
