@@ -395,3 +395,30 @@ def test_points_lacked_are_counted_at_most_once_a_second() -> None:
             warned_at.extend(t for _ in _behind(events)[len(warned_at) :])
 
     assert (1.0, [1.0]) == (CHECK_SECONDS, warned_at)
+
+
+def test_what_waited_in_the_queue_counts_before_the_send_on_the_reporter_thread() -> None:
+    """One destination, no journal: its sends hold the reporter thread, the reports queue.
+
+    The pass that drains them counts them before its send (which delivers
+    them all): 6 points past a threshold of 5 warn, though none is lacking
+    once the pass is over. Counted after the send, such a backlog would
+    never be seen, while it is memory all the same (the queue's).
+    """
+    clock = FakeClock()
+    sink = ScriptedSink(MemorySink(series_suffix=True))
+    reporter = Reporter(sink, ReportingConfig(journal=False), clock=clock, rank=0)
+    worker = drive(reporter)
+    worker.core.lag = LagWatch(1, (5,))
+    try:
+        with capture_events() as events:
+            worker.cycle()  # the open
+            for step in range(1, 7):
+                reporter.report_train_step(step=step, metrics={"loss": 1.0})
+            clock.advance(1.0)
+            worker.cycle()  # drains the six points and sends them at once (the first point)
+        unsent_after = worker.recorder.unsent_points(0)
+    finally:
+        reporter.close(timeout=0.5)
+
+    assert (0, [6]) == (unsent_after, [e["points_unsent"] for e in _behind(events)])
