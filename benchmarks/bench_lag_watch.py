@@ -14,7 +14,7 @@ clock moves 1 s a call, so every call counts and one in 15 samples.
 
 Run:
 
-    python benchmarks/bench_lag_watch.py             # 14, 100 and 1,000 series; 1 and 2 destinations
+    python benchmarks/bench_lag_watch.py   # 14, 100 and 1,000 series; 1 and 2 destinations
     pytest benchmarks/bench_lag_watch.py --benchmark-disable   # a short run
 """
 
@@ -41,7 +41,7 @@ from trainreport._wire._sink_interface import CAPABILITY_SERIES_SUFFIX
 
 
 def make_core(series: int, destinations: int) -> EngineCore:
-    """A core over ``destinations`` open series-suffix sinks, 10 points of ``series`` series each."""
+    """A core over ``destinations`` open series-suffix sinks, lacking 10 points of each series."""
     cfg = ReportingConfig(max_metric_names=max(series, 1))
     core = EngineCore(
         recorder=Recorder(cfg, destinations=destinations),

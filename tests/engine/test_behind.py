@@ -92,7 +92,7 @@ def test_a_destination_that_takes_nothing_warns_once_at_each_threshold() -> None
     dest = core.destinations[0]
     dest.label = "the job API"
     down = [_Service(RetryLater("503 overloaded"))]
-    failures_when_warned = []
+    failures_when_warned: list[int] = []
     with capture_events() as events:
         for step in range(1, 102):  # 10 points a second
             record_wide(core, float(step), step, 10, first=step == 1)
@@ -108,7 +108,7 @@ def test_a_destination_that_takes_nothing_warns_once_at_each_threshold() -> None
     first = warned[0]
     expected = {
         "destination": "the job API",
-        "memory_bytes": 110 * 28,
+        "unsent_memory_bytes": 110 * 28,
         "cause": "failing",
         "wire_mode": "series-suffix",
         "consecutive_failures": failures_when_warned[0],
@@ -331,7 +331,7 @@ def test_the_default_thresholds_are_a_million_points_and_each_decade_to_a_hundre
         (1_000_000, 1_000_001, 28_000_028),
         (10_000_000, 10_000_001, 280_000_028),
         (100_000_000, 100_000_001, 2_800_000_028),
-    ] == [(e["threshold"], e["points_unsent"], e["memory_bytes"]) for e in _behind(events)]
+    ] == [(e["threshold"], e["points_unsent"], e["unsent_memory_bytes"]) for e in _behind(events)]
     assert (1_000_000, 10_000_000, 100_000_000) == BEHIND_WARNING_POINTS
     assert BEHIND_WARNING_POINTS == make_core().lag.thresholds
     assert None is _behind(events)[0]["wire_mode"]  # never opened: its open says which
@@ -349,7 +349,10 @@ def test_the_memory_a_point_costs_is_what_the_store_s_columns_hold() -> None:
 
 
 def test_the_reporter_thread_checks_at_every_cycle() -> None:
-    """A reporter whose sends fail: the cycle that drains the 6th point warns (threshold 5)."""
+    """A reporter whose sends fail: the cycle that drains the 6th point warns (threshold 5).
+
+    ``stats()`` gives the same points and memory for the destination.
+    """
     clock = FakeClock()
     sink = ScriptedSink(MemorySink(series_suffix=True))
     sink.fail_sends.extend(RetryLater("503") for _ in range(100))
@@ -368,11 +371,15 @@ def test_the_reporter_thread_checks_at_every_cycle() -> None:
             reporter.report_train_step(step=6, metrics={"loss": 1.0})
             clock.advance(1.0)
             worker.cycle()
+        figures = reporter.stats().destinations[0]
     finally:
         reporter.close(timeout=0.5)
 
     assert [] == quiet
-    assert [6] == [e["points_unsent"] for e in _behind(events)]
+    [warned] = _behind(events)
+    assert (6, 6 * 28) == (warned["points_unsent"], warned["unsent_memory_bytes"])
+    # stats() says the same (nothing is queued between two cycles)
+    assert (6, 6 * 28) == (figures.points_unsent, figures.unsent_memory_bytes)
 
 
 def test_points_lacked_are_counted_at_most_once_a_second() -> None:
@@ -385,7 +392,7 @@ def test_points_lacked_are_counted_at_most_once_a_second() -> None:
     dest = core.destinations[0]
     record_wide(core, 0.0, 1, 10, first=True)
     assert core.running_request(dest, 0.0) is not None  # held in flight: nothing acknowledged
-    warned_at = []
+    warned_at: list[float] = []
     with capture_events() as events:
         for quarter in range(6):
             t = quarter / 4

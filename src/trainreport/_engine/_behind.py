@@ -6,12 +6,16 @@ The store keeps in memory every point some destination has not acknowledged
 second than the run makes (a slow or overloaded service answers 2xx: no
 ``send_failed``) or that is down for hours, the points it lacks pile up in the
 training process's memory, and the first sign would be the job's RSS. So the
-engine core asks :meth:`LagWatch.check` at every pass of the reporter thread,
-fed ``(state, now)``: when one destination lacks more than
-:data:`BEHIND_WARNING_POINTS`' first threshold (1,000,000 points), one
-``trainreport.destination_behind`` warning says how many, the memory they hold,
-whether its requests fail or succeed, the rates it takes and the run makes
-points at, and what to do; again past 10 M and 100 M. Each threshold warns once
+engine core asks :meth:`LagWatch.check` at every pass of the reporter thread
+(it counts at most once per :data:`CHECK_SECONDS`), fed ``(state, now)``: when
+one destination lacks more than :data:`BEHIND_WARNING_POINTS`' first threshold
+(1,000,000 points), one ``trainreport.destination_behind`` warning says how
+many, the memory they hold, whether its requests fail or succeed, the rates it
+takes and the run makes points at, and what to do; again past 10 M and 100 M.
+The memory (``unsent_memory_bytes``) is those points at what the store really
+costs a point, its four columns (``POINT_COLUMN_BYTES`` in ``_record/_store.py``,
+28 bytes): the arrays' capacity is up to 1/16 more, and a journal's in-memory
+state, when one is kept, holds about as much again (not counted). Each threshold warns once
 per destination per reporter: the warning cannot repeat per step, however the
 destination swings around a threshold. Once a destination that warned lacks
 fewer than the first threshold again, one ``trainreport.destination_caught_up``
@@ -266,7 +270,7 @@ class LagWatch:
             destination=dest.label,
             points_unsent=lacking,
             threshold=threshold,
-            memory_bytes=lacking * POINT_COLUMN_BYTES,
+            unsent_memory_bytes=lacking * POINT_COLUMN_BYTES,
             cause=cause,
             wire_mode=wire_mode,
             consecutive_failures=dest.scheduler.consecutive_failures,

@@ -27,6 +27,8 @@ While the journal's destination delivers what dead processes left, its
 requests are recovery's (:attr:`EngineCore.recovery`: a left-over's send, a
 re-open), handed out and settled like any other, their answers read by
 ``JournalKeeper.advance`` (docs/engine.md, "Recovery").
+A destination that falls behind (lacks more than a million points) warns,
+once per threshold (:meth:`EngineCore.check_behind`, ``_engine/_behind.py``).
 The answers are settled by the pure rules of ``_engine/_destination.py``; the resume
 decision is ``_engine/_resume.py``'s; how long the thread may sleep is
 :meth:`EngineCore.next_wait` (running) and :meth:`EngineCore.close_wait_seconds`
@@ -494,8 +496,8 @@ class EngineCore:
         store, so in memory) gets one ``trainreport.destination_behind``, and one
         ``trainreport.destination_caught_up`` once it lacks fewer than the first
         again (:class:`~trainreport._engine._behind.LagWatch`; docs/engine.md,
-        "Memory"). ``now`` is the scheduling clock (seconds). Never raises
-        an error of its own.
+        "Memory"). ``now`` is the scheduling clock (seconds). The driver asks
+        at every pass, right after the drain. Never raises.
         """
         keeper = self.resume.journal
         journal = None
