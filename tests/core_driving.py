@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trainreport import Delivered, MemorySink, Opened, ReportingConfig
-from trainreport._engine._core import EngineCore
+from trainreport._engine._behind import BEHIND_WARNING_POINTS
+from trainreport._engine._core import BACKLOG_SEND_POINTS, EngineCore
 from trainreport._engine._destination import Job, new_destination
 from trainreport._engine._journal_feed import JournalKeeper, RecoveryOutcome
 from trainreport._engine._resume import Resume
@@ -23,7 +24,14 @@ from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
 from trainreport._runlog._journal import Journal
-from trainreport._wire._sink_interface import OpenResult, SendResult, SeriesUpdate, Sink, Update
+from trainreport._wire._sink_interface import (
+    CAPABILITY_SERIES_SUFFIX,
+    OpenResult,
+    SendResult,
+    SeriesUpdate,
+    Sink,
+    Update,
+)
 
 #: What a scripted destination does with a request started at a time: its answer,
 #: and how long (seconds) it took; a request never outlives its timeout.
@@ -189,3 +197,49 @@ def run_close(
             return started, t
         t += max(wait, 0.0)
     raise AssertionError("the close never ended")
+
+
+def make_suffix_core(
+    destinations: int = 1,
+    *,
+    behind_points: Sequence[int] = BEHIND_WARNING_POINTS,
+    backlog_send_points: int = BACKLOG_SEND_POINTS,
+) -> EngineCore:
+    """A core over ``destinations`` series-suffix memory sinks, each opened (a new task) at 0.
+
+    Series-suffix destinations (the reference server, a run log) are sent only
+    the points they lack, so the backlog rule applies to them; ``behind_points``
+    are the ``trainreport.destination_behind`` thresholds (small ones in tests).
+    """
+    cfg = ReportingConfig(backoff_jitter=0.0, min_report_interval_seconds=10.0)
+    core = EngineCore(
+        recorder=Recorder(cfg, destinations=destinations),
+        destinations=[
+            new_destination(i, MemorySink(series_suffix=True), cfg) for i in range(destinations)
+        ],
+        config=cfg,
+        resume=Resume(None, interval=cfg.min_report_interval_seconds),
+        wall_clock=lambda: "2026-01-01T00:00:00.000Z",
+        backlog_send_points=backlog_send_points,
+        behind_points=behind_points,
+    )
+    core.begin(0.0)
+    for dest in core.destinations:
+        job = core.running_request(dest, 0.0)
+        assert job is not None
+        job.result = Opened(capabilities=frozenset({CAPABILITY_SERIES_SUFFIX}))
+        job.done = True
+        core.settle(dest, 0.0, 0.0, queue_empty=True)
+    assert all(d.in_step and d.suffix_mode for d in core.destinations)
+    return core
+
+
+def record_wide(core: EngineCore, t: float, step: int, width: int, *, first: bool = False) -> None:
+    """One training report of ``width`` metrics (``width`` points) at ``step``, drained at ``t``.
+
+    ``first``: the run's first point (it is sent at once, curves included).
+    """
+    metrics = {f"m{i}": 0.5 for i in range(width)}
+    queue: deque[Report] = deque([reports.train(t, step, None, metrics)])
+    urgent, _, _ = core.recorder.apply_all(queue)
+    core.drained(t, urgent=urgent, first_point=first)

@@ -81,6 +81,7 @@ def check_reporter(path: Path) -> None:
     assert_type(reporter.stats(), ReporterStats)
     assert_type(reporter.stats().destinations, tuple[DestinationStats, ...])
     assert_type(reporter.stats().destinations[0].thinned_to, int | None)
+    assert_type(reporter.stats().destinations[0].unsent_memory_bytes, int)
     assert_type(reporter.stats().journal, JournalStats | None)
     assert_type(reporter.sinks, tuple[Sink, ...])
     assert_type(reporter.snapshot(), dict[str, Any])

@@ -27,6 +27,8 @@ While the journal's destination delivers what dead processes left, its
 requests are recovery's (:attr:`EngineCore.recovery`: a left-over's send, a
 re-open), handed out and settled like any other, their answers read by
 ``JournalKeeper.advance`` (docs/engine.md, "Recovery").
+A destination that falls behind (lacks more than a million points) warns,
+once per threshold (:meth:`EngineCore.check_behind`, ``_engine/_behind.py``).
 The answers are settled by the pure rules of ``_engine/_destination.py``; the resume
 decision is ``_engine/_resume.py``'s; how long the thread may sleep is
 :meth:`EngineCore.next_wait` (running) and :meth:`EngineCore.close_wait_seconds`
@@ -40,10 +42,11 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 
+from trainreport._engine._behind import BEHIND_WARNING_POINTS, LagWatch
 from trainreport._engine._destination import (
     MAX_FLOOR_SECONDS,
     Destination,
@@ -396,6 +399,9 @@ class EngineCore:
             source, not read for any decision).
         backlog_send_points: the points a suffix-mode destination may lack
             before it is sent to inside the debounce (:data:`BACKLOG_SEND_POINTS`).
+        behind_points: the points a destination may lack before it warns
+            (``trainreport.destination_behind``), once per threshold
+            (``_engine/_behind.py``'s ``BEHIND_WARNING_POINTS``).
         journal_destination: the index of the destination the journal (if
             any, ``resume.journal``) is kept for: its opens are followed by
             the recovery of what dead processes left (docs/engine.md, "Recovery").
@@ -412,11 +418,14 @@ class EngineCore:
         resume: Resume,
         wall_clock: Callable[[], str],
         backlog_send_points: int = BACKLOG_SEND_POINTS,
+        behind_points: Sequence[int] = BEHIND_WARNING_POINTS,
         journal_destination: int = 0,
     ) -> None:
         self.recorder = recorder
         self.destinations = destinations
         self.backlog_send_points = backlog_send_points
+        #: Which destinations fell how far behind (``trainreport.destination_behind``).
+        self.lag = LagWatch(len(destinations), behind_points)
         self.config = config
         self.resume = resume
         self.wall_clock = wall_clock
@@ -504,6 +513,28 @@ class EngineCore:
             # there, and the run's are in the journal (docs/engine.md, "Resume, across
             # destinations").
             closing.states[dest.index].done = True
+
+    def check_behind(self, now: float) -> None:
+        """Running or flushing: warn once per threshold for a destination that fell behind.
+
+        A destination lacking more than each of ``behind_points`` points (in the
+        store, so in memory) gets one ``trainreport.destination_behind``, and one
+        ``trainreport.destination_caught_up`` once it lacks fewer than the first
+        again (:class:`~trainreport._engine._behind.LagWatch`; docs/engine.md,
+        "Memory"). ``now`` is the scheduling clock (seconds). The driver asks
+        at every pass, right after the drain. Never raises.
+        """
+        keeper = self.resume.journal
+        journal = None
+        if keeper is not None and not keeper.journal.failed:
+            journal = str(keeper.journal.paths.current)
+        self.lag.check(
+            self.destinations,
+            self.recorder,
+            now,
+            journal=journal,
+            journal_destination=self.journal_destination,
+        )
 
     def cycle_failed(self, exc: Exception, now: float) -> None:
         """The engine raised during a pass: every destination not in flight backs off."""

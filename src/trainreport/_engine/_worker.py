@@ -254,6 +254,10 @@ class Worker:
                     self.recorder.record_system(now, sample)
             self._record_journal(drained_at)
             core.seed_if_decided(now)
+            # Before the sends: a destination sent to on this thread holds the thread for
+            # its request, and what is reported meanwhile waits in the queue; drained
+            # just now, it is what the destination lacks (docs/engine.md, "Memory").
+            core.check_behind(now)
             for dest in self.destinations:
                 self._settle(dest)
                 self._perform(dest, core.running_request(dest, now))

@@ -19,6 +19,7 @@ import attrs
 from trainreport._engine._journal_feed import JournalWatch
 from trainreport._facade._histogram import LatencyHistogram
 from trainreport._record._reports import Report, queued_points
+from trainreport._record._store import POINT_COLUMN_BYTES
 
 if TYPE_CHECKING:
     from trainreport._engine._destination import Destination
@@ -58,6 +59,12 @@ class DestinationStats:
             delivered sends, journal recovery's included.
         points_delivered: points it is known to hold.
         points_unsent: points it is not known to hold (queued reports included).
+        unsent_memory_bytes: an estimate of the memory the store holds for the
+            points it lacks, bytes: those points (the queued ones left out:
+            ``ReporterStats.queue_bytes`` estimates the queue) at 28 bytes a
+            point, the store's four columns (``POINT_COLUMN_BYTES``,
+            docs/engine.md "Memory"); the same figure as
+            ``trainreport.destination_behind``'s.
         last_error: its last failure's reason, or None.
         last_success_at: wall-clock time (ISO 8601 UTC) of its last delivered send.
         superseded: it said a later attempt (or a later writer) owns the task
@@ -82,6 +89,7 @@ class DestinationStats:
     last_success_at: str | None
     superseded: bool = False
     thinned_to: int | None = None
+    unsent_memory_bytes: int = 0
 
 
 @attrs.frozen
@@ -277,6 +285,7 @@ def assemble_stats(
             last_success_at=dest.last_success_at,
             superseded=dest.superseded,
             thinned_to=thinned[dest.index],
+            unsent_memory_bytes=unsent[dest.index] * POINT_COLUMN_BYTES,
         )
         for dest in (driver.destinations if driver is not None else ())
     )

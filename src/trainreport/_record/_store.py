@@ -54,7 +54,14 @@ from typing import TypeAlias
 
 from trainreport._record._thinning import Columns, Summary, bucket_width, thin_series
 
-__all__ = ["RELEASE_MIN_POINTS", "UNKNOWN_TIME", "MetricStore", "Rewound", "Series"]
+__all__ = [
+    "POINT_COLUMN_BYTES",
+    "RELEASE_MIN_POINTS",
+    "UNKNOWN_TIME",
+    "MetricStore",
+    "Rewound",
+    "Series",
+]
 
 #: The time of a point whose wall-clock time is not known (seeded from a destination
 #: that keeps none): NaN in the times column, ``null`` on the wire.
@@ -62,6 +69,11 @@ UNKNOWN_TIME = float("nan")
 
 #: One series a rewind cut: (qualified name, its last step before, points removed).
 Rewound: TypeAlias = "tuple[str, int, int]"
+
+#: The bytes one point in memory costs the store: one item of each of a series' four
+#: columns (step ``q``, epoch ``i``, value ``d``, time ``d``: 8 + 4 + 8 + 8 = 28). The
+#: arrays' allocated capacity is a little more (CPython grows an array by about 1/16).
+POINT_COLUMN_BYTES = sum(array(code).itemsize for code in "qidd")
 
 #: Points leave memory in batches of at least this many a series (``MetricStore.release``).
 RELEASE_MIN_POINTS = 256
