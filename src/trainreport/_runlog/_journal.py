@@ -53,7 +53,13 @@ from trainreport._logging import describe_exception, get_logger
 from trainreport._runlog._format import HEADER, HEADER_CRC_SPAN, MAGIC, RecordKind
 from trainreport._runlog._replay import DamageKind, replay
 from trainreport._runlog._state import LogState
-from trainreport._runlog._writer import LogBusyError, RunLogWriter, names_file, open_locked
+from trainreport._runlog._writer import (
+    LogBusyError,
+    RunLogWriter,
+    log_temporaries_removed,
+    names_file,
+    open_locked,
+)
 from trainreport._wire._attempt import AttemptIdentity, current_attempt, follow
 from trainreport._wire._protocol import ID_PATTERN
 from trainreport._wire._sink_interface import Update
@@ -309,6 +315,30 @@ def _take_lock(path: Path) -> int | None:
         return None
 
 
+def _lock_left_journal(path: Path) -> int | None:
+    """Take the run log lock of the journal at ``path``, to move it; ``None`` when there is none.
+
+    The writer of a journal holds its file's lock (``flock``) as long as it
+    lives, whatever became of the task's lock file: a ``<task>.log`` whose
+    lock is held is a live process's journal, never a dead one's, even when a
+    cleanup deleted ``<task>.lock`` and so let another process take a new one.
+
+    Returns:
+        the descriptor holding the lock (close it once the file is moved),
+        or ``None`` when no file is at ``path``.
+
+    Raises:
+        LogBusyError: a live process writes the journal at ``path``.
+        OSError: the file cannot be opened.
+    """
+    try:
+        return open_locked(path, os.O_RDONLY, create=False)
+    except FileNotFoundError:
+        return None
+    except LogBusyError as exc:
+        raise LogBusyError(0, "another live process writes this task's journal") from exc
+
+
 def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[RunLogWriter, int]:
     """A new journal at ``paths`` holding ``old``'s state; its lock taken again when it went.
 
@@ -321,7 +351,8 @@ def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[R
 
     Raises:
         OSError: the new journal cannot be created, locked or written
-            (``LogBusyError``: another process claimed the task meanwhile).
+            (``LogBusyError``: another process claimed the task meanwhile, or
+            writes a ``<task>.log`` there).
     """
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     taken: int | None = None
@@ -332,8 +363,14 @@ def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[R
                 0, "another process claimed this task's journal after it was deleted"
             )
     try:
-        if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
-            paths.set_aside(paths.current)
+        # Not ours (ours is gone): a dead process's is set aside as claim() does; one
+        # whose lock is held is a live process's journal, never moved (LogBusyError).
+        left = _lock_left_journal(paths.current)
+        if left is not None:
+            try:
+                paths.set_aside(paths.current)
+            finally:
+                os.close(left)
         writer = RunLogWriter.open(paths.current, run=old.run)
         try:
             writer.min_compact_bytes = old.min_compact_bytes
@@ -449,6 +486,14 @@ class Journal:
             if refused is not None:
                 refused(state, reason)
 
+        def busy(reason: str) -> None:
+            _log.warning(
+                "trainreport.journal_busy",
+                path=str(paths.current),
+                reason=f"{reason}; this one runs without a journal",
+            )
+            refuse("busy", reason)
+
         try:
             paths = JournalPaths(directory, job_id, task_id)
         except ValueError as exc:
@@ -460,17 +505,28 @@ class Journal:
             paths.job_dir.mkdir(parents=True, exist_ok=True)
             lock_fd = _take_lock(paths.lock)
             if lock_fd is None:
-                reason = "another live process keeps this task's journal"
-                _log.warning(
-                    "trainreport.journal_busy",
-                    path=str(paths.current),
-                    reason=f"{reason}; this one runs without a journal",
-                )
-                refuse("busy", reason)
+                busy("another live process keeps this task's journal")
                 return None
+            try:
+                left = _lock_left_journal(paths.current)
+            except LogBusyError:
+                os.close(lock_fd)
+                lock_fd = None
+                busy(
+                    "another live process still writes this task's journal (its lock file "
+                    "was deleted: a cleanup of journal_dir?)"
+                )
+                return None
+            # Only the holder of both locks can be compacting the journal: what a kill
+            # left between a compaction's write and its rename goes, before anything
+            # needs room on the disk.
+            log_temporaries_removed(paths.current)
             seq = paths.next_seq()
-            if paths.current.exists():
-                moved = paths.set_aside(paths.current)
+            if left is not None:
+                try:
+                    moved = paths.set_aside(paths.current)
+                finally:
+                    os.close(left)
                 _log.info("trainreport.journal_left_over", path=str(moved))
             for left in paths.left_over():  # dead attempts: this one comes after them
                 follow(JournalOwner.of(_first_run(left)).attempt())
@@ -551,9 +607,11 @@ class Journal:
         if self.failed:
             return False
         paths, old, lock = self.paths, self.writer, self._lock_fd
-        if (old.fd is None or names_file(old.fd, paths.current)) and (
-            lock is None or names_file(lock, paths.lock)
-        ):
+        file_ours = old.fd is None or names_file(old.fd, paths.current)
+        if file_ours and (lock is None or names_file(lock, paths.lock)):
+            return True
+        if file_ours:  # only the lock file went: the journal stays in its own file
+            self._take_lock_again()
             return True
         try:
             self._writer, self._lock_fd = _reopen(paths, old, lock)
@@ -575,6 +633,40 @@ class Journal:
                 f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
             )
         return True
+
+    def _take_lock_again(self) -> None:
+        """Take the task's lock again after its file was deleted (``<task>.log`` was not).
+
+        Meanwhile the journal's file is still locked by its writer, and a
+        claim (or another process's restart) asks that lock before it takes a
+        ``<task>.log`` for a dead process's: nobody moves the journal or claims
+        the task. Refused (another process's claim holds the new lock while it
+        asks: it will find the log held and run without a journal), the
+        journal goes on in its file and tries again at its next write. Logged
+        as a restart (``trainreport.journal_deleted``, the first 3 times).
+        Never raises.
+        """
+        try:
+            taken = _take_lock(self.paths.lock)
+        except OSError:
+            return
+        if taken is None:
+            return
+        released, self._lock_fd = self._lock_fd, taken
+        if released is not None:
+            os.close(released)
+        self.restarts += 1
+        if self.restarts <= _LOGGED_RESTARTS:
+            _log.warning(
+                "trainreport.journal_deleted",
+                path=str(self.paths.lock),
+                restarts=self.restarts,
+                reason="the journal's lock file was deleted or replaced while this process "
+                "wrote the journal (a cleanup of journal_dir?); the lock is taken again and "
+                "the journal goes on in its own file",
+                hint="keep cleanups of journal_dir away from jobs that are running; after "
+                f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
+            )
 
     def append(self, update: Update) -> bool:
         """Append ``update`` (series suffixes at this journal's lengths) with one ``write()``.
@@ -754,6 +846,17 @@ class Journal:
         self._release(remove_files=remove and not self.left_over)
 
     def _release(self, *, remove_files: bool) -> None:
+        """Give the task up: close the journal's file and the lock's, as a process's end does.
+
+        Both are the claim (a claimant asks the journal file's lock too, since a
+        cleanup may have deleted the lock file), so both are released here;
+        tests model a killed process with ``_release(remove_files=False)``.
+        With ``remove_files``, the lock file goes first (while still held: see
+        :func:`_take_lock`), then the job's directory when empty. Never raises.
+        """
+        if self._writer is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._writer.close()  # closed already when close() called this
         fd, self._lock_fd = self._lock_fd, None
         if fd is None:
             return
