@@ -249,6 +249,7 @@ def test_a_deleted_lock_file_never_lets_a_second_claim_take_the_live_journal(
     assert ["trainreport.journal_busy"] == [e["event"] for e in events]
     assert not (tmp_path / "job-1" / "train.left").exists()
     assert first.append(update("train_loss", 3, [4, 5]))
+    assert first.writer.fd is not None
     assert names_file(first.writer.fd, current)  # its own file, never set aside
     assert Journal.claim(tmp_path, "job-1", "train") is None  # its lock again
     assert not (tmp_path / "job-1" / "train.left").exists()
@@ -310,11 +311,13 @@ def test_a_restart_never_sets_aside_a_journal_another_live_process_writes(
 
     assert first.failed
     assert ["trainreport.journal_write_failed"] == [e["event"] for e in events]
+    assert second.writer.fd is not None
     assert names_file(second.writer.fd, current)
     assert not (job_dir / "train.left").exists()
     assert second.append(update("train_loss", 2, [9]))
     assert [7, 8, 9] == _steps(current)
     first.close(delivered=False)
+    assert second.writer.fd is not None
     assert names_file(second.writer.fd, current)
     second.close(delivered=False)
     assert [7, 8, 9] == _steps(current)

@@ -14,9 +14,15 @@ Each name ends in its own suffix (``.lock``, ``.log``, ``.left``), so no task
 id's files can be mistaken for another's. The lock is the claim: only its
 holder appends, moves or removes any of the task's files, so two live
 processes never share a journal; a second process on the same task runs
-without one (``trainreport.journal_busy``). A ``<task>.log`` found by the
-process that takes the lock was left by a process that died (the lock dies
-with its holder): it is moved into ``<task>.left/`` for recovery.
+without one (``trainreport.journal_busy``). The journal file's own lock (the
+run log's ``flock``, held by its writer) is asked too, because a cleanup may
+delete ``<task>.lock`` alone: a ``<task>.log`` whose lock is held is a live
+process's journal, and the claimant runs without one, as when ``<task>.lock``
+is held; the live journal takes a new ``<task>.lock`` at its next write. A
+``<task>.log`` found unlocked by the process that takes the lock was left by a
+process that died (both locks die with their holder): it is moved into
+``<task>.left/`` for recovery, after the temporary files of a compaction the
+kill cut short (``.<task>.log.<8 hex digits>.tmp``) are removed.
 
 The run log's RUN record names the job and task and says ``"journal": "1"``;
 ``"offsets": "local"`` while the process has not read the stored task (its
@@ -33,7 +39,34 @@ or a recovering process's) and ``superseded: "1"`` once a later attempt or
 writer took the task. A journal written before these keys existed has none of
 them and is treated as before (``docs/engine.md``, "Recovery").
 
-Not thread-safe: one thread (the reporter thread) drives a journal.
+Threads: the reporter thread claims a journal and makes every call that writes
+or checks its files (:meth:`Journal.append`, ``mark_writer``, ``sync``,
+``reset``, ``trim``, ``ensure_file``, ``close``; ``mark_writer`` too, since the
+open's answer is settled there, ``_engine/_worker.py``'s ``Worker._react``).
+Two other threads touch it:
+
+* the journal destination's sender thread, running a recovery request
+  (``_engine/_journal_feed.py``'s ``run_recovery``), calls
+  :func:`mark_sent_under` on a left-over and :meth:`Journal.delivered_left_over`
+  (which removes the file and its entry in ``left_over``) while that request
+  is in flight: the engine core hands out one recovery request at a time, and
+  the reporter thread changes ``left_over`` only when it settles one, so the
+  two never change the list at once (a read of it elsewhere takes a copy,
+  ``list(left_over)``);
+* any thread reads the plain attributes (``Reporter.stats()``, ``close()``'s
+  report: ``failed``, ``error``, ``fsynced_at``, ``restarts``,
+  ``bytes_written``, ``closed``, ``removed``), each one read, never torn.
+
+``Journal``'s write lock guards the file and what describes it: the writer and
+its descriptor, the lock file's descriptor, ``failed`` and ``error``, the
+``fsync`` bookkeeping and ``restarts``. Every method that writes holds it for
+its whole call (``append``, ``mark_writer``, ``sync``, ``reset``, ``trim``,
+``close``), ``ensure_file`` included, which they call first (it may start a new
+file), so a call from another thread never interleaves with the reporter
+thread's writes; uncontended today, it costs one acquire a record. The module's
+functions keep no state: :func:`mark_sent_under` is guarded by the left-over's
+own run log lock (a second writer is refused), and ``JournalPaths`` only names
+and moves files.
 """
 
 from __future__ import annotations
@@ -365,12 +398,12 @@ def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[R
     try:
         # Not ours (ours is gone): a dead process's is set aside as claim() does; one
         # whose lock is held is a live process's journal, never moved (LogBusyError).
-        left = _lock_left_journal(paths.current)
-        if left is not None:
+        dead_fd = _lock_left_journal(paths.current)
+        if dead_fd is not None:
             try:
                 paths.set_aside(paths.current)
             finally:
-                os.close(left)
+                os.close(dead_fd)
         writer = RunLogWriter.open(paths.current, run=old.run)
         try:
             writer.min_compact_bytes = old.min_compact_bytes
@@ -412,7 +445,13 @@ class Journal:
         error: why it failed, or ``None``.
         fsynced_at: when (ISO 8601 UTC) it was last ``fsync``-ed, or ``None``.
         closed: :meth:`close` ran; ``removed`` says whether the file went with it.
-        restarts: times its file was found deleted and a new one started (:meth:`ensure_file`).
+        restarts: times its file was found deleted and a new one started, or its
+            lock file and the lock taken again (:meth:`ensure_file`).
+
+    Threads: see the module's docstring. The reporter thread calls every
+    method but :meth:`delivered_left_over` (the sender thread's, during a
+    recovery request); any thread may read the attributes. The write lock
+    guards the file and its state, held by every method that writes.
     """
 
     def __init__(
@@ -441,8 +480,9 @@ class Journal:
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
         self._earlier_bytes = 0  # written by the writers a restart replaced
-        #: Writes to the file: the reporter thread records; the journal
-        #: destination's open (on its sender thread) marks the generation.
+        #: Held by every write (append, mark_writer, sync, reset, trim, close) and
+        #: the restart it may begin (ensure_file): guards the writer, both
+        #: descriptors, failed/error, the fsync bookkeeping and restarts.
         self._write_lock = threading.Lock()
         #: An append since the last ``fsync`` (:meth:`sync` has something to do).
         self._unsynced = False
@@ -508,7 +548,7 @@ class Journal:
                 busy("another live process keeps this task's journal")
                 return None
             try:
-                left = _lock_left_journal(paths.current)
+                dead_fd = _lock_left_journal(paths.current)
             except LogBusyError:
                 os.close(lock_fd)
                 lock_fd = None
@@ -522,11 +562,11 @@ class Journal:
             # needs room on the disk.
             log_temporaries_removed(paths.current)
             seq = paths.next_seq()
-            if left is not None:
+            if dead_fd is not None:
                 try:
                     moved = paths.set_aside(paths.current)
                 finally:
-                    os.close(left)
+                    os.close(dead_fd)
                 _log.info("trainreport.journal_left_over", path=str(moved))
             for left in paths.left_over():  # dead attempts: this one comes after them
                 follow(JournalOwner.of(_first_run(left)).attempt())
@@ -598,7 +638,10 @@ class Journal:
         the journal appending to a file no longer there, lost at the next
         kill. Then the lock is taken again and a new journal holds what this
         one holds (every point not known delivered, the task fields), logged
-        (``trainreport.journal_deleted``). Two ``stat`` calls a file, per write.
+        (``trainreport.journal_deleted``). When only the lock file went, the
+        lock is taken again and the journal stays in its own file
+        (:meth:`_take_lock_again`). Two ``stat`` calls a file, per write.
+        Called by the writing methods, with the write lock held.
 
         Returns:
             True when the journal can be written. Never raises: a new journal
@@ -698,8 +741,10 @@ class Journal:
 
         Appends one RUN record (with one ``write()`` and an ``fsync``: it is
         written once per open, before any send under that generation) when
-        something changed. Thread-safe (the open runs on the destination's
-        sender thread when there are several destinations).
+        something changed. Called on the reporter thread, right after it
+        settles an open's answer (``Worker._react``) and when the destination
+        was superseded; it holds the write lock like every write, so it is
+        safe from another thread too.
 
         Returns:
             True when the journal now says so. Never raises (see :meth:`append`).
@@ -801,7 +846,14 @@ class Journal:
     # --- left-overs and closing -------------------------------------------------------
 
     def delivered_left_over(self, path: Path) -> None:
-        """A left-over journal was delivered: remove it. Never raises."""
+        """A left-over journal was delivered: remove it. Never raises.
+
+        Called on the journal destination's sender thread during a recovery
+        request (``run_recovery``), while the reporter thread leaves
+        ``left_over`` alone until it settles that request; it touches only
+        ``left_over`` and the left-over's files, never the journal's own (no
+        write lock).
+        """
         with contextlib.suppress(ValueError):
             self.left_over.remove(path)
         with contextlib.suppress(OSError):

@@ -18,7 +18,11 @@ Costs, by design (``docs/engine.md``, "The run log"):
   :meth:`RunLogWriter.compaction_due` says the log has grown past about twice
   the snapshot it would compact to; so bytes written stay linear in the run.
 
-Not thread-safe: one thread (the reporter thread) drives a writer.
+Not thread-safe: one thread at a time drives a writer. A ``FileSink``'s writer
+is driven by the thread that performs its destination's requests (the
+reporter thread, or the destination's sender thread, one request at a time);
+a journal's by the calls that hold the journal's write lock
+(:mod:`trainreport._runlog._journal`).
 """
 
 from __future__ import annotations
