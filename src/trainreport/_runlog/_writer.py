@@ -212,10 +212,13 @@ def remove_temporaries(path: Path) -> tuple[int, int]:
         ``(files removed, bytes freed)``. Never raises: a file that cannot be
         removed is left.
     """
-    pattern = _temporary_pattern(path)
+    pattern, prefix = _temporary_pattern(path), f".{path.name}."
     files = freed = 0
     try:
-        names = [e.name for e in os.scandir(path.parent) if pattern.fullmatch(e.name)]
+        with os.scandir(path.parent) as entries:
+            names = [
+                e.name for e in entries if e.name.startswith(prefix) and pattern.fullmatch(e.name)
+            ]
     except OSError:
         return 0, 0
     for name in names:
