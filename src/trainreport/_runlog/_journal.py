@@ -506,7 +506,10 @@ class Journal:
     ) -> Journal | None:
         """Claim the journal of ``job_id``/``task_id`` under ``directory`` for this process.
 
-        Creates the directories, takes the task's lock, moves a journal a dead
+        Creates the directories, takes the task's lock, asks the lock of a
+        ``<task>.log`` there (held: a live process writes it, its lock file
+        was deleted; this one runs without a journal), removes the temporary
+        files of a compaction a kill cut short, moves a journal a dead
         process left into the left-over directory, orders this process's
         attempt after every left-over's (``_wire._attempt.follow``: its claim at
         the service is not refused as older when its clock was stepped back),
