@@ -20,10 +20,17 @@ Figures, per run length N:
 3. **loop slowdown**: the loop's wall time over the same loop with no
    reporting, run just before and after it (noise hits both).
 
+4. **open beside N files** (``--open-beside N``, repeatable): one
+   ``RunLogWriter.open`` and ``close`` of a small log in a directory holding N
+   other run logs, microseconds (median of 5 samples of 200 opens): the open
+   lists its directory for the temporaries a kill during a compaction left
+   (``docs/engine.md``, "Writing, flushing, fsync, compaction").
+
 Run:
 
     python benchmarks/bench_run_log.py                          # N = 2,000 and 20,000
     python benchmarks/bench_run_log.py --compare-with OLD_TREE  # side by side
+    python benchmarks/bench_run_log.py --open-beside 1 --open-beside 10000 --compare-with OLD
     pytest benchmarks/bench_run_log.py --benchmark-disable      # a short run
 
 ``--compare-with`` takes a checkout of an older version (for example ``git
@@ -37,9 +44,11 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +167,49 @@ def measure(steps: int, *, rounds: int = 1, iterations: int | None = None) -> di
     }
 
 
+def measure_open(others: int, *, opens: int = 200, samples: int = 5) -> float:
+    """Median microseconds of one ``RunLogWriter.open`` and ``close`` of a small log
+    in a directory holding ``others`` other (one-byte) files."""
+    from trainreport._runlog._writer import RunLogWriter  # noqa: PLC0415 - the tree measured
+
+    with tempfile.TemporaryDirectory(prefix="trainreport-open-") as tmp:
+        directory = Path(tmp)
+        for i in range(others):
+            (directory / f"run-{i}.log").write_bytes(b"x")
+        path = directory / "r.log"
+        RunLogWriter.open(path).close()
+
+        def once() -> None:
+            RunLogWriter.open(path).close()
+
+        runs = [timeit.timeit(once, number=opens) / opens * 1e6 for _ in range(samples)]
+    return statistics.median(runs)
+
+
+def _open_in(tree: Path | None, others: int) -> float:
+    """:func:`measure_open` in a subprocess importing ``tree/src`` (``None``: this tree)."""
+    src = (tree if tree is not None else HERE.parent) / "src"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    args = [sys.executable, str(Path(__file__).resolve()), "--json", "--open-beside", str(others)]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True, timeout=600)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _render_opens(older: Path | None, sizes: list[int]) -> str:
+    """The open's cost beside each N files, this tree and ``older`` alternating, 3 sittings."""
+    trees = [("this tree", None)] + ([(f"older ({older.name})", older)] if older else [])
+    lines = ["| N other files | " + " | ".join(n for n, _ in trees) + " |"]
+    lines.append("|---|" + "---|" * len(trees))
+    for n in sizes:
+        figures: dict[str, list[float]] = {name: [] for name, _ in trees}
+        for _ in range(3):
+            for name, tree in trees:
+                figures[name].append(_open_in(tree, n))
+        cells = [f"{statistics.median(figures[name]):,.1f} µs" for name, _ in trees]
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _measure_in(tree: Path | None, steps: int, rounds: int, iterations: int) -> dict[str, float]:
     """:func:`measure` in a subprocess importing ``tree/src`` (``None``: this tree)."""
     src = (tree if tree is not None else HERE.parent) / "src"
@@ -208,8 +260,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=0, help="rounds per N (default: 3, 1)")
     parser.add_argument("--iterations", type=int, default=0, help="busy-loop iterations a step")
     parser.add_argument("--compare-with", type=Path, help="an older checkout to measure beside")
+    parser.add_argument(
+        "--open-beside", type=int, action="append", help="time an open beside N files instead"
+    )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.open_beside:
+        if args.json:
+            print(measure_open(args.open_beside[0]))
+        else:
+            print("RunLogWriter.open + close of a small log, median of 3 sittings\n")
+            print(_render_opens(args.compare_with, args.open_beside))
+        return 0
     sizes = args.steps or [2_000, 20_000]
     iterations = args.iterations or calibrate(BUSY_US)
     if args.json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -332,3 +333,36 @@ def in_a_forked_child(tmp_path: Path, body: Callable[[], str]) -> str:
     _, status = os.waitpid(pid, 0)
     assert 0 == os.waitstatus_to_exitcode(status)
     return marker.read_text()
+
+
+def kill_at_replace() -> None:
+    """From now on, this process kills itself with ``SIGKILL`` at its next ``os.replace``.
+
+    For a child of :func:`killed_in_a_forked_child`: a ``kill -9`` at the moment
+    between a compaction's temporary file and its rename, which a random kill
+    would hit only now and then. Never call it in the test process itself.
+    """
+
+    def die(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = die
+
+
+def killed_in_a_forked_child(body: Callable[[], object]) -> None:
+    """``body()`` run in a child made with ``os.fork()``, which must die of ``SIGKILL``.
+
+    The body kills itself where the test wants the ``kill -9`` (say,
+    :func:`kill_at_replace`); a child that returns, raises or exits otherwise
+    fails the test (asserted). The child shares the test process's open files
+    (``fork``): open none that it must not hold.
+    """
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            body()
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status), f"the child was not killed: {status:#x}"
+    assert signal.SIGKILL == os.WTERMSIG(status)

@@ -23,7 +23,15 @@ import pytest
 import urllib3
 
 from faults import closed_port
-from helpers import ScriptedSink, curve, drive, exited, held
+from helpers import (
+    ScriptedSink,
+    curve,
+    drive,
+    exited,
+    held,
+    kill_at_replace,
+    killed_in_a_forked_child,
+)
 from trainreport import (
     Delivered,
     FileSink,
@@ -37,7 +45,7 @@ from trainreport._engine._journal_feed import JournalKeeper, journal_identity
 from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
-from trainreport._runlog._writer import RunLogWriter
+from trainreport._runlog._writer import RunLogWriter, names_file, open_locked
 from trainreport._wire import _attempt
 from trainreport._wire._sink_interface import (
     Opened,
@@ -231,6 +239,146 @@ def test_taking_over_one_task_s_journal_leaves_the_other_task_s_claim_as_it_was(
     sink.close()
     evaluation._release(remove_files=True)
     train._release(remove_files=True)
+
+
+def _steps(path: Path) -> list[int]:
+    return [p["step"] for p in read_task(path)["status_details"]["metrics"]["train_loss"]]
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_claim_removes_what_a_compaction_killed_before_its_rename_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``kill -9`` between a journal compaction's temporary file and its rename: the next
+    claim (it holds the task's lock) removes the temporary before anything else, so even a
+    full disk gets the room back, and keeps every file of another shape."""
+    job_dir = tmp_path / "job-1"
+
+    def compact_and_die() -> None:
+        journal = Journal.claim(tmp_path, "job-1", "train")
+        assert journal is not None
+        assert journal.append(update("train_loss", 0, list(range(1, 201))))
+        kill_at_replace()
+        journal.writer.compact()
+
+    killed_in_a_forked_child(compact_and_die)
+    [left] = _temporaries(job_dir)
+    size = (job_dir / left).stat().st_size
+    others = [".eval.log.0123abcd.tmp", ".train.log.damaged.0123abcd.tmp", "train.log.damaged"]
+    for name in others:
+        (job_dir / name).write_bytes(b"not ours")
+    _disk_full_for_journals(monkeypatch)  # the claim's own journal cannot even be opened
+
+    with capture_events() as events:
+        journal = Journal.claim(tmp_path, "job-1", "train")
+    monkeypatch.undo()
+
+    assert journal is not None
+    assert journal.unavailable
+    assert sorted(n for n in others if n.endswith(".tmp")) == _temporaries(job_dir)
+    assert all((job_dir / name).exists() for name in others)
+    assert [list(range(1, 201))] == [_steps(p) for p in journal.left_over]
+    removed = [e for e in events if e["event"] == "trainreport.run_log_temporaries_removed"]
+    assert [(str(job_dir / "train.log"), 1, size)] == [
+        (e["path"], e["files"], e["bytes_freed"]) for e in removed
+    ]
+    journal.close(delivered=False)
+
+
+def test_a_deleted_lock_file_never_lets_a_second_claim_take_the_live_journal(
+    tmp_path: Path,
+) -> None:
+    """A cleanup deletes ``<task>.lock`` but not ``<task>.log``: a second claim asks the log's
+    own lock (the live writer holds it), runs without a journal and moves nothing; the live
+    journal goes on in its own file and takes the task's lock again."""
+    first = Journal.claim(tmp_path, "job-1", "train")
+    assert first is not None
+    assert first.append(update("train_loss", 0, [1, 2, 3]))
+    current, lock = tmp_path / "job-1" / "train.log", tmp_path / "job-1" / "train.lock"
+    lock.unlink()
+
+    with capture_events() as events:
+        second = Journal.claim(tmp_path, "job-1", "train")
+
+    assert second is None
+    assert ["trainreport.journal_busy"] == [e["event"] for e in events]
+    assert not (tmp_path / "job-1" / "train.left").exists()
+    assert first.append(update("train_loss", 3, [4, 5]))
+    assert first.writer.fd is not None
+    assert names_file(first.writer.fd, current)  # its own file, never set aside
+    assert Journal.claim(tmp_path, "job-1", "train") is None  # its lock again
+    assert not (tmp_path / "job-1" / "train.left").exists()
+    assert [1, 2, 3, 4, 5] == _steps(current)
+    first.close(delivered=False)
+    after = Journal.claim(tmp_path, "job-1", "train")
+    assert after is not None
+    assert [[1, 2, 3, 4, 5]] == [_steps(p) for p in after.left_over]
+    after.close(delivered=False)
+
+
+def test_a_journal_whose_lock_file_went_writes_on_while_another_claim_holds_the_new_lock(
+    tmp_path: Path,
+) -> None:
+    """Its lock file deleted, the live journal finds the new one held (another process's
+    claim, between taking it and asking the log): it keeps writing its own file, which
+    that claim will find held, and takes the lock once it is free."""
+    first = Journal.claim(tmp_path, "job-1", "train")
+    assert first is not None
+    assert first.append(update("train_loss", 0, [1, 2]))
+    lock = tmp_path / "job-1" / "train.lock"
+    lock.unlink()
+    claiming = open_locked(lock, os.O_RDWR)  # the other claim, holding the new lock
+    try:
+        assert first.append(update("train_loss", 2, [3]))
+        assert not first.failed
+    finally:
+        os.close(claiming)  # it found the log held: it runs without a journal
+
+    assert first.append(update("train_loss", 3, [4]))
+    assert first._lock_fd is not None
+    assert names_file(first._lock_fd, lock)
+    assert [1, 2, 3, 4] == _steps(tmp_path / "job-1" / "train.log")
+    assert not (tmp_path / "job-1" / "train.left").exists()
+    first.close(delivered=False)
+
+
+def test_a_restart_never_sets_aside_a_journal_another_live_process_writes(
+    tmp_path: Path,
+) -> None:
+    """A cleanup deletes the first's files, a second process claims the task anew, and its
+    lock file is deleted too: the first, starting a new journal, finds the ``<task>.log``
+    there held by its writer and stops (``journal_write_failed``) instead of moving a live
+    journal into ``<task>.left/``; only the second writes a journal of the task."""
+    job_dir = tmp_path / "job-1"
+    current, lock = job_dir / "train.log", job_dir / "train.lock"
+    first = Journal.claim(tmp_path, "job-1", "train")
+    assert first is not None
+    assert first.append(update("train_loss", 0, [1, 2]))
+    current.unlink()
+    lock.unlink()
+    second = Journal.claim(tmp_path, "job-1", "train")
+    assert second is not None
+    assert second.append(update("train_loss", 0, [7, 8]))
+    lock.unlink()
+
+    with capture_events() as events:
+        assert not first.append(update("train_loss", 2, [3]))
+
+    assert first.failed
+    assert ["trainreport.journal_write_failed"] == [e["event"] for e in events]
+    assert second.writer.fd is not None
+    assert names_file(second.writer.fd, current)
+    assert not (job_dir / "train.left").exists()
+    assert second.append(update("train_loss", 2, [9]))
+    assert [7, 8, 9] == _steps(current)
+    first.close(delivered=False)
+    assert second.writer.fd is not None
+    assert names_file(second.writer.fd, current)
+    second.close(delivered=False)
+    assert [7, 8, 9] == _steps(current)
 
 
 @pytest.mark.parametrize(

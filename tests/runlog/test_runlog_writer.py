@@ -7,6 +7,7 @@ to fail) by wrapping ``os.write`` / ``os.fsync``, never by mocking the file.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 from array import array
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import record_ends
+from helpers import kill_at_replace, killed_in_a_forked_child, record_ends
 from trainreport._runlog._format import FORMAT_VERSION, MAGIC, encode_record
 from trainreport._runlog._replay import replay
 from trainreport._runlog._writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
@@ -298,6 +299,71 @@ def test_a_failed_compaction_leaves_the_old_log(
     writer.append(step_update(2))
     writer.close()
     assert [1, 2] == [p["step"] for p in replayed_task(path)["status_details"]["metrics"]["loss"]]
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_compaction_killed_before_its_rename_leaves_no_temporary_after_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` between the compaction's temporary file and its rename: the next open
+    (it holds the lock: nobody else can be compacting this log) removes the temporary,
+    says once how many bytes it freed, and keeps every file of another shape."""
+    path = tmp_path / "r.log"
+
+    def compact_and_die() -> None:
+        writer = RunLogWriter.open(path)
+        for step in range(1, 201):
+            writer.append(step_update(step))
+        writer.flush()
+        kill_at_replace()
+        writer.compact()
+
+    killed_in_a_forked_child(compact_and_die)
+    [left] = _temporaries(tmp_path)
+    size = (tmp_path / left).stat().st_size
+    others = [
+        ".other.log.0123abcd.tmp",  # another log's temporary
+        ".r.log.damaged.0123abcd.tmp",  # the temporary of a damaged copy's name
+        ".r.log.0123abcd.tmp.keep",  # not of the shape: more after it
+        ".r.log.0123ABCD.tmp",  # not of the shape: the hex digits are lower case
+        "r.log.damaged",
+    ]
+    for name in others:
+        (tmp_path / name).write_bytes(b"not ours")
+
+    with capture_events() as events:
+        writer = RunLogWriter.open(path)
+    writer.close()
+
+    assert sorted(n for n in others if n.endswith(".tmp")) == _temporaries(tmp_path)
+    assert all((tmp_path / name).exists() for name in others)
+    assert list(range(1, 201)) == [
+        p["step"] for p in replayed_task(path)["status_details"]["metrics"]["loss"]
+    ]
+    removed = [e for e in events if e["event"] == "trainreport.run_log_temporaries_removed"]
+    assert [(str(path), 1, size)] == [(e["path"], e["files"], e["bytes_freed"]) for e in removed]
+    assert size > 200 * 20
+
+
+def test_the_temporary_of_a_compaction_still_under_way_is_kept(tmp_path: Path) -> None:
+    """A temporary whose lock is held belongs to a compaction under way (a writer whose log
+    was deleted and made again under it): the open leaves it, and logs nothing."""
+    path = tmp_path / "r.log"
+    live = tmp_path / ".r.log.89abcdef.tmp"
+    fd = os.open(live, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with capture_events() as events:
+            RunLogWriter.open(path).close()
+        assert [live.name] == _temporaries(tmp_path)
+    finally:
+        os.close(fd)
+    assert [] == [e for e in events if e["event"] == "trainreport.run_log_temporaries_removed"]
+    RunLogWriter.open(path).close()  # unlocked now: a dead process's
+    assert [] == _temporaries(tmp_path)
 
 
 def test_compaction_can_trim_what_a_service_acknowledged(tmp_path: Path) -> None:

@@ -112,8 +112,8 @@ class JournalStats:
         error: why it is ``busy``, ``unavailable`` or ``failed``, or None.
         restarts: times its file was found deleted or replaced under the
             process (a cleanup of ``journal_dir``) and a new one started,
-            holding every point not yet acknowledged
-            (``trainreport.journal_deleted``).
+            holding every point not yet acknowledged, or only its lock file
+            and the lock taken again (``trainreport.journal_deleted``).
     """
 
     state: str

@@ -14,9 +14,15 @@ Each name ends in its own suffix (``.lock``, ``.log``, ``.left``), so no task
 id's files can be mistaken for another's. The lock is the claim: only its
 holder appends, moves or removes any of the task's files, so two live
 processes never share a journal; a second process on the same task runs
-without one (``trainreport.journal_busy``). A ``<task>.log`` found by the
-process that takes the lock was left by a process that died (the lock dies
-with its holder): it is moved into ``<task>.left/`` for recovery.
+without one (``trainreport.journal_busy``). The journal file's own lock (the
+run log's ``flock``, held by its writer) is asked too, because a cleanup may
+delete ``<task>.lock`` alone: a ``<task>.log`` whose lock is held is a live
+process's journal, and the claimant runs without one, as when ``<task>.lock``
+is held; the live journal takes a new ``<task>.lock`` at its next write. A
+``<task>.log`` found unlocked by the process that takes the lock was left by a
+process that died (both locks die with their holder): it is moved into
+``<task>.left/`` for recovery, after the temporary files of a compaction the
+kill cut short (``.<task>.log.<8 hex digits>.tmp``) are removed.
 
 The run log's RUN record names the job and task and says ``"journal": "1"``;
 ``"offsets": "local"`` while the process has not read the stored task (its
@@ -33,7 +39,34 @@ or a recovering process's) and ``superseded: "1"`` once a later attempt or
 writer took the task. A journal written before these keys existed has none of
 them and is treated as before (``docs/engine.md``, "Recovery").
 
-Not thread-safe: one thread (the reporter thread) drives a journal.
+Threads: the reporter thread claims a journal and makes every call that writes
+or checks its files (:meth:`Journal.append`, ``mark_writer``, ``sync``,
+``reset``, ``trim``, ``ensure_file``, ``close``; ``mark_writer`` too, since the
+open's answer is settled there, ``_engine/_worker.py``'s ``Worker._react``).
+Two other threads touch it:
+
+* the journal destination's sender thread, running a recovery request
+  (``_engine/_journal_feed.py``'s ``run_recovery``), calls
+  :func:`mark_sent_under` on a left-over and :meth:`Journal.delivered_left_over`
+  (which removes the file and its entry in ``left_over``) while that request
+  is in flight: the engine core hands out one recovery request at a time, and
+  the reporter thread changes ``left_over`` only when it settles one, so the
+  two never change the list at once (a read of it elsewhere takes a copy,
+  ``list(left_over)``);
+* any thread reads the plain attributes (``Reporter.stats()``, ``close()``'s
+  report: ``failed``, ``error``, ``fsynced_at``, ``restarts``,
+  ``bytes_written``, ``closed``, ``removed``), each one read, never torn.
+
+``Journal``'s write lock guards the file and what describes it: the writer and
+its descriptor, the lock file's descriptor, ``failed`` and ``error``, the
+``fsync`` bookkeeping and ``restarts``. Every method that writes holds it for
+its whole call (``append``, ``mark_writer``, ``sync``, ``reset``, ``trim``,
+``close``), ``ensure_file`` included, which they call first (it may start a new
+file), so a call from another thread never interleaves with the reporter
+thread's writes; uncontended today, it costs one acquire a record. The module's
+functions keep no state: :func:`mark_sent_under` is guarded by the left-over's
+own run log lock (a second writer is refused), and ``JournalPaths`` only names
+and moves files.
 """
 
 from __future__ import annotations
@@ -53,7 +86,13 @@ from trainreport._logging import describe_exception, get_logger
 from trainreport._runlog._format import HEADER, HEADER_CRC_SPAN, MAGIC, RecordKind
 from trainreport._runlog._replay import DamageKind, replay
 from trainreport._runlog._state import LogState
-from trainreport._runlog._writer import LogBusyError, RunLogWriter, names_file, open_locked
+from trainreport._runlog._writer import (
+    LogBusyError,
+    RunLogWriter,
+    log_temporaries_removed,
+    names_file,
+    open_locked,
+)
 from trainreport._wire._attempt import AttemptIdentity, current_attempt, follow
 from trainreport._wire._protocol import ID_PATTERN
 from trainreport._wire._sink_interface import Update
@@ -309,6 +348,30 @@ def _take_lock(path: Path) -> int | None:
         return None
 
 
+def _lock_left_journal(path: Path) -> int | None:
+    """Take the run log lock of the journal at ``path``, to move it; ``None`` when there is none.
+
+    The writer of a journal holds its file's lock (``flock``) as long as it
+    lives, whatever became of the task's lock file: a ``<task>.log`` whose
+    lock is held is a live process's journal, never a dead one's, even when a
+    cleanup deleted ``<task>.lock`` and so let another process take a new one.
+
+    Returns:
+        the descriptor holding the lock (close it once the file is moved),
+        or ``None`` when no file is at ``path``.
+
+    Raises:
+        LogBusyError: a live process writes the journal at ``path``.
+        OSError: the file cannot be opened.
+    """
+    try:
+        return open_locked(path, os.O_RDONLY, create=False)
+    except FileNotFoundError:
+        return None
+    except LogBusyError as exc:
+        raise LogBusyError(0, "another live process writes this task's journal") from exc
+
+
 def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[RunLogWriter, int]:
     """A new journal at ``paths`` holding ``old``'s state; its lock taken again when it went.
 
@@ -321,7 +384,8 @@ def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[R
 
     Raises:
         OSError: the new journal cannot be created, locked or written
-            (``LogBusyError``: another process claimed the task meanwhile).
+            (``LogBusyError``: another process claimed the task meanwhile, or
+            writes a ``<task>.log`` there).
     """
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     taken: int | None = None
@@ -332,8 +396,14 @@ def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[R
                 0, "another process claimed this task's journal after it was deleted"
             )
     try:
-        if paths.current.exists():  # not ours (ours is gone): set aside as claim() does
-            paths.set_aside(paths.current)
+        # Not ours (ours is gone): a dead process's is set aside as claim() does; one
+        # whose lock is held is a live process's journal, never moved (LogBusyError).
+        dead_fd = _lock_left_journal(paths.current)
+        if dead_fd is not None:
+            try:
+                paths.set_aside(paths.current)
+            finally:
+                os.close(dead_fd)
         writer = RunLogWriter.open(paths.current, run=old.run)
         try:
             writer.min_compact_bytes = old.min_compact_bytes
@@ -375,7 +445,13 @@ class Journal:
         error: why it failed, or ``None``.
         fsynced_at: when (ISO 8601 UTC) it was last ``fsync``-ed, or ``None``.
         closed: :meth:`close` ran; ``removed`` says whether the file went with it.
-        restarts: times its file was found deleted and a new one started (:meth:`ensure_file`).
+        restarts: times its file was found deleted and a new one started, or its
+            lock file and the lock taken again (:meth:`ensure_file`).
+
+    Threads: see the module's docstring. The reporter thread calls every
+    method but :meth:`delivered_left_over` (the sender thread's, during a
+    recovery request); any thread may read the attributes. The write lock
+    guards the file and its state, held by every method that writes.
     """
 
     def __init__(
@@ -404,8 +480,9 @@ class Journal:
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
         self._earlier_bytes = 0  # written by the writers a restart replaced
-        #: Writes to the file: the reporter thread records; the journal
-        #: destination's open (on its sender thread) marks the generation.
+        #: Held by every write (append, mark_writer, sync, reset, trim, close) and
+        #: the restart it may begin (ensure_file): guards the writer, both
+        #: descriptors, failed/error, the fsync bookkeeping and restarts.
         self._write_lock = threading.Lock()
         #: An append since the last ``fsync`` (:meth:`sync` has something to do).
         self._unsynced = False
@@ -429,7 +506,10 @@ class Journal:
     ) -> Journal | None:
         """Claim the journal of ``job_id``/``task_id`` under ``directory`` for this process.
 
-        Creates the directories, takes the task's lock, moves a journal a dead
+        Creates the directories, takes the task's lock, asks the lock of a
+        ``<task>.log`` there (held: a live process writes it, its lock file
+        was deleted; this one runs without a journal), removes the temporary
+        files of a compaction a kill cut short, moves a journal a dead
         process left into the left-over directory, orders this process's
         attempt after every left-over's (``_wire._attempt.follow``: its claim at
         the service is not refused as older when its clock was stepped back),
@@ -449,6 +529,14 @@ class Journal:
             if refused is not None:
                 refused(state, reason)
 
+        def busy(reason: str) -> None:
+            _log.warning(
+                "trainreport.journal_busy",
+                path=str(paths.current),
+                reason=f"{reason}; this one runs without a journal",
+            )
+            refuse("busy", reason)
+
         try:
             paths = JournalPaths(directory, job_id, task_id)
         except ValueError as exc:
@@ -460,17 +548,28 @@ class Journal:
             paths.job_dir.mkdir(parents=True, exist_ok=True)
             lock_fd = _take_lock(paths.lock)
             if lock_fd is None:
-                reason = "another live process keeps this task's journal"
-                _log.warning(
-                    "trainreport.journal_busy",
-                    path=str(paths.current),
-                    reason=f"{reason}; this one runs without a journal",
-                )
-                refuse("busy", reason)
+                busy("another live process keeps this task's journal")
                 return None
+            try:
+                dead_fd = _lock_left_journal(paths.current)
+            except LogBusyError:
+                os.close(lock_fd)
+                lock_fd = None
+                busy(
+                    "another live process still writes this task's journal (its lock file "
+                    "was deleted: a cleanup of journal_dir?)"
+                )
+                return None
+            # Only the holder of both locks can be compacting the journal: what a kill
+            # left between a compaction's write and its rename goes, before anything
+            # needs room on the disk.
+            log_temporaries_removed(paths.current)
             seq = paths.next_seq()
-            if paths.current.exists():
-                moved = paths.set_aside(paths.current)
+            if dead_fd is not None:
+                try:
+                    moved = paths.set_aside(paths.current)
+                finally:
+                    os.close(dead_fd)
                 _log.info("trainreport.journal_left_over", path=str(moved))
             for left in paths.left_over():  # dead attempts: this one comes after them
                 follow(job_id, task_id, JournalOwner.of(_first_run(left)).attempt())
@@ -542,7 +641,10 @@ class Journal:
         the journal appending to a file no longer there, lost at the next
         kill. Then the lock is taken again and a new journal holds what this
         one holds (every point not known delivered, the task fields), logged
-        (``trainreport.journal_deleted``). Two ``stat`` calls a file, per write.
+        (``trainreport.journal_deleted``). When only the lock file went, the
+        lock is taken again and the journal stays in its own file
+        (:meth:`_take_lock_again`). Two ``stat`` calls a file, per write.
+        Called by the writing methods, with the write lock held.
 
         Returns:
             True when the journal can be written. Never raises: a new journal
@@ -551,9 +653,11 @@ class Journal:
         if self.failed:
             return False
         paths, old, lock = self.paths, self.writer, self._lock_fd
-        if (old.fd is None or names_file(old.fd, paths.current)) and (
-            lock is None or names_file(lock, paths.lock)
-        ):
+        file_ours = old.fd is None or names_file(old.fd, paths.current)
+        if file_ours and (lock is None or names_file(lock, paths.lock)):
+            return True
+        if file_ours:  # only the lock file went: the journal stays in its own file
+            self._take_lock_again()
             return True
         try:
             self._writer, self._lock_fd = _reopen(paths, old, lock)
@@ -575,6 +679,40 @@ class Journal:
                 f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
             )
         return True
+
+    def _take_lock_again(self) -> None:
+        """Take the task's lock again after its file was deleted (``<task>.log`` was not).
+
+        Meanwhile the journal's file is still locked by its writer, and a
+        claim (or another process's restart) asks that lock before it takes a
+        ``<task>.log`` for a dead process's: nobody moves the journal or claims
+        the task. Refused (another process's claim holds the new lock while it
+        asks: it will find the log held and run without a journal), the
+        journal goes on in its file and tries again at its next write. Logged
+        as a restart (``trainreport.journal_deleted``, the first 3 times).
+        Never raises.
+        """
+        try:
+            taken = _take_lock(self.paths.lock)
+        except OSError:
+            return
+        if taken is None:
+            return
+        released, self._lock_fd = self._lock_fd, taken
+        if released is not None:
+            os.close(released)
+        self.restarts += 1
+        if self.restarts <= _LOGGED_RESTARTS:
+            _log.warning(
+                "trainreport.journal_deleted",
+                path=str(self.paths.lock),
+                restarts=self.restarts,
+                reason="the journal's lock file was deleted or replaced while this process "
+                "wrote the journal (a cleanup of journal_dir?); the lock is taken again and "
+                "the journal goes on in its own file",
+                hint="keep cleanups of journal_dir away from jobs that are running; after "
+                f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
+            )
 
     def append(self, update: Update) -> bool:
         """Append ``update`` (series suffixes at this journal's lengths) with one ``write()``.
@@ -606,8 +744,10 @@ class Journal:
 
         Appends one RUN record (with one ``write()`` and an ``fsync``: it is
         written once per open, before any send under that generation) when
-        something changed. Thread-safe (the open runs on the destination's
-        sender thread when there are several destinations).
+        something changed. Called on the reporter thread, right after it
+        settles an open's answer (``Worker._react``) and when the destination
+        was superseded; it holds the write lock like every write, so it is
+        safe from another thread too.
 
         Returns:
             True when the journal now says so. Never raises (see :meth:`append`).
@@ -709,7 +849,14 @@ class Journal:
     # --- left-overs and closing -------------------------------------------------------
 
     def delivered_left_over(self, path: Path) -> None:
-        """A left-over journal was delivered: remove it. Never raises."""
+        """A left-over journal was delivered: remove it. Never raises.
+
+        Called on the journal destination's sender thread during a recovery
+        request (``run_recovery``), while the reporter thread leaves
+        ``left_over`` alone until it settles that request; it touches only
+        ``left_over`` and the left-over's files, never the journal's own (no
+        write lock).
+        """
         with contextlib.suppress(ValueError):
             self.left_over.remove(path)
         with contextlib.suppress(OSError):
@@ -754,6 +901,17 @@ class Journal:
         self._release(remove_files=remove and not self.left_over)
 
     def _release(self, *, remove_files: bool) -> None:
+        """Give the task up: close the journal's file and the lock's, as a process's end does.
+
+        Both are the claim (a claimant asks the journal file's lock too, since a
+        cleanup may have deleted the lock file), so both are released here;
+        tests model a killed process with ``_release(remove_files=False)``.
+        With ``remove_files``, the lock file goes first (while still held: see
+        :func:`_take_lock`), then the job's directory when empty. Never raises.
+        """
+        if self._writer is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._writer.close()  # closed already when close() called this
         fd, self._lock_fd = self._lock_fd, None
         if fd is None:
             return

@@ -18,13 +18,18 @@ Costs, by design (``docs/engine.md``, "The run log"):
   :meth:`RunLogWriter.compaction_due` says the log has grown past about twice
   the snapshot it would compact to; so bytes written stay linear in the run.
 
-Not thread-safe: one thread (the reporter thread) drives a writer.
+Not thread-safe: one thread at a time drives a writer. A ``FileSink``'s writer
+is driven by the thread that performs its destination's requests (the
+reporter thread, or the destination's sender thread, one request at a time);
+a journal's by the calls that hold the journal's write lock
+(:mod:`trainreport._runlog._journal`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -54,9 +59,12 @@ __all__ = [
     "MIN_COMPACT_BYTES",
     "LogBusyError",
     "RunLogWriter",
+    "log_temporaries_removed",
     "names_file",
     "open_locked",
+    "remove_temporaries",
     "replace_file",
+    "temporary_path",
 ]
 
 #: A log is never compacted below this size (bytes): small logs are cheap to replay.
@@ -100,7 +108,7 @@ def names_file(fd: int, path: str | os.PathLike[str]) -> bool:
     return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
-def open_locked(path: str | os.PathLike[str], flags: int) -> int:
+def open_locked(path: str | os.PathLike[str], flags: int, *, create: bool = True) -> int:
     """Open (creating) ``path`` with ``flags`` and take its exclusive lock without waiting.
 
     The lock counts only when ``path`` still names the locked file once it is
@@ -109,16 +117,27 @@ def open_locked(path: str | os.PathLike[str], flags: int) -> int:
     would otherwise hold the lock of a file no longer there, and write into
     it for nothing. It opens the path again then (a few times).
 
+    The lock is ``flock``'s: it belongs to an open file description, so a
+    second ``open()`` of the same file is refused in the same process too,
+    and the kernel releases it when its holder dies, however it dies.
+
+    Args:
+        path: the file.
+        flags: ``os.open`` flags (``O_CREAT`` is added when ``create``).
+        create: create the file when it does not exist; ``False``: only ask
+            whether someone holds the lock of a file that is there.
+
     Returns:
         the descriptor, locked.
 
     Raises:
         LogBusyError: another open file description holds the lock (or the
             path kept being replaced under every try).
+        FileNotFoundError: ``create`` is false and there is no such file.
         OSError: the file cannot be created or opened.
     """
     for _ in range(_LOCK_TRIES):
-        fd = os.open(path, flags | os.O_CREAT, 0o666)
+        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o666)
         try:
             _lock(fd)
         except BaseException:
@@ -159,13 +178,77 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+#: The random part of a temporary file's name: this many bytes, as lower-case hex digits.
+_TEMPORARY_TOKEN_BYTES = 4
+
+
+def temporary_path(path: Path) -> Path:
+    """A new temporary file's path beside ``path``: ``.<name>.<8 hex digits>.tmp``.
+
+    The one rule for the name, which :func:`remove_temporaries` recognises.
+    Never raises.
+    """
+    return path.with_name(f".{path.name}.{secrets.token_hex(_TEMPORARY_TOKEN_BYTES)}.tmp")
+
+
+def _temporary_pattern(path: Path) -> re.Pattern[str]:
+    hex_digits = 2 * _TEMPORARY_TOKEN_BYTES
+    return re.compile(re.escape(f".{path.name}.") + f"[0-9a-f]{{{hex_digits}}}" + r"\.tmp")
+
+
+def remove_temporaries(path: Path) -> tuple[int, int]:
+    """Remove the temporary files a process killed while replacing ``path`` left beside it.
+
+    Call it only holding ``path``'s lock (:meth:`RunLogWriter.open`, a
+    journal's claim): its holder is the only one who can be compacting the
+    log, so a temporary of ``path``'s is a dead process's, left between the
+    write and the rename of :func:`replace_file` (up to the log's size each
+    time). Only names of exactly :func:`temporary_path`'s shape for exactly
+    this ``path`` are removed; and a temporary whose lock is held (a
+    compaction under way, by a writer whose log was deleted and made again
+    under it) is kept.
+
+    Returns:
+        ``(files removed, bytes freed)``. Never raises: a file that cannot be
+        removed is left.
+    """
+    pattern, prefix = _temporary_pattern(path), f".{path.name}."
+    files = freed = 0
+    try:
+        with os.scandir(path.parent) as entries:
+            names = [
+                e.name for e in entries if e.name.startswith(prefix) and pattern.fullmatch(e.name)
+            ]
+    except OSError:
+        return 0, 0
+    for name in names:
+        temporary = path.parent / name
+        try:
+            fd = os.open(temporary, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            _lock(fd)
+            size = os.fstat(fd).st_size
+            os.unlink(temporary)
+        except OSError:  # LogBusyError: a live compaction's
+            continue
+        finally:
+            os.close(fd)
+        files, freed = files + 1, freed + size
+    return files, freed
+
+
 def replace_file(
     path: Path, pieces: Iterable[bytes], *, keep_open: bool = False, lock: bool = False
 ) -> tuple[int | None, int]:
     """Write ``pieces`` to a temporary file beside ``path``, ``fsync`` it, move it over ``path``.
 
     A reader sees the old file or the new one, never a mix; after a power
-    loss, one of the two (the directory is ``fsync``-ed too).
+    loss, one of the two (the directory is ``fsync``-ed too). A kill between
+    the write and the rename leaves the temporary file
+    (:func:`temporary_path`); the next holder of a run log's lock removes its
+    log's (:func:`remove_temporaries`).
 
     Args:
         path: the file to replace (or create).
@@ -179,7 +262,7 @@ def replace_file(
     Raises:
         OSError: nothing was replaced (the temporary file is removed).
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = temporary_path(path)
     fd = os.open(tmp, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o666)
     written = 0
     try:
@@ -200,6 +283,28 @@ def replace_file(
         return fd, written
     os.close(fd)
     return None, written
+
+
+def log_temporaries_removed(path: Path) -> int:
+    """:func:`remove_temporaries` of ``path``, logged once when it removed any.
+
+    ``trainreport.run_log_temporaries_removed`` (INFO): the files and bytes
+    freed; it happens only after a kill during a compaction, and says where
+    the disk went. Call it only holding ``path``'s lock.
+
+    Returns:
+        the files removed. Never raises.
+    """
+    files, freed = remove_temporaries(path)
+    if files:
+        _log.info(
+            "trainreport.run_log_temporaries_removed",
+            path=str(path),
+            files=files,
+            bytes_freed=freed,
+            reason="left by a process killed while it compacted this log",
+        )
+    return files
 
 
 def _set_aside_path(path: Path) -> Path:
@@ -259,6 +364,9 @@ class RunLogWriter:
         the whole file to ``<path>.damaged`` (never losing what a newer
         trainreport or a person could still read) and rewrites the log as a
         snapshot of what was read. Each repair logs ``trainreport.run_log_damaged``.
+        The temporary files of compactions a kill cut short are removed first
+        (:func:`remove_temporaries`; ``trainreport.run_log_temporaries_removed``,
+        once, with the bytes freed).
 
         Args:
             path: the log file; its directory must exist.
@@ -273,6 +381,7 @@ class RunLogWriter:
         """
         path = Path(path)
         fd = open_locked(path, _OPEN_FLAGS)
+        log_temporaries_removed(path)  # the lock is held: nobody else compacts it
         writer: RunLogWriter | None = None
         try:
             data = _read_all(fd)
