@@ -48,7 +48,8 @@ Run:
     python benchmarks/bench_long_run.py --points 2e6 --only file+journal --probe 5
         # where the memory is: every 5 % of the run, the RSS, the queue depth,
         # the points the store retains and each destination lacks, what the
-        # journal holds, and (``--trace N``) tracemalloc's top N by traceback
+        # journal holds, what glibc's heap holds and keeps freed (mallinfo2),
+        # and (``--trace N``) tracemalloc's top N by traceback
     pytest benchmarks/bench_long_run.py --benchmark-disable   # a smoke run
 """
 
@@ -58,6 +59,7 @@ import argparse
 import ctypes
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -118,6 +120,38 @@ def malloc_trim() -> bool:
         return False
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (``man 3 mallinfo2``): every field in bytes or counts."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def allocator_mb() -> dict[str, float] | None:
+    """glibc's heap, summed over its arenas: MB in use and MB free but kept (``None``: no glibc).
+
+    ``mallinfo2`` (glibc 2.33+): ``uordblks`` is what the process's live
+    ``malloc`` blocks hold (Python's objects, the store's columns, what a send
+    builds), ``fordblks`` what was freed and not handed back to the system:
+    heap the allocator keeps, counted in the RSS once touched, until
+    ``malloc_trim`` returns its whole pages. Blocks above the mmap threshold
+    (``hblkhd``) are counted in use.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return {"in_use": (info.uordblks + info.hblkhd) / 1e6, "free": info.fordblks / 1e6}
+
+
 def probe_sample(reporter: Any, step: int, baseline: int, trace: int) -> dict[str, Any]:
     """Where the memory is now: RSS, queue, store, journal and (``trace``) tracemalloc's top.
 
@@ -144,6 +178,9 @@ def probe_sample(reporter: Any, step: int, baseline: int, trace: int) -> dict[st
         # Python's live memory blocks (pymalloc and larger): a count that grows with
         # the run while the store and queue hold nothing is something kept per point.
         "allocated_blocks": sys.getallocatedblocks(),
+        # What glibc's heap holds (live blocks) and keeps (freed, not handed back): the
+        # RSS beyond what the engine holds is the second.
+        "malloc": allocator_mb(),
     }
     if trace:
         current, peak = tracemalloc.get_traced_memory()
@@ -366,19 +403,21 @@ def probe_table(probes: list[dict[str, Any]]) -> str:
     """The probe samples as a Markdown table, each with its top allocation sites below."""
     lines = [
         "| step | RSS growth | queued reports | queued (estimate) | retained points "
-        "| unsent points | journal points | live blocks | traced |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| unsent points | journal points | live blocks | malloc in use / free | traced |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     tops = []
     for p in probes:
         traced = f"{p['traced_mb']:.1f} MB" if "traced_mb" in p else "-"
         journal = "-" if p["journal_points"] is None else f"{p['journal_points']:,}"
+        malloc = p.get("malloc")
+        heap = "-" if malloc is None else f"{malloc['in_use']:.1f} / {malloc['free']:.1f} MB"
         unsent = ", ".join(f"{u:,}" for u in p["unsent_points"])
         moment = MOMENTS.get(p["step"], f"{p['step']:,}")
         lines.append(
             f"| {moment} | {p['rss_growth_mb']:+.1f} MB "
             f"| {p['queue_reports']:,} | {p['queue_mb']:.1f} MB | {p['retained_points']:,} "
-            f"| {unsent} | {journal} | {p['allocated_blocks']:,} | {traced} |"
+            f"| {unsent} | {journal} | {p['allocated_blocks']:,} | {heap} | {traced} |"
         )
         for site in p.get("top", ())[:5]:
             tops.append(
@@ -412,6 +451,10 @@ def test_long_run_probe_smoke() -> None:
     assert 1 <= len(sites) <= 3, sites  # tracemalloc's top 3 ...
     assert all(sites), sites  # ... each with its traceback
     assert "after flush()" in probe_table(result["probes"])
+    if platform.libc_ver()[0] == "glibc":  # mallinfo2: glibc 2.33+
+        malloc = after_flush["malloc"]
+        assert malloc["in_use"] > 0, malloc  # the store, the names, Python's objects
+        assert malloc["free"] >= 0, malloc
 
 
 def main(argv: list[str] | None = None) -> int:
