@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 
+from trainreport._record import _store
 from trainreport._record._store import RELEASE_MIN_POINTS, MetricStore, Series
 from trainreport._record._thinning import thin_columns
 
@@ -210,6 +211,31 @@ def test_a_rewind_finds_steps_reported_at_a_stride_and_irregularly() -> None:
         assert i == s.index_left(step), step
         assert i == s.index_left(step - 1 if i == 0 else given[i - 1] + 1), step
     assert len(given) - 1 == s.index_left(3599)
+
+
+def test_series_released_together_share_one_step_progression_and_a_long_one_is_not_kept() -> None:
+    """100 series leaving memory at the same steps build their run's progression once.
+
+    Building it is what a release costs a point (about 40 ns); what is kept for
+    the next series is bounded: a progression longer than 65,536 steps is built
+    each time.
+    """
+    _store._shared_progression.cache_clear()
+    store = MetricStore(release_min_points=4)
+    names = [f"m{k}" for k in range(100)]
+    for name in names:
+        store.admit(name, as_series=True)
+    for step in range(1, 1001):
+        for name in names:
+            store.record(name, step, 0, float(step))
+    _acknowledge_all(store)
+    info = _store._shared_progression.cache_info()
+    assert (1, 99) == (info.misses, info.hits)
+    assert all(1 == len(s.runs) for s in store.series.values())
+    assert 1000 == store.series["m7"].index_left(1001)
+    long = _store._SHARED_PROGRESSION_STEPS + 1
+    assert list(range(5, 5 + 3 * long, 3)) == list(_store._progression(5, 3, long))
+    assert 1 == _store._shared_progression.cache_info().currsize
 
 
 def test_a_purge_after_a_step_that_left_memory_keeps_the_right_prefix() -> None:

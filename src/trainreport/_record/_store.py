@@ -47,6 +47,7 @@ Not thread-safe on its own: the Recorder guards it with its lock.
 
 from __future__ import annotations
 
+import functools
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
@@ -230,6 +231,28 @@ class Series:
         return sum(a.itemsize * len(a) for a in columns)
 
 
+#: The longest progression :func:`_progression` keeps for the next series (512 KiB).
+_SHARED_PROGRESSION_STEPS = 1 << 16
+
+
+def _progression(first: int, stride: int, count: int) -> array[int]:
+    """``first, first + stride, ...`` (``count`` steps) as an array; never mutated, so shared.
+
+    A release lets the same batch of steps leave every series at once (a report's
+    metrics share their steps), so one array serves the whole batch: building it
+    costs about 40 ns a point, comparing with it under 1 ns. Longer ones are
+    built each time, so what is kept stays bounded (4 of at most 512 KiB).
+    """
+    if count > _SHARED_PROGRESSION_STEPS:
+        return array("q", range(first, first + stride * count, stride))
+    return _shared_progression(first, stride, count)
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_progression(first: int, stride: int, count: int) -> array[int]:
+    return array("q", range(first, first + stride * count, stride))
+
+
 class _StepRuns:
     """Where the steps of points that left memory were: runs of evenly spaced steps.
 
@@ -293,7 +316,8 @@ class _StepRuns:
     def _run_length(steps: array[int], i: int, first: int, stride: int) -> int:
         """How many points from ``i`` on go ``first``, ``first + stride``, ... (at least 1)."""
         n = len(steps)
-        if steps[i:] == array("q", range(first, first + stride * (n - i), stride)):
+        rest = steps if i == 0 else steps[i:]
+        if rest == _progression(first, stride, n - i):
             return n - i  # the usual case: one comparison in C
         j = i + 1  # irregular steps: point by point, to where the run ends
         while j < n and steps[j] == steps[j - 1] + stride:
