@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 from helpers import kill_at_replace, killed_in_a_forked_child, record_ends
 from trainreport._runlog._format import FORMAT_VERSION, MAGIC, encode_record
 from trainreport._runlog._replay import replay
-from trainreport._runlog._writer import MIN_COMPACT_BYTES, LogBusyError, RunLogWriter
+from trainreport._runlog._writer import (
+    MIN_COMPACT_BYTES,
+    WRITE_BATCH_BYTES,
+    LogBusyError,
+    RunLogWriter,
+)
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport._wire._task_record import SeriesGapError
 from trainreport.testing import capture_events
@@ -141,6 +146,51 @@ def test_a_failed_write_leaves_a_valid_log_and_the_records_pending(
     writer.close()
     loss = replayed_task(tmp_path / "r.log")["status_details"]["metrics"]["loss"]
     assert [1, 2, 3] == [p["step"] for p in loss]
+
+
+def test_an_appended_updates_columns_stay_free_to_grow_even_while_its_record_is_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record's pieces view its columns' buffers only while it is encoded: once
+    appended (flushed or not, after a failed write too) the columns can grow and
+    shrink (a kept view would make that raise BufferError) and the file holds the
+    values as they were appended."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    loss_points = points("loss", 0, list(range(1, 1001)))
+    writer.append(Update("running", {}, (loss_points,), False))
+    monkeypatch.setattr(os, "write", Calls(os.write, fail_at=1))
+    with pytest.raises(OSError, match="No space"):
+        writer.flush()
+    loss_points.steps.append(1)  # each would raise BufferError under a view still held
+    loss_points.values.append(1.0)
+    for column in (loss_points.steps, loss_points.epochs, loss_points.values):
+        del column[:]
+    monkeypatch.undo()
+    writer.close()
+    loss = replayed_task(tmp_path / "r.log")["status_details"]["metrics"]["loss"]
+    assert list(range(1, 1001)) == [p["step"] for p in loss]
+
+
+def test_a_compaction_is_written_in_few_large_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot of many series is hundreds of column views; they reach the file in
+    writes of at least WRITE_BATCH_BYTES, not one write() a view (each write lets the
+    training thread take the interpreter for up to its switch interval)."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    steps = list(range(1, 2001))
+    series = tuple(points(f"m{k}", 0, steps) for k in range(200))
+    writer.append(Update("running", {}, series, False))
+    writer.flush()
+    writes = Calls(os.write)
+    monkeypatch.setattr(os, "write", writes)
+    written = writer.compact()
+    monkeypatch.undo()
+    assert 1 <= writes.count <= -(-written // WRITE_BATCH_BYTES)
+    writer.close()
+    assert dict.fromkeys((s.name for s in series), 2000) == (
+        replay((tmp_path / "r.log").read_bytes()).state.lengths()
+    )
 
 
 def test_a_torn_tail_is_cut_off_at_open_so_new_records_stay_readable(tmp_path: Path) -> None:

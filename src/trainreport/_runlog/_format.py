@@ -54,7 +54,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -75,6 +75,7 @@ __all__ = [
     "HEAD_LENGTH",
     "LITTLE_ENDIAN",
     "MAGIC",
+    "Piece",
     "OPTIONAL_KINDS",
     "POINT_BYTES",
     "TIMED_POINT_BYTES",
@@ -108,10 +109,10 @@ POINT_BYTES = 20
 TIMED_POINT_BYTES = 28
 #: Items per piece when a long column is encoded (so no one copy holds the GIL for long).
 _CHUNK_ITEMS = 1 << 16
-#: A body of at most this many points (1.8 MB of columns) is joined into one piece.
-_JOIN_POINTS = 1 << 16
 #: Columns are little-endian on disk; a big-endian machine swaps bytes.
 LITTLE_ENDIAN = sys.byteorder == "little"
+#: A part of a record as encoded: bytes, or a view of a column's own buffer (no copy).
+Piece: TypeAlias = bytes | memoryview
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
 _SCALAR_TYPES = (str, int, float, bool)
 
@@ -142,24 +143,30 @@ def _column(values: array[Any], typecode: str) -> array[Any]:
     return array(typecode, values)
 
 
-def _column_pieces(column: array[Any], out: list[bytes]) -> None:
-    """Append ``column``'s little-endian bytes to ``out``, in pieces of bounded size."""
-    if LITTLE_ENDIAN and len(column) <= _CHUNK_ITEMS:
-        if column:  # the common case: one piece, no slice copied first
-            out.append(column.tobytes())
+def _column_pieces(column: array[Any], out: list[Piece]) -> None:
+    """Append ``column``'s little-endian bytes to ``out``.
+
+    On a little-endian machine, a view of the column's own buffer (no copy:
+    the writer joins a record's pieces once, :meth:`RunLogWriter.append`);
+    elsewhere byte-swapped copies, in pieces of at most ``_CHUNK_ITEMS`` items
+    (so no one copy holds the GIL for long).
+    """
+    if not column:
+        return
+    if LITTLE_ENDIAN:
+        out.append(memoryview(column).cast("B"))
         return
     for start in range(0, len(column), _CHUNK_ITEMS):
         part = column[start : start + _CHUNK_ITEMS]
-        if not LITTLE_ENDIAN:
-            part.byteswap()
+        part.byteswap()
         out.append(part.tobytes())
 
 
-def _frame(kind: int, pieces: list[bytes], version: int = 1) -> list[bytes]:
+def _frame(kind: int, pieces: list[Piece], version: int = 1) -> list[Piece]:
     """Prefix ``pieces`` (the body) with a record header of ``version``; the record's pieces."""
     crc = 0
     length = 0
-    for piece in pieces:  # one piece (a body _body joined) is one CRC call
+    for piece in pieces:  # zlib releases the GIL over a long piece
         crc = zlib.crc32(piece, crc)
         length += len(piece)
     head = HEADER.pack(version, kind, 0, length, crc, 0)
@@ -180,7 +187,7 @@ def _body(
     foreign: Mapping[str, Any] | None = None,
     *,
     timed: bool = False,
-) -> list[bytes]:
+) -> list[Piece]:
     """An UPDATE or SNAPSHOT body; ``timed``: with each series' times (version 2)."""
     head: dict[str, Any] = {}
     if status is not None:
@@ -193,16 +200,12 @@ def _body(
     if foreign:
         head["foreign"] = dict(foreign)
     encoded = _dumps(head).encode("utf-8")
-    pieces = [HEAD_LENGTH.pack(len(encoded)), encoded]
+    pieces: list[Piece] = [HEAD_LENGTH.pack(len(encoded)), encoded]
     columns: list[array[Any]] = []
     for s in series or ():
         columns += (s.steps, s.epochs, s.values)
         if timed:
             columns.append(unknown_times(len(s.values)) if s.times is None else s.times)
-    if LITTLE_ENDIAN and sum(len(s.values) for s in series or ()) <= _JOIN_POINTS:
-        # The common case, a send's worth of points: one join straight from the
-        # columns' buffers (no copy of each column first), so one body and one CRC.
-        return [b"".join([*pieces, *columns])]
     for column in columns:
         _column_pieces(column, pieces)
     return pieces
@@ -243,7 +246,7 @@ def normalised(update: Update) -> Update:
     return attrs.evolve(update, series=tuple(out)) if converted else update
 
 
-def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[bytes]:
+def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[Piece]:
     """An UPDATE record for ``update`` (already :func:`normalised`), as pieces to write.
 
     Version 2 (with a times column) when any series carries times, else version 1.
@@ -263,7 +266,7 @@ def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[by
     return _frame(RecordKind.UPDATE, body, TIMED_VERSION if timed else 1)
 
 
-def append_record(state: LogState, update: Update) -> list[bytes]:
+def append_record(state: LogState, update: Update) -> list[Piece]:
     """Apply ``update`` to ``state`` and return its UPDATE record, as pieces to write.
 
     The record keeps the series as given (offsets and points), the status
@@ -296,7 +299,7 @@ def _snapshot_series(state: LogState) -> tuple[SeriesUpdate, ...]:
     )
 
 
-def encode_snapshot(state: LogState) -> list[bytes]:
+def encode_snapshot(state: LogState) -> list[Piece]:
     """A SNAPSHOT record of ``state`` (which must exist), as pieces to write (version 2).
 
     Raises:
@@ -323,7 +326,7 @@ def snapshot_bytes(state: LogState) -> int:
     return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * state.point_count()
 
 
-def encode_run(run: Mapping[str, str]) -> list[bytes]:
+def encode_run(run: Mapping[str, str]) -> list[Piece]:
     """A RUN record (``job_id``, ``task_id``: where ``trainreport sync`` sends the log)."""
     return _frame(RecordKind.RUN, [_dumps(dict(run)).encode("utf-8")])
 

@@ -38,6 +38,7 @@ from typing import Any
 from trainreport._logging import get_logger
 from trainreport._runlog._format import (
     MAGIC,
+    Piece,
     append_record,
     encode_run,
     encode_snapshot,
@@ -57,6 +58,7 @@ except ImportError:  # pragma: no cover - Windows: no advisory lock
 
 __all__ = [
     "MIN_COMPACT_BYTES",
+    "WRITE_BATCH_BYTES",
     "LogBusyError",
     "RunLogWriter",
     "log_temporaries_removed",
@@ -239,8 +241,12 @@ def remove_temporaries(path: Path) -> tuple[int, int]:
     return files, freed
 
 
+#: :func:`replace_file` joins its pieces into writes of at least this many bytes (4 MiB).
+WRITE_BATCH_BYTES = 4 << 20
+
+
 def replace_file(
-    path: Path, pieces: Iterable[bytes], *, keep_open: bool = False, lock: bool = False
+    path: Path, pieces: Iterable[Piece], *, keep_open: bool = False, lock: bool = False
 ) -> tuple[int | None, int]:
     """Write ``pieces`` to a temporary file beside ``path``, ``fsync`` it, move it over ``path``.
 
@@ -252,7 +258,10 @@ def replace_file(
 
     Args:
         path: the file to replace (or create).
-        pieces: the content, written piece by piece.
+        pieces: the content, written in batches of at least
+            :data:`WRITE_BATCH_BYTES` (a snapshot is hundreds of column
+            views: one ``write()`` each would wait for the interpreter after
+            each, behind a busy training thread).
         keep_open: return the new file's descriptor (opened for appending).
         lock: take the run log lock on the new file before it becomes visible.
 
@@ -268,9 +277,18 @@ def replace_file(
     try:
         if lock:
             _lock(fd)
+        batch: list[Piece] = []
+        held = 0
         for piece in pieces:
-            _write_all(fd, piece)
-            written += len(piece)
+            batch.append(piece)
+            held += len(piece)
+            if held >= WRITE_BATCH_BYTES:
+                _write_all(fd, b"".join(batch))
+                written += held
+                batch, held = [], 0
+        if batch:
+            _write_all(fd, b"".join(batch))
+            written += held
         os.fsync(fd)
         os.replace(tmp, path)
     except BaseException:
@@ -389,7 +407,7 @@ class RunLogWriter:
             writer = cls(path, fd, opened, opened.run or dict(run or {}))
             writer._repair(data)
             if writer.run and not opened.run and not writer.compactions:
-                writer._pending.extend(encode_run(writer.run))
+                writer._add_pending(encode_run(writer.run))
                 writer.flush()
         except BaseException:
             if writer is None:
@@ -425,9 +443,9 @@ class RunLogWriter:
             set_aside=None if self.set_aside is None else str(self.set_aside),
         )
 
-    def _rewrite_in_place(self, pieces: list[bytes]) -> None:
+    def _rewrite_in_place(self, pieces: list[Piece]) -> None:
         self._truncate(0)
-        self._pending.extend(pieces)
+        self._add_pending(pieces)
         self.flush()
 
     def _truncate(self, size: int) -> None:
@@ -463,11 +481,7 @@ class RunLogWriter:
                 strict JSON, unencodable text, columns of different lengths);
                 nothing changed.
         """
-        pieces = append_record(self.state, update)
-        size = sum(map(len, pieces))
-        self._pending.extend(pieces)
-        self._pending_bytes += size
-        return size
+        return self._add_pending(append_record(self.state, update))
 
     def append_run(self) -> int:
         """Append a RUN record holding :attr:`run` as it is now (the last one read wins).
@@ -476,11 +490,19 @@ class RunLogWriter:
             bytes appended (written at the next :meth:`flush`).
         """
         self._require_open()
-        pieces = encode_run(self.run)
-        size = sum(map(len, pieces))
-        self._pending.extend(pieces)
-        self._pending_bytes += size
-        return size
+        return self._add_pending(encode_run(self.run))
+
+    def _add_pending(self, pieces: list[Piece]) -> int:
+        """Keep one record's ``pieces`` for the next :meth:`flush`, joined; returns its bytes.
+
+        The one copy of the columns a record costs: the pieces view the
+        columns' own buffers (``_format._column_pieces``), and no view outlives
+        this call (a view kept would forbid the columns to grow or shrink).
+        """
+        record = b"".join(pieces)
+        self._pending.append(record)
+        self._pending_bytes += len(record)
+        return len(record)
 
     def flush(self) -> int:
         """Write everything appended with one ``write()`` (no ``fsync``).
@@ -498,7 +520,8 @@ class RunLogWriter:
             self._torn = False
         if not self._pending:
             return 0
-        data = b"".join(self._pending)
+        pending = self._pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)  # one record: no copy
         try:
             _write_all(fd, data)
         except OSError:
@@ -558,7 +581,7 @@ class RunLogWriter:
         fd = self._require_open()
         if keep_from:
             self.state.trim(keep_from)
-        pieces = [MAGIC]
+        pieces: list[Piece] = [MAGIC]
         if self.run:
             pieces += encode_run(self.run)
         if self.state.exists:
