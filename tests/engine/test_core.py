@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from core_driving import (
     deliver,
@@ -203,7 +202,7 @@ def test_closing_a_holder_that_answers_before_the_seed_bound_seeds_the_store(
     holder = Opened(stored_task=_task_with_loss(range(1, 8)))
     first, second = ((holder_job, 1, holder), (empty_job, 0, empty))[:: 1 if holder_first else -1]
 
-    with capture_logs() as logs:
+    with capture_events() as logs:
         _answer(core, *first, 0.01)
         for t in (0.01, late - 0.5, late - 0.001):  # the driver's passes meanwhile
             assert core.close_request(core.destinations[first[1]], t, t, queue_empty=True) is None
@@ -318,7 +317,7 @@ def test_running_a_holder_whose_first_open_failed_once_still_seeds_the_store(
     waiting = core.recorder.seeded
     retry = core.running_request(core.destinations[0], 1.5)
     assert retry is not None
-    with capture_logs() as logs:
+    with capture_events() as logs:
         _answer(core, retry, 0, Opened(stored_task=_task_with_loss(range(1, 8))), 1.5)
     sends = [core.running_request(dest, 1.5) for dest in core.destinations]
 
