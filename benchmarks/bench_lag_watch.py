@@ -28,37 +28,18 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the test suite's core driver (tests/core_driving.py), as bench_page.py takes tests/browser.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from trainreport import MemorySink, Opened, ReportingConfig
+from core_driving import make_suffix_core
 from trainreport._engine._core import EngineCore
-from trainreport._engine._destination import new_destination
-from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
-from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
-from trainreport._wire._sink_interface import CAPABILITY_SERIES_SUFFIX
 
 
 def make_core(series: int, destinations: int) -> EngineCore:
     """A core over ``destinations`` open series-suffix sinks, lacking 10 points of each series."""
-    cfg = ReportingConfig(max_metric_names=max(series, 1))
-    core = EngineCore(
-        recorder=Recorder(cfg, destinations=destinations),
-        destinations=[
-            new_destination(i, MemorySink(series_suffix=True), cfg) for i in range(destinations)
-        ],
-        config=cfg,
-        resume=Resume(None, interval=cfg.min_report_interval_seconds),
-        wall_clock=lambda: "2026-01-01T00:00:00.000Z",
-    )
-    core.begin(0.0)
-    for dest in core.destinations:
-        job = core.running_request(dest, 0.0)
-        assert job is not None
-        job.result = Opened(capabilities=frozenset({CAPABILITY_SERIES_SUFFIX}))
-        job.done = True
-        core.settle(dest, 0.0, 0.0, queue_empty=True)
+    core = make_suffix_core(destinations, max_metric_names=max(series, 1))
     metrics = {f"m{i}": 0.5 for i in range(series)}
     queue: deque[Report] = deque(reports.train(0.0, step, None, metrics) for step in range(10))
     core.recorder.apply_all(queue)

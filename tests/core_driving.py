@@ -12,6 +12,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainreport import Delivered, MemorySink, Opened, ReportingConfig
 from trainreport._engine._behind import BEHIND_WARNING_POINTS
@@ -204,14 +205,18 @@ def make_suffix_core(
     *,
     behind_points: Sequence[int] = BEHIND_WARNING_POINTS,
     backlog_send_points: int = BACKLOG_SEND_POINTS,
+    **config: Any,
 ) -> EngineCore:
     """A core over ``destinations`` series-suffix memory sinks, each opened (a new task) at 0.
 
     Series-suffix destinations (the reference server, a run log) are sent only
     the points they lack, so the backlog rule applies to them; ``behind_points``
     are the ``trainreport.destination_behind`` thresholds (small ones in tests).
+    ``config``: :class:`ReportingConfig` fields, over this core's own
+    (``backoff_jitter=0.0``, ``min_report_interval_seconds=10.0``), e.g.
+    ``max_metric_names`` for a wider run (benchmarks/bench_lag_watch.py).
     """
-    cfg = ReportingConfig(backoff_jitter=0.0, min_report_interval_seconds=10.0)
+    cfg = ReportingConfig(**{"backoff_jitter": 0.0, "min_report_interval_seconds": 10.0, **config})
     core = EngineCore(
         recorder=Recorder(cfg, destinations=destinations),
         destinations=[

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from core_driving import (
     deliver,
@@ -203,7 +202,7 @@ def test_closing_a_holder_that_answers_before_the_seed_bound_seeds_the_store(
     holder = Opened(stored_task=_task_with_loss(range(1, 8)))
     first, second = ((holder_job, 1, holder), (empty_job, 0, empty))[:: 1 if holder_first else -1]
 
-    with capture_logs() as logs:
+    with capture_events() as logs:
         _answer(core, *first, 0.01)
         for t in (0.01, late - 0.5, late - 0.001):  # the driver's passes meanwhile
             assert core.close_request(core.destinations[first[1]], t, t, queue_empty=True) is None
@@ -288,7 +287,8 @@ def test_closing_a_holder_that_answers_after_the_seed_bound_is_not_sent_to() -> 
         return (Opened(stored_task=None) if job.build is None else Delivered()), 0.0
 
     answered: list[float] = []
-    started, _ = run_close(core, script, start=0.0, timeout=1.5, before_pass=late_answer)
+    with capture_events() as logs:
+        started, _ = run_close(core, script, start=0.0, timeout=1.5, before_pass=late_answer)
     sent: dict[int, list[Job]] = {0: [], 1: []}
     for index, _at, job in started:
         sent[index].append(job)
@@ -296,6 +296,8 @@ def test_closing_a_holder_that_answers_after_the_seed_bound_is_not_sent_to() -> 
     assert [1.25] == answered
     assert [] == [job for job in sent[0] if job.build is not None]
     assert [[8]] == [_loss_steps(job) for job in sent[1]]
+    # Nothing was sent to it, so none of its stored points was replaced.
+    assert [] == [e for e in logs if e["event"] == "trainreport.destination_replaced"]
 
 
 @pytest.mark.parametrize(
@@ -318,13 +320,46 @@ def test_running_a_holder_whose_first_open_failed_once_still_seeds_the_store(
     waiting = core.recorder.seeded
     retry = core.running_request(core.destinations[0], 1.5)
     assert retry is not None
-    with capture_logs() as logs:
+    with capture_events() as logs:
         _answer(core, retry, 0, Opened(stored_task=_task_with_loss(range(1, 8))), 1.5)
     sends = [core.running_request(dest, 1.5) for dest in core.destinations]
 
     assert not waiting
     assert [] == [e for e in logs if e["event"] == "trainreport.destination_replaced"]
     assert [[*range(1, 9)]] * 2 == [_loss_steps(send) for send in sends]
+
+
+def test_running_a_late_holder_is_told_replaced_at_the_send_that_replaces_its_points() -> None:
+    """Running, [empty, holder of 1..7], the holder answering after the seed (the known
+    limitation below): ``destination_replaced`` (7 points) is logged when the send that
+    replaces them is made, not when its open answered, and only once."""
+    core = make_core(2)
+    empty_job, holder_job = _first_opens_in_flight(core)
+    record(core, 0.0, 8)
+    _answer(core, empty_job, 0, Opened(stored_task=None), 1.0)
+    core.seed_if_decided(11.0)  # one interval after the first successful open
+    holder = core.destinations[1]
+
+    with capture_events() as at_open:
+        _answer(core, holder_job, 1, Opened(stored_task=_task_with_loss(range(1, 8))), 12.0)
+    with capture_events() as at_sends:
+        first = core.running_request(holder, 12.0)
+        assert first is not None
+        first.result, first.done = Delivered(), True
+        core.settle(holder, 12.0, 12.0, queue_empty=True)
+        record(core, 30.0, 9)
+        second = core.running_request(holder, 30.0)
+
+    assert [] == [e for e in at_open if e["event"] == "trainreport.destination_replaced"]
+    assert second is not None
+    assert [
+        {
+            "event": "trainreport.destination_replaced",
+            "log_level": "warning",
+            "destination": holder.label,
+            "stored_points_replaced": 7,
+        }
+    ] == [e for e in at_sends if e["event"] == "trainreport.destination_replaced"]
 
 
 @pytest.mark.xfail(

@@ -267,7 +267,7 @@ def test_a_claim_removes_what_a_compaction_killed_before_its_rename_left(
     killed_in_a_forked_child(compact_and_die)
     [left] = _temporaries(job_dir)
     size = (job_dir / left).stat().st_size
-    others = [".eval.log.0123abcd.tmp", ".train.log.damaged.0123abcd.tmp", "train.log.damaged"]
+    others = [".eval.log.0123abcd.tmp", ".eval.log.damaged.0123abcd.tmp", "train.log.damaged"]
     for name in others:
         (job_dir / name).write_bytes(b"not ours")
     _disk_full_for_journals(monkeypatch)  # the claim's own journal cannot even be opened

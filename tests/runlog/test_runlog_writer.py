@@ -10,6 +10,7 @@ import errno
 import fcntl
 import os
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from trainreport._runlog._writer import (
     WRITE_BATCH_BYTES,
     LogBusyError,
     RunLogWriter,
+    remove_temporaries,
+    replace_file,
 )
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport._wire._task_record import SeriesGapError
@@ -221,6 +224,16 @@ def _torn_record() -> list[bytes]:
     return [whole[:30]]
 
 
+def _three_steps(path: Path) -> bytearray:
+    """A log at ``path`` of three records (steps 1, 2, 3, each flushed): its bytes."""
+    writer = RunLogWriter.open(path)
+    for step in (1, 2, 3):
+        writer.append(step_update(step))
+        writer.flush()
+    writer.close()
+    return bytearray(path.read_bytes())
+
+
 @pytest.mark.parametrize(
     ("damage", "kind"),
     [
@@ -234,12 +247,7 @@ def test_damage_in_the_middle_is_set_aside_and_the_intact_records_kept(
 ) -> None:
     """The whole file is copied to .damaged before the log is rewritten from what was read."""
     path = tmp_path / "r.log"
-    writer = RunLogWriter.open(path)
-    for step in (1, 2, 3):
-        writer.append(step_update(step))
-        writer.flush()
-    writer.close()
-    original = bytearray(path.read_bytes())
+    original = _three_steps(path)
     ends = record_ends(bytes(original))
     if damage == "flip":
         original[ends[1] + 25] ^= 0xFF  # inside the third record
@@ -376,7 +384,10 @@ def test_a_compaction_killed_before_its_rename_leaves_no_temporary_after_the_nex
     size = (tmp_path / left).stat().st_size
     others = [
         ".other.log.0123abcd.tmp",  # another log's temporary
-        ".r.log.damaged.0123abcd.tmp",  # the temporary of a damaged copy's name
+        ".other.log.damaged.0123abcd.tmp",  # another log's damaged copy's
+        ".r.log.damaged.damaged.0123abcd.tmp",  # the damaged copy of r.log.damaged's
+        ".r.log.damaged.02.0123abcd.tmp",  # not a damaged copy's number
+        ".r.json.0123abcd.tmp",  # a task record's, not named at this open
         ".r.log.0123abcd.tmp.keep",  # not of the shape: more after it
         ".r.log.0123ABCD.tmp",  # not of the shape: the hex digits are lower case
         "r.log.damaged",
@@ -398,22 +409,82 @@ def test_a_compaction_killed_before_its_rename_leaves_no_temporary_after_the_nex
     assert size > 200 * 20
 
 
-def test_the_temporary_of_a_compaction_still_under_way_is_kept(tmp_path: Path) -> None:
-    """A temporary whose lock is held belongs to a compaction under way (a writer whose log
-    was deleted and made again under it): the open leaves it, and logs nothing."""
-    path = tmp_path / "r.log"
-    live = tmp_path / ".r.log.89abcdef.tmp"
+@pytest.mark.parametrize(
+    "name",
+    [".r.log.89abcdef.tmp", ".r.log.damaged.89abcdef.tmp", ".r.json.89abcdef.tmp"],
+    ids=["compaction", "damaged-copy", "task-record"],
+)
+def test_the_temporary_of_a_replace_still_under_way_is_kept(tmp_path: Path, name: str) -> None:
+    """A temporary whose lock is held belongs to a replace under way (a writer whose log
+    was deleted and made again under it; a record another log shares): the open leaves
+    it, and logs nothing; unlocked, it is a dead process's, and goes."""
+    path, record = tmp_path / "r.log", tmp_path / "r.json"
+    live = tmp_path / name
     fd = os.open(live, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with capture_events() as events:
-            RunLogWriter.open(path).close()
+            RunLogWriter.open(path, record=record).close()
         assert [live.name] == _temporaries(tmp_path)
     finally:
         os.close(fd)
     assert [] == [e for e in events if e["event"] == "trainreport.run_log_temporaries_removed"]
-    RunLogWriter.open(path).close()  # unlocked now: a dead process's
+    RunLogWriter.open(path, record=record).close()  # unlocked now: a dead process's
     assert [] == _temporaries(tmp_path)
+
+
+def test_a_temporary_is_locked_while_it_is_written(tmp_path: Path) -> None:
+    """Halfway through a replace of the task record, the log's next holder looks for dead
+    temporaries (the record written after the log's lock went, or by another log that
+    shares it): the live one is kept, and the replace ends with the record in place."""
+    path, record = tmp_path / "r.log", tmp_path / "r.json"
+    seen: list[tuple[int, int]] = []
+
+    def pieces() -> Iterator[bytes]:
+        yield b'{"status": '
+        seen.append(remove_temporaries(path, record=record))
+        yield b'"running"}'
+
+    replace_file(record, pieces())
+
+    assert [(0, 0)] == seen
+    assert b'{"status": "running"}' == record.read_bytes()
+    assert [] == _temporaries(tmp_path)
+
+
+@pytest.mark.parametrize("copies_before", [0, 1], ids=["first-copy", "second-copy"])
+def test_a_damaged_copy_killed_before_its_rename_leaves_no_temporary_after_the_next_open(
+    tmp_path: Path, copies_before: int
+) -> None:
+    """``kill -9`` between the temporary of a damaged log's copy (``r.log.damaged``, or
+    ``r.log.damaged.2`` when one is there) and its rename: the next open removes it, says
+    so once, and sets the damaged log aside again."""
+    path = tmp_path / "r.log"
+    damaged = _three_steps(path)
+    damaged[record_ends(bytes(damaged))[1] + 25] ^= 0xFF  # inside the third record
+    path.write_bytes(damaged)
+    if copies_before:
+        (tmp_path / "r.log.damaged").write_bytes(b"an earlier copy")
+    copy = "r.log.damaged.2" if copies_before else "r.log.damaged"
+
+    def open_and_die() -> None:
+        kill_at_replace()
+        RunLogWriter.open(path)
+
+    killed_in_a_forked_child(open_and_die)
+    [left] = _temporaries(tmp_path)
+    assert left.startswith(f".{copy}.")
+    assert len(damaged) == (tmp_path / left).stat().st_size
+
+    with capture_events() as events:
+        RunLogWriter.open(path).close()
+
+    assert [] == _temporaries(tmp_path)
+    assert bytes(damaged) == (tmp_path / copy).read_bytes()
+    removed = [e for e in events if e["event"] == "trainreport.run_log_temporaries_removed"]
+    assert [(str(path), 1, len(damaged))] == [
+        (e["path"], e["files"], e["bytes_freed"]) for e in removed
+    ]
 
 
 def test_compaction_can_trim_what_a_service_acknowledged(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from helpers import curve, held, without_updated_at
+from helpers import curve, held, kill_at_replace, killed_in_a_forked_child, without_updated_at
 from trainreport import (
     ConfigError,
     Delivered,
@@ -230,6 +230,71 @@ def test_a_run_log_closes_without_writing_a_record_unless_asked(tmp_path: Path) 
     assert ["asked.json", "asked.log", "old.json", "old.log", "plain.log"] == sorted(
         p.name for p in tmp_path.iterdir()
     )
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_task_record_killed_before_its_rename_leaves_no_temporary_after_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` between the task record's temporary (``FileSink(write_record=True)`` at
+    close) and its rename: the next open of the log removes it and says so once; the next
+    close writes the record."""
+    path = tmp_path / "r.log"
+
+    def close_and_die() -> None:
+        sink = FileSink(path, write_record=True)
+        assert isinstance(sink.open(), Opened)
+        steps = list(range(1, 201))
+        assert isinstance(sink.send(Update(None, {}, (suffix("a", 0, steps),), False)), Delivered)
+        kill_at_replace()
+        sink.close()
+
+    killed_in_a_forked_child(close_and_die)
+    [left] = _temporaries(tmp_path)
+    assert left.startswith(".r.json.")
+    size = (tmp_path / left).stat().st_size
+
+    sink = FileSink(path, write_record=True)
+    with capture_events() as events:
+        assert isinstance(sink.open(), Opened)
+    assert [] == _temporaries(tmp_path)
+    sink.close()
+
+    record = json.loads(sink.record_path.read_text())
+    assert list(range(1, 201)) == [p[0] for p in curve(record, "a")]
+    removed = [e for e in events if e["event"] == "trainreport.run_log_temporaries_removed"]
+    assert [(str(path), 1, size)] == [(e["path"], e["files"], e["bytes_freed"]) for e in removed]
+    assert size > 200 * 10
+
+
+def test_the_task_record_is_written_before_the_log_s_lock_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record is replaced while the sink still holds the log's lock, so another process's
+    open (which removes a killed write's temporaries) never meets a live one."""
+    path = tmp_path / "r.log"
+    sink = FileSink(path, write_record=True)
+    assert isinstance(sink.open(), Opened)
+    assert isinstance(sink.send(Update(None, {}, (suffix("a", 0, [1, 2]),), False)), Delivered)
+    busy: list[bool] = []
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst) == sink.record_path:  # another writer of the log tries it now
+            other = FileSink(path)
+            busy.append(isinstance(other.open(), Rejected))
+            other.close()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    sink.close()
+    monkeypatch.undo()
+
+    assert [True] == busy
+    assert [1, 2] == [p[0] for p in curve(json.loads(sink.record_path.read_text()), "a")]
 
 
 def test_a_run_log_keeps_no_points_in_memory_unless_it_writes_the_record(tmp_path: Path) -> None:

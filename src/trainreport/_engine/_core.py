@@ -51,6 +51,7 @@ from trainreport._engine._destination import (
     MAX_FLOOR_SECONDS,
     Destination,
     Job,
+    sending,
     settle_error,
     settle_open,
     settle_send,
@@ -682,6 +683,7 @@ class EngineCore:
                 include_metrics=include,
             )
             dest.requests_sent += 1
+            sending(dest)  # the first send since adopt() replaces what it found
             job = Job(
                 build, include_metrics=include, closing=closing, complete=complete, timeout=timeout
             )

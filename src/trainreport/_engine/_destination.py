@@ -185,6 +185,9 @@ class Destination:
     last_unsent_warning: float | None = None
     #: When its current run of failed requests began (scheduling clock, seconds), or ``None``.
     failing_since: float | None = None
+    #: Stored points that differ from the run's record, found by :func:`adopt`, that its
+    #: next send replaces (``trainreport.destination_replaced`` is logged when it is made).
+    replacing: int = 0
     once: OnceLogger = attrs.field(factory=OnceLogger)
 
     def __attrs_post_init__(self) -> None:
@@ -393,17 +396,31 @@ def settle_open(dest: Destination, recorder: Recorder, result: OpenResult, now: 
 
 
 def adopt(dest: Destination, recorder: Recorder) -> None:
-    """Bring a destination the store was not seeded from up to date from its own stored task."""
+    """Bring a destination the store was not seeded from up to date from its own stored task.
+
+    Its stored points past the prefix it shares with the store are replaced by
+    its next send (:func:`sending`), not here: a destination adopted while
+    closing may be sent nothing more (``EngineCore.seed_if_decided``).
+    """
     state = dest.stored if dest.stored is not None else StoredState(series={})
-    replaced = recorder.adopt(dest.index, state, dest.full_state)
-    if replaced:
+    dest.replacing = recorder.adopt(dest.index, state, dest.full_state)
+    dest.apply(_IN.SEEDED)
+    dest.stored = None
+
+
+def sending(dest: Destination) -> None:
+    """A send to ``dest`` was built: the first since :func:`adopt` replaces what it found.
+
+    Logs ``trainreport.destination_replaced`` (how many stored points) once,
+    for that send. Never raises.
+    """
+    if dest.replacing:
         _log.warning(
             "trainreport.destination_replaced",
             destination=dest.label,
-            stored_points_replaced=replaced,
+            stored_points_replaced=dest.replacing,
         )
-    dest.apply(_IN.SEEDED)
-    dest.stored = None
+        dest.replacing = 0
 
 
 def settle_send(

@@ -193,33 +193,52 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(_TEMPORARY_TOKEN_BYTES)}.tmp")
 
 
-def _temporary_pattern(path: Path) -> re.Pattern[str]:
-    hex_digits = 2 * _TEMPORARY_TOKEN_BYTES
-    return re.compile(re.escape(f".{path.name}.") + f"[0-9a-f]{{{hex_digits}}}" + r"\.tmp")
+#: What may stand between a log's name and a temporary's random part: nothing (the
+#: log's own, a compaction's), or its damaged copy's suffix (``_set_aside_path``:
+#: ``.damaged``, ``.damaged.2``, ...).
+_OWN_SUFFIXES = r"(?:damaged(?:\.[1-9][0-9]*)?\.)?"
 
 
-def remove_temporaries(path: Path) -> tuple[int, int]:
-    """Remove the temporary files a process killed while replacing ``path`` left beside it.
+def _temporary_pattern(path: Path, record: Path | None) -> re.Pattern[str]:
+    """The names of the temporaries of ``path``, its damaged copies and ``record``."""
+    names = re.escape(f".{path.name}.") + _OWN_SUFFIXES
+    if record is not None:
+        names = f"(?:{names}|{re.escape(f'.{record.name}.')})"
+    return re.compile(names + f"[0-9a-f]{{{2 * _TEMPORARY_TOKEN_BYTES}}}" + r"\.tmp")
+
+
+def remove_temporaries(path: Path, *, record: Path | None = None) -> tuple[int, int]:
+    """Remove the temporary files a process killed while replacing ``path``'s files left.
 
     Call it only holding ``path``'s lock (:meth:`RunLogWriter.open`, a
-    journal's claim): its holder is the only one who can be compacting the
-    log, so a temporary of ``path``'s is a dead process's, left between the
-    write and the rename of :func:`replace_file` (up to the log's size each
-    time). Only names of exactly :func:`temporary_path`'s shape for exactly
-    this ``path`` are removed; and a temporary whose lock is held (a
-    compaction under way, by a writer whose log was deleted and made again
+    journal's claim): its holder is the only one who can be replacing the
+    log, its ``.damaged`` copy (written at the open that repairs it) or its
+    task record (``FileSink`` writes it at close, before it lets the lock
+    go), so such a temporary is a dead process's, left between the write and
+    the rename of :func:`replace_file` (up to the log's size each time). Only
+    names of exactly :func:`temporary_path`'s shape for exactly ``path``,
+    ``path.damaged`` (or ``.damaged.N``) and ``record`` are removed; and a
+    temporary whose lock is held (:func:`replace_file` takes it on each, so
+    a replace under way by a writer whose log was deleted and made again
     under it) is kept.
+
+    Args:
+        path: the run log.
+        record: the task record written beside it (``FileSink``), or ``None``.
 
     Returns:
         ``(files removed, bytes freed)``. Never raises: a file that cannot be
         removed is left.
     """
-    pattern, prefix = _temporary_pattern(path), f".{path.name}."
+    if record is not None and record.parent != path.parent:
+        record = None  # FileSink's is always beside the log
+    pattern = _temporary_pattern(path, record)
+    prefixes = (f".{path.name}.",) if record is None else (f".{path.name}.", f".{record.name}.")
     files = freed = 0
     try:
         with os.scandir(path.parent) as entries:
             names = [
-                e.name for e in entries if e.name.startswith(prefix) and pattern.fullmatch(e.name)
+                e.name for e in entries if e.name.startswith(prefixes) and pattern.fullmatch(e.name)
             ]
     except OSError:
         return 0, 0
@@ -246,7 +265,7 @@ WRITE_BATCH_BYTES = 4 << 20
 
 
 def replace_file(
-    path: Path, pieces: Iterable[Piece], *, keep_open: bool = False, lock: bool = False
+    path: Path, pieces: Iterable[Piece], *, keep_open: bool = False
 ) -> tuple[int | None, int]:
     """Write ``pieces`` to a temporary file beside ``path``, ``fsync`` it, move it over ``path``.
 
@@ -254,7 +273,8 @@ def replace_file(
     loss, one of the two (the directory is ``fsync``-ed too). A kill between
     the write and the rename leaves the temporary file
     (:func:`temporary_path`); the next holder of a run log's lock removes its
-    log's (:func:`remove_temporaries`).
+    log's, its damaged copy's and its task record's (:func:`remove_temporaries`),
+    never one whose lock is held: the temporary is locked while it is written.
 
     Args:
         path: the file to replace (or create).
@@ -262,8 +282,10 @@ def replace_file(
             :data:`WRITE_BATCH_BYTES` (a snapshot is hundreds of column
             views: one ``write()`` each would wait for the interpreter after
             each, behind a busy training thread).
-        keep_open: return the new file's descriptor (opened for appending).
-        lock: take the run log lock on the new file before it becomes visible.
+        keep_open: return the new file's descriptor (opened for appending),
+            holding the run log lock taken on it before it became visible (a
+            compacted log goes on under it); otherwise the lock goes with the
+            descriptor, closed once the file is in place.
 
     Returns:
         ``(descriptor or None, bytes written)``.
@@ -275,8 +297,7 @@ def replace_file(
     fd = os.open(tmp, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o666)
     written = 0
     try:
-        if lock:
-            _lock(fd)
+        _lock(fd)  # a live replace's temporary: remove_temporaries keeps it
         batch: list[Piece] = []
         held = 0
         for piece in pieces:
@@ -303,24 +324,28 @@ def replace_file(
     return None, written
 
 
-def log_temporaries_removed(path: Path) -> int:
-    """:func:`remove_temporaries` of ``path``, logged once when it removed any.
+def log_temporaries_removed(path: Path, *, record: Path | None = None) -> int:
+    """:func:`remove_temporaries` of ``path`` (and ``record``), logged once when it removed any.
 
     ``trainreport.run_log_temporaries_removed`` (INFO): the files and bytes
-    freed; it happens only after a kill during a compaction, and says where
-    the disk went. Call it only holding ``path``'s lock.
+    freed; it happens only after a kill during a compaction, a damaged copy's
+    write or the task record's, and says where the disk went. Call it only
+    holding ``path``'s lock.
 
     Returns:
         the files removed. Never raises.
     """
-    files, freed = remove_temporaries(path)
+    files, freed = remove_temporaries(path, record=record)
     if files:
         _log.info(
             "trainreport.run_log_temporaries_removed",
             path=str(path),
             files=files,
             bytes_freed=freed,
-            reason="left by a process killed while it compacted this log",
+            reason=(
+                "left by a process killed while it replaced this log (a compaction), "
+                "its damaged copy or its task record"
+            ),
         )
     return files
 
@@ -371,7 +396,11 @@ class RunLogWriter:
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, run: Mapping[str, str] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        run: Mapping[str, str] | None = None,
+        record: Path | None = None,
     ) -> RunLogWriter:
         """Open (or create) the log at ``path``, lock it, replay it and repair any damage.
 
@@ -382,13 +411,17 @@ class RunLogWriter:
         the whole file to ``<path>.damaged`` (never losing what a newer
         trainreport or a person could still read) and rewrites the log as a
         snapshot of what was read. Each repair logs ``trainreport.run_log_damaged``.
-        The temporary files of compactions a kill cut short are removed first
+        The temporary files of replaces a kill cut short (a compaction's, a
+        damaged copy's, the task record's) are removed first
         (:func:`remove_temporaries`; ``trainreport.run_log_temporaries_removed``,
         once, with the bytes freed).
 
         Args:
             path: the log file; its directory must exist.
             run: ``job_id`` and ``task_id`` to record when the log has none.
+            record: the task record its holder writes beside it
+                (``FileSink(write_record=True)``), whose killed writes'
+                temporaries are removed too; ``None``: none.
 
         Returns:
             the writer, holding the lock.
@@ -399,7 +432,7 @@ class RunLogWriter:
         """
         path = Path(path)
         fd = open_locked(path, _OPEN_FLAGS)
-        log_temporaries_removed(path)  # the lock is held: nobody else compacts it
+        log_temporaries_removed(path, record=record)  # the lock held: nobody else replaces them
         writer: RunLogWriter | None = None
         try:
             data = _read_all(fd)
@@ -587,7 +620,7 @@ class RunLogWriter:
         if self.state.exists:
             pieces += encode_snapshot(self.state)
         try:
-            new_fd, written = replace_file(self.path, pieces, keep_open=True, lock=True)
+            new_fd, written = replace_file(self.path, pieces, keep_open=True)
         except OSError:
             # Not due again before the log has doubled (a platform that cannot
             # replace an open file must not pay for a rewrite at every send).

@@ -185,7 +185,7 @@ class FileSink(Sink):
             return Opened(capabilities=_CAPABILITIES, stored_task=_stored(self._writer))
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            writer = RunLogWriter.open(self.log_path, run=self._run)
+            writer = RunLogWriter.open(self.log_path, run=self._run, record=self.record_path)
         except LogBusyError:
             return Rejected(f"another process is writing {self.log_path}")
         except OSError as exc:
@@ -287,7 +287,10 @@ class FileSink(Sink):
         return Delivered(series_lengths=writer.state.lengths(), bytes_sent=written)
 
     def close(self) -> None:
-        """``fsync`` and close the log (then, with ``write_record``, write the record). Idempotent.
+        """``fsync`` the log, with ``write_record`` write the record, close the log. Idempotent.
+
+        The record is written before the log's lock goes (the next holder's
+        open removes what a killed write of it left).
 
         Never raises: a failure is logged (``trainreport.run_log_write_failed``);
         the log still holds the run.
@@ -297,15 +300,22 @@ class FileSink(Sink):
             return
         before = writer.bytes_written
         try:
-            writer.fsync()
-        except (OSError, ValueError) as exc:
-            _write_failed(self.log_path, exc)
+            try:
+                writer.fsync()
+            except (OSError, ValueError) as exc:
+                _write_failed(self.log_path, exc)
+            # Before the log's lock goes: the next holder's open removes what a killed
+            # write of the record left, and so never meets a live one's.
+            self._write_record(writer)
         finally:
             try:
                 writer.close()
             except OSError as exc:
                 _write_failed(self.log_path, exc)
         self.bytes_written += writer.bytes_written - before
+
+    def _write_record(self, writer: RunLogWriter) -> None:
+        """With ``write_record``, write the task record atomically; never raises."""
         if not self.write_record or not writer.state.task.exists or writer.state.bases:
             return
         try:
