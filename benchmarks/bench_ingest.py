@@ -120,7 +120,7 @@ def measure_loop(
     deepest = 0
     with tempfile.TemporaryDirectory() as tmp:
         reporter = Reporter(
-            FileSink(Path(tmp) / "run.json"), ReportingConfig(**config), rank=0
+            FileSink(Path(tmp) / "run.log"), ReportingConfig(**config), rank=0
         ).start()
         reporter.report_training_start(max_steps=steps)
         worker = reporter._worker
