@@ -9,6 +9,9 @@ thread two million points a second; the queue's memory guard
   ``report_train_step`` queues them (the short form), drained in chunks as the
   reporter thread drains, on this thread: points per second of CPU
   (``time.thread_time``). No sends: the work a drain does;
+- **sink**: ``FileSink("run.log").send`` alone, on this thread: CPU a send
+  and a point, for sends of 100 series of 50 points with their times (every
+  tenth one a rewind of one point);
 - **loops**: a real ``Reporter`` writing the embedded default's run log
   (``FileSink``), fed by a loop that reports ``width`` metrics a step, either
   paced (one step every ``pace`` µs on average: step n starts ``n * pace``
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,7 @@ from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
 from trainreport._reporting_config import ReportingConfig as _Config
 from trainreport._wire._payloads import StoredState
+from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 STEPS = 100_000
 WIDTH = 100
@@ -93,6 +98,52 @@ def measure_ingest(steps: int = 20_000, width: int = WIDTH) -> dict[str, float]:
         "cpu_seconds": elapsed,
         "points_per_cpu_second": points / elapsed,
         "cpu_us_per_report": elapsed / steps * 1e6,
+    }
+
+
+def measure_sink(sends: int = 400, width: int = WIDTH, steps: int = 50) -> dict[str, float]:
+    """CPU of ``FileSink("run.log").send`` on this thread: ``sends`` suffixes of ``steps`` points.
+
+    Each send carries ``width`` series of ``steps`` new points with their times,
+    as the engine sends a send interval's worth to the embedded default; every
+    tenth send starts one point early (a rewind of the last point). The figure
+    is the sink's own share of the reporter thread: encoding the record, the
+    ``write()`` and the log's state (no fsync: the interval is infinite).
+    """
+    names = metric_names(width)
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = FileSink(Path(tmp) / "run.log", fsync_interval_seconds=float("inf"))
+        sink.open()
+        updates = []
+        for k in range(sends):
+            first = k * steps + 1 - (1 if k and not k % 10 else 0)
+            step_col = array("q", range(first, (k + 1) * steps + 1))
+            count = len(step_col)
+            series = tuple(
+                SeriesUpdate(
+                    n,
+                    first - 1,
+                    step_col,
+                    array("i", [1]) * count,
+                    array("d", [1.0 / (i + 1)]) * count,
+                    array("d", [1.7e9]) * count,
+                )
+                for i, n in enumerate(names)
+            )
+            updates.append(Update("running", {"step": (k + 1) * steps}, series, False))
+        gc.collect()
+        t0 = time.thread_time()
+        for update in updates:
+            sink.send(update)
+        elapsed = time.thread_time() - t0
+        sink.close()
+    points = sum(u.point_count for u in updates)
+    return {
+        "points": float(points),
+        "cpu_seconds": elapsed,
+        "sends": float(sends),
+        "cpu_us_per_send": elapsed / sends * 1e6,
+        "cpu_ns_per_point": elapsed / points * 1e9,
     }
 
 
@@ -179,6 +230,13 @@ def test_ingest_points_per_cpu_second(benchmark: Any) -> None:
     assert result["points"] == 2_000 * WIDTH
 
 
+def test_file_sink_send_cost(benchmark: Any) -> None:
+    """CPU of the embedded default's send, 100 series of 50 points (a short run)."""
+    result = benchmark.pedantic(measure_sink, kwargs={"sends": 20}, rounds=1)
+    benchmark.extra_info.update(result)
+    assert result["points"] == 20 * WIDTH * 50 + 1 * WIDTH
+
+
 def test_paced_loop_keeps_up(benchmark: Any) -> None:
     """A paced loop of 100 metrics every 50 µs through a real Reporter (a short run)."""
     result = benchmark.pedantic(measure_loop, kwargs={"steps": 2_000}, rounds=1)
@@ -204,11 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=WIDTH)
     parser.add_argument("--pace-us", type=float, default=PACE_US)
     parser.add_argument(
-        "--only", choices=["ingest", "paced", "tight"], action="append", help="(repeatable)"
+        "--only",
+        choices=["ingest", "sink", "paced", "tight"],
+        action="append",
+        help="(repeatable)",
     )
     args = parser.parse_args(argv)
-    only = set(args.only or ["ingest", "paced", "tight"])
+    only = set(args.only or ["ingest", "sink", "paced", "tight"])
     ingest = measure_ingest(min(args.steps, 20_000), args.width) if "ingest" in only else None
+    sink = measure_sink(width=args.width) if "sink" in only else None
     loops = []
     if "paced" in only:
         loops.append(
@@ -225,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
             f"ingest (apply_all, {CHUNK} reports a drain): "
             f"{ingest['points_per_cpu_second'] / 1e6:.2f} M points / s of CPU "
             f"({ingest['cpu_us_per_report']:.1f} µs a report)\n"
+        )
+    if sink is not None:
+        print(
+            f"sink (FileSink.send, {sink['points'] / sink['sends']:,.0f} points a send): "
+            f"{sink['cpu_us_per_send']:.0f} µs of CPU a send, "
+            f"{sink['cpu_ns_per_point']:.1f} ns a point\n"
         )
     if not loops:
         return 0

@@ -9,11 +9,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import tracemalloc
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from helpers import kill_at_replace, killed_in_a_forked_child, record_ends
 from trainreport._runlog._format import FORMAT_VERSION, MAGIC, encode_record
 from trainreport._runlog._replay import replay
+from trainreport._runlog._state import LogState
 from trainreport._runlog._writer import (
     MIN_COMPACT_BYTES,
     WRITE_BATCH_BYTES,
@@ -568,3 +571,177 @@ def test_an_update_whose_details_carry_metrics_is_refused_not_written_unreadable
     replayed = replay((tmp_path / "r.log").read_bytes())
     assert replayed.damage is None
     assert {"loss": 1} == replayed.state.lengths()
+
+
+# --- a state whose points left memory (FileSink without its record) ---------------------------
+
+#: Another tool's series (steps going backwards): a full-state update keeps it as stored.
+_ALIEN = [{"step": 9, "epoch": None, "value": 1.0}, {"step": 3, "epoch": None, "value": 2.0}]
+_LOG_NAMES = ("a", "b", "alien")
+
+
+def _timed_points(name: str, offset: int, count: int, timed: bool) -> SeriesUpdate:
+    steps = list(range(offset + 1, offset + 1 + count))
+    s = points(name, offset, steps)
+    return attrs.evolve(s, times=array("d", [1e9 + k for k in steps])) if timed else s
+
+
+def _log_update(op: tuple[Any, ...], lengths: dict[str, int]) -> Update:
+    """The update an operation of the strategy below stands for, given the lengths held."""
+    kind, spec, status, step = op
+    statuses = (None, "running", "completed")
+    details: dict[str, Any] = {"step": step, "eta_seconds": 5.0} if step % 3 else {"curve": [step]}
+    if kind == "details":
+        return Update(statuses[status], details, None, False)
+    if kind == "full":
+        series = tuple(_timed_points(_LOG_NAMES[n], 0, c, t) for n, _, c, t in spec)
+        foreign = {"alien": _ALIEN} if status else {}
+        return Update(statuses[status], details, series, True, foreign)
+    series = tuple(  # delta 1: a gap; below 0: a rewind into the points written
+        _timed_points(_LOG_NAMES[n], max(lengths.get(_LOG_NAMES[n], 0) + d, 0), c, t)
+        for n, d, c, t in spec
+    )
+    return Update(statuses[status], details, series, False)
+
+
+def _fields(writer: RunLogWriter) -> tuple[Any, ...]:
+    """What a state whose points left memory must agree on: all but the points."""
+    state = writer.state
+    task = state.task
+    return (
+        state.lengths(),
+        dict(state.bases),
+        list(task.series),
+        task.status,
+        task.details,
+        task.foreign,
+        task.exists,
+    )
+
+
+_series_spec = st.tuples(st.integers(0, 2), st.integers(-4, 1), st.integers(0, 3), st.booleans())
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(["suffix", "suffix", "suffix", "full", "details"]),
+                st.lists(_series_spec, min_size=1, max_size=3),
+                st.integers(0, 2),
+                st.integers(1, 9),
+            ),
+            st.tuples(st.sampled_from(["flush", "reopen", "compact"])),
+        ),
+        max_size=30,
+    )
+)
+def test_a_state_without_its_points_writes_the_same_log_as_one_that_trims_them(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[Any, ...]]
+) -> None:
+    """Same bytes, lengths, gaps and fields as applying every point and trimming them after.
+
+    Three writers take the same updates (rewinds, gaps, full states, another
+    tool's series, emptied series, status-only sends): one keeps every point,
+    one trims them after each append (``FileSink`` until session 30), one keeps
+    none (:meth:`LogState.drop_points`). The last two write the same bytes and
+    hold the same fields; all three the same lengths, and each file replays to
+    the points the first one holds. As a ``FileSink`` does, a state with bases
+    is not compacted.
+    """
+    folder = tmp_path_factory.mktemp("logs")
+    paths = [folder / f"{name}.log" for name in ("whole", "trimmed", "counted")]
+
+    def opened() -> list[RunLogWriter]:
+        writers = [RunLogWriter.open(path) for path in paths]
+        writers[1].state.trim(writers[1].state.lengths())
+        writers[2].state.drop_points()
+        return writers
+
+    writers = opened()
+    # Two suffixes of one series in one update (never sent by the engine): the trimmed
+    # state keeps an emptied series the whole one drops, so only the last two compare.
+    repeated = False
+    for op in operations:
+        if op[0] == "flush":
+            for writer in writers:
+                writer.flush()
+        elif op[0] == "reopen":
+            for writer in writers:
+                writer.close()
+            writers = opened()
+        elif op[0] == "compact":
+            if not writers[2].state.bases:
+                for writer in writers:
+                    writer.compact()
+        else:
+            update = _log_update(op, writers[0].state.lengths())
+            names = [s.name for s in update.series or ()]
+            repeated = repeated or len(names) != len(set(names))
+            before = [(_fields(w), w.pending_bytes) for w in writers]
+            errors: list[str | None] = []
+            for writer in writers:
+                try:
+                    writer.append(update)
+                    errors.append(None)
+                except SeriesGapError as exc:
+                    errors.append(str(exc))
+            if errors[0] is None:
+                writers[1].state.trim(writers[1].state.lengths())
+            else:  # refused everywhere, and nothing changed
+                assert before == [(_fields(w), w.pending_bytes) for w in writers]
+            assert errors[2] == errors[1]
+            assert repeated or (errors[0] is None) == (errors[1] is None)
+        assert _fields(writers[1]) == _fields(writers[2])
+        assert repeated or writers[0].state.lengths() == writers[2].state.lengths()
+        assert 0 == writers[2].state.point_count()
+    expected = writers[0].state.to_task()
+    for writer in writers:
+        writer.close()
+    assert paths[1].read_bytes() == paths[2].read_bytes()
+    replayed = replay(paths[2].read_bytes()).state
+    replayed.drop_points()
+    counted = RunLogWriter.open(paths[2])
+    counted.state.drop_points()
+    assert _fields(counted) == (
+        replayed.lengths(),
+        replayed.bases,
+        list(replayed.task.series),
+        replayed.task.status,
+        replayed.task.details,
+        replayed.task.foreign,
+        replayed.task.exists,
+    )
+    counted.close()
+    assert repeated or expected == replay(paths[2].read_bytes()).state.to_task()
+
+
+def test_a_state_that_keeps_no_points_copies_none_when_an_update_is_applied() -> None:
+    """A 200,000-point suffix, then a rewind into it: lengths move, no column is copied.
+
+    Copying them would allocate 28 bytes a point (steps, epochs, values, times).
+    """
+    state = LogState()
+    state.drop_points()
+    n = 200_000
+    big = SeriesUpdate(
+        "a",
+        0,
+        array("q", range(n)),
+        array("i", [1] * n),
+        array("d", [0.5] * n),
+        array("d", [1e9] * n),
+    )
+    tracemalloc.start()
+    try:
+        state.apply(Update("running", {"step": n}, (big,), False))
+        state.apply(Update(None, {}, (attrs.evolve(big, offset=n // 2, times=None),), False))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert {"a": n // 2 + n} == state.lengths()
+    assert (0, False) == (state.point_count(), state.keeps_points)
+    assert peak < n  # bytes: under 1 byte a point, where a copy takes 28

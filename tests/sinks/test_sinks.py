@@ -300,6 +300,7 @@ def test_the_task_record_is_written_before_the_log_s_lock_goes(
 def test_a_run_log_keeps_no_points_in_memory_unless_it_writes_the_record(tmp_path: Path) -> None:
     """Beside its file, the log's state holds lengths, not points; a rewind still replays right.
 
+    Its state keeps no points from the open on (a send copies none), and
     ``write_record=True`` keeps every point (the JSON record is written from them).
     """
     held_points = []
@@ -316,10 +317,10 @@ def test_a_run_log_keeps_no_points_in_memory_unless_it_writes_the_record(tmp_pat
         assert {"a": 501} == result.series_lengths
         writer = sink._writer
         assert writer is not None
-        held_points.append(writer.state.point_count())
+        held_points.append((writer.state.point_count(), writer.state.keeps_points))
         sink.close()
         assert list(range(1, 502)) == [p[0] for p in curve(read_task(sink.log_path), "a")]
-    assert [0, 501] == held_points
+    assert [(0, False), (501, True)] == held_points
 
 
 def test_file_sink_treats_a_corrupt_file_as_empty(tmp_path: Path) -> None:

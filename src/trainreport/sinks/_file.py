@@ -201,11 +201,13 @@ class FileSink(Sink):
     def _release(self, writer: RunLogWriter) -> None:
         """Let the points the log holds leave memory (unless the record is written at close).
 
-        The state keeps each series' length (its base) and the task fields, all
-        that the next record needs; the points are in the file.
+        Once, at :meth:`open`: the state then keeps no points
+        (``LogState.drop_points``), only each series' length (its base) and the
+        task fields, all that the next record needs; the points are in the
+        file, and a send copies none of them into memory.
         """
         if not self.write_record:
-            writer.state.trim(writer.state.lengths())
+            writer.state.drop_points()
 
     def _resume_from_record(self, writer: RunLogWriter) -> None:
         """A log with no task yet, beside a task record (an older FileSink's): start from it."""
@@ -268,7 +270,6 @@ class FileSink(Sink):
         except OSError as exc:
             self.bytes_written += writer.bytes_written - before
             return RetryLater(f"cannot write {self.log_path}: {exc.strerror or exc}")
-        self._release(writer)
         # A state whose points left memory is not compacted: a snapshot of it would
         # drop them from the file, the record (the log stays linear in what was sent).
         if not writer.state.bases and writer.compaction_due():
