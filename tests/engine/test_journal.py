@@ -45,6 +45,7 @@ from trainreport._engine._journal_feed import JournalKeeper, journal_identity
 from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
+from trainreport._runlog._state import LogState
 from trainreport._runlog._writer import RunLogWriter, names_file, open_locked
 from trainreport._wire import _attempt
 from trainreport._wire._sink_interface import (
@@ -412,25 +413,27 @@ def test_an_unwritable_directory_costs_one_event_and_the_run_goes_on(
 # --- trimming, removal ------------------------------------------------------------------
 
 
-def test_trimming_forgets_acknowledged_points_and_compacts_when_due(tmp_path: Path) -> None:
-    """Trimmed in memory at once; the file is rewritten once past 8 MiB and twice what it holds."""
+def test_a_journal_keeps_no_points_and_is_compacted_when_due_for_what_it_would_hold(
+    tmp_path: Path,
+) -> None:
+    """Its state holds lengths, not points; a compaction is due past 8 MiB and twice the
+    snapshot of the points given (those no destination acknowledged), which ``reset`` writes."""
     journal = Journal.claim(tmp_path, "job-1", "train")
     assert journal is not None
-    steps = list(range(1, 300_001))  # 6 MB of points: below the journal's compaction floor
+    steps = list(range(1, 450_001))  # 9 MB of points: just above the compaction floor
     journal.append(update("train_loss", 0, steps))
-    journal.trim({"train_loss": 299_990})
+    assert (0, {"train_loss": 450_000}) == (journal.state.point_count(), journal.state.lengths())
+    assert journal.compaction_due(10)  # not the state's points (none): the snapshot's
 
-    assert {"train_loss": 299_990} == journal.state.bases
-    assert 0 == journal.writer.compactions  # the file keeps the trimmed points for now
-    assert 10 == len(journal.state.task.series["train_loss"][0])
-
-    journal.append(update("train_loss", 300_000, list(range(300_001, 450_001))))
-    size = journal.writer.size
-    journal.trim({"train_loss": 449_990})
-
-    assert 1 == journal.writer.compactions  # past 8 MiB and twice what it holds
-    assert journal.writer.size < size / 1000
+    snapshot = LogState()
+    snapshot.reset(
+        Update("running", {}, (update("train_loss", 449_990, steps[-10:]).series or ()), False)
+    )
+    assert journal.reset(snapshot, absolute=True)
     journal.append(update("train_loss", 450_000, [450_001]))
+
+    assert 1 == journal.writer.compactions
+    assert (0, {"train_loss": 450_001}) == (journal.state.point_count(), journal.state.lengths())
     journal.close(delivered=False)
     task = read_task(tmp_path / "job-1" / "train.log")
     points = task["status_details"]["metrics"]["train_loss"]
@@ -750,6 +753,52 @@ def test_seeding_never_trims_the_journal_with_the_service_s_indices_before_its_r
     journal.close(delivered=False)
 
     assert [list(range(101, 131))] == on_disk_at_rewrite
+
+
+def test_a_due_compaction_takes_what_no_destination_acknowledged_from_the_store(
+    tmp_path: Path,
+) -> None:
+    """The journal's state keeps no points (the store holds those it needs): its compaction,
+    in place of a record, is one snapshot of the store's unacknowledged points, encoded once."""
+    from trainreport._record import _reports as reports  # noqa: PLC0415
+    from trainreport._record._recorder import Recorder  # noqa: PLC0415
+    from trainreport._wire._payloads import StoredState  # noqa: PLC0415
+
+    journal = Journal.claim(tmp_path, "job-1", "train")
+    assert journal is not None
+    recorder = Recorder(ReportingConfig(), destinations=1)
+    stamp = "2026-01-01T00:00:00.000Z"
+    keeper = JournalKeeper(
+        journal, recorder, interval_seconds=1.0, clock=lambda: 0.0, wall_clock=lambda: stamp
+    )
+    recorder.start_attempt()
+    recorder.seed(StoredState(series={}))  # the stored task was read: the service's indices
+
+    def steps(first: int, last: int) -> None:
+        queue = deque(reports.train(0.0, s, 1, {"loss": 1.0 / s}) for s in range(first, last + 1))
+        recorder.apply_all(queue)
+        keeper.record()
+
+    steps(1, 400)  # the first record is the rewrite at the service's indices
+    build = recorder.build_update(0, wall=stamp, full_state=False)
+    recorder.on_delivered(0, build, {"train_loss": 400})  # the service holds 1..400
+    rewrites = journal.writer.compactions
+    steps(401, 430)
+    path = tmp_path / "job-1" / "train.log"
+    assert (0, rewrites) == (journal.state.point_count(), journal.writer.compactions)
+    assert list(range(1, 431)) == _journaled_steps(path)  # appended: not due yet
+    journal.writer.min_compact_bytes = journal.writer._compact_at = 0  # due at the next record
+    records = keeper.records
+
+    steps(431, 440)
+
+    assert (rewrites + 1, records + 1) == (journal.writer.compactions, keeper.records)
+    assert list(range(401, 441)) == _journaled_steps(path)
+    assert {"train_loss": 400} == load_run_file(path).state.bases
+    assert (0, {"train_loss": 440}) == (journal.state.point_count(), journal.state.lengths())
+    steps(441, 441)
+    journal.close(delivered=False)
+    assert list(range(401, 442)) == _journaled_steps(path)
 
 
 def _eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:

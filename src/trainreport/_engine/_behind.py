@@ -14,8 +14,8 @@ many, the memory they hold, whether its requests fail or succeed, the rates it
 takes and the run makes points at, and what to do; again past 10 M and 100 M.
 The memory (``unsent_memory_bytes``) is those points at what the store really
 costs a point, its four columns (``POINT_COLUMN_BYTES`` in ``_record/_store.py``,
-28 bytes): the arrays' capacity is up to 1/16 more, and a journal's in-memory
-state, when one is kept, holds about as much again (not counted). Each threshold warns once
+28 bytes): the arrays' capacity is up to 1/16 more (a journal's in-memory
+state holds none of them: its compaction reads them from the store). Each threshold warns once
 per destination per reporter: the warning cannot repeat per step, however the
 destination swings around a threshold. Once a destination that warned lacks
 fewer than the first threshold again, one ``trainreport.destination_caught_up``

@@ -4,14 +4,15 @@ The reporter thread and the journal's destination drive it (``docs/engine.md``,
 "The journal in front of a service"):
 
 - :meth:`JournalKeeper.record`, after a drain, at least every
-  ``journal_interval_seconds``: first the points every destination is known
-  to hold are trimmed (in memory at once; in the file when it has grown past
-  its compaction floor), then one record holding each series' points the
+  ``journal_interval_seconds``: one record holding each series' points the
   journal lacks (a suffix at the journal's length) and the task fields that
   changed, written with one ``write()``; a rewind is a suffix from the index
   it cut, in the same record. When the stored task seeded the store (the
   indices become the service's), the journal is rewritten atomically as one
-  snapshot instead, once.
+  snapshot instead, once; and so it is, in place of a record, when its file
+  has grown past its compaction floor and twice what no destination
+  acknowledged (the snapshot holds only that, its points read from the store:
+  the journal's state keeps none).
 - recovery, scheduled by the engine core like any other request
   (``_engine/_core.py``): after each successful open of the journal's
   destination, before the stored task seeds the store and before the first
@@ -169,6 +170,8 @@ class JournalKeeper:
         #: Left-overs recovery gave up on (path, why): kept on disk for ``trainreport sync``.
         self.given_up: list[tuple[Path, str]] = []
         self._lengths: dict[str, int] = {}
+        #: Points no destination had acknowledged at the last record (a compaction's size).
+        self._held = 0
         self._version: bool | None = None
         self._last = -math.inf
 
@@ -209,14 +212,15 @@ class JournalKeeper:
 
     def _record(self) -> None:
         journal, recorder = self.journal, self.recorder
-        view = recorder.journal_view(self.wall_clock(), self._lengths, self._version)
-        rewrite = view.version != self._version
-        if recorder.seeded and not rewrite:
-            # Not before a rewrite: the journal is still at this process's own indices and
-            # the acknowledged lengths are the service's; trimmed with them, every point
-            # would leave the file (a compaction was due) until the rewrite put them back.
-            journal.trim(view.acknowledged)
-        if rewrite:
+        # Compacted only at the service's indices: before the rewrite that gives them, the
+        # acknowledged lengths are the service's and the journal's indices its own.
+        compact = recorder.seeded and self._version is True and journal.compaction_due(self._held)
+        view = recorder.journal_view(self.wall_clock(), self._lengths, self._version, whole=compact)
+        self._held = sum(max(n - view.acknowledged.get(k, 0), 0) for k, n in view.lengths.items())
+        if view.whole:
+            # A rewrite (the stored task was read), or the compaction in place of this
+            # record: one snapshot of what no destination acknowledged, the points taken
+            # from the store (the journal's state keeps none) and encoded once.
             self._version = view.version
             state = LogState()
             state.reset(Update(view.status, view.details, view.series, False))

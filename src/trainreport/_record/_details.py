@@ -41,6 +41,8 @@ class JournalView:
             (``acknowledged``) on.
         lengths: each series' length (what the journal holds once it appends ``series``).
         acknowledged: per series, the least length every destination is known to hold.
+        whole: ``series`` is every series from ``acknowledged`` on (a rewrite, or
+            the compaction the journal asked for): the journal is replaced by it.
     """
 
     version: bool
@@ -49,6 +51,7 @@ class JournalView:
     series: tuple[SeriesUpdate, ...]
     lengths: dict[str, int]
     acknowledged: dict[str, int]
+    whole: bool = False
 
 
 class DetailsView:
@@ -148,7 +151,7 @@ class DetailsView:
         return {"status": record.machine.status.value, "status_details": details}
 
     def journal_view(
-        self, wall: str, lengths: Mapping[str, int], version: bool | None
+        self, wall: str, lengths: Mapping[str, int], version: bool | None, *, whole: bool = False
     ) -> JournalView:
         """The suffixes the journal lacks (or, when ``version`` is not current, a rewrite).
 
@@ -157,12 +160,20 @@ class DetailsView:
         rewind is one suffix in the next record. Marks every series as given
         to the journal up to its length (:attr:`Series.journaled`), then lets
         what every destination holds leave memory (``MetricStore.release``).
+
+        ``whole`` (a journal's compaction) asks for what a rewrite holds, every
+        series from ``acknowledged`` on, and gets it (:attr:`JournalView.whole`)
+        when the store holds all of those points; when some left memory (a
+        destination that lost points it had acknowledged), the suffixes as
+        usual, and the journal keeps its file as it is.
         """
         record = self._record
         store = record.store
         current = record.seeded
         acknowledged = {n: min(s.delivered) for n, s in store.series.items()}
         rewrite = current != version
+        if whole and not rewrite:
+            rewrite = all(s.base <= acknowledged[n] for n, s in store.series.items())
         series = []
         for name, s in store.series.items():
             length = len(s)
@@ -185,4 +196,5 @@ class DetailsView:
             tuple(series),
             {n: len(s) for n, s in store.series.items()},
             acknowledged,
+            rewrite,
         )

@@ -188,16 +188,21 @@ class Recorder:
     # --- building updates ----------------------------------------------------------
 
     def journal_view(
-        self, wall: str, lengths: Mapping[str, int], version: bool | None
+        self, wall: str, lengths: Mapping[str, int], version: bool | None, *, whole: bool = False
     ) -> JournalView:
         """The suffixes the journal lacks (or, when ``version`` is not current, a rewrite).
 
         For the journal (``_engine/_journal_feed.py``): ``lengths`` is what it holds,
-        ``version`` the :attr:`JournalView.version` it last wrote. Marks what
-        it returns as journaled (a rewind after it is a suffix in the next view).
+        ``version`` the :attr:`JournalView.version` it last wrote; ``whole``: its
+        compaction is due, so every series from what every destination holds
+        on, when the store still holds those points (:attr:`JournalView.whole`).
+        Marks what it returns as journaled (a rewind after it is a suffix in
+        the next view). Called on the reporter thread, which alone changes the
+        store (drains, settled answers), so nothing leaves memory between the
+        view and the journal's write of it.
         """
         with self._lock:
-            return self._details.journal_view(wall, lengths, version)
+            return self._details.journal_view(wall, lengths, version, whole=whole)
 
     def has_changes(self, d: int = 0) -> bool:
         """True when something recorded could still be sent to ``d`` and is not known delivered.

@@ -312,8 +312,14 @@ def encode_snapshot(state: LogState) -> list[Piece]:
     return _frame(RecordKind.SNAPSHOT, body, TIMED_VERSION)
 
 
-def snapshot_bytes(state: LogState) -> int:
-    """Size of :func:`encode_snapshot` for ``state``, in bytes, without copying any column."""
+def snapshot_bytes(state: LogState, points: int | None = None) -> int:
+    """Size of :func:`encode_snapshot` for ``state``, in bytes, without copying any column.
+
+    Args:
+        state: the state the snapshot describes.
+        points: the points it would hold, when not the state's own (a journal,
+            whose state keeps none: its snapshot takes them from the store).
+    """
     task = state.task
     head: dict[str, Any] = {"status": task.status, "details": task.details}
     head["series"] = [[n, state.bases.get(n, 0), len(c[0])] for n, c in task.series.items()]
@@ -323,7 +329,8 @@ def snapshot_bytes(state: LogState) -> int:
         head_bytes = len(_dumps(head).encode("utf-8"))
     except ValueError:
         head_bytes = 0
-    return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * state.point_count()
+    held = state.point_count() if points is None else points
+    return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * held
 
 
 def encode_run(run: Mapping[str, str]) -> list[Piece]:

@@ -41,7 +41,7 @@ them and is treated as before (``docs/engine.md``, "Recovery").
 
 Threads: the reporter thread claims a journal and makes every call that writes
 or checks its files (:meth:`Journal.append`, ``mark_writer``, ``sync``,
-``reset``, ``trim``, ``ensure_file``, ``close``; ``mark_writer`` too, since the
+``reset``, ``compaction_due``, ``ensure_file``, ``close``; ``mark_writer`` too, since the
 open's answer is settled there, ``_engine/_worker.py``'s ``Worker._react``).
 Two other threads touch it:
 
@@ -60,7 +60,7 @@ Two other threads touch it:
 ``Journal``'s write lock guards the file and what describes it: the writer and
 its descriptor, the lock file's descriptor, ``failed`` and ``error``, the
 ``fsync`` bookkeeping and ``restarts``. Every method that writes holds it for
-its whole call (``append``, ``mark_writer``, ``sync``, ``reset``, ``trim``,
+its whole call (``append``, ``mark_writer``, ``sync``, ``reset``,
 ``close``), ``ensure_file`` included, which they call first (it may start a new
 file), so a call from another thread never interleaves with the reporter
 thread's writes; uncontended today, it costs one acquire a record. The module's
@@ -116,7 +116,7 @@ LOCAL_OFFSETS = "local"
 _ABSOLUTE_OFFSETS = "absolute"
 #: A journal is compacted only past this size (bytes; and past twice what it holds):
 #: trimmed at every delivered send, it would otherwise be rewritten, with two ``fsync``
-#: calls, every 64 KiB of appends. Its memory is trimmed at once whatever the file's size.
+#: calls, every 64 KiB of appends. Its memory holds no points whatever the file's size.
 JOURNAL_MIN_COMPACT_BYTES = 8 * 2**20
 #: ``trainreport.journal_deleted`` is logged for this many restarts; later ones are counted only.
 _LOGGED_RESTARTS = 3
@@ -407,8 +407,9 @@ def _reopen(paths: JournalPaths, old: RunLogWriter, lock: int | None) -> tuple[R
         writer = RunLogWriter.open(paths.current, run=old.run)
         try:
             writer.min_compact_bytes = old.min_compact_bytes
-            writer.state = old.state
-            writer.compact()
+            # The old file's bytes, read through its descriptor (its path is gone): every
+            # point it held, which the state (keeping none) could not write.
+            writer.copy_of(old)
         except BaseException:
             writer.close()
             raise
@@ -480,7 +481,7 @@ class Journal:
         self._lock_fd: int | None = lock_fd
         self._last_fsync = -math.inf
         self._earlier_bytes = 0  # written by the writers a restart replaced
-        #: Held by every write (append, mark_writer, sync, reset, trim, close) and
+        #: Held by every write (append, mark_writer, sync, reset, close) and
         #: the restart it may begin (ensure_file): guards the writer, both
         #: descriptors, failed/error, the fsync bookkeeping and restarts.
         self._write_lock = threading.Lock()
@@ -608,6 +609,7 @@ class Journal:
             journal.error = reason
             return journal
         writer.min_compact_bytes = JOURNAL_MIN_COMPACT_BYTES
+        writer.state.drop_points()  # the points are in the file and the store
         return cls(paths, lock_fd, writer, fsync_seconds=fsync_seconds, clock=clock)
 
     # --- writing ----------------------------------------------------------------------
@@ -625,7 +627,13 @@ class Journal:
 
     @property
     def state(self) -> LogState:
-        """What the journal holds (series trimmed to what is not known delivered)."""
+        """What the journal holds, without its points: each series' length, the task fields.
+
+        The points are in the file, and those no destination acknowledged in
+        the store too, from which a compaction takes them (:meth:`reset`); the
+        state keeps none (``LogState.drop_points``), so a lagging destination
+        costs their memory once.
+        """
         return LogState() if self._writer is None else self._writer.state
 
     @property
@@ -672,9 +680,10 @@ class Journal:
                 "trainreport.journal_deleted",
                 path=str(paths.current),
                 restarts=self.restarts,
-                points=self.writer.state.point_count(),
+                bytes=self.writer.size,
                 reason="the journal file was deleted or replaced while this process wrote it "
-                "(a cleanup of journal_dir?); a new one holds every point not yet acknowledged",
+                "(a cleanup of journal_dir?); a new one, a copy of it, holds every point "
+                "not yet acknowledged",
                 hint="keep cleanups of journal_dir away from jobs that are running; after "
                 f"{_LOGGED_RESTARTS}, restarts are counted in Reporter.stats().journal only",
             )
@@ -791,8 +800,13 @@ class Journal:
     def reset(self, state: LogState, *, absolute: bool) -> bool:
         """Replace the journal with ``state`` (one SNAPSHOT, written atomically).
 
+        The journal's rewrite when the stored task was read, and its
+        compaction (:meth:`compaction_due`): ``state`` holds the points no
+        destination acknowledged, taken from the store; once written, it keeps
+        none of them (``LogState.drop_points``).
+
         Args:
-            state: what the journal must now hold.
+            state: what the journal must now hold (with its points).
             absolute: its indices are the service's (the stored task was read).
 
         Returns:
@@ -809,6 +823,8 @@ class Journal:
             except (OSError, ValueError) as exc:
                 self._fail(exc)
                 return False
+            finally:
+                state.drop_points()
             self._fsynced(self.clock())  # compact() fsyncs the new file
             return True
 
@@ -816,25 +832,18 @@ class Journal:
         self._last_fsync, self._unsynced = now, False
         self.fsynced_at = self.wall_clock()
 
-    def trim(self, keep_from: Mapping[str, int]) -> None:
-        """Forget, per series, the points before ``keep_from[name]`` (delivered to the service).
+    def compaction_due(self, points: int) -> bool:
+        """Whether the file has grown past 8 MiB and twice a snapshot of ``points`` points.
 
-        The file is rewritten (compacted) only when it has grown past about
-        twice what it would hold. Never raises.
+        Args:
+            points: the points a snapshot would hold now (those no destination
+                acknowledged; the state keeps none to count).
+
+        Then the caller writes one (:meth:`reset`) in place of its next record.
+        Never raises.
         """
         with self._write_lock:
-            if self.failed:
-                return
-            writer = self.writer
-            writer.state.trim(keep_from)
-            if writer.compaction_due() and self.ensure_file():
-                writer = self.writer
-                try:
-                    writer.compact()
-                except (OSError, ValueError) as exc:
-                    self._fail(exc)
-                else:
-                    self._fsynced(self.clock())
+            return not self.failed and self.writer.compaction_due(points)
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = True

@@ -578,16 +578,22 @@ class RunLogWriter:
         self.flush()
         os.fsync(self._require_open())
 
-    def compaction_due(self) -> bool:
+    def compaction_due(self, points: int | None = None) -> bool:
         """True when the log (flushed and pending) is over twice the snapshot it would become.
 
         Never below :attr:`min_compact_bytes`. The snapshot's size is computed
         only when the log has grown past the last threshold.
+
+        Args:
+            points: the points the snapshot would hold, when not the state's
+                (a journal's state keeps none; its snapshot holds what no
+                destination acknowledged).
         """
         size = self.size + self._pending_bytes
         if size <= max(self._compact_at, self.min_compact_bytes):
             return False
-        snapshot = self._header_bytes() + (snapshot_bytes(self.state) if self.state.exists else 0)
+        held = snapshot_bytes(self.state, points) if self.state.exists else 0
+        snapshot = self._header_bytes() + held
         if size > 2 * snapshot:
             return True
         self._compact_at = max(2 * snapshot, self.min_compact_bytes)
@@ -611,7 +617,7 @@ class RunLogWriter:
             OSError: the old log is left as it was, and :meth:`compaction_due`
                 says no until the log has doubled again.
         """
-        fd = self._require_open()
+        self._require_open()
         if keep_from:
             self.state.trim(keep_from)
         pieces: list[Piece] = [MAGIC]
@@ -619,6 +625,45 @@ class RunLogWriter:
             pieces += encode_run(self.run)
         if self.state.exists:
             pieces += encode_snapshot(self.state)
+        return self._replace(pieces)
+
+    def contents(self) -> bytes:
+        """The whole log as this writer has it: the file's bytes, then what is pending.
+
+        Read through the open descriptor, so it is the file this writer
+        appends to even after its path was deleted or replaced.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: the writer is closed.
+        """
+        data = _read_all(self._require_open())
+        return data[: self.size] + b"".join(self._pending)
+
+    def copy_of(self, other: RunLogWriter) -> int:
+        """Rewrite this log atomically as a byte copy of ``other``'s (:meth:`contents`).
+
+        For a journal whose file was deleted under it, when its state keeps
+        no points: the copy holds every point the old file held. :attr:`state`
+        and :attr:`run` become ``other``'s.
+
+        Returns:
+            bytes written.
+
+        Raises:
+            OSError: the old log is left as it was (see :meth:`compact`);
+                reading ``other`` failed.
+            ValueError: either writer is closed.
+        """
+        self._require_open()
+        data = other.contents()
+        written = self._replace([data])
+        self.state, self.run = other.state, dict(other.run)
+        return written
+
+    def _replace(self, pieces: list[bytes]) -> int:
+        """Replace the file with ``pieces`` atomically, keeping the lock; bytes written."""
+        fd = self._require_open()
         try:
             new_fd, written = replace_file(self.path, pieces, keep_open=True)
         except OSError:
