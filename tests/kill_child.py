@@ -115,7 +115,10 @@ def main(spec: dict[str, object]) -> None:
     if spec.get("compact_always"):
         from trainreport._runlog._writer import RunLogWriter  # noqa: PLC0415
 
-        RunLogWriter.compaction_due = lambda self: True  # type: ignore[method-assign]
+        def always(self: RunLogWriter, points: int | None = None) -> bool:
+            return True
+
+        RunLogWriter.compaction_due = always  # type: ignore[method-assign]
     salt = float(spec.get("salt", 0.0))  # type: ignore[arg-type]
     interval = float(spec["interval"])  # type: ignore[arg-type]
     config = ReportingConfig(

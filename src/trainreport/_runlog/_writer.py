@@ -661,7 +661,7 @@ class RunLogWriter:
         self.state, self.run = other.state, dict(other.run)
         return written
 
-    def _replace(self, pieces: list[bytes]) -> int:
+    def _replace(self, pieces: list[Piece]) -> int:
         """Replace the file with ``pieces`` atomically, keeping the lock; bytes written."""
         fd = self._require_open()
         try:
