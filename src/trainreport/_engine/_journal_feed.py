@@ -1,4 +1,4 @@
-"""JournalKeeper: what the reporter thread writes to its journal, trims from it, and recovers.
+"""JournalKeeper: what the reporter thread writes to its journal, compacts it to, and recovers.
 
 The reporter thread and the journal's destination drive it (``docs/engine.md``,
 "The journal in front of a service"):
