@@ -42,6 +42,7 @@ from trainreport import (
     read_task,
 )
 from trainreport._engine._journal_feed import JournalKeeper, journal_identity
+from trainreport._record._recorder import Recorder
 from trainreport._runlog._format import MAGIC
 from trainreport._runlog._journal import Journal, is_journal
 from trainreport._runlog._runfile import load_run_file
@@ -710,6 +711,22 @@ def _journaled_steps(path: Path) -> list[int]:
     return [p["step"] for p in points]
 
 
+#: The wall clock of :func:`_keeper_of_a_claimed_journal`'s keeper.
+_STAMP = "2026-01-01T00:00:00.000Z"
+
+
+def _keeper_of_a_claimed_journal(tmp_path: Path) -> tuple[Journal, Recorder, JournalKeeper]:
+    """A journal claimed for job-1/train, a started attempt's recorder, and their keeper."""
+    journal = Journal.claim(tmp_path, "job-1", "train")
+    assert journal is not None
+    recorder = Recorder(ReportingConfig(), destinations=1)
+    keeper = JournalKeeper(
+        journal, recorder, interval_seconds=1.0, clock=lambda: 0.0, wall_clock=lambda: _STAMP
+    )
+    recorder.start_attempt()
+    return journal, recorder, keeper
+
+
 def test_seeding_never_trims_the_journal_with_the_service_s_indices_before_its_rewrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -720,16 +737,8 @@ def test_seeding_never_trims_the_journal_with_the_service_s_indices_before_its_r
     failed rewrite there lost the whole outage. The file holds them at every moment."""
     from trainreport._engine._destination import _stored_state  # noqa: PLC0415
     from trainreport._record import _reports as reports  # noqa: PLC0415
-    from trainreport._record._recorder import Recorder  # noqa: PLC0415
 
-    journal = Journal.claim(tmp_path, "job-1", "train")
-    assert journal is not None
-    recorder = Recorder(ReportingConfig(), destinations=1)
-    stamp = "2026-01-01T00:00:00.000Z"
-    keeper = JournalKeeper(
-        journal, recorder, interval_seconds=1.0, clock=lambda: 0.0, wall_clock=lambda: stamp
-    )
-    recorder.start_attempt()
+    journal, recorder, keeper = _keeper_of_a_claimed_journal(tmp_path)
     queue = deque(reports.train(0.0, step, 1, {"loss": 1.0 / step}) for step in range(101, 131))
     recorder.apply_all(queue)
     keeper.record()
@@ -761,17 +770,9 @@ def test_a_due_compaction_takes_what_no_destination_acknowledged_from_the_store(
     """The journal's state keeps no points (the store holds those it needs): its compaction,
     in place of a record, is one snapshot of the store's unacknowledged points, encoded once."""
     from trainreport._record import _reports as reports  # noqa: PLC0415
-    from trainreport._record._recorder import Recorder  # noqa: PLC0415
     from trainreport._wire._payloads import StoredState  # noqa: PLC0415
 
-    journal = Journal.claim(tmp_path, "job-1", "train")
-    assert journal is not None
-    recorder = Recorder(ReportingConfig(), destinations=1)
-    stamp = "2026-01-01T00:00:00.000Z"
-    keeper = JournalKeeper(
-        journal, recorder, interval_seconds=1.0, clock=lambda: 0.0, wall_clock=lambda: stamp
-    )
-    recorder.start_attempt()
+    journal, recorder, keeper = _keeper_of_a_claimed_journal(tmp_path)
     recorder.seed(StoredState(series={}))  # the stored task was read: the service's indices
 
     def steps(first: int, last: int) -> None:
@@ -780,7 +781,7 @@ def test_a_due_compaction_takes_what_no_destination_acknowledged_from_the_store(
         keeper.record()
 
     steps(1, 400)  # the first record is the rewrite at the service's indices
-    build = recorder.build_update(0, wall=stamp, full_state=False)
+    build = recorder.build_update(0, wall=_STAMP, full_state=False)
     recorder.on_delivered(0, build, {"train_loss": 400})  # the service holds 1..400
     rewrites = journal.writer.compactions
     steps(401, 430)
