@@ -57,7 +57,7 @@ def build(updates: list[Update]) -> tuple[bytes, list[int], list[Any]]:
     ends = []
     tasks = []
     for update in updates:
-        data += b"".join(append_record(state, update))
+        data += bytes(append_record(state, update))
         ends.append(len(data))
         tasks.append(state.to_task())
     return bytes(data), ends, tasks
@@ -272,12 +272,12 @@ def test_an_unknown_optional_record_kind_is_skipped_and_an_unknown_required_one_
 def test_a_record_whose_suffix_leaves_a_gap_is_invalid_not_applied() -> None:
     """A record claiming points past a series' end (a hand-edited log) stops the replay."""
     state = LogState()
-    pieces = append_record(state, Update("running", {}, (points("a", 0, [1]),), False))
+    record = append_record(state, Update("running", {}, (points("a", 0, [1]),), False))
     gap = LogState()
     gap.apply(Update("running", {}, (points("a", 0, [1, 2, 3]),), False))
     bad = append_record(gap, Update(None, {}, (points("a", 3, [4]),), False))
 
-    replayed = replay(MAGIC + b"".join(pieces) + b"".join(bad))
+    replayed = replay(MAGIC + record + bad)
 
     assert 1 == replayed.records
     assert replayed.damage is not None
@@ -287,10 +287,10 @@ def test_a_record_whose_suffix_leaves_a_gap_is_invalid_not_applied() -> None:
 def test_a_record_keeps_only_the_fields_that_changed() -> None:
     """Unchanged status and details are not written again; the replay is the same."""
     state = LogState()
-    first = b"".join(
+    first = bytes(
         append_record(state, Update("running", {"max_steps": 100, "step": 1}, None, False))
     )
-    again = b"".join(
+    again = bytes(
         append_record(state, Update("running", {"max_steps": 100, "step": 2}, None, False))
     )
 
@@ -302,8 +302,8 @@ def test_a_record_keeps_only_the_fields_that_changed() -> None:
 
 def test_points_take_twenty_bytes_each_in_binary_columns() -> None:
     """int64 step, int32 epoch, float64 value: the log grows by 20 bytes a point plus its head."""
-    one = b"".join(append_record(LogState(), Update(None, {}, (points("a", 0, [1]),), False)))
-    many = b"".join(
+    one = bytes(append_record(LogState(), Update(None, {}, (points("a", 0, [1]),), False)))
+    many = bytes(
         append_record(LogState(), Update(None, {}, (points("a", 0, list(range(1, 1001))),), False))
     )
     assert 999 * POINT_BYTES == len(many) - len(one) - (len("1000") - len("1"))
@@ -333,11 +333,11 @@ def test_each_points_time_survives_the_log_and_a_compaction() -> None:
 
 def test_points_with_times_take_twenty_eight_bytes_each() -> None:
     """int64 step, int32 epoch, float64 value, float64 time: 28 bytes a point plus the head."""
-    one = b"".join(
+    one = bytes(
         append_record(LogState(), Update(None, {}, (timed(points("a", 0, [1]), [1.0]),), False))
     )
     steps = list(range(1, 1001))
-    many = b"".join(
+    many = bytes(
         append_record(
             LogState(),
             Update(None, {}, (timed(points("a", 0, steps), [float(s) for s in steps]),), False),
@@ -367,7 +367,7 @@ def test_a_log_written_before_times_still_reads_with_unknown_times() -> None:
     assert "completed" == task["status"]
     assert [2.5, 2.25, 2.0] == [p["value"] for p in task["status_details"]["metrics"]["train_loss"]]
     assert all(math.isnan(t) for t in replayed.state.task.series["train_loss"][3])
-    untimed = b"".join(append_record(LogState(), Update(None, {}, (points("a", 0, [1]),), False)))
+    untimed = bytes(append_record(LogState(), Update(None, {}, (points("a", 0, [1]),), False)))
     assert 1 == untimed[0]
 
 
@@ -385,9 +385,9 @@ def test_a_snapshot_replaces_everything_and_can_start_series_past_index_zero() -
     state = LogState()
     state.apply(Update("running", {"step": 5}, (points("a", 0, [1, 2, 3, 4, 5]),), False))
     state.trim({"a": 3})
-    log = MAGIC + b"".join(encode_run({"job_id": "j"})) + b"".join(encode_snapshot(state))
-    log += b"".join(append_record(state, Update(None, {}, (points("a", 5, [6]),), False)))
-    log += b"".join(append_record(state, Update(None, {}, (points("a", 1, [2]),), False)))
+    log = MAGIC + bytes(encode_run({"job_id": "j"})) + b"".join(encode_snapshot(state))
+    log += bytes(append_record(state, Update(None, {}, (points("a", 5, [6]),), False)))
+    log += bytes(append_record(state, Update(None, {}, (points("a", 1, [2]),), False)))
 
     replayed = replay(log)
 

@@ -10,6 +10,7 @@ import errno
 import fcntl
 import os
 import tracemalloc
+import zlib
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import kill_at_replace, killed_in_a_forked_child, record_ends
-from trainreport._runlog._format import FORMAT_VERSION, MAGIC, encode_record
+from trainreport._runlog._format import CRC_RUN_BYTES, FORMAT_VERSION, MAGIC, encode_record
 from trainreport._runlog._replay import replay
 from trainreport._runlog._state import LogState
 from trainreport._runlog._writer import (
@@ -197,6 +198,47 @@ def test_a_compaction_is_written_in_few_large_writes(
     assert dict.fromkeys((s.name for s in series), 2000) == (
         replay((tmp_path / "r.log").read_bytes()).state.lengths()
     )
+
+
+class LongCRCs:
+    """Counts ``zlib.crc32`` calls over more than 5 KiB: those let the interpreter go
+    (CPython's zlibmodule.c), and the reporter thread then waits up to the switch
+    interval to take it back from a training loop's Python."""
+
+    def __init__(self) -> None:
+        self.real, self.count = zlib.crc32, 0
+
+    def __call__(self, data: Any, value: int = 0) -> int:
+        if memoryview(data).nbytes > 5 * 1024:
+            self.count += 1
+        return self.real(data, value)
+
+
+def test_a_records_crc_lets_the_interpreter_go_once_and_a_snapshots_once_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """600 column views of 8-16 KiB: an appended record is checked in one long
+    zlib.crc32 call, not one a column (3 ms of CRC, not 3 s of waiting for the
+    interpreter back); a compaction, written in pieces, in one call per CRC_RUN_BYTES.
+    The file replays with both checksums right."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    steps = list(range(1, 2001))
+    series = tuple(points(f"m{k}", 0, steps) for k in range(200))
+    crcs = LongCRCs()
+    monkeypatch.setattr(zlib, "crc32", crcs)
+    record_bytes = writer.append(Update("running", {}, series, False))
+    appended = crcs.count
+    crcs.count = 0
+    written = writer.compact()
+    compacted = crcs.count
+    monkeypatch.undo()
+    assert record_bytes > CRC_RUN_BYTES  # the snapshot takes more than one run
+    assert 1 == appended
+    assert 1 <= compacted <= -(-written // CRC_RUN_BYTES)
+    writer.close()
+    replayed = replay((tmp_path / "r.log").read_bytes())
+    assert replayed.damage is None
+    assert dict.fromkeys((s.name for s in series), 2000) == replayed.state.lengths()
 
 
 def test_a_torn_tail_is_cut_off_at_open_so_new_records_stay_readable(tmp_path: Path) -> None:

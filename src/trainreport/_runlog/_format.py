@@ -69,6 +69,7 @@ from trainreport._wire._sink_interface import SeriesUpdate, Update
 from trainreport._wire._task_record import unknown_times
 
 __all__ = [
+    "CRC_RUN_BYTES",
     "FORMAT_VERSION",
     "HEADER",
     "HEADER_CRC_SPAN",
@@ -111,8 +112,8 @@ TIMED_POINT_BYTES = 28
 _CHUNK_ITEMS = 1 << 16
 #: Columns are little-endian on disk; a big-endian machine swaps bytes.
 LITTLE_ENDIAN = sys.byteorder == "little"
-#: A part of a record as encoded: bytes, or a view of a column's own buffer (no copy).
-Piece: TypeAlias = bytes | memoryview
+#: A part of a record as encoded: bytes, a whole record, or a view of a column's own buffer.
+Piece: TypeAlias = bytes | bytearray | memoryview
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
 _SCALAR_TYPES = (str, int, float, bool)
 
@@ -147,7 +148,7 @@ def _column_pieces(column: array[Any], out: list[Piece]) -> None:
     """Append ``column``'s little-endian bytes to ``out``.
 
     On a little-endian machine, a view of the column's own buffer (no copy:
-    the writer joins a record's pieces once, :meth:`RunLogWriter.append`);
+    a record is joined once, :func:`_record`);
     elsewhere byte-swapped copies, in pieces of at most ``_CHUNK_ITEMS`` items
     (so no one copy holds the GIL for long).
     """
@@ -162,16 +163,68 @@ def _column_pieces(column: array[Any], out: list[Piece]) -> None:
         out.append(part.tobytes())
 
 
-def _frame(kind: int, pieces: list[Piece], version: int = 1) -> list[Piece]:
-    """Prefix ``pieces`` (the body) with a record header of ``version``; the record's pieces."""
-    crc = 0
-    length = 0
-    for piece in pieces:  # zlib releases the GIL over a long piece
-        crc = zlib.crc32(piece, crc)
-        length += len(piece)
+#: ``zlib.crc32`` lets other threads run while it reads more than 5 KiB (CPython's
+#: ``zlibmodule.c``), and a thread that lets the interpreter go waits up to the switch
+#: interval (``sys.getswitchinterval()``, 5 ms) to take it back from a training thread
+#: whose Python never pauses. One CRC call a column cost the reporter thread 5 ms a
+#: column (a third of its time in ``benchmarks/bench_ingest.py``'s paced loop), so a
+#: record's CRC is one call over the joined record (:func:`_record`), and a snapshot's
+#: (written in pieces) one call per run of at least this many bytes (:func:`_crc32`).
+CRC_RUN_BYTES = 4 * 2**20
+_BLANK_HEADER = bytes(HEADER.size)
+
+
+def _header(kind: int, length: int, crc: int, version: int) -> bytes:
+    """A record header: ``length`` bytes of body whose CRC-32 is ``crc``."""
     head = HEADER.pack(version, kind, 0, length, crc, 0)
-    header = head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
-    return [header, *pieces]
+    return head[:HEADER_CRC_SPAN] + struct.pack("<I", zlib.crc32(head[:HEADER_CRC_SPAN]))
+
+
+def _crc32(pieces: list[Piece]) -> int:
+    """The CRC-32 of ``pieces`` joined, in one ``zlib.crc32`` call per ``CRC_RUN_BYTES``.
+
+    Pieces shorter than that are copied together into runs of about that size
+    first (a ``memcpy``, under the interpreter), so the call that lets the
+    interpreter go does milliseconds of work each time, not microseconds.
+    """
+    crc = 0
+    run = bytearray()
+    for piece in pieces:
+        if len(piece) >= CRC_RUN_BYTES:
+            if run:
+                crc = zlib.crc32(run, crc)
+                run.clear()
+            crc = zlib.crc32(piece, crc)
+            continue
+        run += piece
+        if len(run) >= CRC_RUN_BYTES:
+            crc = zlib.crc32(run, crc)
+            run.clear()
+    return zlib.crc32(run, crc) if run else crc
+
+
+def _frame(kind: int, pieces: list[Piece], version: int = 1) -> list[Piece]:
+    """Prefix ``pieces`` (the body) with a record header of ``version``; the record's pieces.
+
+    For a record written in pieces (a snapshot, ``replace_file``): no copy of
+    the whole body is made. A record appended whole is :func:`_record`.
+    """
+    length = sum(len(piece) for piece in pieces)
+    return [_header(kind, length, _crc32(pieces), version), *pieces]
+
+
+def _record(kind: int, pieces: list[Piece], version: int = 1) -> bytearray:
+    """One record of ``version`` around ``pieces`` (the body), in one buffer.
+
+    The pieces are copied once, into the record (they may view the columns'
+    buffers, ``_column_pieces``: the record keeps no view), and the body's
+    CRC-32 is one call over that copy (``CRC_RUN_BYTES``).
+    """
+    record = bytearray().join([_BLANK_HEADER, *pieces])
+    with memoryview(record) as view:
+        crc = zlib.crc32(view[HEADER.size :])
+    record[: HEADER.size] = _header(kind, len(record) - HEADER.size, crc, version)
+    return record
 
 
 def _timed(series: tuple[SeriesUpdate, ...] | None) -> bool:
@@ -246,8 +299,8 @@ def normalised(update: Update) -> Update:
     return attrs.evolve(update, series=tuple(out)) if converted else update
 
 
-def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[Piece]:
-    """An UPDATE record for ``update`` (already :func:`normalised`), as pieces to write.
+def encode_update(update: Update, changed_details: Mapping[str, Any]) -> bytearray:
+    """An UPDATE record for ``update`` (already :func:`normalised`), in one buffer.
 
     Version 2 (with a times column) when any series carries times, else version 1.
 
@@ -263,11 +316,11 @@ def encode_update(update: Update, changed_details: Mapping[str, Any]) -> list[Pi
     body = _body(
         update.status, changed_details, update.series, update.full_state, foreign, timed=timed
     )
-    return _frame(RecordKind.UPDATE, body, TIMED_VERSION if timed else 1)
+    return _record(RecordKind.UPDATE, body, TIMED_VERSION if timed else 1)
 
 
-def append_record(state: LogState, update: Update) -> list[Piece]:
-    """Apply ``update`` to ``state`` and return its UPDATE record, as pieces to write.
+def append_record(state: LogState, update: Update) -> bytearray:
+    """Apply ``update`` to ``state`` and return its UPDATE record, in one buffer.
 
     The record keeps the series as given (offsets and points), the status
     when it changed, and only the ``status_details`` keys that changed
@@ -284,12 +337,12 @@ def append_record(state: LogState, update: Update) -> list[Piece]:
     status = update.status
     if status is not None and task.exists and status == task.status:
         status = None
-    pieces = encode_update(
+    record = encode_update(
         Update(status, {}, update.series, update.full_state, update.foreign_series),
         changed_details(task.details, update.status_details),
     )
     state.apply(update)
-    return pieces
+    return record
 
 
 def _snapshot_series(state: LogState) -> tuple[SeriesUpdate, ...]:
@@ -333,14 +386,14 @@ def snapshot_bytes(state: LogState, points: int | None = None) -> int:
     return HEADER.size + HEAD_LENGTH.size + head_bytes + TIMED_POINT_BYTES * held
 
 
-def encode_run(run: Mapping[str, str]) -> list[Piece]:
+def encode_run(run: Mapping[str, str]) -> bytearray:
     """A RUN record (``job_id``, ``task_id``: where ``trainreport sync`` sends the log)."""
-    return _frame(RecordKind.RUN, [_dumps(dict(run)).encode("utf-8")])
+    return _record(RecordKind.RUN, [_dumps(dict(run)).encode("utf-8")])
 
 
 def encode_record(kind: int, body: bytes) -> bytes:
     """One whole record of ``kind`` (a :class:`RecordKind` or an optional kind) around ``body``."""
-    return b"".join(_frame(kind, [body]))
+    return bytes(_record(kind, [body]))
 
 
 def changed_details(held: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def open_locked(path: str | os.PathLike[str], flags: int, *, create: bool = True
     raise LogBusyError(0, f"{path} was replaced under every attempt to lock it")
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """Write all of ``data`` (a regular file may take it in several calls)."""
     view = memoryview(data)
     while view:
@@ -388,7 +388,7 @@ class RunLogWriter:
         self.bytes_written = 0
         self.compactions = 0
         self._fd: int | None = fd
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | bytearray] = []
         self._pending_bytes = 0
         self._torn = False
         self.min_compact_bytes = MIN_COMPACT_BYTES
@@ -454,11 +454,11 @@ class RunLogWriter:
         damage = self.opened.damage
         if damage is None:
             if not data:
-                self._rewrite_in_place([MAGIC])
+                self._rewrite_in_place(MAGIC)
             return
         if damage.kind is DamageKind.TORN_TAIL:
             if self.opened.valid_bytes < len(MAGIC):
-                self._rewrite_in_place([MAGIC])
+                self._rewrite_in_place(MAGIC)
             else:
                 self._truncate(self.opened.valid_bytes)
         else:
@@ -476,9 +476,9 @@ class RunLogWriter:
             set_aside=None if self.set_aside is None else str(self.set_aside),
         )
 
-    def _rewrite_in_place(self, pieces: list[Piece]) -> None:
+    def _rewrite_in_place(self, data: bytes) -> None:
         self._truncate(0)
-        self._add_pending(pieces)
+        self._add_pending(data)
         self.flush()
 
     def _truncate(self, size: int) -> None:
@@ -525,14 +525,13 @@ class RunLogWriter:
         self._require_open()
         return self._add_pending(encode_run(self.run))
 
-    def _add_pending(self, pieces: list[Piece]) -> int:
-        """Keep one record's ``pieces`` for the next :meth:`flush`, joined; returns its bytes.
+    def _add_pending(self, record: bytes | bytearray) -> int:
+        """Keep one ``record`` (whole, in one buffer) for the next :meth:`flush`; its bytes.
 
-        The one copy of the columns a record costs: the pieces view the
-        columns' own buffers (``_format._column_pieces``), and no view outlives
-        this call (a view kept would forbid the columns to grow or shrink).
+        A record is the one copy of the columns it holds
+        (``_format._record``): no view of a column outlives its encoding (a
+        view kept would forbid the columns to grow or shrink).
         """
-        record = b"".join(pieces)
         self._pending.append(record)
         self._pending_bytes += len(record)
         return len(record)
@@ -600,7 +599,7 @@ class RunLogWriter:
         return False
 
     def _header_bytes(self) -> int:
-        return len(MAGIC) + (sum(len(p) for p in encode_run(self.run)) if self.run else 0)
+        return len(MAGIC) + (len(encode_run(self.run)) if self.run else 0)
 
     def compact(self, keep_from: Mapping[str, int] | None = None) -> int:
         """Rewrite the log atomically as one snapshot of :attr:`state` (pending records included).
@@ -622,7 +621,7 @@ class RunLogWriter:
             self.state.trim(keep_from)
         pieces: list[Piece] = [MAGIC]
         if self.run:
-            pieces += encode_run(self.run)
+            pieces.append(encode_run(self.run))
         if self.state.exists:
             pieces += encode_snapshot(self.state)
         return self._replace(pieces)
