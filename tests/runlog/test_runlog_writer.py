@@ -200,6 +200,27 @@ def test_a_compaction_is_written_in_few_large_writes(
     )
 
 
+def test_a_compactions_long_columns_are_written_from_their_own_buffers(tmp_path: Path) -> None:
+    """A series of 2,000,000 points (columns of 8-16 MB, each over WRITE_BATCH_BYTES)
+    reaches the file straight from the columns' buffers: the compaction allocates no
+    copy of them (tracemalloc's peak stays under one batch), and the file replays."""
+    writer = RunLogWriter.open(tmp_path / "r.log")
+    n = 2_000_000
+    steps = array("q", range(1, n + 1))
+    long = SeriesUpdate("loss", 0, steps, array("i", bytes(4 * n)), array("d", bytes(8 * n)))
+    writer.append(Update("running", {}, (long,), False))
+    writer.flush()
+    del steps, long
+    tracemalloc.start()
+    written = writer.compact()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert written > 28 * n
+    assert peak < WRITE_BATCH_BYTES
+    writer.close()
+    assert {"loss": n} == replay((tmp_path / "r.log").read_bytes()).state.lengths()
+
+
 class LongCRCs:
     """Counts ``zlib.crc32`` calls over more than 5 KiB: those let the interpreter go
     (CPython's zlibmodule.c), and the reporter thread then waits up to the switch
@@ -759,6 +780,21 @@ def test_a_state_without_its_points_writes_the_same_log_as_one_that_trims_them(
     )
     counted.close()
     assert repeated or expected == replay(paths[2].read_bytes()).state.to_task()
+
+
+def test_a_state_drops_its_points_while_a_view_of_a_column_is_still_alive() -> None:
+    """A journal drops its snapshot's points in a ``finally`` (``Journal.reset``): a
+    view of a column still alive there (in the traceback of a snapshot that failed
+    mid-write) must not turn that failure into a BufferError, and must keep reading
+    the points it viewed."""
+    state = LogState()
+    state.apply(Update(None, {}, (points("a", 0, [1, 2, 3]),), False))
+    view = memoryview(state.task.series["a"][0])
+    state.drop_points()
+    assert {"a": 3} == state.lengths()
+    assert 0 == state.point_count()
+    assert [1, 2, 3] == view.tolist()
+    view.release()
 
 
 def test_a_state_that_keeps_no_points_copies_none_when_an_update_is_applied() -> None:

@@ -70,11 +70,14 @@ class LogState:
         """
         self._keeps_points = False
         bases = self.bases
-        for name, cols in self.task.series.items():
+        series = self.task.series
+        for name, cols in series.items():
             held = len(cols[0])
             if held:
-                for column in cols:
-                    del column[:]
+                # New columns, not ``del column[:]``: a view of an old one may still be
+                # alive (a snapshot that failed mid-write, in its traceback), and
+                # resizing an exported array raises BufferError.
+                series[name] = new_record_columns()
                 bases[name] = bases.get(name, 0) + held
 
     @property

@@ -260,7 +260,7 @@ def remove_temporaries(path: Path, *, record: Path | None = None) -> tuple[int, 
     return files, freed
 
 
-#: :func:`replace_file` joins its pieces into writes of at least this many bytes (4 MiB).
+#: :func:`replace_file` joins shorter pieces into writes of at least this many bytes (4 MiB).
 WRITE_BATCH_BYTES = 4 << 20
 
 
@@ -281,7 +281,8 @@ def replace_file(
         pieces: the content, written in batches of at least
             :data:`WRITE_BATCH_BYTES` (a snapshot is hundreds of column
             views: one ``write()`` each would wait for the interpreter after
-            each, behind a busy training thread).
+            each, behind a busy training thread); a piece that long alone is
+            written from its own buffer, never copied into a batch.
         keep_open: return the new file's descriptor (opened for appending),
             holding the run log lock taken on it before it became visible (a
             compacted log goes on under it); otherwise the lock goes with the
@@ -301,6 +302,14 @@ def replace_file(
         batch: list[Piece] = []
         held = 0
         for piece in pieces:
+            if len(piece) >= WRITE_BATCH_BYTES:  # long enough alone: from its own buffer
+                if batch:
+                    _write_all(fd, b"".join(batch))
+                    written += held
+                    batch, held = [], 0
+                _write_all(fd, piece)
+                written += len(piece)
+                continue
             batch.append(piece)
             held += len(piece)
             if held >= WRITE_BATCH_BYTES:
