@@ -220,13 +220,15 @@ def child(
     probe: float = 0.0,
     trace: int = 0,
     flush: bool = False,
+    bare_steps: int = 0,
 ) -> dict[str, Any]:
     """One configuration in this process; returns its figures.
 
-    ``probe`` (a percentage of the run's steps, 0: none) adds a
-    :func:`probe_sample` every that many steps, and ``trace`` (a count, 0:
-    none) runs tracemalloc with 6 frames and keeps its top ``trace``
-    allocation sites in each sample.
+    ``bare_steps`` (0: every step) times the bare loop over that many steps
+    and scales its wall time to the run's steps. ``probe`` (a percentage of
+    the run's steps, 0: none) adds a :func:`probe_sample` every that many
+    steps, and ``trace`` (a count, 0: none) runs tracemalloc with 6 frames
+    and keeps its top ``trace`` allocation sites in each sample.
     """
     from trainreport import FileSink, HttpSink, Reporter, ReportingConfig  # noqa: PLC0415
 
@@ -235,7 +237,8 @@ def child(
     iterations = calibrate(step_us) if step_us > 0 else 0
     bare = None
     if iterations:
-        bare = _loop(steps, names, iterations, lambda **_: None, lambda: None)
+        timed = min(steps, bare_steps) if bare_steps > 0 else steps
+        bare = _loop(timed, names, iterations, lambda **_: None, lambda: None) * steps / timed
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "runs"
         journal = config.endswith("+journal")
@@ -334,11 +337,12 @@ def run_config(
     probe: float = 0.0,
     trace: int = 0,
     flush: bool = False,
+    bare_steps: int = 0,
 ) -> dict[str, Any]:
     """Run one configuration in a child process (its own baseline)."""
     argv = [sys.executable, __file__, "--child", config, "--points", str(points)]
     argv += ["--metrics", str(metrics), "--step-us", str(step_us)]
-    argv += ["--probe", str(probe), "--trace", str(trace)]
+    argv += ["--probe", str(probe), "--trace", str(trace), "--bare-steps", str(bare_steps)]
     argv += ["--flush"] if flush else []
     if url:
         argv += ["--url", url]
@@ -358,6 +362,7 @@ def measure(
     probe: float = 0.0,
     trace: int = 0,
     flush: bool = False,
+    bare_steps: int = 0,
 ) -> list[dict[str, Any]]:
     """Every configuration in ``only``; the HTTP ones against one reference server."""
     results = []
@@ -372,7 +377,7 @@ def measure(
         try:
             for config in only:
                 result = run_config(
-                    config, points, metrics, step_us, url, timeout, probe, trace, flush
+                    config, points, metrics, step_us, url, timeout, probe, trace, flush, bare_steps
                 )
                 results.append(result)
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # as each ends
@@ -480,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --probe: run tracemalloc, keep its top N sites by traceback (slow)",
     )
     parser.add_argument("--flush", action="store_true", help="flush() at each RSS sample")
+    parser.add_argument(
+        "--bare-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time the bare loop over N steps only, scaled to the run (0: every step)",
+    )
     parser.add_argument("--child", choices=CONFIGS + EXTRA_CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -494,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             args.probe,
             args.trace,
             args.flush,
+            args.bare_steps,
         )
         print(json.dumps(figures))
         return 0
@@ -505,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         probe=args.probe,
         trace=args.trace,
         flush=args.flush,
+        bare_steps=args.bare_steps,
     )
     print(
         f"{points:,} points: {args.metrics} metrics a step, "
