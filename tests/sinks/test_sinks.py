@@ -176,7 +176,10 @@ def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Pa
 
     def read_loop() -> None:
         seen = -1  # points in the last task read; -1: no task read yet
-        while not stop.is_set():
+        # Each pass lets the interpreter go for a moment: a reader that never does
+        # makes each flush() below wait a switch interval for it, and the test's
+        # 3,000 flushes then took 30 to 60 s (a pytest-timeout under load).
+        while not stop.wait(0.001):
             try:
                 task = read_task(path)
             except (RunLogError, FileNotFoundError) as exc:
@@ -190,17 +193,19 @@ def test_a_reader_of_the_log_never_misreads_it_while_the_run_writes(tmp_path: Pa
                 bad.append(f"{len(steps)} points after {seen}: {steps[:5]}")
             seen = max(seen, len(steps))
 
-    reader = threading.Thread(target=read_loop)
+    reader = threading.Thread(target=read_loop, daemon=True)
     reader.start()
     compactions = 0
-    for step in range(1, 3001):
-        reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
-        assert reporter.flush(timeout=5)
-        writer = sink._writer
-        compactions = max(compactions, writer.compactions if writer is not None else 0)
-    assert reporter.close(timeout=10)
-    stop.set()
-    reader.join()
+    try:  # a failure must not leave the reader running (the session would never end)
+        for step in range(1, 3001):
+            reporter.report_train_step(step=step, metrics={"loss": 1.0, "lr": 0.1})
+            assert reporter.flush(timeout=5)
+            writer = sink._writer
+            compactions = max(compactions, writer.compactions if writer is not None else 0)
+        assert reporter.close(timeout=10)
+    finally:
+        stop.set()
+        reader.join()
     assert [] == bad
     assert reads[0] > 0
     assert compactions >= 2
