@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from helpers import kill_at_replace, killed_in_a_forked_child, record_ends
@@ -702,6 +702,9 @@ _series_spec = st.tuples(st.integers(0, 2), st.integers(-4, 1), st.integers(0, 3
         max_size=30,
     )
 )
+# A suffix with no points onto another tool's series (found by Hypothesis): it replaces
+# that series, which is left with none and removed; a trimmed state kept it, empty.
+@example([("full", [(0, 0, 1, False)], 1, 1), ("suffix", [(2, 0, 0, False)], 0, 1)])
 def test_a_state_without_its_points_writes_the_same_log_as_one_that_trims_them(
     tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[Any, ...]]
 ) -> None:

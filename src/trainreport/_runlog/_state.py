@@ -194,10 +194,13 @@ class LogState:
         """Keep a series that holds no points here but has points before its base.
 
         The record drops a series left with no points (as the server does); one
-        trimmed past all its points still has them, acknowledged by a service.
+        trimmed past all its points still has them (its base, set before this
+        call), acknowledged by a service. One with no base has none: a suffix
+        onto another tool's series replaces it, from any offset (``TaskRecord``).
         """
+        bases = self.bases
         for s in series:
-            if s.name not in self.task.series and s.offset + len(s) > 0:
+            if s.name not in self.task.series and bases.get(s.name, 0) > 0:
                 self.task.series[s.name] = new_record_columns()
 
     def reset(self, snapshot: Update) -> None:
