@@ -32,12 +32,14 @@ from trainreport import (
     Resynchronise,
     RetryLater,
 )
-from trainreport._engine._core import EngineCore, Regime
+from trainreport._engine._core import THINNED_BACKLOG_BODIES, EngineCore, Regime
 from trainreport._engine._destination import Job, new_destination
 from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
 from trainreport._record._reports import Report
+from trainreport._record._thinning import MIN_POINTS
+from trainreport._wire._payloads import MIN_POINT_JSON_BYTES
 from trainreport._wire._sink_interface import OpenResult, SendResult
 from trainreport.testing import capture_events
 
@@ -147,6 +149,125 @@ def test_a_full_state_destination_keeps_its_debounce_whatever_it_lacks() -> None
         record_more(core, 1.0, step)
     assert dest.full_state
     assert core.running_request(dest, 1.0) is None
+
+
+def test_a_thinned_full_state_destination_lacking_its_backlog_is_sent_its_curves_at_once() -> None:
+    """Once thinned, a full-state body is bounded, so the backlog rule applies to it too.
+
+    Its threshold is ``THINNED_BACKLOG_BODIES`` thinned bodies' worth of points
+    (at least ``backlog_send_points``), so the bodies' encoding stays a small
+    share of each point; the send carries the curves (thinned), not an event's
+    status alone. Before, a 10 s debounce let a fast loop leave millions of
+    unacknowledged points in the store (docs/engine.md, "Memory").
+    """
+    core = make_core()
+    open_all(core)  # a MemorySink without the extension: full state
+    dest = core.destinations[0]
+    core.backlog_send_points = 2
+    record(core, 0.0, 1)
+    deliver(core, 0.0)
+    core.recorder.thin_metrics(0, MIN_POINTS)
+    threshold = THINNED_BACKLOG_BODIES * MIN_POINTS  # one series
+    for step in range(2, threshold + 1):
+        record_more(core, 1.0, step)
+    assert core.running_request(dest, 1.0) is None  # threshold - 1 lacking: the debounce holds
+    record_more(core, 1.0, threshold + 1)
+    job = core.running_request(dest, 1.0)
+    assert job is not None
+    assert job.build is not None
+    assert job.include_metrics
+    assert 0 < job.build.update.point_count <= MIN_POINTS
+
+
+def test_a_destination_that_refused_even_thinned_curves_gets_no_backlog_send() -> None:
+    """Curves it can never take are no backlog: its sends stay the debounce's, not every pass."""
+    core = make_core()
+    open_all(core)
+    dest = core.destinations[0]
+    core.backlog_send_points = 2
+    record(core, 0.0, 1)
+    deliver(core, 0.0)
+    core.recorder.thin_metrics(0, MIN_POINTS)
+    core.recorder.refuse_metrics(0)
+    for step in range(2, 10 * THINNED_BACKLOG_BODIES * MIN_POINTS):
+        record_more(core, 1.0, step)
+    assert core.running_request(dest, 1.0) is None
+
+
+def _limited_full_state_core(max_body_bytes: int) -> EngineCore:
+    """One full-state destination whose sink states a body limit, opened at 0."""
+    sink = MemorySink()
+    sink.max_body_bytes = max_body_bytes
+    cfg = ReportingConfig(backoff_jitter=0.0, min_report_interval_seconds=10.0)
+    core = EngineCore(
+        recorder=Recorder(cfg, destinations=1),
+        destinations=[new_destination(0, sink, cfg)],
+        config=cfg,
+        resume=Resume(None, interval=cfg.min_report_interval_seconds),
+        wall_clock=lambda: "2026-01-01T00:00:00.000Z",
+    )
+    core.begin(0.0)
+    open_all(core)
+    return core
+
+
+def test_a_state_that_outgrows_a_stated_limit_is_thinned_and_sent_at_its_backlog() -> None:
+    """The thinning starts when the state outgrows the limit, not at the next debounced send.
+
+    A loop making 500,000 points a second outgrows a 1 MiB limit within a
+    tenth of a second; until the send 10 s later the store kept every point
+    (millions). Thinned at once, the backlog rule for thinned destinations
+    applies from then on.
+    """
+    core = _limited_full_state_core(max_body_bytes=1000)
+    core.backlog_send_points = 2
+    dest = core.destinations[0]
+    record(core, 0.0, 1)
+    deliver(core, 0.0)
+    for step in range(2, 401):
+        record_more(core, 1.0, step)
+    with capture_events() as events:
+        job = core.running_request(dest, 1.0)  # 9 s inside the debounce
+    assert job is not None
+    assert job.build is not None
+    budget = core.recorder.thinned_to(0)
+    assert budget is not None
+    assert 0 < job.build.update.point_count <= budget
+    assert 400 >= THINNED_BACKLOG_BODIES * budget  # the backlog that made it due
+    assert ["trainreport.metrics_thinned"] == [e["event"] for e in events]
+
+
+@pytest.mark.parametrize(("points", "thinned"), [(20, False), (200, True)])
+def test_a_stated_body_limit_thins_the_curves_before_a_body_over_it_is_built(
+    points: int, thinned: bool
+) -> None:
+    """A full state that cannot fit the sink's ``max_body_bytes`` is built thinned at once.
+
+    At its shortest a point takes ``MIN_POINT_JSON_BYTES`` of a body, so 200
+    points cannot fit 1,000 bytes: the curves are thinned before the build
+    (no body of every point is copied, encoded and refused first; one
+    ``metrics_thinned``, no failed request), while 20 points, which may fit,
+    are built whole (thinning stays exact below the limit).
+    """
+    core = _limited_full_state_core(max_body_bytes=1000)
+    dest = core.destinations[0]
+    record(core, 0.0, 1)
+    deliver(core, 0.0)
+    for step in range(2, points + 1):
+        record_more(core, 1.0, step)
+    with capture_events() as events:
+        job = core.running_request(dest, 10.0)
+    assert job is not None
+    assert job.build is not None
+    sent = job.build.update.point_count
+    assert (points * MIN_POINT_JSON_BYTES > 1000) is thinned
+    if thinned:
+        assert 0 < sent * MIN_POINT_JSON_BYTES <= 1000
+        assert ["trainreport.metrics_thinned"] == [e["event"] for e in events]
+    else:
+        assert points == sent
+        assert [] == events
+    assert 0 == dest.requests_failed
 
 
 # --- resume across destinations: when the seed stops waiting for a first open ----------

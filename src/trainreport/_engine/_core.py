@@ -55,6 +55,7 @@ from trainreport._engine._destination import (
     settle_error,
     settle_open,
     settle_send,
+    thin_ahead,
 )
 from trainreport._engine._journal_feed import RecoveryOutcome, RecoveryStep
 from trainreport._engine._resume import Resume
@@ -65,6 +66,7 @@ from trainreport._wire._sink_interface import Delivered, Opened, RetryLater
 
 __all__ = [
     "BACKLOG_SEND_POINTS",
+    "THINNED_BACKLOG_BODIES",
     "LAST_ATTEMPT_LEAD_SECONDS",
     "MIN_JOURNAL_WAIT_SECONDS",
     "MIN_TIMEOUT_SECONDS",
@@ -84,6 +86,13 @@ __all__ = [
 #: what the store must keep in memory (docs/engine.md, "Memory"), so memory stays
 #: bounded however fast the loop reports (about 28 MB of columns at 28 B a point).
 BACKLOG_SEND_POINTS = 100_000
+#: A full-state destination is exempt from that rule (each send carries every point:
+#: sending it more often would cost the square of the run) until it is thinned: a
+#: thinned body carries at most its budget a series whatever the run's length, so it
+#: is sent to once it lacks this many thinned bodies' worth of points (and at least
+#: ``BACKLOG_SEND_POINTS``): at about 1.6 µs to encode a body's point, the bodies
+#: then cost at most a tenth of a microsecond a point recorded (docs/engine.md, "Memory").
+THINNED_BACKLOG_BODIES = 16
 
 #: While closing, the last attempt starts at least this long (seconds) before the
 #: deadline (a quarter of ``close_retry_max_seconds`` when that is longer), or
@@ -549,23 +558,45 @@ class EngineCore:
         """Running or flushing: the request to start now for ``dest``, or ``None``.
 
         A waiting ``flush()`` forces one send (and its sends carry the curves);
-        a suffix-mode destination lacking ``backlog_send_points`` points is due
-        at once, within its floor, backoff and Retry-After.
+        a destination lacking its backlog (:meth:`backlog_points`) is due at
+        once with the curves, within its floor, backoff and Retry-After. A
+        full-state destination whose state outgrew its stated body limit is
+        thinned here, as it outgrows it, not at its next send (``thin_ahead``):
+        its backlog then applies, so a fast loop's first debounce interval
+        does not fill the store.
         """
         flush = self.flush
         forced = flush.wants_a_send(dest, now, self.recorder.has_changes)
         if forced:
             flush.sent(dest)
             dest.scheduler.note_change(now, urgent=True)
-        elif (
-            dest.job is None
-            and dest.suffix_mode
-            and self.recorder.unsent_points(dest.index) >= self.backlog_send_points
-        ):
-            dest.scheduler.note_change(now, urgent=True)  # the backlog holds memory
+        elif dest.job is None:
+            if dest.full_state and dest.in_step:
+                thin_ahead(dest, self.recorder)  # outgrew a stated limit: thinned from now on
+            backlog = self.backlog_points(dest)
+            if backlog is not None and self.recorder.unsent_points(dest.index) >= backlog:
+                dest.scheduler.note_change(now, curves=True)  # it holds memory
         if dest.job is not None or not (forced or dest.is_due(now)):
             return None
         return self._request(dest, now, closing=False, complete=flush.waiting, timeout=None)
+
+    def backlog_points(self, dest: Destination) -> int | None:
+        """The points ``dest`` may lack before it is sent to inside the debounce (``None``: never).
+
+        A series-suffix destination: ``backlog_send_points``. A thinned
+        full-state one: :data:`THINNED_BACKLOG_BODIES` bodies of its budget a
+        series, at least ``backlog_send_points``. Any other full-state one is
+        sent every point each time, and one that refused even the thinnest
+        curves is sent none: never (docs/engine.md, "Memory").
+        """
+        if dest.suffix_mode:
+            return self.backlog_send_points
+        recorder = self.recorder
+        budget = recorder.thinned_to(dest.index)
+        if budget is None or recorder.metrics_refused(dest.index):
+            return None
+        bodies = THINNED_BACKLOG_BODIES * budget * len(recorder.series_lengths())
+        return max(self.backlog_send_points, bodies)
 
     def close_request(
         self, dest: Destination, now: float, real: float, *, queue_empty: bool
@@ -676,6 +707,8 @@ class EngineCore:
             include = dest.scheduler.carries_metrics(
                 now, full_state=dest.full_state, closing=closing, complete=complete
             )
+            if include and dest.full_state:
+                thin_ahead(dest, recorder)  # before a body that cannot fit is built
             build = recorder.build_update(
                 dest.index,
                 wall=self.wall_clock(),

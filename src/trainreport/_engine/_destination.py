@@ -26,7 +26,13 @@ from trainreport._record._machines import DestinationInput, DestinationState, de
 from trainreport._record._recorder import Build, Recorder
 from trainreport._record._thinning import next_budget
 from trainreport._reporting_config import ReportingConfig
-from trainreport._wire._payloads import ColumnTask, StoredState, parse_stored_task
+from trainreport._wire._payloads import (
+    MIN_POINT_JSON_BYTES,
+    POINT_JSON_BYTES,
+    ColumnTask,
+    StoredState,
+    parse_stored_task,
+)
 from trainreport._wire._sink_interface import (
     CAPABILITY_SERIES_SUFFIX,
     Delivered,
@@ -57,6 +63,7 @@ __all__ = [
     "settle_error",
     "settle_open",
     "settle_send",
+    "thin_ahead",
     "warn_if_unsent_old",
 ]
 
@@ -66,9 +73,6 @@ _IN = DestinationInput
 _NEVER_OPENED = frozenset(
     {DestinationState.NEW, DestinationState.UNREACHABLE, DestinationState.REFUSED}
 )
-#: Encoded bytes of one point in a full-state ``metrics`` (``{"step":..,"epoch":..,"value":..}``),
-#: to compare the curves with a large field when the destination refuses a size.
-_POINT_JSON_BYTES = 45
 #: What a thinned destination holds (``trainreport.metrics_thinned``).
 _THINNED = (
     "its curves still cover the whole run (first and last point, each bucket's lowest"
@@ -542,7 +546,7 @@ def _too_large(
     refusal is a rejection.
     """
     update = build.update
-    metrics_bytes = update.point_count * _POINT_JSON_BYTES if update.full_state else 0
+    metrics_bytes = update.point_count * POINT_JSON_BYTES if update.full_state else 0
     if recorder.drop_field(dest.index, update, metrics_bytes, _MIN_DROPPED_FIELD_BYTES):
         dest.requests_failed += 1
         dest.scheduler.note_change(now, urgent=True)
@@ -550,31 +554,71 @@ def _too_large(
     if update.series is not None and update.full_state:
         dest.requests_failed += 1
         lengths = [len(s) for s in update.series]
-        budget = next_budget(lengths, result.body_bytes, result.limit_bytes)
-        if budget is not None:
-            if recorder.thin_metrics(dest.index, budget) is None:
-                _log.warning(
-                    "trainreport.metrics_thinned",
-                    destination=dest.label,
-                    points_per_series=budget,
-                    refused_body_bytes=result.body_bytes,
-                    body_limit_bytes=result.limit_bytes,
-                    reason=result.reason[:300],
-                    consequence=_THINNED,
-                    hint=_THINNED_HINT,
-                )
-            dest.scheduler.note_change(now, urgent=True)
-            return
-        recorder.refuse_metrics(dest.index)
-        _log.warning(
-            "trainreport.metrics_too_large",
-            reason=result.reason[:300],
-            points=update.point_count,
-            destination=dest.label,
-        )
+        _thin(dest, recorder, lengths, result)
         dest.scheduler.note_change(now, urgent=True)
         return
     _failed(dest, Rejected(result.reason, 413), now)
+
+
+def thin_ahead(dest: Destination, recorder: Recorder) -> None:
+    """Thin a full-state destination's curves before building a state that cannot fit.
+
+    When the sink states its body limit (``Sink.max_body_bytes``) and the
+    curves, at ``MIN_POINT_JSON_BYTES`` a point (the shortest a point is
+    encoded), are already over it, the body of every point would only be
+    copied, encoded and refused (a :class:`Split`, the same thinning after
+    it): at a fast loop's 5,000,000 points between two sends, hundreds of MB
+    for nothing. The budget is sized as a refusal of that size would size it
+    (at ``POINT_JSON_BYTES`` a point); a thinned body still over the limit is
+    refused and thinned again as before. A state that might fit is built
+    whole: thinning stays exact below the limit (docs/engine.md, "Thinning
+    under a body limit"). Called at each running pass (so the thinning starts
+    as the state outgrows the limit, and the backlog rule of a thinned
+    destination applies from then on) and before each full-state build with
+    the curves; it costs a length a series until the destination is thinned.
+    """
+    limit = dest.sink.max_body_bytes
+    if limit is None or recorder.thinned_to(dest.index) is not None:
+        return
+    if recorder.metrics_refused(dest.index):
+        return
+    lengths = recorder.series_lengths()
+    points = sum(lengths)
+    if points * MIN_POINT_JSON_BYTES <= limit:
+        return
+    estimate = points * POINT_JSON_BYTES
+    reason = f"about {estimate} bytes of curves, over max_body_bytes ({limit})"
+    _thin(dest, recorder, lengths, Split(reason, body_bytes=estimate, limit_bytes=limit))
+
+
+def _thin(dest: Destination, recorder: Recorder, lengths: list[int], refusal: Split) -> None:
+    """Thin ``dest``'s curves to fit what ``refusal`` says, or go on without them.
+
+    One ``trainreport.metrics_thinned`` when thinning starts (further
+    reductions are silent); ``trainreport.metrics_too_large`` when even the
+    thinnest curves cannot fit (``_record/_thinning.py``, ``next_budget``).
+    """
+    budget = next_budget(lengths, refusal.body_bytes, refusal.limit_bytes)
+    if budget is not None:
+        if recorder.thin_metrics(dest.index, budget) is None:
+            _log.warning(
+                "trainreport.metrics_thinned",
+                destination=dest.label,
+                points_per_series=budget,
+                refused_body_bytes=refusal.body_bytes,
+                body_limit_bytes=refusal.limit_bytes,
+                reason=refusal.reason[:300],
+                consequence=_THINNED,
+                hint=_THINNED_HINT,
+            )
+        return
+    recorder.refuse_metrics(dest.index)
+    _log.warning(
+        "trainreport.metrics_too_large",
+        reason=refusal.reason[:300],
+        points=sum(lengths),
+        destination=dest.label,
+    )
 
 
 def _failed(dest: Destination, result: object, now: float) -> None:

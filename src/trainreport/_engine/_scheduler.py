@@ -80,19 +80,23 @@ class SendScheduler:
     #: When the last attempt (delivered or not) was made, for ``min_request_gap``.
     last_attempt: float | None = attrs.field(default=None, init=False)
 
-    def note_change(self, now: float, *, urgent: bool = False, first_point: bool = False) -> None:
+    def note_change(
+        self, now: float, *, urgent: bool = False, first_point: bool = False, curves: bool = False
+    ) -> None:
         """New data was recorded at ``now``.
 
         Args:
             now: monotonic seconds.
             urgent: an event report, which bypasses the debounce.
             first_point: the run's first point: sent at once, curves included.
+            curves: sent at once, curves included (a backlog of points the
+                destination lacks, which the store holds in memory).
         """
         if self.pending_since is None:
             self.pending_since = now
-        if urgent or first_point:
+        if urgent or first_point or curves:
             self.urgent = True
-        if first_point:
+        if first_point or curves:
             self.force_curves = True
         if self._rejected:
             self._new_since_rejection = True

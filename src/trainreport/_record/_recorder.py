@@ -290,6 +290,16 @@ class Recorder:
         with self._lock:
             return self._delivery.metrics_refused(d)
 
+    def thinned_to(self, d: int) -> int | None:
+        """The most points a series is sent to full-state ``d`` with (``None``: every point)."""
+        with self._lock:
+            return self._delivery.thinned_to(d)
+
+    def series_lengths(self) -> list[int]:
+        """Every series' length, points (those that left memory included), in store order."""
+        with self._lock:
+            return [len(s) for s in self._record.store.series.values()]
+
     # --- reading -------------------------------------------------------------------
 
     def snapshot(self) -> tuple[dict[str, Any], dict[str, int]]:

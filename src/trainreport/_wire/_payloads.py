@@ -39,7 +39,9 @@ from trainreport._wire._protocol import encode_column as _b64
 from trainreport._wire._sink_interface import SeriesUpdate, Update
 
 __all__ = [
+    "MIN_POINT_JSON_BYTES",
     "NO_EPOCH",
+    "POINT_JSON_BYTES",
     "ColumnPoints",
     "ColumnTask",
     "StoredState",
@@ -72,6 +74,16 @@ def finite_or_none(values: Iterable[float]) -> list[float | None]:
 
 def _number(v: float) -> str:
     return repr(v) if _isfinite(v) else "null"
+
+
+#: The fewest bytes one point takes in a full-state body (:func:`encode_points`): the
+#: shortest step, epoch and value (``{"step":0,"epoch":0,"value":0.0}``) and the comma
+#: after it. A body of ``n`` points is longer than ``n`` times this less one, so a state
+#: of ``n`` points cannot fit a limit under ``n * MIN_POINT_JSON_BYTES`` bytes.
+MIN_POINT_JSON_BYTES = len('{"step":0,"epoch":0,"value":0.0},')
+#: About the bytes a point usually takes there (``{"step":12345,"epoch":1,"value":0.12345678},``
+#: is 44): the estimate a full state's size is judged by before it is encoded.
+POINT_JSON_BYTES = 45
 
 
 def encode_points(series: SeriesUpdate) -> str:

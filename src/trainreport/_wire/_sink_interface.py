@@ -285,11 +285,18 @@ class Sink(abc.ABC):
             kept in front of it, and it is sent to every
             ``journal_interval_seconds`` when that is shorter than the
             debounce interval. ``False`` for a remote destination.
+        max_body_bytes: the largest full-state body the destination takes,
+            bytes before compression, when the sink knows it in advance
+            (``HttpSink(max_body_bytes=...)``); ``None`` (the default): learned
+            from its refusals only (a :class:`Split`). The reporter thins the
+            curves before it builds a full state that cannot fit it
+            (``docs/engine.md``, "Thinning under a body limit").
     """
 
     min_interval_seconds: float = 0.0
     keeps_every_point: bool = False
     local_run_log: bool = False
+    max_body_bytes: int | None = None
 
     def describe(self) -> str:
         """Where this sink sends, in words, for the log lines of ``start()`` and ``close()``.
