@@ -33,7 +33,7 @@ from trainreport import (
     RetryLater,
 )
 from trainreport._engine._core import THINNED_BACKLOG_BODIES, EngineCore, Regime
-from trainreport._engine._destination import Job, new_destination
+from trainreport._engine._destination import Destination, Job, new_destination
 from trainreport._engine._resume import Resume
 from trainreport._record import _reports as reports
 from trainreport._record._recorder import Recorder
@@ -137,14 +137,22 @@ def test_a_backlog_send_waits_out_a_backoff() -> None:
     assert core.running_request(dest, 30.0) is not None
 
 
-def test_a_full_state_destination_keeps_its_debounce_whatever_it_lacks() -> None:
-    """Full state sends every point each time: the backlog rule would make it quadratic."""
+def _full_state_core_with_one_point_delivered() -> tuple[EngineCore, Destination]:
+    """A MemorySink without the extension (full state), its first point delivered at 0.
+
+    Its backlog rule is set to 2 points, so only the full-state rules hold it back.
+    """
     core = make_core()
-    open_all(core)  # a MemorySink without the extension: full state
-    dest = core.destinations[0]
+    open_all(core)
     core.backlog_send_points = 2
     record(core, 0.0, 1)
     deliver(core, 0.0)
+    return core, core.destinations[0]
+
+
+def test_a_full_state_destination_keeps_its_debounce_whatever_it_lacks() -> None:
+    """Full state sends every point each time: the backlog rule would make it quadratic."""
+    core, dest = _full_state_core_with_one_point_delivered()
     for step in range(2, 10):
         record_more(core, 1.0, step)
     assert dest.full_state
@@ -160,12 +168,7 @@ def test_a_thinned_full_state_destination_lacking_its_backlog_is_sent_its_curves
     status alone. Before, a 10 s debounce let a fast loop leave millions of
     unacknowledged points in the store (docs/engine.md, "Memory").
     """
-    core = make_core()
-    open_all(core)  # a MemorySink without the extension: full state
-    dest = core.destinations[0]
-    core.backlog_send_points = 2
-    record(core, 0.0, 1)
-    deliver(core, 0.0)
+    core, dest = _full_state_core_with_one_point_delivered()
     core.recorder.thin_metrics(0, MIN_POINTS)
     threshold = THINNED_BACKLOG_BODIES * MIN_POINTS  # one series
     for step in range(2, threshold + 1):
@@ -181,12 +184,7 @@ def test_a_thinned_full_state_destination_lacking_its_backlog_is_sent_its_curves
 
 def test_a_destination_that_refused_even_thinned_curves_gets_no_backlog_send() -> None:
     """Curves it can never take are no backlog: its sends stay the debounce's, not every pass."""
-    core = make_core()
-    open_all(core)
-    dest = core.destinations[0]
-    core.backlog_send_points = 2
-    record(core, 0.0, 1)
-    deliver(core, 0.0)
+    core, dest = _full_state_core_with_one_point_delivered()
     core.recorder.thin_metrics(0, MIN_POINTS)
     core.recorder.refuse_metrics(0)
     for step in range(2, 10 * THINNED_BACKLOG_BODIES * MIN_POINTS):
