@@ -683,7 +683,7 @@ class StatefulFaults(RuleBasedStateMachine):
             for name, points in details.get("metrics", {}).items()
         }
         expected = {name: points for name, points in self.model.series.items() if points}
-        assert expected == stored_series
+        assert expected == stored_series, _first_difference(expected, stored_series)
         assert self.model.status == task["status"]
         assert self.model.checkpoint_path == details.get("checkpoint_path")
         if self.model.datasets:
@@ -713,6 +713,28 @@ class StatefulFaults(RuleBasedStateMachine):
         released = sum(store_of(r).points_released for r in reporters)
         FIGURES["points_released"] += released
         FIGURES["examples_released"] += released > 0
+
+
+def _first_difference(expected: dict[str, list[Point]], stored: dict[str, list[Any]]) -> str:
+    """Where the model and the server first disagree: each series, its lengths and first index.
+
+    A failure that Hypothesis cannot replay (the faults spend real time) is
+    reported by this message alone.
+    """
+    lines = []
+    for name in sorted(expected.keys() | stored.keys()):
+        mine, held = expected.get(name, []), stored.get(name, [])
+        if mine == held:
+            continue
+        at = next(
+            (i for i, (a, b) in enumerate(zip(mine, held, strict=False)) if a != b),
+            min(len(mine), len(held)),
+        )
+        lines.append(
+            f"{name}: model {len(mine)} points, server {len(held)}; from index {at}: "
+            f"model {mine[at : at + 3]}, server {held[at : at + 3]}"
+        )
+    return "the server's series differ from the model's: " + "; ".join(lines)
 
 
 def store_of(reporter: Reporter) -> MetricStore:
