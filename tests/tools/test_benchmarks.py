@@ -175,10 +175,12 @@ def test_report_keeps_the_hand_written_sections_of_the_previous_document() -> No
     ]
     real = report.hand_written_sections((ROOT / "docs" / "performance.md").read_text("utf-8"))
     assert [section.splitlines()[0] for section in real] == [
+        "## Long runs",
         "## Reference server under load: profile and fixes (issue 9)",
         "## Replicas on PostgreSQL, a replica killed (issue 15)",
         "## The journal's cost on HttpSink, three sittings (issue 12)",
         "## What limits the missed targets (issue 14)",
+        "## The chart page (issue 24)",
         "## Reporter ingest throughput (issue 23)",
         "## Resuming and reading a long run (issue 23)",
     ]
