@@ -235,6 +235,33 @@ def test_a_state_that_outgrows_a_stated_limit_is_thinned_and_sent_at_its_backlog
     assert ["trainreport.metrics_thinned"] == [e["event"] for e in events]
 
 
+def test_an_estimate_over_a_stated_limit_never_refuses_the_curves_for_good() -> None:
+    """Many short series just over the limit: thinned to ``MIN_POINTS``, never refused.
+
+    1,000 series of 6 points under a 185,000-byte limit: the estimate (45 bytes
+    a point) sizes a budget under ``MIN_POINTS``, but the body thinned to
+    ``MIN_POINTS`` fits (found by review). Only a refusal of a real body may
+    stop the curves (``metrics_too_large``); an estimate thins as far as the
+    rule goes and lets that body be built.
+    """
+    series, points, limit = 1000, 6, 185_000
+    core = _limited_full_state_core(max_body_bytes=limit)
+    dest = core.destinations[0]
+    for step in range(1, points + 1):
+        metrics = {f"m{i}": 0.5 for i in range(series)}
+        core.recorder.apply_all(deque([reports.train(0.0, step, None, metrics)]))
+    assert series * points * MIN_POINT_JSON_BYTES > limit  # thin_ahead acts on it
+    with capture_events() as events:
+        job = core.running_request(dest, 1.0)
+    assert not core.recorder.metrics_refused(0)
+    assert MIN_POINTS == core.recorder.thinned_to(0)
+    assert ["trainreport.metrics_thinned"] == [e["event"] for e in events]
+    assert job is not None
+    assert job.build is not None
+    assert job.include_metrics
+    assert 0 < job.build.update.point_count <= series * MIN_POINTS
+
+
 @pytest.mark.parametrize(("points", "thinned"), [(20, False), (200, True)])
 def test_a_stated_body_limit_thins_the_curves_before_a_body_over_it_is_built(
     points: int, thinned: bool

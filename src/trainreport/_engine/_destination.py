@@ -24,7 +24,7 @@ from trainreport._engine._scheduler import SendScheduler
 from trainreport._logging import OnceLogger, describe_exception, get_logger
 from trainreport._record._machines import DestinationInput, DestinationState, destination_next
 from trainreport._record._recorder import Build, Recorder
-from trainreport._record._thinning import next_budget
+from trainreport._record._thinning import MIN_POINTS, next_budget
 from trainreport._reporting_config import ReportingConfig
 from trainreport._wire._payloads import (
     MIN_POINT_JSON_BYTES,
@@ -569,13 +569,15 @@ def thin_ahead(dest: Destination, recorder: Recorder) -> None:
     copied, encoded and refused (a :class:`Split`, the same thinning after
     it): at a fast loop's 5,000,000 points between two sends, hundreds of MB
     for nothing. The budget is sized as a refusal of that size would size it
-    (at ``POINT_JSON_BYTES`` a point); a thinned body still over the limit is
-    refused and thinned again as before. A state that might fit is built
-    whole: thinning stays exact below the limit (docs/engine.md, "Thinning
-    under a body limit"). Called at each running pass (so the thinning starts
-    as the state outgrows the limit, and the backlog rule of a thinned
-    destination applies from then on) and before each full-state build with
-    the curves; it costs a length a series until the destination is thinned.
+    (at ``POINT_JSON_BYTES`` a point), at least ``MIN_POINTS``: an estimate
+    never refuses the curves for good, a refusal of a real body does; a
+    thinned body still over the limit is refused and thinned again as
+    before. A state that might fit is built whole: thinning stays exact below
+    the limit (docs/engine.md, "Thinning under a body limit"). Called at each
+    running pass (so the thinning starts as the state outgrows the limit,
+    and the backlog rule of a thinned destination applies from then on) and
+    before each full-state build with the curves; it costs a length a series
+    until the destination is thinned.
     """
     limit = dest.sink.max_body_bytes
     if limit is None or recorder.thinned_to(dest.index) is not None:
@@ -588,7 +590,13 @@ def thin_ahead(dest: Destination, recorder: Recorder) -> None:
         return
     estimate = points * POINT_JSON_BYTES
     reason = f"about {estimate} bytes of curves, over max_body_bytes ({limit})"
-    _thin(dest, recorder, lengths, Split(reason, body_bytes=estimate, limit_bytes=limit))
+    refusal = Split(reason, body_bytes=estimate, limit_bytes=limit)
+    budget = next_budget(lengths, estimate, limit)
+    if budget is None:  # an estimate never refuses the curves: a real refusal decides that
+        if max(lengths, default=0) <= MIN_POINTS:
+            return
+        budget = MIN_POINTS
+    _thin_to(dest, recorder, budget, refusal)
 
 
 def _thin(dest: Destination, recorder: Recorder, lengths: list[int], refusal: Split) -> None:
@@ -600,17 +608,7 @@ def _thin(dest: Destination, recorder: Recorder, lengths: list[int], refusal: Sp
     """
     budget = next_budget(lengths, refusal.body_bytes, refusal.limit_bytes)
     if budget is not None:
-        if recorder.thin_metrics(dest.index, budget) is None:
-            _log.warning(
-                "trainreport.metrics_thinned",
-                destination=dest.label,
-                points_per_series=budget,
-                refused_body_bytes=refusal.body_bytes,
-                body_limit_bytes=refusal.limit_bytes,
-                reason=refusal.reason[:300],
-                consequence=_THINNED,
-                hint=_THINNED_HINT,
-            )
+        _thin_to(dest, recorder, budget, refusal)
         return
     recorder.refuse_metrics(dest.index)
     _log.warning(
@@ -619,6 +617,21 @@ def _thin(dest: Destination, recorder: Recorder, lengths: list[int], refusal: Sp
         points=sum(lengths),
         destination=dest.label,
     )
+
+
+def _thin_to(dest: Destination, recorder: Recorder, budget: int, refusal: Split) -> None:
+    """Thin ``dest``'s curves to ``budget`` points a series; log when thinning starts."""
+    if recorder.thin_metrics(dest.index, budget) is None:
+        _log.warning(
+            "trainreport.metrics_thinned",
+            destination=dest.label,
+            points_per_series=budget,
+            refused_body_bytes=refusal.body_bytes,
+            body_limit_bytes=refusal.limit_bytes,
+            reason=refusal.reason[:300],
+            consequence=_THINNED,
+            hint=_THINNED_HINT,
+        )
 
 
 def _failed(dest: Destination, result: object, now: float) -> None:
