@@ -595,7 +595,7 @@ class EngineCore:
         budget = recorder.thinned_to(dest.index)
         if budget is None or recorder.metrics_refused(dest.index):
             return None
-        bodies = THINNED_BACKLOG_BODIES * budget * len(recorder.series_lengths())
+        bodies = THINNED_BACKLOG_BODIES * budget * recorder.series_count()
         return max(self.backlog_send_points, bodies)
 
     def close_request(

@@ -300,6 +300,11 @@ class Recorder:
         with self._lock:
             return [len(s) for s in self._record.store.series.values()]
 
+    def series_count(self) -> int:
+        """How many series the store keeps (scalars not counted)."""
+        with self._lock:
+            return len(self._record.store.series)
+
     # --- reading -------------------------------------------------------------------
 
     def snapshot(self) -> tuple[dict[str, Any], dict[str, int]]:
