@@ -194,17 +194,8 @@ def test_a_destination_that_refused_even_thinned_curves_gets_no_backlog_send() -
 
 def _limited_full_state_core(max_body_bytes: int) -> EngineCore:
     """One full-state destination whose sink states a body limit, opened at 0."""
-    sink = MemorySink()
-    sink.max_body_bytes = max_body_bytes
-    cfg = ReportingConfig(backoff_jitter=0.0, min_report_interval_seconds=10.0)
-    core = EngineCore(
-        recorder=Recorder(cfg, destinations=1),
-        destinations=[new_destination(0, sink, cfg)],
-        config=cfg,
-        resume=Resume(None, interval=cfg.min_report_interval_seconds),
-        wall_clock=lambda: "2026-01-01T00:00:00.000Z",
-    )
-    core.begin(0.0)
+    core = make_core()
+    core.destinations[0].sink.max_body_bytes = max_body_bytes
     open_all(core)
     return core
 
